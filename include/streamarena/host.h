@@ -1,0 +1,111 @@
+/* streamarena host simulator: the CUDA driver's semantics emulated on the CPU.
+ *
+ * The host backend runs the whole allocator without a GPU. Memory it maps is
+ * ordinary CPU memory (memfd-backed, really remapped), so callers may read
+ * and write it directly. Streams are simulated queues: work enqueued on a
+ * SA_HOST_MANUAL stream completes only when the caller advances that stream;
+ * on a SA_HOST_AUTO stream it completes as soon as nothing it waits for is
+ * pending. Simulated kernels (fill, check) touch memory when they complete,
+ * which lets a test run streams in an adversarial order and see any reuse the
+ * stream-ordered contract forbids.
+ *
+ * The simulator is one process-wide "device". All functions are thread-safe.
+ */
+#ifndef STREAMARENA_HOST_H
+#define STREAMARENA_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <streamarena/streamarena.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sa_host_mode_e {
+  SA_HOST_AUTO = 0,   /* work completes as soon as its waits are satisfied */
+  SA_HOST_MANUAL = 1  /* work completes only through sa_host_stream_step/drain */
+} sa_host_mode;
+
+/* Streams. NULL is the default stream; its mode is AUTO unless changed. */
+sa_status sa_host_stream_create(sa_host_mode mode, sa_stream *out);
+/* Destroying a stream with pending work first runs that work (as CUDA does). */
+sa_status sa_host_stream_destroy(sa_stream stream);
+sa_status sa_host_set_default_stream_mode(sa_host_mode mode);
+
+/* Complete up to n queued operations of stream, in order. Stops early at an
+ * operation that waits on an event not yet complete. *done (may be NULL)
+ * gets the number completed. */
+sa_status sa_host_stream_step(sa_stream stream, size_t n, size_t *done);
+/* Complete everything queued on stream, and whatever it waits on. */
+sa_status sa_host_stream_drain(sa_stream stream);
+/* Complete everything queued on every stream. */
+sa_status sa_host_drain_all(void);
+/* Number of operations queued and not yet complete on stream. */
+size_t sa_host_stream_pending(sa_stream stream);
+
+/* Simulated kernels. fill writes the 32-bit pattern over [p, p + size)
+ * (size a multiple of 4) when the operation completes. check compares
+ * [p, p + size) with the pattern when it completes and adds the number of
+ * mismatching words to *mismatches (which must stay valid until then). */
+sa_status sa_host_fill(sa_stream stream, void *p, size_t size, uint32_t pattern);
+sa_status sa_host_check(sa_stream stream, const void *p, size_t size,
+                        uint32_t pattern, uint64_t *mismatches);
+
+/* Simulated device memory (default 16 GiB; also the environment variable
+ * STREAMARENA_HOST_DEVICE_BYTES). Only chunks actually created use memory,
+ * and only their touched pages. Takes effect for chunks created afterwards;
+ * fails with SA_ERR_INVALID_ARGUMENT below what is already in use. */
+sa_status sa_host_set_device_memory(size_t bytes);
+
+/* The driver functions, for fault injection and call counting. */
+typedef enum sa_host_fn_e {
+  SA_HOST_FN_VA_RESERVE = 0,
+  SA_HOST_FN_VA_RELEASE,
+  SA_HOST_FN_CHUNK_CREATE,
+  SA_HOST_FN_CHUNK_RELEASE,
+  SA_HOST_FN_MAP,
+  SA_HOST_FN_UNMAP,
+  SA_HOST_FN_SET_ACCESS,
+  SA_HOST_FN_EVENT_CREATE,
+  SA_HOST_FN_EVENT_DESTROY,
+  SA_HOST_FN_EVENT_RECORD,
+  SA_HOST_FN_EVENT_QUERY,
+  SA_HOST_FN_EVENT_SYNCHRONIZE,
+  SA_HOST_FN_STREAM_WAIT_EVENT,
+  SA_HOST_FN_STREAM_SYNCHRONIZE,
+  SA_HOST_FN_COUNT
+} sa_host_fn;
+
+const char *sa_host_fn_name(sa_host_fn fn);
+
+/* Fail the nth call (1-based, counted from this call) of fn with a driver
+ * error; with sticky nonzero, fail every call from the nth on. n = 0 clears
+ * the fault for fn. */
+sa_status sa_host_fault_inject(sa_host_fn fn, uint64_t nth, int sticky);
+/* Clear every fault. */
+void sa_host_fault_clear(void);
+/* Calls of fn so far (successful or failed). */
+uint64_t sa_host_call_count(sa_host_fn fn);
+/* Injected failures so far, all functions together. */
+uint64_t sa_host_faults_injected(void);
+
+/* What the simulated device holds right now: leak checks compare these with
+ * zero after an arena is destroyed. */
+typedef struct sa_host_counters_s {
+  size_t va_ranges;        /* reserved virtual ranges */
+  size_t chunks;           /* physical chunks created and not released */
+  size_t chunk_bytes;      /* their bytes */
+  size_t mappings;         /* mapped chunk pieces */
+  size_t events;           /* events created and not destroyed */
+  size_t streams;          /* user streams alive (the default stream excluded) */
+  uint64_t order_violations; /* stream-order checker findings so far */
+} sa_host_counters;
+
+void sa_host_get_counters(sa_host_counters *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STREAMARENA_HOST_H */

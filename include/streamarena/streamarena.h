@@ -1,0 +1,261 @@
+/* streamarena: a stream-ordered GPU memory allocator with a per-thread
+ * lock-free fast path.
+ *
+ * The contract is the one of cudaMallocAsync/cudaFreeAsync:
+ *   - sa_alloc(a, &p, size, s) returns memory that work enqueued on stream s
+ *     after the call may use; alignment is at least SA_ALIGNMENT bytes.
+ *   - sa_free(p, s) says: once all work enqueued on s before this call has
+ *     finished, p is no longer used. The memory may be handed out again at
+ *     once to a later allocation on s, and to another stream t only after an
+ *     event recorded on s at free time has completed, or after the allocator
+ *     made t wait on that event on the device.
+ *   - sa_record_stream(p, t): p is also used by work on t; reuse after the
+ *     free also waits for t.
+ *
+ * Every function is thread-safe unless its comment says otherwise. No
+ * function aborts on bad input: failures come back as an sa_status.
+ *
+ * Sections: status codes; streams and backends; configuration; arenas;
+ * allocation; default arenas (drop-in calls); tuning and statistics;
+ * diagnostics.
+ */
+#ifndef STREAMARENA_STREAMARENA_H
+#define STREAMARENA_STREAMARENA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SA_VERSION_MAJOR 0
+#define SA_VERSION_MINOR 1
+#define SA_VERSION_PATCH 0
+
+/* Every pointer handed out is aligned to at least this many bytes. */
+#define SA_ALIGNMENT 256
+
+/* ------------------------------------------------------------------------
+ * Status codes
+ * ---------------------------------------------------------------------- */
+typedef enum sa_status_e {
+  SA_OK = 0,
+  SA_ERR_INVALID_ARGUMENT,  /* NULL out-pointer, value out of range, ... */
+  SA_ERR_OUT_OF_MEMORY,     /* nothing left after reclaiming, or impossible size */
+  SA_ERR_INVALID_POINTER,   /* not a block start of any live arena */
+  SA_ERR_DOUBLE_FREE,       /* the block is already free */
+  SA_ERR_UNKNOWN_STREAM,    /* the backend does not know this stream */
+  SA_ERR_NO_DEVICE,         /* no usable device (or driver) for this backend */
+  SA_ERR_DRIVER,            /* the driver failed a call; see sa_last_driver_error */
+  SA_ERR_NOT_READY,         /* queried work has not completed yet */
+  SA_ERR_BAD_CONFIG,        /* unknown configuration key or bad value */
+  SA_ERR_LIVE_BLOCKS,       /* arena destroyed with blocks still allocated */
+  SA_ERR_STREAM_ORDER,      /* the stream-order checker caught a violation */
+  SA_ERR_NOT_SUPPORTED,     /* the backend cannot do this */
+  SA_ERR_INTERNAL,          /* a broken internal invariant (a bug: report it) */
+  SA_STATUS_COUNT_
+} sa_status;
+
+/* A short, static, human-readable description ("out of memory"). */
+const char *sa_status_string(sa_status status);
+
+/* The last driver error code seen by the calling thread (a CUresult on the
+ * CUDA backend, an errno-like code on the host backend) and the driver's
+ * name for it. Useful after SA_ERR_DRIVER. */
+int sa_last_driver_error(const char **name);
+
+/* ------------------------------------------------------------------------
+ * Streams and backends
+ * ---------------------------------------------------------------------- */
+
+/* A stream handle: a CUstream / cudaStream_t on the CUDA backend (NULL is the
+ * legacy default stream, CU_STREAM_PER_THREAD works too), or a stream made by
+ * sa_host_stream_create (include/streamarena/host.h) on the host simulator,
+ * where NULL is the simulator's default stream. */
+typedef void *sa_stream;
+
+typedef enum sa_backend_e {
+  SA_BACKEND_AUTO = 0, /* CUDA where a device is usable, otherwise host */
+  SA_BACKEND_CUDA,     /* libcuda.so.1, loaded at run time */
+  SA_BACKEND_HOST      /* the CPU simulator of the CUDA driver */
+} sa_backend;
+
+const char *sa_backend_name(sa_backend backend);
+
+/* ------------------------------------------------------------------------
+ * Configuration
+ * ---------------------------------------------------------------------- */
+
+/* Flags for sa_config.flags. */
+#define SA_FLAG_CHECK_STREAM_ORDER 0x1u /* host backend: verify every handout */
+#define SA_FLAG_OOM_REPORT 0x2u         /* write a report to stderr on OOM */
+
+struct sa_arena_s;
+
+/* Called when an allocation cannot be satisfied after the allocator has
+ * reclaimed what it can. Return nonzero to ask for one more attempt (after
+ * freeing memory, say); zero to let the allocation fail. Called without any
+ * allocator lock held: it may call sa_free and sa_trim. */
+typedef int (*sa_oom_callback)(struct sa_arena_s *arena, size_t size,
+                               sa_stream stream, void *user_data);
+
+typedef struct sa_config_s {
+  int device;                     /* CUDA device ordinal; default 0 */
+  sa_backend backend;             /* default SA_BACKEND_AUTO */
+  size_t superblock_size;         /* default: allocation granularity (2 MiB) */
+  size_t va_reserve_bytes;        /* default: 0 = 4 x device memory */
+  size_t max_physical_bytes;      /* default: 0 = the whole device */
+  size_t release_threshold_bytes; /* physical bytes kept cached by trims; default 0 */
+  size_t large_threshold;         /* larger requests get their own span;
+                                     default 0 = superblock_size / 2 */
+  unsigned flags;                 /* SA_FLAG_*; default 0 */
+  char trace_path[256];           /* non-empty: write an allocation trace */
+  sa_oom_callback oom_callback;   /* default NULL */
+  void *oom_user_data;
+} sa_config;
+
+/* Fill *config with the defaults. */
+void sa_config_init(sa_config *config);
+
+/* Apply a comma-separated list of key=value pairs to *config, e.g.
+ * "backend=host,superblock_size=4MiB,release_threshold=1GiB".
+ * Keys: device, backend (auto|cuda|host), superblock_size, va_reserve,
+ * max_physical, release_threshold, large_threshold, check_stream_order
+ * (0|1), oom_report (0|1), trace (a file path).
+ * Sizes take an optional suffix: B, KiB, MiB, GiB, TiB (also K, M, G, T).
+ * On SA_ERR_BAD_CONFIG, *config is unchanged and, if err is not NULL, a
+ * message naming the offending key or value is written to err (at most
+ * err_size bytes, NUL-terminated). */
+sa_status sa_config_parse(sa_config *config, const char *spec, char *err,
+                          size_t err_size);
+
+/* ------------------------------------------------------------------------
+ * Arenas
+ * ---------------------------------------------------------------------- */
+typedef struct sa_arena_s sa_arena;
+
+/* Create an arena on config->device with config->backend (NULL config:
+ * defaults). Reserves the virtual range; maps no physical memory yet.
+ * Errors: SA_ERR_INVALID_ARGUMENT, SA_ERR_BAD_CONFIG (out of range values),
+ * SA_ERR_NO_DEVICE, SA_ERR_DRIVER, SA_ERR_OUT_OF_MEMORY. */
+sa_status sa_arena_create(const sa_config *config, sa_arena **out);
+
+/* Release everything the arena holds back to the driver, after waiting for
+ * the work that may still use it. Blocks still allocated are released too;
+ * the return value is then SA_ERR_LIVE_BLOCKS (and the count is written to
+ * stderr), otherwise SA_OK. The arena must not be used concurrently with or
+ * after this call. NULL is a no-op returning SA_OK. */
+sa_status sa_arena_destroy(sa_arena *arena);
+
+/* The backend an arena runs on (resolved: never SA_BACKEND_AUTO). */
+sa_backend sa_arena_backend(const sa_arena *arena);
+
+/* ------------------------------------------------------------------------
+ * Allocation
+ * ---------------------------------------------------------------------- */
+
+/* Allocate size bytes usable by work enqueued on stream after this call.
+ * size 0 returns a NULL pointer and SA_OK (as cudaMallocAsync may).
+ * Errors: SA_ERR_INVALID_ARGUMENT (NULL arena or out), SA_ERR_OUT_OF_MEMORY
+ * (also for sizes no device can hold), SA_ERR_UNKNOWN_STREAM, SA_ERR_DRIVER,
+ * SA_ERR_STREAM_ORDER (checker). On error *out is set to NULL. */
+sa_status sa_alloc(sa_arena *arena, void **out, size_t size, sa_stream stream);
+
+/* Free p in stream order on stream (see the contract at the top). The arena
+ * is found from the address. NULL is a no-op returning SA_OK.
+ * Errors: SA_ERR_INVALID_POINTER (not the start of a block of a live arena:
+ * foreign, interior, or after its arena was destroyed), SA_ERR_DOUBLE_FREE,
+ * SA_ERR_UNKNOWN_STREAM, SA_ERR_DRIVER. On error nothing changes.
+ * A concurrent double free of the same pointer from two threads is a race in
+ * the caller; it is detected when the frees are ordered. */
+sa_status sa_free(void *p, sa_stream stream);
+
+/* Mark p as also used by work on stream other: at free time the allocator
+ * records an event on other too, and reuses the memory only after it.
+ * Errors: SA_ERR_INVALID_POINTER, SA_ERR_DOUBLE_FREE (p is free),
+ * SA_ERR_UNKNOWN_STREAM, SA_ERR_OUT_OF_MEMORY (host bookkeeping). */
+sa_status sa_record_stream(void *p, sa_stream other);
+
+/* Tell the arena that stream will be destroyed: no work will be enqueued on
+ * it after this call. Its cached memory goes back to the arena (other
+ * streams reuse it after an event recorded now); blocks still allocated
+ * from it stay valid and may be freed later on any stream. Call it before
+ * destroying the stream: a new stream that gets the same handle value then
+ * starts from a clean state. Threads that cached blocks for this stream give
+ * them back at their next allocator call. Releasing a stream the arena has
+ * not seen is SA_OK. */
+sa_status sa_stream_release(sa_arena *arena, sa_stream stream);
+
+/* ------------------------------------------------------------------------
+ * Default arenas: drop-in calls mirroring cudaMallocAsync/cudaFreeAsync.
+ * One arena per device, created at first use with the configuration in the
+ * environment variable STREAMARENA_CONF (sa_config_parse syntax) on the
+ * calling thread's current device (device 0 when none is current).
+ * ---------------------------------------------------------------------- */
+sa_status sa_malloc_async(void **out, size_t size, sa_stream stream);
+sa_status sa_free_async(void *p, sa_stream stream);
+/* The default arena of device (created if needed). */
+sa_status sa_default_arena(int device, sa_arena **out);
+/* Destroy every default arena (at exit, say). Not thread-safe against
+ * concurrent sa_malloc_async. */
+void sa_default_arenas_shutdown(void);
+
+/* ------------------------------------------------------------------------
+ * Tuning and statistics
+ * ---------------------------------------------------------------------- */
+
+/* Superblocks carved after this call have the given size (a multiple of the
+ * allocation granularity, at least one granule). Existing ones keep theirs.
+ * The large-allocation threshold follows (half the size) unless it was set
+ * explicitly. Errors: SA_ERR_INVALID_ARGUMENT. */
+sa_status sa_set_superblock_size(sa_arena *arena, size_t bytes);
+
+/* Give cached physical memory back to the driver until at most keep_bytes
+ * stay cached. Memory is released only once the work that may use it has
+ * completed (this call waits for it). */
+sa_status sa_trim(sa_arena *arena, size_t keep_bytes);
+
+/* Return empty superblocks and cached chunks above release_threshold_bytes,
+ * and coalesce free virtual ranges. Runs by itself on the out-of-memory path. */
+sa_status sa_defragment(sa_arena *arena);
+
+typedef struct sa_stats_s {
+  size_t live_bytes, live_bytes_peak;         /* requested bytes held by users */
+  size_t reserved_bytes, reserved_bytes_peak; /* physical bytes held from the driver */
+  size_t cached_bytes;        /* physical bytes held but not backing live blocks */
+  size_t va_used_bytes;       /* reserved virtual range in use (spans + superblocks) */
+  size_t va_reserved_bytes;   /* the whole reserved virtual range */
+  uint64_t alloc_count, free_count;
+  uint64_t fast_allocs, fast_frees; /* served from the thread cache */
+  double fast_path_ratio;     /* (fast_allocs + fast_frees) / (allocs + frees) */
+  size_t superblocks_total;   /* carved and mapped */
+  size_t superblocks_active;  /* owned by a stream, some blocks in use */
+  size_t superblocks_empty;   /* mapped, no block in use */
+  size_t large_spans;         /* live large allocations */
+  size_t chunks_total;        /* physical chunks held */
+  size_t deferred_frees;      /* blocks waiting for an event */
+  size_t events_in_flight;    /* recorded, completion not yet observed */
+  size_t streams;             /* stream arenas alive */
+  uint64_t oom_events;        /* allocations that failed for lack of memory */
+  uint64_t defragmentations;  /* sa_defragment runs, explicit or automatic */
+} sa_stats;
+
+/* A consistent-enough snapshot: counters kept by other threads are read
+ * without stopping them, so a concurrent run may be off by its in-flight
+ * operations. live_bytes_peak is exact to within 256 KiB per thread. */
+sa_status sa_get_stats(sa_arena *arena, sa_stats *out);
+
+/* ------------------------------------------------------------------------
+ * Diagnostics
+ * ---------------------------------------------------------------------- */
+
+/* Write the arena's state as JSON: spans, superblocks, chunks and blocks with
+ * their state, per stream arena and size class. */
+sa_status sa_snapshot_write(sa_arena *arena, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STREAMARENA_STREAMARENA_H */

@@ -1,0 +1,95 @@
+/* The driver interface: the only way the allocator touches a device.
+ *
+ * Owns nothing itself; each backend implements sa_driver_ops:
+ *   driver_cuda.c  libcuda.so.1 through dlopen + cuGetProcAddress
+ *   driver_host.c  the CPU simulator (include/streamarena/host.h)
+ * driver.c picks a backend (sa_driver_open) and keeps the per-thread last
+ * driver error. Called by the arena code (arena*.c); calls nothing above it.
+ *
+ * Every operation returns SA_OK or a status; a failing driver call returns
+ * SA_ERR_DRIVER after sa_driver_set_error() recorded the backend's code.
+ * All operations are thread-safe. Virtual addresses are uintptr_t; sizes and
+ * addresses passed to VMM operations are multiples of the granularity.
+ */
+#ifndef SA_DRIVER_H
+#define SA_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <streamarena/streamarena.h>
+
+typedef uint64_t sa_chunk_handle; /* a physical chunk (CUmemGenericAllocationHandle) */
+typedef void *sa_event;           /* a CUevent, or a simulator event */
+
+typedef struct sa_driver_s sa_driver;
+
+typedef struct sa_driver_ops_s {
+  const char *name; /* "cuda" or "host" */
+  void (*close)(sa_driver *d);
+
+  /* Device queries. */
+  sa_status (*total_memory)(sa_driver *d, size_t *bytes);
+  sa_status (*granularity)(sa_driver *d, size_t *bytes); /* minimum chunk/map unit */
+
+  /* Virtual memory management. */
+  sa_status (*va_reserve)(sa_driver *d, size_t size, size_t alignment, uintptr_t *out);
+  sa_status (*va_release)(sa_driver *d, uintptr_t va, size_t size);
+  sa_status (*chunk_create)(sa_driver *d, size_t size, sa_chunk_handle *out);
+  sa_status (*chunk_release)(sa_driver *d, sa_chunk_handle chunk);
+  /* Map the whole chunk (of exactly size bytes) at va, inside a reserved range.
+   * Not accessible until set_access. */
+  sa_status (*map)(sa_driver *d, uintptr_t va, size_t size, sa_chunk_handle chunk);
+  /* Unmap [va, va + size), which may cover several mapped chunks. Does NOT wait
+   * for queued work (as on the real device). */
+  sa_status (*unmap)(sa_driver *d, uintptr_t va, size_t size);
+  /* Make [va, va + size) readable and writable by the device (host: the CPU). */
+  sa_status (*set_access)(sa_driver *d, uintptr_t va, size_t size);
+
+  /* Streams and events. An event never recorded counts as complete. */
+  sa_status (*event_create)(sa_driver *d, sa_event *out);
+  sa_status (*event_destroy)(sa_driver *d, sa_event event);
+  sa_status (*event_record)(sa_driver *d, sa_event event, sa_stream stream);
+  sa_status (*event_query)(sa_driver *d, sa_event event); /* SA_OK or SA_ERR_NOT_READY */
+  sa_status (*event_synchronize)(sa_driver *d, sa_event event);
+  sa_status (*stream_wait_event)(sa_driver *d, sa_stream stream, sa_event event);
+  sa_status (*stream_synchronize)(sa_driver *d, sa_stream stream);
+  /* SA_OK when stream is usable on this device, else SA_ERR_UNKNOWN_STREAM. */
+  sa_status (*stream_validate)(sa_driver *d, sa_stream stream);
+
+  /* Optional (NULL when the backend cannot check): the stream-order checker.
+   * Called when [p, p + size) is handed to work on stream; returns
+   * SA_ERR_STREAM_ORDER, after describing the violation on stderr, when
+   * unfinished work on another stream touches the range and stream has no
+   * wait edge to it. */
+  sa_status (*check_handout)(sa_driver *d, uintptr_t p, size_t size, sa_stream stream);
+} sa_driver_ops;
+
+struct sa_driver_s {
+  const sa_driver_ops *ops;
+  sa_backend backend; /* resolved: SA_BACKEND_CUDA or SA_BACKEND_HOST */
+  int device;
+};
+
+/* Open a driver for device. SA_BACKEND_AUTO: the environment variable
+ * STREAMARENA_BACKEND (auto|cuda|host) decides if set, otherwise CUDA when
+ * libcuda loads and the device exists, otherwise host.
+ * Errors: SA_ERR_NO_DEVICE, SA_ERR_INVALID_ARGUMENT, SA_ERR_DRIVER. */
+sa_status sa_driver_open(sa_backend backend, int device, sa_driver **out);
+static inline void sa_driver_close(sa_driver *d) {
+  if (d != NULL) d->ops->close(d);
+}
+
+/* Backend constructors (driver_cuda.c, driver_host.c). */
+sa_status sa_driver_cuda_open(int device, sa_driver **out);
+sa_status sa_driver_host_open(int device, sa_driver **out);
+
+/* Number of CUDA devices (0 with SA_ERR_NO_DEVICE where libcuda is missing). */
+sa_status sa_driver_cuda_device_count(int *count);
+/* The calling thread's current CUDA device; SA_ERR_NO_DEVICE if none. */
+sa_status sa_driver_cuda_current_device(int *device);
+
+/* Per-thread last driver error (driver.c). */
+void sa_driver_set_error(int code, const char *name);
+
+#endif /* SA_DRIVER_H */
