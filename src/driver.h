@@ -63,6 +63,16 @@ typedef struct sa_driver_ops_s {
    * unfinished work on another stream touches the range and stream has no
    * wait edge to it. */
   sa_status (*check_handout)(sa_driver *d, uintptr_t p, size_t size, sa_stream stream);
+
+  /* Test and tool support; the allocator itself never calls these. */
+  sa_status (*stream_create)(sa_driver *d, sa_stream *out);
+  sa_status (*stream_destroy)(sa_driver *d, sa_stream stream);
+  /* Enqueue: write count 32-bit words of value at dst (cuMemsetD32Async). */
+  sa_status (*memset32_async)(sa_driver *d, uintptr_t dst, uint32_t value, size_t count,
+                              sa_stream stream);
+  /* Synchronous copy of device memory to the host; the caller orders it
+   * after the work that wrote src (stream_synchronize). */
+  sa_status (*copy_to_host)(sa_driver *d, void *dst, uintptr_t src, size_t size);
 } sa_driver_ops;
 
 struct sa_driver_s {
