@@ -1,0 +1,33 @@
+"""Compiler flags shared by streamarena's own targets.
+
+External repositories (ck, cmocka, CUDA headers) never see these, so
+warnings are fatal only for the project's own code.
+"""
+
+SA_DEFAULT_COPTS = [
+    "-std=c11",
+    # POSIX and GNU interfaces used on purpose: memfd_create, MAP_FIXED,
+    # pthread, dlopen.
+    "-D_GNU_SOURCE",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wshadow",
+    "-Wstrict-prototypes",
+    # Every cross-file function is declared in a header (internal.h style).
+    "-Wmissing-prototypes",
+    "-Wpointer-arith",
+    "-Wundef",
+    "-Wvla",
+    "-Wimplicit-fallthrough",
+    # Driver operations share one signature; many ignore the driver pointer.
+    "-Wno-unused-parameter",
+    "-fno-strict-aliasing",
+]
+
+# Unit tests define many file-local helpers and cmocka callbacks; requiring
+# prototypes for them is noise.
+SA_TEST_COPTS = SA_DEFAULT_COPTS + ["-Wno-missing-prototypes"]
+
+# Examples, benchmarks and tools: same as tests.
+SA_EXAMPLE_COPTS = SA_TEST_COPTS

@@ -1,0 +1,279 @@
+/* sa_config_init and sa_config_parse: defaults, every key, size suffixes,
+ * and that a bad spec names the offender and leaves the config unchanged. */
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <streamarena/streamarena.h>
+
+/* Parse spec into a fresh default config; returns the status. */
+static sa_status parse(sa_config *c, const char *spec, char *err, size_t err_size) {
+  sa_config_init(c);
+  return sa_config_parse(c, spec, err, err_size);
+}
+
+/* Parse a single size key and return the bytes it set. */
+static size_t parsed_size(const char *spec) {
+  sa_config c;
+  char err[256];
+  sa_status s = parse(&c, spec, err, sizeof err);
+  if (s != SA_OK) fail_msg("'%s' failed: %s", spec, err);
+  return c.superblock_size;
+}
+
+static void defaults_are_documented(void **state) {
+  (void)state;
+  sa_config c;
+  memset(&c, 0xab, sizeof c);
+  sa_config_init(&c);
+  assert_int_equal(c.device, 0);
+  assert_int_equal(c.backend, SA_BACKEND_AUTO);
+  assert_int_equal(c.superblock_size, 0);
+  assert_int_equal(c.va_reserve_bytes, 0);
+  assert_int_equal(c.max_physical_bytes, 0);
+  assert_int_equal(c.release_threshold_bytes, 0);
+  assert_int_equal(c.large_threshold, 0);
+  assert_int_equal(c.flags, 0);
+  assert_string_equal(c.trace_path, "");
+  assert_null(c.oom_callback);
+  assert_null(c.oom_user_data);
+}
+
+static void init_accepts_null(void **state) {
+  (void)state;
+  sa_config_init(NULL); /* must not crash */
+}
+
+static void every_key_sets_its_field(void **state) {
+  (void)state;
+  sa_config c;
+  char err[256];
+  assert_int_equal(parse(&c,
+                         "device=3,backend=host,superblock_size=4MiB,va_reserve=1TiB,"
+                         "max_physical=8GiB,release_threshold=1GiB,large_threshold=512KiB,"
+                         "check_stream_order=1,oom_report=1,trace=/tmp/sa.trace",
+                         err, sizeof err),
+                   SA_OK);
+  assert_string_equal(err, "");
+  assert_int_equal(c.device, 3);
+  assert_int_equal(c.backend, SA_BACKEND_HOST);
+  assert_int_equal(c.superblock_size, (size_t)4 << 20);
+  assert_int_equal(c.va_reserve_bytes, (size_t)1 << 40);
+  assert_int_equal(c.max_physical_bytes, (size_t)8 << 30);
+  assert_int_equal(c.release_threshold_bytes, (size_t)1 << 30);
+  assert_int_equal(c.large_threshold, (size_t)512 << 10);
+  assert_int_equal(c.flags, SA_FLAG_CHECK_STREAM_ORDER | SA_FLAG_OOM_REPORT);
+  assert_string_equal(c.trace_path, "/tmp/sa.trace");
+}
+
+static void backend_values(void **state) {
+  (void)state;
+  sa_config c;
+  assert_int_equal(parse(&c, "backend=cuda", NULL, 0), SA_OK);
+  assert_int_equal(c.backend, SA_BACKEND_CUDA);
+  assert_int_equal(parse(&c, "backend=host,backend=auto", NULL, 0), SA_OK);
+  assert_int_equal(c.backend, SA_BACKEND_AUTO);
+}
+
+static void flags_turn_off_again(void **state) {
+  (void)state;
+  sa_config c;
+  assert_int_equal(parse(&c, "check_stream_order=1,oom_report=1,check_stream_order=0", NULL, 0),
+                   SA_OK);
+  assert_int_equal(c.flags, SA_FLAG_OOM_REPORT);
+}
+
+static void size_suffixes(void **state) {
+  (void)state;
+  assert_int_equal(parsed_size("superblock_size=0"), 0);
+  assert_int_equal(parsed_size("superblock_size=4096"), 4096);
+  assert_int_equal(parsed_size("superblock_size=4096B"), 4096);
+  assert_int_equal(parsed_size("superblock_size=3K"), 3 << 10);
+  assert_int_equal(parsed_size("superblock_size=3KiB"), 3 << 10);
+  assert_int_equal(parsed_size("superblock_size=3M"), (size_t)3 << 20);
+  assert_int_equal(parsed_size("superblock_size=3MiB"), (size_t)3 << 20);
+  assert_int_equal(parsed_size("superblock_size=3G"), (size_t)3 << 30);
+  assert_int_equal(parsed_size("superblock_size=3GiB"), (size_t)3 << 30);
+  assert_int_equal(parsed_size("superblock_size=3T"), (size_t)3 << 40);
+  assert_int_equal(parsed_size("superblock_size=3TiB"), (size_t)3 << 40);
+  /* Case and spacing are forgiven; the number itself is not. */
+  assert_int_equal(parsed_size("superblock_size=2mib"), (size_t)2 << 20);
+  assert_int_equal(parsed_size("superblock_size = 2 MiB "), (size_t)2 << 20);
+  assert_int_equal(parsed_size(" superblock_size=2MiB ,"), (size_t)2 << 20);
+}
+
+static void largest_sizes_fit(void **state) {
+  (void)state;
+  char spec[64];
+  snprintf(spec, sizeof spec, "superblock_size=%zu", (size_t)SIZE_MAX);
+  assert_int_equal(parsed_size(spec), SIZE_MAX);
+  /* 2^24 TiB = 2^64 would overflow; one less fits in 64 bits. */
+  assert_int_equal(parsed_size("superblock_size=16777215TiB"), (size_t)16777215 << 40);
+}
+
+static void empty_and_null_specs_change_nothing(void **state) {
+  (void)state;
+  sa_config c, before;
+  sa_config_init(&c);
+  c.device = 5;
+  before = c;
+  assert_int_equal(sa_config_parse(&c, NULL, NULL, 0), SA_OK);
+  assert_int_equal(sa_config_parse(&c, "", NULL, 0), SA_OK);
+  assert_int_equal(sa_config_parse(&c, " , ,", NULL, 0), SA_OK);
+  assert_memory_equal(&c, &before, sizeof c);
+}
+
+static void null_config_is_invalid_argument(void **state) {
+  (void)state;
+  char err[64];
+  assert_int_equal(sa_config_parse(NULL, "device=1", err, sizeof err), SA_ERR_INVALID_ARGUMENT);
+}
+
+/* Each bad spec fails with SA_ERR_BAD_CONFIG, names `needle` in the message,
+ * and leaves a config that already holds other values bit-for-bit alone. */
+static void expect_bad(const char *spec, const char *needle) {
+  sa_config c, before;
+  sa_config_init(&c);
+  assert_int_equal(sa_config_parse(&c, "device=2,backend=host,superblock_size=8MiB,trace=x",
+                                    NULL, 0),
+                   SA_OK);
+  before = c;
+  char err[256];
+  memset(err, 'z', sizeof err);
+  sa_status s = sa_config_parse(&c, spec, err, sizeof err);
+  if (s != SA_ERR_BAD_CONFIG) fail_msg("'%s': status %d, expected SA_ERR_BAD_CONFIG", spec, s);
+  if (strstr(err, needle) == NULL) fail_msg("'%s': message '%s' lacks '%s'", spec, err, needle);
+  assert_memory_equal(&c, &before, sizeof c);
+}
+
+static void unknown_key(void **state) {
+  (void)state;
+  expect_bad("superblok_size=4MiB", "superblok_size");
+  expect_bad("Device=1", "Device");
+  /* A later error undoes earlier good items too. */
+  expect_bad("device=1,backend=cuda,nope=1", "nope");
+}
+
+static void bad_numbers(void **state) {
+  (void)state;
+  expect_bad("superblock_size=abc", "abc");
+  expect_bad("superblock_size=-1", "superblock_size");
+  expect_bad("superblock_size=+1", "superblock_size");
+  expect_bad("superblock_size=1.5MiB", "1.5MiB");
+  expect_bad("superblock_size=0x100", "0x100");
+  expect_bad("superblock_size=MiB", "MiB");
+  expect_bad("device=-1", "device");
+  expect_bad("device=1K", "device");
+  expect_bad("device=2147483648", "2147483648");
+  expect_bad("check_stream_order=2", "check_stream_order");
+  expect_bad("oom_report=yes", "oom_report");
+  expect_bad("backend=gpu", "gpu");
+  expect_bad("backend=HOST", "backend");
+}
+
+static void overflow(void **state) {
+  (void)state;
+  expect_bad("va_reserve=18446744073709551616", "va_reserve");
+  expect_bad("va_reserve=99999999999999999999999999", "va_reserve");
+  expect_bad("va_reserve=16777216TiB", "va_reserve");
+  expect_bad("max_physical=17179869184GiB", "max_physical");
+  expect_bad("device=99999999999999999999", "device");
+}
+
+static void empty_value(void **state) {
+  (void)state;
+  expect_bad("superblock_size=", "superblock_size");
+  expect_bad("backend= ", "backend");
+  expect_bad("trace=", "trace");
+  expect_bad("device", "device");
+  expect_bad("=4MiB", "key");
+}
+
+static void trailing_junk(void **state) {
+  (void)state;
+  expect_bad("superblock_size=4MiBx", "4MiBx");
+  expect_bad("superblock_size=4 MiB B", "superblock_size");
+  expect_bad("superblock_size=4KB", "4KB");
+  expect_bad("device=1 2", "device");
+  expect_bad("release_threshold=1GiB=2", "release_threshold");
+}
+
+static void trace_path_too_long(void **state) {
+  (void)state;
+  char spec[400];
+  int n = snprintf(spec, sizeof spec, "trace=");
+  memset(spec + n, 'p', 256);
+  spec[n + 256] = '\0';
+  expect_bad(spec, "trace");
+  /* 255 bytes fit, with the NUL. */
+  spec[n + 255] = '\0';
+  sa_config c;
+  assert_int_equal(parse(&c, spec, NULL, 0), SA_OK);
+  assert_int_equal(strlen(c.trace_path), 255);
+}
+
+static void message_is_truncated_safely(void **state) {
+  (void)state;
+  sa_config c;
+  char err[8];
+  memset(err, 'z', sizeof err);
+  assert_int_equal(parse(&c, "no_such_key=1", err, sizeof err), SA_ERR_BAD_CONFIG);
+  assert_int_equal(strlen(err), sizeof err - 1);
+  /* A zero-size or NULL buffer is never written. */
+  char untouched = 'q';
+  assert_int_equal(parse(&c, "no_such_key=1", &untouched, 0), SA_ERR_BAD_CONFIG);
+  assert_int_equal(untouched, 'q');
+  assert_int_equal(parse(&c, "no_such_key=1", NULL, 16), SA_ERR_BAD_CONFIG);
+}
+
+static void status_strings_cover_every_code(void **state) {
+  (void)state;
+  for (int s = 0; s < SA_STATUS_COUNT_; s++) {
+    const char *text = sa_status_string((sa_status)s);
+    assert_non_null(text);
+    assert_string_not_equal(text, "unknown status");
+    for (int t = 0; t < s; t++) assert_string_not_equal(text, sa_status_string((sa_status)t));
+  }
+  assert_string_equal(sa_status_string(SA_OK), "ok");
+  assert_string_equal(sa_status_string(SA_ERR_BAD_CONFIG), "bad configuration");
+  assert_string_equal(sa_status_string(SA_STATUS_COUNT_), "unknown status");
+  assert_string_equal(sa_status_string((sa_status)-1), "unknown status");
+}
+
+static void backend_names(void **state) {
+  (void)state;
+  assert_string_equal(sa_backend_name(SA_BACKEND_AUTO), "auto");
+  assert_string_equal(sa_backend_name(SA_BACKEND_CUDA), "cuda");
+  assert_string_equal(sa_backend_name(SA_BACKEND_HOST), "host");
+  assert_string_equal(sa_backend_name((sa_backend)42), "unknown");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(defaults_are_documented),
+      cmocka_unit_test(init_accepts_null),
+      cmocka_unit_test(every_key_sets_its_field),
+      cmocka_unit_test(backend_values),
+      cmocka_unit_test(flags_turn_off_again),
+      cmocka_unit_test(size_suffixes),
+      cmocka_unit_test(largest_sizes_fit),
+      cmocka_unit_test(empty_and_null_specs_change_nothing),
+      cmocka_unit_test(null_config_is_invalid_argument),
+      cmocka_unit_test(unknown_key),
+      cmocka_unit_test(bad_numbers),
+      cmocka_unit_test(overflow),
+      cmocka_unit_test(empty_value),
+      cmocka_unit_test(trailing_junk),
+      cmocka_unit_test(trace_path_too_long),
+      cmocka_unit_test(message_is_truncated_safely),
+      cmocka_unit_test(status_strings_cover_every_code),
+      cmocka_unit_test(backend_names),
+  };
+  return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}
