@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Installs what building and testing streamarena needs, and nothing that is
+# already there. Safe to run again: a second run installs nothing and does
+# not touch the network.
+#
+#   tools/bootstrap.sh            install what is missing (Debian/Ubuntu)
+#   tools/bootstrap.sh --check    only report; exit 1 if anything is missing
+#
+# Needs: Bazel 4 (Debian's bazel-bootstrap), Concurrency Kit (libck-dev),
+# cmocka (libcmocka-dev), gcc with its sanitizer runtimes (asan, tsan, ubsan
+# configs), and the CUDA toolkit headers (cuda.h; no GPU or driver needed:
+# the CUDA backend loads libcuda.so.1 at run time).
+set -euo pipefail
+
+check_only=0
+if [[ "${1:-}" == "--check" ]]; then check_only=1; fi
+
+say() { printf 'bootstrap: %s\n' "$*"; }
+
+missing=()
+
+have_pkg() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then
+  say "this script installs with apt on Debian/Ubuntu; elsewhere install by hand:"
+  say "  Bazel 4.2 (bazel-bootstrap), Concurrency Kit 0.7 (libck-dev), cmocka (libcmocka-dev),"
+  say "  gcc with libasan/libtsan/libubsan, and the CUDA toolkit headers."
+  exit 1
+fi
+
+for pkg in bazel-bootstrap libck-dev libcmocka-dev; do
+  have_pkg "$pkg" || missing+=("$pkg")
+done
+
+# gcc and its sanitizer runtimes (they ship in libgcc-N-dev).
+if ! command -v gcc >/dev/null 2>&1; then
+  missing+=(gcc)
+else
+  gcc_major="$(gcc -dumpversion | cut -d. -f1)"
+  for lib in libasan.so libtsan.so libubsan.so; do
+    if [[ "$(gcc -print-file-name="$lib")" == "$lib" ]]; then
+      missing+=("libgcc-${gcc_major}-dev")
+      break
+    fi
+  done
+fi
+
+if ((${#missing[@]} > 0)); then
+  if ((check_only)); then
+    say "missing: ${missing[*]}"
+    exit 1
+  fi
+  sudo=()
+  if [[ "$(id -u)" != 0 ]]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo)
+    else
+      say "missing ${missing[*]}, and not root (no sudo): install them as root"
+      exit 1
+    fi
+  fi
+  say "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  say "packages: all present"
+fi
+
+# The CUDA toolkit headers: where the WORKSPACE looks (repositories.bzl,
+# cuda_path). Not installed here: the toolkit is large and not in Debian main.
+cuda_include="/usr/local/cuda/include"
+if [[ ! -f "$cuda_include/cuda.h" ]]; then
+  say "CUDA toolkit headers not found: $cuda_include/cuda.h is missing."
+  say "  Install the CUDA toolkit (only its headers are used; no GPU needed), for"
+  say "  example NVIDIA's toolkit under /usr/local/cuda, or the PyPI package"
+  say "  nvidia-cuda-runtime (its include/ holds cuda.h) and point"
+  say "  streamarena_dependencies(cuda_path = ...) in WORKSPACE at the folder"
+  say "  that contains include/cuda.h."
+  exit 1
+fi
+say "CUDA headers: $cuda_include/cuda.h"
+
+for tool in bazel gcc; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    say "$tool is still not on PATH after installing"
+    exit 1
+  fi
+done
+say "ready"

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run):
+#   1. tools/bootstrap.sh (installs what is missing)
+#   2. bazel test //...                  optimised, asserts on
+#   3. bazel test --config=asan //...    AddressSanitizer + LeakSanitizer
+#   4. bazel test --config=tsan //...    ThreadSanitizer
+#   5. examples/bazel_consumer           streamarena used as an external
+#                                        Bazel dependency, built and run
+# Every step runs even after a failure, so one run shows everything that is
+# broken. The last line counts tests over all steps:
+#   tests: N passed, M failed
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+root="$(pwd)"
+
+bash tools/bootstrap.sh || { echo "bootstrap failed"; echo "tests: 0 passed, 1 failed"; exit 1; }
+
+passed=0
+failed=0
+logdir="$(mktemp -d)"
+trap 'rm -rf "$logdir"' EXIT
+
+# CI logs are files, not terminals.
+bazel_flags=(--color=no --curses=no --show_progress_rate_limit=30)
+
+# Runs one `bazel test` and adds its per-test result lines to the counts.
+# A run that fails before testing (a build error) counts as one failure.
+run_tests() {
+  local name="$1"
+  shift
+  echo "=== $name: bazel test $* //..."
+  local log="$logdir/$name.log"
+  bazel test "${bazel_flags[@]}" "$@" //... 2>&1 | tee "$log"
+  local rc="${PIPESTATUS[0]}"
+  local p f
+  p="$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")"
+  f="$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|INCOMPLETE|FLAKY|REMOTE FAILURE)' "$log")"
+  if ((rc != 0 && f == 0)); then f=1; fi
+  passed=$((passed + p))
+  failed=$((failed + f))
+  echo "=== $name: $p passed, $f failed (bazel exit $rc)"
+}
+
+run_tests opt
+run_tests asan --config=asan
+run_tests tsan --config=tsan
+
+# The consumer workspace: its own Bazel output base; shut its server down
+# afterwards so two servers do not hold memory on a small machine.
+if [[ -f examples/bazel_consumer/WORKSPACE ]]; then
+  echo "=== consumer: examples/bazel_consumer"
+  if (cd examples/bazel_consumer &&
+      bazel run "${bazel_flags[@]}" --symlink_prefix=/ //:consumer); then
+    passed=$((passed + 1))
+    echo "=== consumer: passed"
+  else
+    failed=$((failed + 1))
+    echo "=== consumer: FAILED"
+  fi
+  (cd examples/bazel_consumer && bazel shutdown) || true
+fi
+
+cd "$root"
+echo "tests: $passed passed, $failed failed"
+if ((failed > 0 || passed == 0)); then exit 1; fi
+exit 0
