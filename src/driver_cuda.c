@@ -1,0 +1,546 @@
+/* The CUDA backend of the driver interface (driver.h), on libcuda.so.1.
+ *
+ * Owns the process-wide libcuda handle and its entry points (loaded once, by
+ * the first caller), and per driver a reference on its device's primary
+ * context. libcuda is opened with dlopen and every entry point is resolved
+ * through cuGetProcAddress, so the library has no link-time dependency on
+ * libcuda: it loads, and reports SA_ERR_NO_DEVICE, where no driver exists.
+ * Only cuda.h's types are used at compile time. Called by driver.c
+ * (sa_driver_open) and, through sa_driver_ops, by the arena.
+ *
+ * Contexts. A driver works in its device's primary context, the one the CUDA
+ * runtime uses, so memory, events and the NULL stream are shared with
+ * runtime code. Calls that act on "the current context" (creating chunks and
+ * events, VMM calls, copies, and anything on the NULL, legacy or per-thread
+ * stream) first read the calling thread's current context: cuCtxGetCurrent
+ * is a thread-local read inside the driver, and unlike a cache of our own it
+ * cannot go stale when the user calls cuCtxSetCurrent or cudaSetDevice.
+ *   - our primary context is current: nothing to do (the common case);
+ *   - no context is current: ours is made current and left current, which
+ *     is what the runtime does on a thread's first call anyway;
+ *   - the user has another context current (another device, or a context of
+ *     their own): ours is made current for the call and theirs restored.
+ * Calls on an explicit stream or event handle need no current context
+ * (the handle names it) and skip the check.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include "driver.h"
+
+/* The ABI we are written against: cuGetProcAddress returns, for each name,
+ * the version of the entry point that CUDA 12.0 headers bound it to. The
+ * PFN_ types below must match that version. */
+#define SA_CUDA_ABI_VERSION 12000
+
+/* Every entry point we use: X(name without "cu", PFN version suffix). */
+#define SA_CU_ENTRY_POINTS(X)           \
+  X(GetErrorName, v6000)                \
+  X(Init, v2000)                        \
+  X(DeviceGet, v2000)                   \
+  X(DeviceGetCount, v2000)              \
+  X(DeviceGetAttribute, v2000)          \
+  X(DeviceTotalMem, v3020)              \
+  X(DevicePrimaryCtxRetain, v7000)      \
+  X(DevicePrimaryCtxRelease, v11000)    \
+  X(CtxGetCurrent, v4000)               \
+  X(CtxSetCurrent, v4000)               \
+  X(CtxGetDevice, v2000)                \
+  X(MemGetAllocationGranularity, v10020) \
+  X(MemAddressReserve, v10020)          \
+  X(MemAddressFree, v10020)             \
+  X(MemCreate, v10020)                  \
+  X(MemRelease, v10020)                 \
+  X(MemMap, v10020)                     \
+  X(MemUnmap, v10020)                   \
+  X(MemSetAccess, v10020)               \
+  X(EventCreate, v2000)                 \
+  X(EventDestroy, v4000)                \
+  X(EventRecord, v2000)                 \
+  X(EventQuery, v2000)                  \
+  X(EventSynchronize, v2000)            \
+  X(StreamWaitEvent, v3020)             \
+  X(StreamSynchronize, v2000)           \
+  X(StreamGetCtx, v9020)                \
+  X(StreamCreate, v2000)                \
+  X(StreamDestroy, v4000)               \
+  X(MemsetD32Async, v3020)              \
+  X(MemcpyDtoH, v3020)
+
+#define SA_CU_FIELD(name, ver) PFN_cu##name##_##ver name;
+
+/* Written once under g_cu_once, read-only afterwards. */
+static struct {
+  sa_status status; /* SA_OK, or SA_ERR_NO_DEVICE with the cause below */
+  int code;         /* the CUresult (or CUDA_ERROR_NOT_FOUND) that made it so */
+  const char *why;  /* static text for sa_last_driver_error */
+  void *lib;        /* kept for the life of the process: never dlclosed */
+  SA_CU_ENTRY_POINTS(SA_CU_FIELD)
+} g_cu;
+
+static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
+
+static void cu_load_fail(int code, const char *why) {
+  g_cu.status = SA_ERR_NO_DEVICE;
+  g_cu.code = code;
+  g_cu.why = why;
+}
+
+/* Resolve one entry point; *ok becomes 0 on any failure. */
+static void cu_resolve(PFN_cuGetProcAddress_v12000 get, const char *symbol, void **slot,
+                       int *ok) {
+  CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  /* LEGACY_STREAM: NULL means the legacy default stream, as our public
+   * header promises, whatever the user compiled their own code with. */
+  CUresult r = get(symbol, slot, SA_CUDA_ABI_VERSION, CU_GET_PROC_ADDRESS_LEGACY_STREAM,
+                   &found);
+  if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || *slot == NULL) {
+    *slot = NULL;
+    *ok = 0;
+  }
+}
+
+static void cu_load(void) {
+  g_cu.status = SA_OK;
+  /* RTLD_LOCAL: libcuda's symbols must not leak into the global namespace,
+   * where they could satisfy another library's lookups by accident. */
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    cu_load_fail(CUDA_ERROR_NOT_FOUND, "libcuda.so.1 not found");
+    return;
+  }
+  /* cuGetProcAddress_v2 (with the query-result argument) exists from the
+   * CUDA 12.0 driver on; older drivers are not supported. */
+  PFN_cuGetProcAddress_v12000 get;
+  *(void **)&get = dlsym(lib, "cuGetProcAddress_v2");
+  if (get == NULL) {
+    /* Nothing of libcuda has run beyond its constructors: safe to unload. */
+    dlclose(lib);
+    cu_load_fail(CUDA_ERROR_NOT_FOUND, "libcuda.so.1 has no cuGetProcAddress_v2 (driver older than CUDA 12)");
+    return;
+  }
+  int ok = 1;
+#define SA_CU_RESOLVE(name, ver) cu_resolve(get, "cu" #name, (void **)&g_cu.name, &ok);
+  SA_CU_ENTRY_POINTS(SA_CU_RESOLVE)
+#undef SA_CU_RESOLVE
+  if (!ok) {
+    dlclose(lib);
+    cu_load_fail(CUDA_ERROR_NOT_FOUND, "libcuda.so.1 lacks a required entry point");
+    return;
+  }
+  g_cu.lib = lib;
+  CUresult r = g_cu.Init(0);
+  if (r != CUDA_SUCCESS) {
+    /* The handle stays open: after cuInit ran, unloading libcuda is not
+     * known to be safe (it may have registered exit handlers). */
+    const char *name = NULL;
+    if (g_cu.GetErrorName(r, &name) != CUDA_SUCCESS || name == NULL) {
+      name = "cuInit failed";
+    }
+    cu_load_fail((int)r, name);
+  }
+}
+
+/* Load libcuda once per process. SA_ERR_NO_DEVICE, with the cause recorded
+ * as the calling thread's last driver error, where it is not usable. */
+static sa_status cu_ready(void) {
+  if (pthread_once(&g_cu_once, cu_load) != 0) {
+    sa_driver_set_error(CUDA_ERROR_UNKNOWN, "pthread_once failed");
+    return SA_ERR_NO_DEVICE;
+  }
+  if (g_cu.status != SA_OK) sa_driver_set_error(g_cu.code, g_cu.why);
+  return g_cu.status;
+}
+
+/* Record a failed CUDA call and turn it into a status. */
+static sa_status cu_fail(CUresult r) {
+  const char *name = NULL;
+  if (g_cu.GetErrorName(r, &name) != CUDA_SUCCESS || name == NULL) {
+    name = "CUDA_ERROR_(unknown code)";
+  }
+  sa_driver_set_error((int)r, name);
+  return r == CUDA_ERROR_OUT_OF_MEMORY ? SA_ERR_OUT_OF_MEMORY : SA_ERR_DRIVER;
+}
+
+#define CU_CHECK(call)                              \
+  do {                                              \
+    CUresult cu_check_r_ = (call);                  \
+    if (cu_check_r_ != CUDA_SUCCESS) return cu_fail(cu_check_r_); \
+  } while (0)
+
+/* ------------------------------------------------------------------------
+ * The driver object and its context handling
+ * ---------------------------------------------------------------------- */
+
+typedef struct cuda_driver_s {
+  sa_driver base; /* first: the arena sees only this */
+  CUdevice dev;
+  CUcontext ctx;           /* the retained primary context of dev */
+  size_t granularity;      /* minimum chunk/map unit, queried at open */
+  CUmemAllocationProp prop; /* pinned device memory on dev */
+  CUmemAccessDesc access;   /* read-write for dev */
+} cuda_driver;
+
+static cuda_driver *as_cuda(sa_driver *d) { return (cuda_driver *)d; }
+
+/* NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD name a stream of whatever
+ * context is current: calls on them need ours current. */
+static int stream_is_implicit(sa_stream s) {
+  return s == NULL || (CUstream)s == CU_STREAM_LEGACY || (CUstream)s == CU_STREAM_PER_THREAD;
+}
+
+/* Make the primary context current for one call. *saved gets the user's
+ * context to restore afterwards (NULL: nothing to restore). */
+static sa_status ctx_enter(cuda_driver *cd, CUcontext *saved) {
+  CUcontext cur = NULL;
+  *saved = NULL;
+  CU_CHECK(g_cu.CtxGetCurrent(&cur));
+  if (cur == cd->ctx) return SA_OK;
+  CU_CHECK(g_cu.CtxSetCurrent(cd->ctx));
+  *saved = cur;
+  return SA_OK;
+}
+
+/* Restore what ctx_enter replaced; returns st, or the restore's failure
+ * when the call itself succeeded. */
+static sa_status ctx_leave(CUcontext saved, sa_status st) {
+  if (saved == NULL) return st;
+  CUresult r = g_cu.CtxSetCurrent(saved);
+  if (r != CUDA_SUCCESS && st == SA_OK) return cu_fail(r);
+  return st;
+}
+
+/* Run one CUDA call with the primary context current. */
+#define CU_IN_CTX(cd, call)                            \
+  do {                                                 \
+    CUcontext in_ctx_saved_;                           \
+    sa_status in_ctx_st_ = ctx_enter((cd), &in_ctx_saved_); \
+    if (in_ctx_st_ != SA_OK) return in_ctx_st_;        \
+    CUresult in_ctx_r_ = (call);                       \
+    in_ctx_st_ = in_ctx_r_ == CUDA_SUCCESS ? SA_OK : cu_fail(in_ctx_r_); \
+    return ctx_leave(in_ctx_saved_, in_ctx_st_);       \
+  } while (0)
+
+/* As CU_IN_CTX, but only when stream needs the current context. */
+#define CU_ON_STREAM(cd, stream, call)   \
+  do {                                   \
+    if (stream_is_implicit(stream)) {    \
+      CU_IN_CTX((cd), (call));           \
+    }                                    \
+    CU_CHECK(call);                      \
+    return SA_OK;                        \
+  } while (0)
+
+/* ------------------------------------------------------------------------
+ * Operations
+ * ---------------------------------------------------------------------- */
+
+static void cuda_close(sa_driver *d) {
+  cuda_driver *cd = as_cuda(d);
+  CUresult r = g_cu.DevicePrimaryCtxRelease(cd->dev);
+  if (r != CUDA_SUCCESS) (void)cu_fail(r); /* nowhere to return it: record it */
+  free(cd);
+}
+
+static sa_status cuda_total_memory(sa_driver *d, size_t *bytes) {
+  if (bytes == NULL) return SA_ERR_INVALID_ARGUMENT;
+  CU_CHECK(g_cu.DeviceTotalMem(bytes, as_cuda(d)->dev));
+  return SA_OK;
+}
+
+static sa_status cuda_granularity(sa_driver *d, size_t *bytes) {
+  if (bytes == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *bytes = as_cuda(d)->granularity;
+  return SA_OK;
+}
+
+static sa_status cuda_va_reserve(sa_driver *d, size_t size, size_t alignment, uintptr_t *out) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  CUdeviceptr p = 0;
+  *out = 0;
+  CUcontext saved;
+  sa_status st = ctx_enter(as_cuda(d), &saved);
+  if (st != SA_OK) return st;
+  CUresult r = g_cu.MemAddressReserve(&p, size, alignment, 0, 0);
+  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : cu_fail(r));
+  if (st == SA_OK) {
+    *out = (uintptr_t)p;
+  } else if (r == CUDA_SUCCESS) {
+    (void)g_cu.MemAddressFree(p, size); /* restore failed: give it back */
+  }
+  return st;
+}
+
+static sa_status cuda_va_release(sa_driver *d, uintptr_t va, size_t size) {
+  CU_IN_CTX(as_cuda(d), g_cu.MemAddressFree((CUdeviceptr)va, size));
+}
+
+static sa_status cuda_chunk_create(sa_driver *d, size_t size, sa_chunk_handle *out) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  cuda_driver *cd = as_cuda(d);
+  CUmemGenericAllocationHandle h = 0;
+  *out = 0;
+  CUcontext saved;
+  sa_status st = ctx_enter(cd, &saved);
+  if (st != SA_OK) return st;
+  CUresult r = g_cu.MemCreate(&h, size, &cd->prop, 0);
+  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : cu_fail(r));
+  if (st == SA_OK) {
+    *out = (sa_chunk_handle)h;
+  } else if (r == CUDA_SUCCESS) {
+    (void)g_cu.MemRelease(h);
+  }
+  return st;
+}
+
+static sa_status cuda_chunk_release(sa_driver *d, sa_chunk_handle chunk) {
+  CU_IN_CTX(as_cuda(d), g_cu.MemRelease((CUmemGenericAllocationHandle)chunk));
+}
+
+static sa_status cuda_map(sa_driver *d, uintptr_t va, size_t size, sa_chunk_handle chunk) {
+  CU_IN_CTX(as_cuda(d),
+            g_cu.MemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)chunk, 0));
+}
+
+static sa_status cuda_unmap(sa_driver *d, uintptr_t va, size_t size) {
+  CU_IN_CTX(as_cuda(d), g_cu.MemUnmap((CUdeviceptr)va, size));
+}
+
+static sa_status cuda_set_access(sa_driver *d, uintptr_t va, size_t size) {
+  cuda_driver *cd = as_cuda(d);
+  CU_IN_CTX(cd, g_cu.MemSetAccess((CUdeviceptr)va, size, &cd->access, 1));
+}
+
+static sa_status cuda_event_create(sa_driver *d, sa_event *out) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  CUevent e = NULL;
+  *out = NULL;
+  CUcontext saved;
+  sa_status st = ctx_enter(as_cuda(d), &saved);
+  if (st != SA_OK) return st;
+  /* No timing: recording and querying are cheaper, and we never time. */
+  CUresult r = g_cu.EventCreate(&e, CU_EVENT_DISABLE_TIMING);
+  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : cu_fail(r));
+  if (st == SA_OK) {
+    *out = (sa_event)e;
+  } else if (r == CUDA_SUCCESS) {
+    (void)g_cu.EventDestroy(e);
+  }
+  return st;
+}
+
+static sa_status cuda_event_destroy(sa_driver *d, sa_event event) {
+  (void)d;
+  CU_CHECK(g_cu.EventDestroy((CUevent)event));
+  return SA_OK;
+}
+
+static sa_status cuda_event_record(sa_driver *d, sa_event event, sa_stream stream) {
+  CU_ON_STREAM(as_cuda(d), stream, g_cu.EventRecord((CUevent)event, (CUstream)stream));
+}
+
+static sa_status cuda_event_query(sa_driver *d, sa_event event) {
+  (void)d;
+  CUresult r = g_cu.EventQuery((CUevent)event);
+  if (r == CUDA_SUCCESS) return SA_OK;
+  if (r == CUDA_ERROR_NOT_READY) return SA_ERR_NOT_READY; /* an answer, not a failure */
+  return cu_fail(r);
+}
+
+static sa_status cuda_event_synchronize(sa_driver *d, sa_event event) {
+  (void)d;
+  CU_CHECK(g_cu.EventSynchronize((CUevent)event));
+  return SA_OK;
+}
+
+static sa_status cuda_stream_wait_event(sa_driver *d, sa_stream stream, sa_event event) {
+  CU_ON_STREAM(as_cuda(d), stream, g_cu.StreamWaitEvent((CUstream)stream, (CUevent)event, 0));
+}
+
+static sa_status cuda_stream_synchronize(sa_driver *d, sa_stream stream) {
+  CU_ON_STREAM(as_cuda(d), stream, g_cu.StreamSynchronize((CUstream)stream));
+}
+
+static sa_status cuda_stream_validate(sa_driver *d, sa_stream stream) {
+  if (stream_is_implicit(stream)) return SA_OK; /* resolved in our context */
+  CUcontext ctx = NULL;
+  CUresult r = g_cu.StreamGetCtx((CUstream)stream, &ctx);
+  if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE ||
+      r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
+    (void)cu_fail(r);
+    return SA_ERR_UNKNOWN_STREAM;
+  }
+  if (r != CUDA_SUCCESS) return cu_fail(r);
+  /* Events we record on it live in our context: cuEventRecord needs the
+   * stream in the same one. */
+  if (ctx != as_cuda(d)->ctx) {
+    sa_driver_set_error(CUDA_ERROR_INVALID_CONTEXT, "stream of another context");
+    return SA_ERR_UNKNOWN_STREAM;
+  }
+  return SA_OK;
+}
+
+static sa_status cuda_stream_create(sa_driver *d, sa_stream *out) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  CUstream s = NULL;
+  *out = NULL;
+  CUcontext saved;
+  sa_status st = ctx_enter(as_cuda(d), &saved);
+  if (st != SA_OK) return st;
+  /* Non-blocking: no implicit ordering with the NULL stream, so tests see
+   * only the ordering the allocator creates. */
+  CUresult r = g_cu.StreamCreate(&s, CU_STREAM_NON_BLOCKING);
+  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : cu_fail(r));
+  if (st == SA_OK) {
+    *out = (sa_stream)s;
+  } else if (r == CUDA_SUCCESS) {
+    (void)g_cu.StreamDestroy(s);
+  }
+  return st;
+}
+
+static sa_status cuda_stream_destroy(sa_driver *d, sa_stream stream) {
+  (void)d;
+  if (stream_is_implicit(stream)) return SA_ERR_INVALID_ARGUMENT; /* not ours to destroy */
+  CU_CHECK(g_cu.StreamDestroy((CUstream)stream));
+  return SA_OK;
+}
+
+static sa_status cuda_memset32_async(sa_driver *d, uintptr_t dst, uint32_t value, size_t count,
+                                     sa_stream stream) {
+  CU_IN_CTX(as_cuda(d),
+            g_cu.MemsetD32Async((CUdeviceptr)dst, value, count, (CUstream)stream));
+}
+
+static sa_status cuda_copy_to_host(sa_driver *d, void *dst, uintptr_t src, size_t size) {
+  if (dst == NULL && size > 0) return SA_ERR_INVALID_ARGUMENT;
+  CU_IN_CTX(as_cuda(d), g_cu.MemcpyDtoH(dst, (CUdeviceptr)src, size));
+}
+
+static const sa_driver_ops cuda_ops = {
+    .name = "cuda",
+    .close = cuda_close,
+    .total_memory = cuda_total_memory,
+    .granularity = cuda_granularity,
+    .va_reserve = cuda_va_reserve,
+    .va_release = cuda_va_release,
+    .chunk_create = cuda_chunk_create,
+    .chunk_release = cuda_chunk_release,
+    .map = cuda_map,
+    .unmap = cuda_unmap,
+    .set_access = cuda_set_access,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_synchronize = cuda_event_synchronize,
+    .stream_wait_event = cuda_stream_wait_event,
+    .stream_synchronize = cuda_stream_synchronize,
+    .stream_validate = cuda_stream_validate,
+    .check_handout = NULL, /* no shadow state of device work on a real GPU */
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .memset32_async = cuda_memset32_async,
+    .copy_to_host = cuda_copy_to_host,
+};
+
+/* ------------------------------------------------------------------------
+ * Opening, and device queries
+ * ---------------------------------------------------------------------- */
+
+/* The device for ordinal, or SA_ERR_NO_DEVICE where there is none. */
+static sa_status device_get(int ordinal, CUdevice *dev) {
+  int count = 0;
+  CU_CHECK(g_cu.DeviceGetCount(&count));
+  if (ordinal >= count) {
+    sa_driver_set_error(CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE");
+    return SA_ERR_NO_DEVICE;
+  }
+  CU_CHECK(g_cu.DeviceGet(dev, ordinal));
+  return SA_OK;
+}
+
+/* Fill the chunk and access descriptors and query the granularity. */
+static sa_status describe_device(cuda_driver *cd) {
+  int vmm = 0;
+  CU_CHECK(g_cu.DeviceGetAttribute(
+      &vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, cd->dev));
+  if (!vmm) {
+    sa_driver_set_error(CUDA_ERROR_NOT_SUPPORTED, "device lacks virtual memory management");
+    return SA_ERR_NO_DEVICE;
+  }
+  cd->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  cd->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  cd->prop.location.id = cd->dev;
+  cd->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  cd->access.location = cd->prop.location;
+  cd->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  /* MINIMUM, not RECOMMENDED: the interface promises the smallest legal
+   * unit; the arena picks larger chunks itself (both are 2 MiB on H200). */
+  CU_CHECK(g_cu.MemGetAllocationGranularity(&cd->granularity, &cd->prop,
+                                            CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  if (cd->granularity == 0) {
+    sa_driver_set_error(CUDA_ERROR_UNKNOWN, "granularity 0");
+    return SA_ERR_DRIVER;
+  }
+  return SA_OK;
+}
+
+sa_status sa_driver_cuda_open(int device, sa_driver **out) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (device < 0) return SA_ERR_INVALID_ARGUMENT;
+  sa_status st = cu_ready();
+  if (st != SA_OK) return st;
+
+  cuda_driver *cd = calloc(1, sizeof *cd);
+  if (cd == NULL) return SA_ERR_OUT_OF_MEMORY;
+  st = device_get(device, &cd->dev);
+  if (st == SA_OK) st = describe_device(cd);
+  if (st == SA_OK) {
+    CUresult r = g_cu.DevicePrimaryCtxRetain(&cd->ctx, cd->dev);
+    if (r != CUDA_SUCCESS) st = cu_fail(r);
+  }
+  if (st != SA_OK) {
+    free(cd);
+    return st;
+  }
+  cd->base.ops = &cuda_ops;
+  cd->base.backend = SA_BACKEND_CUDA;
+  cd->base.device = device;
+  *out = &cd->base;
+  return SA_OK;
+}
+
+sa_status sa_driver_cuda_device_count(int *count) {
+  if (count == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *count = 0;
+  sa_status st = cu_ready();
+  if (st != SA_OK) return st;
+  int n = 0;
+  CU_CHECK(g_cu.DeviceGetCount(&n));
+  if (n <= 0) {
+    sa_driver_set_error(CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE");
+    return SA_ERR_NO_DEVICE;
+  }
+  *count = n;
+  return SA_OK;
+}
+
+sa_status sa_driver_cuda_current_device(int *device) {
+  if (device == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *device = -1;
+  sa_status st = cu_ready();
+  if (st != SA_OK) return st;
+  CUcontext cur = NULL;
+  CU_CHECK(g_cu.CtxGetCurrent(&cur));
+  if (cur == NULL) return SA_ERR_NO_DEVICE;
+  CUdevice dev = 0;
+  CU_CHECK(g_cu.CtxGetDevice(&dev));
+  *device = (int)dev;
+  return SA_OK;
+}
