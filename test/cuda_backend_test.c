@@ -246,7 +246,9 @@ typedef struct thread_job_s {
   sa_status before;   /* current device at thread start */
   sa_status ok;       /* the driver calls */
   int dev_after;      /* current device afterwards */
+  sa_status after;    /* and the status of asking */
   size_t bad;         /* mismatching words */
+  sa_event e;         /* made by the test thread */
 } thread_job;
 
 /* A new thread has no current context: every call must still work. */
@@ -290,6 +292,40 @@ static void calls_work_in_thread_without_context(void **state) {
   assert_int_equal(j.ok, SA_OK);
   assert_int_equal(j.bad, 0);
   assert_int_equal(j.dev_after, 0); /* the primary context was left current */
+}
+
+/* Calls on explicit handles skip the context check: they must work with no
+ * context current, and leave none current. */
+static void *explicit_handles_from_fresh_thread(void *arg) {
+  thread_job *j = arg;
+  fixture *f = j->f;
+  const sa_driver_ops *o = f->d->ops;
+  sa_event e = j->e;
+  int dev = -1;
+  j->before = sa_driver_cuda_current_device(&dev);
+  sa_status st = o->stream_validate(f->d, f->s1);
+  if (st == SA_OK) st = o->event_record(f->d, e, f->s1);
+  if (st == SA_OK) st = o->stream_wait_event(f->d, f->s2, e);
+  if (st == SA_OK) st = o->event_synchronize(f->d, e);
+  if (st == SA_OK) st = o->event_query(f->d, e);
+  if (st == SA_OK) st = o->stream_synchronize(f->d, f->s2);
+  j->ok = st;
+  j->dev_after = -1;
+  j->after = sa_driver_cuda_current_device(&j->dev_after);
+  return NULL;
+}
+
+static void explicit_handles_need_no_context(void **state) {
+  fixture *f = need_device(state);
+  thread_job j = {.f = f};
+  assert_int_equal(f->d->ops->event_create(f->d, &j.e), SA_OK);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, explicit_handles_from_fresh_thread, &j), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(j.before, SA_ERR_NO_DEVICE);
+  assert_int_equal(j.ok, SA_OK);
+  assert_int_equal(j.after, SA_ERR_NO_DEVICE); /* nothing was made current */
+  assert_int_equal(f->d->ops->event_destroy(f->d, j.e), SA_OK);
 }
 
 /* The user's own context, made with libcuda directly, as an application
@@ -353,7 +389,11 @@ static void user_context_is_restored(void **state) {
   assert_int_equal(o->event_create(f->d, &e), SA_OK);
   assert_int_equal(o->memset32_async(f->d, b.va, 5u, f->g / 4, NULL), SA_OK);
   assert_int_equal(o->event_record(f->d, e, NULL), SA_OK);
-  assert_int_equal(o->stream_synchronize(f->d, NULL), SA_OK);
+  assert_int_equal(o->stream_wait_event(f->d, f->s1, e), SA_OK); /* explicit, no switch */
+  assert_int_equal(o->event_record(f->d, e, f->s1), SA_OK);
+  assert_int_equal(o->stream_synchronize(f->d, f->s1), SA_OK);
+  assert_int_equal(o->stream_validate(f->d, f->s1), SA_OK);
+  assert_int_equal(o->event_query(f->d, e), SA_OK);
   assert_int_equal(mismatches(f, b.va, f->g, 5u), 0);
   assert_int_equal(u.CtxGetCurrent(&cur), CUDA_SUCCESS);
   assert_ptr_equal(cur, mine);
@@ -420,6 +460,7 @@ int main(void) {
       cmocka_unit_test(wait_edge_orders_streams),
       cmocka_unit_test(implicit_streams_are_valid),
       cmocka_unit_test(calls_work_in_thread_without_context),
+      cmocka_unit_test(explicit_handles_need_no_context),
       cmocka_unit_test(user_context_is_restored),
       cmocka_unit_test(event_costs),
   };
