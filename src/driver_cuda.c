@@ -32,9 +32,10 @@
 
 #include "driver.h"
 
-/* The ABI we are written against: cuGetProcAddress returns, for each name,
- * the version of the entry point that CUDA 12.0 headers bound it to. The
- * PFN_ types below must match that version. */
+/* The ABI we are written against: for each name, cuGetProcAddress returns
+ * the newest version of the entry point not newer than this (seen on the
+ * H200: "cuCtxCreate" at 12000 gives cuCtxCreate_v3). Each PFN_ type below
+ * is the newest one in cudaTypedefs.h at or below 12000. */
 #define SA_CUDA_ABI_VERSION 12000
 
 /* Every entry point we use: X(name without "cu", PFN version suffix). */

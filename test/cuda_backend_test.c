@@ -331,7 +331,7 @@ static void explicit_handles_need_no_context(void **state) {
 /* The user's own context, made with libcuda directly, as an application
  * that manages contexts itself would. */
 typedef struct user_cu_s {
-  PFN_cuCtxCreate_v3020 CtxCreate;
+  PFN_cuCtxCreate_v11040 CtxCreate;
   PFN_cuCtxDestroy_v4000 CtxDestroy;
   PFN_cuCtxGetCurrent_v4000 CtxGetCurrent;
   PFN_cuCtxSetCurrent_v4000 CtxSetCurrent;
@@ -355,7 +355,7 @@ static int user_cu_load(user_cu *u) {
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     CUdriverProcAddressQueryResult found;
-    /* 12000: cuCtxCreate with the (ctx, flags, dev) signature. */
+    /* At 12000 cuCtxCreate is the v3 entry point (affinity parameters). */
     if (get(want[i].name, want[i].slot, 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found) !=
             CUDA_SUCCESS ||
         found != CU_GET_PROC_ADDRESS_SUCCESS) {
@@ -375,7 +375,7 @@ static void user_context_is_restored(void **state) {
   }
   CUcontext saved = NULL, mine = NULL, cur = NULL;
   assert_int_equal(u.CtxGetCurrent(&saved), CUDA_SUCCESS);
-  assert_int_equal(u.CtxCreate(&mine, 0, 0), CUDA_SUCCESS); /* now current */
+  assert_int_equal(u.CtxCreate(&mine, NULL, 0, 0, 0), CUDA_SUCCESS); /* now current */
   /* A stream of the user's context is not ours: events could not be recorded on it. */
   CUstream theirs = NULL;
   assert_int_equal(u.StreamCreate(&theirs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);

@@ -86,7 +86,10 @@ for bin in $G/bin/test/*; do
   [ -n "$only" ] && ! in_list "$name" "$only" && continue
   run_one test "$bin" "$name"
   if [ -n "$sanitize" ] && in_list "$name" "$sanitize"; then
-    run_one test "$bin" "$name[$tool]" "$sanitizer" --tool "$tool" --error-exitcode 99
+    # Tests fail driver calls on purpose (out of memory, bad mappings): only
+    # errors the tool finds in device work count.
+    run_one test "$bin" "$name[$tool]" "$sanitizer" --tool "$tool" --error-exitcode 99 \
+      --report-api-errors no
   fi
 done
 if [ $bench -eq 1 ]; then
