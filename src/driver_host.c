@@ -1,0 +1,210 @@
+/* The host backend of the driver interface (src/driver.h): every op takes the
+ * simulator lock, counts the call and applies injected faults
+ * (host_fault.c), then runs the simulator (host_vmm.c, host_stream.c,
+ * host_checker.c). Several drivers may be open at once; they all share the
+ * one simulated device. Called through sa_driver_open (driver.c). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver.h"
+#include "host_sim.h"
+
+typedef struct host_driver_s {
+  sa_driver base; /* first: the sa_driver * is a host_driver * */
+} host_driver;
+
+/* Counted, fault-injectable entry: run `call` only if no fault fires. */
+#define HOST_OP(fn, call)                   \
+  do {                                      \
+    sa_sim_lock();                          \
+    sa_status st_ = sa_sim_fault_enter(fn); \
+    if (st_ == SA_OK) st_ = (call);         \
+    sa_sim_unlock();                        \
+    return st_;                             \
+  } while (0)
+
+static void host_close(sa_driver *d) { free(d); }
+
+static sa_status host_total_memory(sa_driver *d, size_t *bytes) {
+  (void)d;
+  if (bytes == NULL) return SA_ERR_INVALID_ARGUMENT;
+  sa_sim_lock();
+  *bytes = sa_sim_device_bytes();
+  sa_sim_unlock();
+  return SA_OK;
+}
+
+static sa_status host_granularity(sa_driver *d, size_t *bytes) {
+  (void)d;
+  if (bytes == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *bytes = SA_SIM_GRANULARITY;
+  return SA_OK;
+}
+
+static sa_status host_va_reserve(sa_driver *d, size_t size, size_t alignment, uintptr_t *out) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_VA_RESERVE, sa_sim_va_reserve(size, alignment, out));
+}
+
+static sa_status host_va_release(sa_driver *d, uintptr_t va, size_t size) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_VA_RELEASE, sa_sim_va_release(va, size));
+}
+
+static sa_status host_chunk_create(sa_driver *d, size_t size, sa_chunk_handle *out) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_CHUNK_CREATE, sa_sim_chunk_create(size, out));
+}
+
+static sa_status host_chunk_release(sa_driver *d, sa_chunk_handle chunk) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_CHUNK_RELEASE, sa_sim_chunk_release(chunk));
+}
+
+static sa_status host_map(sa_driver *d, uintptr_t va, size_t size, sa_chunk_handle chunk) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_MAP, sa_sim_map(va, size, chunk));
+}
+
+static sa_status host_unmap(sa_driver *d, uintptr_t va, size_t size) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_UNMAP, sa_sim_unmap(va, size));
+}
+
+static sa_status host_set_access(sa_driver *d, uintptr_t va, size_t size) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_SET_ACCESS, sa_sim_set_access(va, size));
+}
+
+static sa_status host_event_create(sa_driver *d, sa_event *out) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_EVENT_CREATE, sa_sim_event_create(out));
+}
+
+static sa_status host_event_destroy(sa_driver *d, sa_event event) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_EVENT_DESTROY, sa_sim_event_destroy(event));
+}
+
+static sa_status host_event_record(sa_driver *d, sa_event event, sa_stream stream) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_EVENT_RECORD, sa_sim_event_record(event, stream));
+}
+
+static sa_status host_event_query(sa_driver *d, sa_event event) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_EVENT_QUERY, sa_sim_event_query(event));
+}
+
+static sa_status host_event_synchronize(sa_driver *d, sa_event event) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_EVENT_SYNCHRONIZE, sa_sim_event_synchronize(event));
+}
+
+static sa_status host_stream_wait_event(sa_driver *d, sa_stream stream, sa_event event) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_STREAM_WAIT_EVENT, sa_sim_stream_wait_event(stream, event));
+}
+
+static sa_status host_stream_synchronize(sa_driver *d, sa_stream stream) {
+  (void)d;
+  HOST_OP(SA_HOST_FN_STREAM_SYNCHRONIZE, sa_sim_stream_synchronize(stream));
+}
+
+static sa_status host_stream_validate(sa_driver *d, sa_stream stream) {
+  (void)d;
+  sa_sim_lock();
+  sa_status st = sa_sim_stream_lookup(stream) != NULL ? SA_OK : SA_ERR_UNKNOWN_STREAM;
+  sa_sim_unlock();
+  return st;
+}
+
+static sa_status host_check_handout(sa_driver *d, uintptr_t p, size_t size, sa_stream stream) {
+  (void)d;
+  sa_sim_lock();
+  sa_status st = sa_sim_check_handout(p, size, stream);
+  sa_sim_unlock();
+  return st;
+}
+
+static sa_status host_stream_create(sa_driver *d, sa_stream *out) {
+  (void)d;
+  return sa_host_stream_create(SA_HOST_AUTO, out);
+}
+
+static sa_status host_stream_destroy(sa_driver *d, sa_stream stream) {
+  (void)d;
+  return sa_host_stream_destroy(stream);
+}
+
+static sa_status host_memset32_async(sa_driver *d, uintptr_t dst, uint32_t value, size_t count,
+                                     sa_stream stream) {
+  (void)d;
+  if (count > SIZE_MAX / 4) return SA_ERR_INVALID_ARGUMENT;
+  size_t size = count * 4;
+  sa_sim_lock();
+  sa_status st;
+  /* Like a kernel launch, it must name device memory the device may touch. */
+  if (dst % 4 != 0 || !sa_sim_vmm_is_device(dst, size) || !sa_sim_vmm_accessible(dst, size)) {
+    st = sa_sim_fail(SA_ERR_DRIVER, EFAULT, "host: memset32_async of memory that is not mapped device memory");
+  } else {
+    st = sa_sim_enqueue_kernel(stream, SA_SIM_OP_FILL, dst, size, value, NULL);
+  }
+  sa_sim_unlock();
+  return st;
+}
+
+static sa_status host_copy_to_host(sa_driver *d, void *dst, uintptr_t src, size_t size) {
+  (void)d;
+  if (dst == NULL && size != 0) return SA_ERR_INVALID_ARGUMENT;
+  sa_sim_lock();
+  sa_status st = SA_OK;
+  if (!sa_sim_vmm_is_device(src, size) || !sa_sim_vmm_accessible(src, size)) {
+    st = sa_sim_fail(SA_ERR_DRIVER, EFAULT, "host: copy_to_host from memory that is not mapped device memory");
+  } else if (size != 0) {
+    memcpy(dst, (const void *)src, size);
+  }
+  sa_sim_unlock();
+  return st;
+}
+
+static const sa_driver_ops host_ops = {
+    .name = "host",
+    .close = host_close,
+    .total_memory = host_total_memory,
+    .granularity = host_granularity,
+    .va_reserve = host_va_reserve,
+    .va_release = host_va_release,
+    .chunk_create = host_chunk_create,
+    .chunk_release = host_chunk_release,
+    .map = host_map,
+    .unmap = host_unmap,
+    .set_access = host_set_access,
+    .event_create = host_event_create,
+    .event_destroy = host_event_destroy,
+    .event_record = host_event_record,
+    .event_query = host_event_query,
+    .event_synchronize = host_event_synchronize,
+    .stream_wait_event = host_stream_wait_event,
+    .stream_synchronize = host_stream_synchronize,
+    .stream_validate = host_stream_validate,
+    .check_handout = host_check_handout,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .memset32_async = host_memset32_async,
+    .copy_to_host = host_copy_to_host,
+};
+
+sa_status sa_driver_host_open(int device, sa_driver **out) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (device != 0) return SA_ERR_NO_DEVICE; /* one simulated device */
+  host_driver *h = calloc(1, sizeof *h);
+  if (h == NULL) return SA_ERR_OUT_OF_MEMORY;
+  h->base.ops = &host_ops;
+  h->base.backend = SA_BACKEND_HOST;
+  h->base.device = 0;
+  *out = &h->base;
+  return SA_OK;
+}

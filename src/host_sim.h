@@ -1,0 +1,155 @@
+/* The host simulator's internals: one process-wide simulated device.
+ *
+ * Modules (each owns its state, all guarded by the one simulator lock):
+ *   host_sim.c      the lock, configuration (device memory), counters
+ *   host_fault.c    call counting and fault injection per sa_host_fn
+ *   host_ptrset.c   a pointer set: which handles are live
+ *   host_vmm.c      reservations, chunks (ranges of one memfd), mappings
+ *   host_stream.c   streams, events, queued ops and their progress
+ *   host_checker.c  vector clocks and the stream-order checker
+ *   driver_host.c   the sa_driver_ops table over all of the above
+ * Public entry points (driver ops, include/streamarena/host.h) take the lock;
+ * every sa_sim_ function below expects it held unless its comment says
+ * otherwise. Nothing here is on the allocator's fast path.
+ */
+#ifndef SA_HOST_SIM_H
+#define SA_HOST_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <streamarena/host.h>
+#include <streamarena/streamarena.h>
+
+/* Allocation granularity of the simulated device (as on the H200). */
+#define SA_SIM_GRANULARITY ((size_t)2 << 20)
+/* Simulated device memory unless configured otherwise. */
+#define SA_SIM_DEFAULT_DEVICE_BYTES ((size_t)16 << 30)
+
+/* ---- host_sim.c ------------------------------------------------------- */
+/* Take / drop the simulator lock (the first call also reads the
+ * environment). Not recursive. */
+void sa_sim_lock(void);
+void sa_sim_unlock(void);
+/* Record a failure of the driver call: sets the calling thread's last driver
+ * error (an errno value and a static description) and returns status. */
+sa_status sa_sim_fail(sa_status status, int code, const char *name);
+/* The checker (or a kernel touching unmapped memory) found a violation. */
+void sa_sim_note_violation(void);
+uint64_t sa_sim_violations(void);
+
+/* ---- host_fault.c ----------------------------------------------------- */
+/* Entry of a driver op: counts the call and fails it (SA_ERR_DRIVER, after
+ * sa_driver_set_error) when a fault is armed for this call. */
+sa_status sa_sim_fault_enter(sa_host_fn fn);
+
+/* ---- host_ptrset.c ---------------------------------------------------- */
+/* Open-addressing set of non-NULL pointers (live handles). */
+typedef struct sa_sim_ptrset_s {
+  uintptr_t *slots; /* 0 = empty, 1 = deleted, else a member */
+  size_t cap;       /* a power of two, or 0 */
+  size_t count;     /* members */
+  size_t used;      /* members + deleted slots */
+} sa_sim_ptrset;
+
+/* Make room so that n more inserts cannot fail. */
+sa_status sa_sim_ptrset_reserve(sa_sim_ptrset *set, size_t n);
+/* Insert p (not yet a member) into room made by sa_sim_ptrset_reserve. */
+void sa_sim_ptrset_insert(sa_sim_ptrset *set, const void *p);
+int sa_sim_ptrset_contains(const sa_sim_ptrset *set, const void *p);
+/* Returns 1 if p was a member. */
+int sa_sim_ptrset_remove(sa_sim_ptrset *set, const void *p);
+
+/* ---- host_vmm.c ------------------------------------------------------- */
+sa_status sa_sim_va_reserve(size_t size, size_t alignment, uintptr_t *out);
+sa_status sa_sim_va_release(uintptr_t va, size_t size);
+sa_status sa_sim_chunk_create(size_t size, uint64_t *out);
+sa_status sa_sim_chunk_release(uint64_t chunk);
+sa_status sa_sim_map(uintptr_t va, size_t size, uint64_t chunk);
+sa_status sa_sim_unmap(uintptr_t va, size_t size);
+sa_status sa_sim_set_access(uintptr_t va, size_t size);
+/* 1 if [p, p + size) lies inside one reserved range (device memory). */
+int sa_sim_vmm_is_device(uintptr_t p, size_t size);
+/* 1 if work may touch [p, p + size) now: mapped and accessible device
+ * memory, or memory outside every reserved range (plain host memory). */
+int sa_sim_vmm_accessible(uintptr_t p, size_t size);
+size_t sa_sim_device_bytes(void);
+sa_status sa_sim_set_device_bytes(size_t bytes);
+void sa_sim_vmm_counters(sa_host_counters *out);
+
+/* ---- host_checker.c: vector clocks ------------------------------------- */
+typedef struct sa_sim_tick_s {
+  uint64_t sid;    /* stream id */
+  uint64_t ticket; /* ops of that stream up to this ticket are ordered before */
+} sa_sim_tick;
+
+/* What a stream (or an event's recording) is ordered after: entries sorted
+ * by sid, at most one per stream. */
+typedef struct sa_sim_clock_s {
+  sa_sim_tick *v;
+  size_t n;
+} sa_sim_clock;
+
+uint64_t sa_sim_clock_get(const sa_sim_clock *c, uint64_t sid);
+/* *out = max(a, b, {sid: ticket}) (sid 0: none) in fresh memory; a and b are
+ * untouched, so a failure (SA_ERR_OUT_OF_MEMORY) changes nothing. */
+sa_status sa_sim_clock_join(sa_sim_clock *out, const sa_sim_clock *a, const sa_sim_clock *b,
+                            uint64_t sid, uint64_t ticket);
+void sa_sim_clock_free(sa_sim_clock *c);
+
+/* ---- host_stream.c: streams, ops, events ------------------------------ */
+typedef enum sa_sim_op_kind_e {
+  SA_SIM_OP_FILL,   /* write pattern over [p, p + size) at completion */
+  SA_SIM_OP_CHECK,  /* compare [p, p + size) with pattern at completion */
+  SA_SIM_OP_RECORD, /* an event record marker */
+  SA_SIM_OP_WAIT    /* blocks until (wait_slot, wait_sid) reaches wait_ticket */
+} sa_sim_op_kind;
+
+typedef struct sa_sim_op_s {
+  sa_sim_op_kind kind;
+  uint32_t pattern;
+  uintptr_t p;
+  size_t size;
+  uint64_t *mismatches; /* CHECK: incremented at completion */
+  uint32_t wait_slot;   /* WAIT: the stream waited on (slot + id: it may be gone) */
+  uint64_t wait_sid;    /* 0: nothing to wait for (never-recorded event) */
+  uint64_t wait_ticket;
+} sa_sim_op;
+
+typedef struct sa_sim_stream_s {
+  uint64_t sid;       /* unique for the process lifetime; never reused */
+  uint32_t slot;      /* index in the stream table */
+  sa_host_mode mode;
+  uint64_t enqueued;  /* ticket of the last op enqueued (tickets start at 1) */
+  uint64_t completed; /* ticket of the last op completed */
+  sa_sim_op *ops;     /* pending ops [head, tail): tickets completed+1 .. enqueued */
+  size_t head, tail, cap;
+  sa_sim_clock clock; /* what work enqueued from now on is ordered after */
+} sa_sim_stream;
+
+/* Streams by slot (NULL: free slot); slot 0 is the default stream. */
+size_t sa_sim_stream_slots(void);
+sa_sim_stream *sa_sim_stream_at(size_t slot);
+/* The live stream for a handle (NULL handle: the default stream), or NULL. */
+sa_sim_stream *sa_sim_stream_lookup(sa_stream handle);
+/* The handle a stream is known by (NULL for the default stream). */
+sa_stream sa_sim_stream_handle(const sa_sim_stream *s);
+void sa_sim_stream_counters(sa_host_counters *out);
+
+/* Driver-level stream and event operations (lock held). */
+sa_status sa_sim_stream_create(sa_host_mode mode, sa_stream *out);
+sa_status sa_sim_stream_destroy(sa_stream stream);
+sa_status sa_sim_stream_synchronize(sa_stream stream);
+sa_status sa_sim_stream_wait_event(sa_stream stream, void *event);
+sa_status sa_sim_enqueue_kernel(sa_stream stream, sa_sim_op_kind kind, uintptr_t p,
+                                size_t size, uint32_t pattern, uint64_t *mismatches);
+sa_status sa_sim_event_create(void **out);
+sa_status sa_sim_event_destroy(void *event);
+sa_status sa_sim_event_record(void *event, sa_stream stream);
+sa_status sa_sim_event_query(void *event);
+sa_status sa_sim_event_synchronize(void *event);
+
+/* ---- host_checker.c: the stream-order checker -------------------------- */
+sa_status sa_sim_check_handout(uintptr_t p, size_t size, sa_stream stream);
+
+#endif /* SA_HOST_SIM_H */

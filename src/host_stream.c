@@ -1,0 +1,459 @@
+/* Simulated streams and events, and the progress of the work queued on them.
+ *
+ * A stream is a queue of ops; op number k on a stream has ticket k (tickets
+ * start at 1), so "everything up to ticket t has completed" is one integer
+ * per stream. An event records (stream, ticket of its record marker); it is
+ * complete once that stream's completed ticket reaches it. A never-recorded
+ * event is complete; re-recording overwrites, as in CUDA. stream_wait_event
+ * enqueues a wait op holding the (stream, ticket) captured at enqueue time.
+ *
+ * Progress: SA_HOST_MANUAL streams move only through sa_host_stream_step or
+ * drain, or when a synchronize needs them; SA_HOST_AUTO streams run every op
+ * whose waits are satisfied, re-checked whenever anything completes
+ * (settle). Synchronize calls drive exactly what the target depends on,
+ * transitively (drive). Waits only name tickets already enqueued when the
+ * wait itself was enqueued, so the dependencies form no cycle and driving
+ * always finishes.
+ *
+ * Streams live in a slot table (slot 0: the default stream, handle NULL);
+ * a wait op or event names its stream by (slot, sid) so that a destroyed
+ * stream, whose work has all completed, simply reads as complete.
+ *
+ * Called by driver_host.c, host_checker.c (the stream table) and users of
+ * include/streamarena/host.h.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host_sim.h"
+
+typedef struct sim_event_s {
+  int recorded;
+  uint32_t slot;       /* the stream it was last recorded on */
+  uint64_t sid;
+  uint64_t ticket;     /* its record marker's ticket */
+  sa_sim_clock clock;  /* the recorder's clock, with the marker itself */
+} sim_event;
+
+static sa_sim_stream default_stream = {.sid = 1, .slot = 0, .mode = SA_HOST_AUTO};
+
+static struct {
+  sa_sim_stream **slots; /* slots[0] unused: slot 0 is default_stream */
+  size_t nslots, cap;
+  sa_sim_ptrset handles; /* live user stream handles */
+  size_t user_streams;
+  uint64_t next_sid;
+  sa_sim_ptrset events;
+  size_t nevents;
+} tab = {.nslots = 1, .next_sid = 2};
+
+/* ---- the stream table --------------------------------------------------- */
+
+size_t sa_sim_stream_slots(void) { return tab.nslots; }
+
+sa_sim_stream *sa_sim_stream_at(size_t slot) {
+  if (slot == 0) return &default_stream;
+  return slot < tab.nslots ? tab.slots[slot] : NULL;
+}
+
+sa_sim_stream *sa_sim_stream_lookup(sa_stream handle) {
+  if (handle == NULL) return &default_stream;
+  return sa_sim_ptrset_contains(&tab.handles, handle) ? (sa_sim_stream *)handle : NULL;
+}
+
+sa_stream sa_sim_stream_handle(const sa_sim_stream *s) {
+  return s->slot == 0 ? NULL : (sa_stream)s;
+}
+
+/* The stream (slot, sid) names, or NULL once it has been destroyed. */
+static sa_sim_stream *stream_ref(uint32_t slot, uint64_t sid) {
+  sa_sim_stream *s = sa_sim_stream_at(slot);
+  return s != NULL && s->sid == sid ? s : NULL;
+}
+
+void sa_sim_stream_counters(sa_host_counters *out) {
+  out->events = tab.nevents;
+  out->streams = tab.user_streams;
+}
+
+static void stream_describe(const sa_sim_stream *s, char *buf, size_t len) {
+  if (s->slot == 0) snprintf(buf, len, "the default stream");
+  else snprintf(buf, len, "stream %p (#%" PRIu64 ")", (void *)s, s->sid);
+}
+
+/* ---- op queues ---------------------------------------------------------- */
+
+/* Room for one more op at the tail. */
+static sa_status ops_reserve(sa_sim_stream *s) {
+  if (s->tail < s->cap) return SA_OK;
+  if (s->head > 0) {
+    memmove(s->ops, s->ops + s->head, (s->tail - s->head) * sizeof *s->ops);
+    s->tail -= s->head;
+    s->head = 0;
+    return SA_OK;
+  }
+  size_t cap = s->cap < 16 ? 16 : s->cap * 2;
+  sa_sim_op *ops = realloc(s->ops, cap * sizeof *ops);
+  if (ops == NULL) return SA_ERR_OUT_OF_MEMORY;
+  s->ops = ops;
+  s->cap = cap;
+  return SA_OK;
+}
+
+static void ops_push(sa_sim_stream *s, const sa_sim_op *op) {
+  s->ops[s->tail++] = *op;
+  s->enqueued++;
+}
+
+static int op_ready(const sa_sim_op *op) {
+  if (op->kind != SA_SIM_OP_WAIT || op->wait_sid == 0) return 1;
+  const sa_sim_stream *t = stream_ref(op->wait_slot, op->wait_sid);
+  return t == NULL || t->completed >= op->wait_ticket;
+}
+
+/* A kernel touches memory when it completes. Memory unmapped while the work
+ * was queued is a contract violation (allocator bug): report, don't crash. */
+static void run_kernel(const sa_sim_stream *s, const sa_sim_op *op) {
+  if (!sa_sim_vmm_accessible(op->p, op->size)) {
+    char name[64];
+    stream_describe(s, name, sizeof name);
+    fprintf(stderr,
+            "streamarena host: %s on %s reached [%p, %p), which is no longer mapped and "
+            "accessible: memory was unmapped or released while work using it was queued\n",
+            op->kind == SA_SIM_OP_FILL ? "fill" : "check", name, (void *)op->p,
+            (void *)(op->p + op->size));
+    sa_sim_note_violation();
+    return;
+  }
+  unsigned char *p = (unsigned char *)op->p;
+  size_t words = op->size / 4;
+  if (op->kind == SA_SIM_OP_FILL) {
+    for (size_t i = 0; i < words; i++) memcpy(p + 4 * i, &op->pattern, 4);
+    return;
+  }
+  uint64_t bad = 0;
+  for (size_t i = 0; i < words; i++) {
+    uint32_t w;
+    memcpy(&w, p + 4 * i, 4);
+    bad += w != op->pattern;
+  }
+  *op->mismatches += bad;
+}
+
+static void complete_head(sa_sim_stream *s) {
+  const sa_sim_op *op = &s->ops[s->head];
+  if (op->kind == SA_SIM_OP_FILL || op->kind == SA_SIM_OP_CHECK) run_kernel(s, op);
+  s->head++;
+  s->completed++;
+  if (s->head == s->tail) s->head = s->tail = 0;
+}
+
+/* Complete up to max ready ops at the head of s; returns how many. */
+static size_t run(sa_sim_stream *s, size_t max) {
+  size_t n = 0;
+  while (n < max && s->head < s->tail && op_ready(&s->ops[s->head])) {
+    complete_head(s);
+    n++;
+  }
+  return n;
+}
+
+/* Run auto streams until none can move (one completion may unblock others). */
+static void settle(void) {
+  int moved;
+  do {
+    moved = 0;
+    for (size_t slot = 0; slot < tab.nslots; slot++) {
+      sa_sim_stream *s = sa_sim_stream_at(slot);
+      if (s != NULL && s->mode == SA_HOST_AUTO && s->head < s->tail && run(s, SIZE_MAX) > 0) moved = 1;
+    }
+  } while (moved);
+}
+
+/* Complete s up to ticket, first driving whatever its waits need. Recursion
+ * depth is bounded by the number of streams: a stream cannot reappear in its
+ * own chain (see the top comment). */
+static void drive(sa_sim_stream *s, uint64_t ticket) {
+  while (s->completed < ticket) {
+    const sa_sim_op *op = &s->ops[s->head];
+    if (op->kind == SA_SIM_OP_WAIT && op->wait_sid != 0) {
+      sa_sim_stream *t = stream_ref(op->wait_slot, op->wait_sid);
+      if (t != NULL && t->completed < op->wait_ticket) drive(t, op->wait_ticket);
+    }
+    complete_head(s);
+  }
+}
+
+/* ---- streams ------------------------------------------------------------ */
+
+sa_status sa_sim_stream_create(sa_host_mode mode, sa_stream *out) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (mode != SA_HOST_AUTO && mode != SA_HOST_MANUAL) return SA_ERR_INVALID_ARGUMENT;
+  size_t slot = 1;
+  while (slot < tab.nslots && tab.slots[slot] != NULL) slot++;
+  if (slot == tab.nslots && slot >= tab.cap) {
+    size_t cap = tab.cap < 16 ? 16 : tab.cap * 2;
+    if (cap > UINT32_MAX) return SA_ERR_OUT_OF_MEMORY;
+    sa_sim_stream **slots = realloc(tab.slots, cap * sizeof *slots);
+    if (slots == NULL) return SA_ERR_OUT_OF_MEMORY;
+    tab.slots = slots;
+    tab.cap = cap;
+  }
+  sa_sim_stream *s = calloc(1, sizeof *s);
+  if (s == NULL) return SA_ERR_OUT_OF_MEMORY;
+  if (sa_sim_ptrset_reserve(&tab.handles, 1) != SA_OK) {
+    free(s);
+    return SA_ERR_OUT_OF_MEMORY;
+  }
+  s->sid = tab.next_sid++;
+  s->slot = (uint32_t)slot;
+  s->mode = mode;
+  tab.slots[slot] = s;
+  if (slot == tab.nslots) tab.nslots++;
+  sa_sim_ptrset_insert(&tab.handles, s);
+  tab.user_streams++;
+  *out = s;
+  return SA_OK;
+}
+
+sa_status sa_sim_stream_destroy(sa_stream handle) {
+  if (handle == NULL) return SA_ERR_INVALID_ARGUMENT; /* the default stream stays */
+  sa_sim_stream *s = sa_sim_stream_lookup(handle);
+  if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
+  drive(s, s->enqueued); /* pending work runs first, as on the device */
+  (void)sa_sim_ptrset_remove(&tab.handles, s);
+  tab.slots[s->slot] = NULL;
+  while (tab.nslots > 1 && tab.slots[tab.nslots - 1] == NULL) tab.nslots--;
+  tab.user_streams--;
+  free(s->ops);
+  sa_sim_clock_free(&s->clock);
+  free(s);
+  settle();
+  return SA_OK;
+}
+
+sa_status sa_sim_stream_synchronize(sa_stream handle) {
+  sa_sim_stream *s = sa_sim_stream_lookup(handle);
+  if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
+  drive(s, s->enqueued);
+  settle();
+  return SA_OK;
+}
+
+static sim_event *event_lookup(void *event) {
+  return sa_sim_ptrset_contains(&tab.events, event) ? (sim_event *)event : NULL;
+}
+
+static sa_status bad_event(void) {
+  return sa_sim_fail(SA_ERR_DRIVER, EINVAL, "host: unknown or destroyed event");
+}
+
+sa_status sa_sim_stream_wait_event(sa_stream handle, void *event) {
+  sa_sim_stream *s = sa_sim_stream_lookup(handle);
+  if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
+  sim_event *e = event_lookup(event);
+  if (e == NULL) return bad_event();
+  sa_sim_op op = {.kind = SA_SIM_OP_WAIT};
+  sa_sim_clock clock = {NULL, 0};
+  if (ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
+  if (e->recorded) {
+    op.wait_slot = e->slot;
+    op.wait_sid = e->sid;
+    op.wait_ticket = e->ticket;
+    uint64_t edge_sid = e->sid == s->sid ? 0 : e->sid; /* own stream: ordered anyway */
+    if (sa_sim_clock_join(&clock, &s->clock, &e->clock, edge_sid, e->ticket) != SA_OK) {
+      return SA_ERR_OUT_OF_MEMORY;
+    }
+    sa_sim_clock_free(&s->clock);
+    s->clock = clock;
+  }
+  ops_push(s, &op);
+  settle();
+  return SA_OK;
+}
+
+sa_status sa_sim_enqueue_kernel(sa_stream handle, sa_sim_op_kind kind, uintptr_t p, size_t size,
+                                uint32_t pattern, uint64_t *mismatches) {
+  sa_sim_stream *s = sa_sim_stream_lookup(handle);
+  if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
+  if (ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
+  sa_sim_op op = {.kind = kind, .pattern = pattern, .p = p, .size = size, .mismatches = mismatches};
+  ops_push(s, &op);
+  settle();
+  return SA_OK;
+}
+
+/* ---- events ------------------------------------------------------------- */
+
+sa_status sa_sim_event_create(void **out) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  sim_event *e = calloc(1, sizeof *e);
+  if (e == NULL || sa_sim_ptrset_reserve(&tab.events, 1) != SA_OK) {
+    free(e);
+    return sa_sim_fail(SA_ERR_OUT_OF_MEMORY, ENOMEM, "host: out of host memory");
+  }
+  sa_sim_ptrset_insert(&tab.events, e);
+  tab.nevents++;
+  *out = e;
+  return SA_OK;
+}
+
+sa_status sa_sim_event_destroy(void *event) {
+  sim_event *e = event_lookup(event);
+  if (e == NULL) return bad_event();
+  /* A pending record marker does not point at the event: nothing dangles. */
+  (void)sa_sim_ptrset_remove(&tab.events, e);
+  tab.nevents--;
+  sa_sim_clock_free(&e->clock);
+  free(e);
+  return SA_OK;
+}
+
+sa_status sa_sim_event_record(void *event, sa_stream handle) {
+  sim_event *e = event_lookup(event);
+  if (e == NULL) return bad_event();
+  sa_sim_stream *s = sa_sim_stream_lookup(handle);
+  if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
+  if (ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
+  uint64_t ticket = s->enqueued + 1;
+  sa_sim_clock clock, none = {NULL, 0};
+  if (sa_sim_clock_join(&clock, &s->clock, &none, s->sid, ticket) != SA_OK) {
+    return SA_ERR_OUT_OF_MEMORY;
+  }
+  sa_sim_op op = {.kind = SA_SIM_OP_RECORD};
+  ops_push(s, &op);
+  sa_sim_clock_free(&e->clock);
+  *e = (sim_event){1, s->slot, s->sid, ticket, clock};
+  settle();
+  return SA_OK;
+}
+
+/* The stream an event waits for and its ticket; NULL if already complete. */
+static sa_sim_stream *event_pending(const sim_event *e) {
+  if (!e->recorded) return NULL;
+  sa_sim_stream *t = stream_ref(e->slot, e->sid);
+  return t != NULL && t->completed < e->ticket ? t : NULL;
+}
+
+sa_status sa_sim_event_query(void *event) {
+  sim_event *e = event_lookup(event);
+  if (e == NULL) return bad_event();
+  return event_pending(e) == NULL ? SA_OK : SA_ERR_NOT_READY;
+}
+
+sa_status sa_sim_event_synchronize(void *event) {
+  sim_event *e = event_lookup(event);
+  if (e == NULL) return bad_event();
+  sa_sim_stream *t = event_pending(e);
+  if (t != NULL) {
+    drive(t, e->ticket);
+    settle();
+  }
+  return SA_OK;
+}
+
+/* ---- include/streamarena/host.h ---------------------------------------- */
+
+sa_status sa_host_stream_create(sa_host_mode mode, sa_stream *out) {
+  sa_sim_lock();
+  sa_status st = sa_sim_stream_create(mode, out);
+  sa_sim_unlock();
+  return st;
+}
+
+sa_status sa_host_stream_destroy(sa_stream stream) {
+  sa_sim_lock();
+  sa_status st = sa_sim_stream_destroy(stream);
+  sa_sim_unlock();
+  return st;
+}
+
+sa_status sa_host_set_default_stream_mode(sa_host_mode mode) {
+  if (mode != SA_HOST_AUTO && mode != SA_HOST_MANUAL) return SA_ERR_INVALID_ARGUMENT;
+  sa_sim_lock();
+  default_stream.mode = mode;
+  settle();
+  sa_sim_unlock();
+  return SA_OK;
+}
+
+sa_status sa_host_stream_step(sa_stream stream, size_t n, size_t *done) {
+  if (done != NULL) *done = 0;
+  sa_sim_lock();
+  sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  if (s == NULL) {
+    sa_sim_unlock();
+    return SA_ERR_UNKNOWN_STREAM;
+  }
+  size_t total = 0;
+  while (total < n) {
+    size_t k = run(s, n - total);
+    if (k == 0) break;
+    total += k;
+    settle(); /* may unblock a wait of s on an auto stream */
+  }
+  sa_sim_unlock();
+  if (done != NULL) *done = total;
+  return SA_OK;
+}
+
+sa_status sa_host_stream_drain(sa_stream stream) {
+  sa_sim_lock();
+  sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  if (s != NULL) {
+    drive(s, s->enqueued);
+    settle();
+  }
+  sa_sim_unlock();
+  return s == NULL ? SA_ERR_UNKNOWN_STREAM : SA_OK;
+}
+
+sa_status sa_host_drain_all(void) {
+  sa_sim_lock();
+  for (size_t slot = 0; slot < tab.nslots; slot++) {
+    sa_sim_stream *s = sa_sim_stream_at(slot);
+    if (s != NULL) drive(s, s->enqueued);
+  }
+  settle();
+  sa_sim_unlock();
+  return SA_OK;
+}
+
+size_t sa_host_stream_pending(sa_stream stream) {
+  sa_sim_lock();
+  sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  size_t n = s == NULL ? 0 : (size_t)(s->enqueued - s->completed);
+  sa_sim_unlock();
+  return n;
+}
+
+static sa_status kernel_args(const void *p, size_t size) {
+  if (size % 4 != 0 || (p == NULL && size != 0)) return SA_ERR_INVALID_ARGUMENT;
+  if ((uintptr_t)p > UINTPTR_MAX - size) return SA_ERR_INVALID_ARGUMENT;
+  return SA_OK;
+}
+
+sa_status sa_host_fill(sa_stream stream, void *p, size_t size, uint32_t pattern) {
+  sa_status st = kernel_args(p, size);
+  if (st != SA_OK) return st;
+  sa_sim_lock();
+  st = sa_sim_enqueue_kernel(stream, SA_SIM_OP_FILL, (uintptr_t)p, size, pattern, NULL);
+  sa_sim_unlock();
+  return st;
+}
+
+sa_status sa_host_check(sa_stream stream, const void *p, size_t size, uint32_t pattern,
+                        uint64_t *mismatches) {
+  sa_status st = kernel_args(p, size);
+  if (st != SA_OK) return st;
+  if (mismatches == NULL) return SA_ERR_INVALID_ARGUMENT;
+  sa_sim_lock();
+  st = sa_sim_enqueue_kernel(stream, SA_SIM_OP_CHECK, (uintptr_t)p, size, pattern, mismatches);
+  sa_sim_unlock();
+  return st;
+}
