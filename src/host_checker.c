@@ -94,11 +94,12 @@ sa_status sa_sim_check_handout(uintptr_t p, size_t size, sa_stream stream) {
       describe(u, uname, sizeof uname);
       fprintf(stderr,
               "streamarena host checker: stream-order violation: block %p (%zu bytes) "
-              "handed to %s while %s still has an unfinished %s of [%p, %p) "
-              "(op ticket %" PRIu64 ", completed %" PRIu64 ") with no wait edge to it\n",
+              "handed to %s, but %s has an unfinished %s of [%p, %p) (op ticket %" PRIu64
+              ", completed up to %" PRIu64 ") that %s is not ordered after (it waited on "
+              "no event recorded after that op)\n",
               (void *)p, size, sname, uname, op_name(op->kind), (void *)op->p,
               (void *)(op->p + op->size), u->completed + 1 + (uint64_t)(i - u->head),
-              u->completed);
+              u->completed, sname);
       sa_sim_note_violation();
       return SA_ERR_STREAM_ORDER;
     }
