@@ -1,0 +1,122 @@
+/* The shared host-backend fixture; see fixture.h. */
+#include "fixture.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static void release_streams(sa_fixture *f, sa_status *first_error) {
+  for (size_t i = f->stream_count; i-- > 0;) {
+    sa_status s = sa_host_stream_drain(f->streams[i]);
+    if (s == SA_OK && f->arena != NULL) s = sa_stream_release(f->arena, f->streams[i]);
+    sa_status d = sa_host_stream_destroy(f->streams[i]);
+    if (s == SA_OK) s = d;
+    if (s != SA_OK && *first_error == SA_OK) *first_error = s;
+    f->streams[i] = NULL;
+  }
+  f->stream_count = 0;
+}
+
+sa_status sa_fixture_setup(sa_fixture *f, const char *spec, size_t stream_count,
+                           sa_host_mode mode) {
+  if (f == NULL || stream_count > SA_FIXTURE_MAX_STREAMS) return SA_ERR_INVALID_ARGUMENT;
+  memset(f, 0, sizeof *f);
+  sa_host_get_counters(&f->before);
+
+  sa_config cfg;
+  sa_config_init(&cfg);
+  char err[256];
+  sa_status s = sa_config_parse(&cfg, "backend=host", err, sizeof err);
+  if (s == SA_OK) s = sa_config_parse(&cfg, spec, err, sizeof err);
+  if (s != SA_OK) {
+    fprintf(stderr, "fixture: bad spec '%s': %s\n", spec, err);
+    return s;
+  }
+  s = sa_arena_create(&cfg, &f->arena);
+  if (s != SA_OK) {
+    f->arena = NULL;
+    return s;
+  }
+  for (size_t i = 0; i < stream_count; i++) {
+    s = sa_host_stream_create(mode, &f->streams[i]);
+    if (s != SA_OK) break;
+    f->stream_count++;
+  }
+  if (s != SA_OK) {
+    sa_status ignored = SA_OK;
+    release_streams(f, &ignored);
+    sa_arena_destroy(f->arena);
+    f->arena = NULL;
+  }
+  return s;
+}
+
+/* Print each simulator counter that grew since setup; true if none did. */
+static int counters_back(const sa_host_counters *before) {
+  sa_host_counters now;
+  sa_host_get_counters(&now);
+  int clean = 1;
+#define SA_FIXTURE_CHECK(field)                                                       \
+  if (now.field > before->field) {                                                    \
+    fprintf(stderr, "fixture: leaked %s: %zu before, %zu after teardown\n", #field,  \
+            (size_t)before->field, (size_t)now.field);                                \
+    clean = 0;                                                                        \
+  }
+  SA_FIXTURE_CHECK(va_ranges)
+  SA_FIXTURE_CHECK(chunks)
+  SA_FIXTURE_CHECK(chunk_bytes)
+  SA_FIXTURE_CHECK(mappings)
+  SA_FIXTURE_CHECK(events)
+  SA_FIXTURE_CHECK(streams)
+#undef SA_FIXTURE_CHECK
+  return clean;
+}
+
+sa_status sa_fixture_teardown(sa_fixture *f) {
+  if (f == NULL) return SA_ERR_INVALID_ARGUMENT;
+  sa_status first = SA_OK;
+  release_streams(f, &first);
+  sa_status d = sa_arena_destroy(f->arena);
+  f->arena = NULL;
+  if (d != SA_OK) return d;
+  if (first != SA_OK) return first;
+  return counters_back(&f->before) ? SA_OK : SA_ERR_INTERNAL;
+}
+
+int sa_fixture_cmocka_setup(void **state) {
+  sa_fixture *f = malloc(sizeof *f);
+  if (f == NULL) return -1;
+  sa_status s = sa_fixture_setup(f, NULL, 2, SA_HOST_MANUAL);
+  if (s != SA_OK) {
+    fprintf(stderr, "fixture: setup failed: %s\n", sa_status_string(s));
+    free(f);
+    return -1;
+  }
+  *state = f;
+  return 0;
+}
+
+int sa_fixture_cmocka_teardown(void **state) {
+  sa_fixture *f = *state;
+  sa_status s = sa_fixture_teardown(f);
+  free(f);
+  *state = NULL;
+  if (s != SA_OK) {
+    fprintf(stderr, "fixture: teardown failed: %s\n", sa_status_string(s));
+    return -1;
+  }
+  return 0;
+}
+
+void sa_fixture_assert_status_(sa_status got, sa_status want, const char *expr,
+                               const char *file, int line) {
+  if (got == want) return;
+  print_error("%s returned %s (%d), expected %s (%d)\n", expr, sa_status_string(got), (int)got,
+              sa_status_string(want), (int)want);
+  _fail(file, line);
+}

@@ -1,0 +1,61 @@
+/* Shared test fixture: an arena on the host simulator with its own streams,
+ * torn down with a leak check.
+ *
+ *   static int setup(void **state) { return sa_fixture_cmocka_setup(state); }
+ *   ...
+ *   cmocka_unit_test_setup_teardown(my_test, sa_fixture_cmocka_setup,
+ *                                   sa_fixture_cmocka_teardown)
+ *   ...
+ *   static void my_test(void **state) {
+ *     sa_fixture *f = *state;
+ *     void *p;
+ *     sa_assert_ok(sa_alloc(f->arena, &p, 4096, f->streams[0]));
+ *     ...
+ *   }
+ *
+ * Owns the arena and the streams it made; calls the public API and host.h
+ * only, so it tests the library the way users see it. */
+#ifndef SA_TEST_FIXTURE_H
+#define SA_TEST_FIXTURE_H
+
+#include <stddef.h>
+
+#include <streamarena/host.h>
+#include <streamarena/streamarena.h>
+
+#define SA_FIXTURE_MAX_STREAMS 8
+
+typedef struct sa_fixture_s {
+  sa_arena *arena;
+  sa_stream streams[SA_FIXTURE_MAX_STREAMS];
+  size_t stream_count;
+  sa_host_counters before; /* the simulator's state before setup */
+} sa_fixture;
+
+/* Create an arena with "backend=host" plus spec (sa_config_parse syntax;
+ * NULL or "" for none) and stream_count streams of the given mode. On error
+ * everything made so far is released. */
+sa_status sa_fixture_setup(sa_fixture *f, const char *spec, size_t stream_count,
+                           sa_host_mode mode);
+
+/* Drain every stream, release the streams to the arena and destroy them,
+ * destroy the arena, and compare the simulator's counters with those taken
+ * at setup. Returns the arena's destroy status (SA_ERR_LIVE_BLOCKS when
+ * blocks were left), or SA_ERR_INTERNAL after printing what leaked. */
+sa_status sa_fixture_teardown(sa_fixture *f);
+
+/* cmocka setup/teardown: a fixture with 2 SA_HOST_MANUAL streams and the
+ * default configuration in *state; teardown fails the test on any leak. */
+int sa_fixture_cmocka_setup(void **state);
+int sa_fixture_cmocka_teardown(void **state);
+
+/* Fail the current cmocka test unless expr returns want, naming both
+ * statuses (cmocka's assert_int_equal would print bare numbers). */
+#define sa_assert_status(expr, want) \
+  sa_fixture_assert_status_((expr), (want), #expr, __FILE__, __LINE__)
+#define sa_assert_ok(expr) sa_assert_status((expr), SA_OK)
+
+void sa_fixture_assert_status_(sa_status got, sa_status want, const char *expr,
+                               const char *file, int line);
+
+#endif /* SA_TEST_FIXTURE_H */
