@@ -1,10 +1,14 @@
-/* The per-thread last driver error (and, once the host backend lands,
- * backend selection).
+/* Backend selection and the per-thread last driver error.
  *
- * Owns the thread-local record behind sa_last_driver_error, written by the
- * backends through sa_driver_set_error. Called by driver_cuda.c,
- * driver_host.c and the public API.
+ * Owns the choice of backend for sa_driver_open (explicit, or AUTO through
+ * the environment variable STREAMARENA_BACKEND and then what the machine
+ * offers) and the thread-local record behind sa_last_driver_error. Calls the
+ * backend constructors (driver_cuda.c, driver_host.c); called by the arena.
  */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
 #include "driver.h"
 
 /* The last failing driver call of this thread. name is always a static
@@ -20,4 +24,51 @@ void sa_driver_set_error(int code, const char *name) {
 int sa_last_driver_error(const char **name) {
   if (name != NULL) *name = tl_error_name != NULL ? tl_error_name : "no error";
   return tl_error_code;
+}
+
+/* STREAMARENA_BACKEND: unset, empty or "auto" leave AUTO; "cuda" and "host"
+ * force that backend; anything else is rejected rather than guessed at. */
+static sa_status backend_from_env(sa_backend *backend) {
+  const char *v = getenv("STREAMARENA_BACKEND");
+  if (v == NULL || v[0] == '\0' || strcasecmp(v, "auto") == 0) {
+    *backend = SA_BACKEND_AUTO;
+  } else if (strcasecmp(v, "cuda") == 0) {
+    *backend = SA_BACKEND_CUDA;
+  } else if (strcasecmp(v, "host") == 0) {
+    *backend = SA_BACKEND_HOST;
+  } else {
+    return SA_ERR_INVALID_ARGUMENT;
+  }
+  return SA_OK;
+}
+
+/* AUTO: CUDA when it opens. The simulator stands in only where CUDA is
+ * absent altogether (no libcuda, cuInit fails, no device at all): on a
+ * machine with GPUs, a bad ordinal or a driver failure is reported instead
+ * of silently handing out host memory. */
+static sa_status open_auto(int device, sa_driver **out) {
+  sa_status st = sa_driver_cuda_open(device, out);
+  if (st != SA_ERR_NO_DEVICE) return st;
+  int count = 0;
+  if (sa_driver_cuda_device_count(&count) != SA_ERR_NO_DEVICE) return st;
+  return sa_driver_host_open(device, out);
+}
+
+sa_status sa_driver_open(sa_backend backend, int device, sa_driver **out) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (backend == SA_BACKEND_AUTO) {
+    sa_status st = backend_from_env(&backend);
+    if (st != SA_OK) return st;
+  }
+  switch (backend) {
+    case SA_BACKEND_AUTO:
+      return open_auto(device, out);
+    case SA_BACKEND_CUDA:
+      return sa_driver_cuda_open(device, out);
+    case SA_BACKEND_HOST:
+      return sa_driver_host_open(device, out);
+    default:
+      return SA_ERR_INVALID_ARGUMENT;
+  }
 }
