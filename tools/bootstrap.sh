@@ -63,7 +63,8 @@ if ((${#missing[@]} > 0)); then
   fi
   say "installing: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get update -qq ||
+    say "apt-get update failed; installing from the package lists at hand"
   "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   say "packages: all present"
