@@ -9,7 +9,10 @@ SA_TEST_DEPS = [
     "@cmocka",
 ]
 
-def sa_test(name, srcs = None, deps = [], copts = [], size = "medium", **kwargs):
+# What every test carries at run time: the TSAN suppressions (.bazelrc).
+SA_TEST_DATA = ["//tools:tsan.supp"]
+
+def sa_test(name, srcs = None, deps = [], copts = [], data = [], size = "medium", **kwargs):
     """A cc_test from <name>.c, linked with the library and cmocka.
 
     Args:
@@ -17,6 +20,7 @@ def sa_test(name, srcs = None, deps = [], copts = [], size = "medium", **kwargs)
       srcs: sources; default [name + ".c"].
       deps: extra dependencies (":fixture" for the host-backend fixture).
       copts: extra compiler flags.
+      data: extra run-time files.
       size: Bazel's size; "medium" leaves sanitizer builds room, the test
         itself must not depend on wall-clock time.
       **kwargs: passed to cc_test (tags, shard_count, env, ...).
@@ -26,6 +30,7 @@ def sa_test(name, srcs = None, deps = [], copts = [], size = "medium", **kwargs)
         srcs = srcs if srcs != None else [name + ".c"],
         copts = SA_TEST_COPTS + copts,
         deps = deps + SA_TEST_DEPS,
+        data = data + SA_TEST_DATA,
         size = size,
         **kwargs
     )
