@@ -1,0 +1,344 @@
+/* sa_alloc, sa_free, sa_record_stream: the fast paths and their slow paths.
+ *
+ * Fast path (same thread, same stream as the last call, block in the thread
+ * cache): a class computation, a stack pop or push, one state byte, two
+ * owner-only counters. Everything else goes through the _generic paths,
+ * which also do tracing and stream-order checking when those are on.
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+static inline size_t large_threshold(const sa_arena *a) {
+  return atomic_load_explicit(&a->xlarge_threshold, memory_order_relaxed);
+}
+
+static inline void live_account(sa_tentry *e, int64_t delta) {
+  e->live_delta += delta;
+  if (sa_unlikely(e->live_delta >= (int64_t)SA_LIVE_FLUSH_BYTES ||
+                  e->live_delta <= -(int64_t)SA_LIVE_FLUSH_BYTES))
+    sa__tentry_publish_live(e);
+}
+
+static inline bool entry_current(const sa_tentry *e, const sa_arena *a, sa_stream s) {
+  return atomic_load_explicit(&e->xarena, memory_order_relaxed) == a && e->stream == s &&
+         e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------------------
+ * Allocation
+ * ---------------------------------------------------------------------- */
+
+/* A small block for e's stream, refilling the bin in a batch if needed. */
+static sa_status small_alloc(sa_arena *a, sa_tentry *e, size_t size, void **out) {
+  unsigned cls = sa_size_class(size);
+  sa_tbin *b = &e->bins[cls];
+  if (b->n == 0) {
+    if (b->cap == 0 && sa__tbin_init(b, cls) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
+    sa_status st;
+    uint32_t want = b->cap / 2 > 0 ? b->cap / 2 : 1;
+    b->n = (uint16_t)sa__stream_arena_take(e->sarena, cls, b->slots, want, &st);
+    if (b->n == 0) return st != SA_OK ? st : SA_ERR_OUT_OF_MEMORY;
+  }
+  sa_cached_block blk = b->slots[--b->n];
+  atomic_store_explicit(blk.state, SA_BLOCK_LIVE, memory_order_relaxed);
+  live_account(e, (int64_t)sa_class_size(cls));
+  (void)a;
+  *out = blk.p;
+  return SA_OK;
+}
+
+static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, void **out) {
+  if (size > large_threshold(a)) {
+    sa_status st = sa__span_alloc(a, e->sarena, size, out);
+    if (st == SA_OK) live_account(e, (int64_t)size);
+    return st;
+  }
+  return small_alloc(a, e, size, out);
+}
+
+/* Write the out-of-memory report (SA_FLAG_OOM_REPORT). */
+static void oom_report(sa_arena *a, size_t size, sa_stream s) {
+  sa_stats st;
+  if (sa_get_stats(a, &st) != SA_OK) return;
+  fprintf(stderr,
+          "streamarena: out of memory: %zu bytes on stream %p; live %zu, reserved %zu "
+          "(cap %zu), cached %zu, chunks %zu, superblocks %zu (%zu empty), spans %zu, "
+          "deferred %zu\n",
+          size, s, st.live_bytes, st.reserved_bytes, a->physical_cap, st.cached_bytes,
+          st.chunks_total, st.superblocks_total, st.superblocks_empty, st.large_spans,
+          st.deferred_frees);
+  (void)sa_snapshot_write(a, stderr);
+}
+
+/* Allocate, reclaiming on the way: first what completed, then waiting for
+ * pending work, then the user's callback. */
+static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_stream s,
+                                  void **out) {
+  size_t rounded = size > large_threshold(a) ? size : sa_class_size(sa_size_class(size));
+  if (rounded > a->physical_cap) {
+    atomic_fetch_add_explicit(&a->xoom_events, 1, memory_order_relaxed);
+    return SA_ERR_OUT_OF_MEMORY; /* no reclaim can make it fit */
+  }
+  sa_status st = try_alloc(a, e, size, out);
+  for (int attempt = 0, callbacks = 0; st == SA_ERR_OUT_OF_MEMORY; attempt++) {
+    if (attempt < 2) {
+      sa__tentry_flush_own(a);
+      st = sa__reclaim(a, rounded, attempt == 1);
+      if (st != SA_OK) break;
+    } else if (a->cfg.oom_callback != NULL && callbacks++ < 8 &&
+               a->cfg.oom_callback(a, size, s, a->cfg.oom_user_data)) {
+      attempt = 0;
+    } else {
+      st = SA_ERR_OUT_OF_MEMORY;
+      break;
+    }
+    st = try_alloc(a, e, size, out);
+  }
+  if (st == SA_ERR_OUT_OF_MEMORY) {
+    atomic_fetch_add_explicit(&a->xoom_events, 1, memory_order_relaxed);
+    if (a->cfg.flags & SA_FLAG_OOM_REPORT) oom_report(a, size, s);
+  }
+  return st;
+}
+
+SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size, sa_stream s) {
+  *out = NULL;
+  if (size == 0) return SA_OK;
+  sa_tentry *e;
+  sa_status st = sa__tentry_get(a, s, &e);
+  if (st != SA_OK) return st;
+  if (e->out != NULL) sa__tentry_flush_out(e);
+  void *p;
+  st = alloc_reclaiming(a, e, size, s, &p);
+  if (st != SA_OK) return st;
+  atomic_fetch_add_explicit(&a->xslow_allocs, 1, memory_order_relaxed);
+  if (sa_unlikely(a->hooks)) {
+    if ((a->cfg.flags & SA_FLAG_CHECK_STREAM_ORDER) && a->drv->ops->check_handout != NULL) {
+      st = a->drv->ops->check_handout(a->drv, (uintptr_t)p, size, s);
+      if (st != SA_OK) {
+        (void)sa_free(p, s); /* back where it came from; the caller gets nothing */
+        return st;
+      }
+    }
+    if (a->trace != NULL) sa__trace(a, 'a', p, size, s);
+  }
+  *out = p;
+  return SA_OK;
+}
+
+sa_status sa_alloc(sa_arena *a, void **out, size_t size, sa_stream s) {
+  if (sa_unlikely(a == NULL || out == NULL)) {
+    if (out != NULL) *out = NULL;
+    return SA_ERR_INVALID_ARGUMENT;
+  }
+  sa_tentry *e = sa__tentry_last();
+  if (sa_likely(e != NULL && size - 1 < large_threshold(a) && !a->hooks &&
+                entry_current(e, a, s))) {
+    unsigned cls = sa_size_class(size);
+    sa_tbin *b = &e->bins[cls];
+    if (sa_likely(b->n > 0)) {
+      sa_cached_block blk = b->slots[--b->n];
+      atomic_store_explicit(blk.state, SA_BLOCK_LIVE, memory_order_relaxed);
+      sa__count(&e->xfast_allocs);
+      live_account(e, (int64_t)sa_class_size(cls));
+      *out = blk.p;
+      return SA_OK;
+    }
+  }
+  return alloc_generic(a, out, size, s);
+}
+
+/* ------------------------------------------------------------------------
+ * Free
+ * ---------------------------------------------------------------------- */
+
+/* Locate p's block: SA_OK with *sb and *idx, or why not. */
+static sa_status find_block(sa_arena *a, uintptr_t p, sa_desc **d, uint32_t *idx) {
+  *d = sa__pagemap_get(a, p);
+  if (*d == NULL) return SA_ERR_INVALID_POINTER;
+  if ((*d)->kind == SA_DESC_SPAN) {
+    sa_span *sp = (sa_span *)*d;
+    if (!sp->in_use || p != sp->hdr.base) return SA_ERR_INVALID_POINTER;
+    *idx = 0;
+    return SA_OK;
+  }
+  sa_superblock *sb = (sa_superblock *)*d;
+  if (sb->owner == NULL) return SA_ERR_DOUBLE_FREE; /* whole superblock is free */
+  uintptr_t off = p - sb->hdr.base;
+  *idx = (uint32_t)(off / sb->block_size);
+  if ((uintptr_t)*idx * sb->block_size != off || *idx >= sb->nblocks)
+    return SA_ERR_INVALID_POINTER;
+  return SA_OK;
+}
+
+static sa_status state_check(uint8_t state) {
+  if (state == SA_BLOCK_LIVE || state == SA_BLOCK_RECORDED) return SA_OK;
+  return SA_ERR_DOUBLE_FREE;
+}
+
+/* A block freed on a stream other than its owner's, or a recorded one. */
+static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uint32_t idx,
+                               void *p, sa_stream s) {
+  _Atomic uint8_t *state = &sb->state[idx];
+  bool recorded = atomic_load_explicit(state, memory_order_relaxed) == SA_BLOCK_RECORDED;
+  if (!recorded) {
+    sa_deferred *d = e->out;
+    if (d != NULL && (d->owner != sb->owner || d->freed_on != s || d->n == SA_BATCH_MAX)) {
+      sa__tentry_flush_out(e);
+      if (e->out != NULL) return SA_ERR_DRIVER; /* could not record its event */
+      d = NULL;
+    }
+    if (d == NULL) {
+      d = calloc(1, sizeof *d);
+      if (d == NULL) return SA_ERR_OUT_OF_MEMORY;
+      d->owner = sb->owner;
+      d->freed_on = s;
+      e->out = d;
+    }
+    atomic_store_explicit(state, SA_BLOCK_DEFERRED, memory_order_relaxed);
+    d->blocks[d->n].p = p;
+    d->blocks[d->n].state = state;
+    d->n++;
+    return SA_OK;
+  }
+  /* Recorded: one batch of its own, with an event on every stream. */
+  sa_stream *streams;
+  unsigned n;
+  sa__record_take(a, (uintptr_t)p, &streams, &n);
+  sa_deferred *d = calloc(1, sizeof *d);
+  sa_status st = d == NULL ? SA_ERR_OUT_OF_MEMORY : SA_OK;
+  bool own = sb->owner == e->sarena;
+  for (unsigned i = 0; st == SA_OK && i <= n; i++) {
+    sa_stream t = i < n ? streams[i] : s;
+    if (i == n && own) break; /* the owner's own stream orders itself */
+    if (t == sb->owner->stream && !sb->owner->released) continue;
+    sa_event ev;
+    st = sa__event_record_new(a, t, &ev);
+    if (st != SA_OK) break;
+    if (d->nevents < sizeof d->events / sizeof d->events[0]) {
+      d->events[d->nevents++] = ev;
+    } else { /* more streams than a batch holds: wait for this one now */
+      st = sa__event_retire(a, ev, true);
+    }
+  }
+  if (st != SA_OK) {
+    if (d != NULL)
+      for (unsigned i = 0; i < d->nevents; i++) sa__event_drop(a, d->events[i]);
+    free(d);
+    for (unsigned i = 0; i < n; i++) (void)sa__record_add(a, (uintptr_t)p, streams[i]);
+    free(streams);
+    return st;
+  }
+  free(streams);
+  d->owner = sb->owner;
+  d->freed_on = s;
+  atomic_store_explicit(state, SA_BLOCK_DEFERRED, memory_order_relaxed);
+  d->blocks[0].p = p;
+  d->blocks[0].state = state;
+  d->n = 1;
+  sa__stream_arena_push_deferred(sb->owner, d);
+  return SA_OK;
+}
+
+SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
+  uintptr_t p = (uintptr_t)ptr;
+  sa_arena *a = sa__arena_of(p);
+  if (a == NULL) return SA_ERR_INVALID_POINTER;
+  sa_desc *d;
+  uint32_t idx;
+  sa_status st = find_block(a, p, &d, &idx);
+  if (st != SA_OK) return st;
+  uint8_t state = d->kind == SA_DESC_SPAN
+                      ? atomic_load_explicit(&((sa_span *)d)->xstate, memory_order_relaxed)
+                      : atomic_load_explicit(&((sa_superblock *)d)->state[idx],
+                                             memory_order_relaxed);
+  st = state_check(state);
+  if (st != SA_OK) return st;
+  sa_tentry *e;
+  st = sa__tentry_get(a, s, &e); /* validates the stream */
+  if (st != SA_OK) return st;
+  if (d->kind == SA_DESC_SPAN) {
+    sa_span *sp = (sa_span *)d;
+    size_t request = sp->request;
+    st = sa__span_free(a, sp, s);
+    if (st == SA_OK) live_account(e, -(int64_t)request);
+  } else {
+    sa_superblock *sb = (sa_superblock *)d;
+    size_t bs = sb->block_size;
+    if (state == SA_BLOCK_LIVE && sb->owner == e->sarena) {
+      sa_tbin *b = &e->bins[sb->cls];
+      if (b->cap == 0 && sa__tbin_init(b, sb->cls) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
+      if (b->n == b->cap) sa__tentry_flush_bin(e, sb->cls, b->cap / 2);
+      atomic_store_explicit(&sb->state[idx], SA_BLOCK_CACHED, memory_order_relaxed);
+      b->slots[b->n].p = ptr;
+      b->slots[b->n].state = &sb->state[idx];
+      b->n++;
+    } else {
+      st = free_deferred(a, e, sb, idx, ptr, s);
+    }
+    if (st == SA_OK) live_account(e, -(int64_t)bs);
+  }
+  if (st != SA_OK) return st;
+  atomic_fetch_add_explicit(&a->xslow_frees, 1, memory_order_relaxed);
+  if (sa_unlikely(a->trace != NULL)) sa__trace(a, 'f', ptr, 0, s);
+  return SA_OK;
+}
+
+sa_status sa_free(void *ptr, sa_stream s) {
+  if (ptr == NULL) return SA_OK;
+  sa_tentry *e = sa__tentry_last();
+  if (sa_likely(e != NULL && e->stream == s)) {
+    sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
+    if (sa_likely(a != NULL && !a->hooks &&
+                  e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed))) {
+      sa_desc *d = sa__pagemap_get(a, (uintptr_t)ptr);
+      if (sa_likely(d != NULL && d->kind == SA_DESC_SUPERBLOCK)) {
+        sa_superblock *sb = (sa_superblock *)d;
+        uintptr_t off = (uintptr_t)ptr - sb->hdr.base;
+        uintptr_t idx = off / sb->block_size;
+        sa_tbin *b = &e->bins[sb->cls];
+        if (sa_likely(sb->owner == e->sarena && idx * sb->block_size == off &&
+                      idx < sb->nblocks && b->n < b->cap &&
+                      atomic_load_explicit(&sb->state[idx], memory_order_relaxed) ==
+                          SA_BLOCK_LIVE)) {
+          atomic_store_explicit(&sb->state[idx], SA_BLOCK_CACHED, memory_order_relaxed);
+          b->slots[b->n].p = ptr;
+          b->slots[b->n].state = &sb->state[idx];
+          b->n++;
+          sa__count(&e->xfast_frees);
+          live_account(e, -(int64_t)sb->block_size);
+          return SA_OK;
+        }
+      }
+    }
+  }
+  return free_generic(ptr, s);
+}
+
+/* ------------------------------------------------------------------------
+ * sa_record_stream
+ * ---------------------------------------------------------------------- */
+sa_status sa_record_stream(void *ptr, sa_stream other) {
+  if (ptr == NULL) return SA_ERR_INVALID_POINTER;
+  uintptr_t p = (uintptr_t)ptr;
+  sa_arena *a = sa__arena_of(p);
+  if (a == NULL) return SA_ERR_INVALID_POINTER;
+  sa_desc *d;
+  uint32_t idx;
+  sa_status st = find_block(a, p, &d, &idx);
+  if (st != SA_OK) return st;
+  _Atomic uint8_t *state = d->kind == SA_DESC_SPAN ? &((sa_span *)d)->xstate
+                                                   : &((sa_superblock *)d)->state[idx];
+  st = state_check(atomic_load_explicit(state, memory_order_relaxed));
+  if (st != SA_OK) return st;
+  sa_stream_arena *owner =
+      d->kind == SA_DESC_SPAN ? ((sa_span *)d)->owner : ((sa_superblock *)d)->owner;
+  if (owner->stream == other && !owner->released) return SA_OK; /* ordered already */
+  st = a->drv->ops->stream_validate(a->drv, other);
+  if (st != SA_OK) return st;
+  st = sa__record_add(a, p, other);
+  if (st != SA_OK) return st;
+  atomic_store_explicit(state, SA_BLOCK_RECORDED, memory_order_relaxed);
+  return SA_OK;
+}

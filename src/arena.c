@@ -1,0 +1,305 @@
+/* Arenas: creation and destruction, the registry that maps an address to
+ * its arena, tuning and statistics.
+ *
+ * The registry is a fixed table read under a read lock by the slow paths
+ * (sa_free of a pointer the thread cache cannot place); arena destruction
+ * removes the arena from it before anything is torn down, so a later free
+ * of one of its pointers is SA_ERR_INVALID_POINTER, never a crash.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+pthread_mutex_t sa__registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_rwlock_t registry_rw = PTHREAD_RWLOCK_INITIALIZER;
+static sa_arena *registry[SA_MAX_ARENAS];
+static _Atomic uint64_t next_arena_id = 1;
+
+sa_arena *sa__arena_of(uintptr_t p) {
+  sa_arena *found = NULL;
+  pthread_rwlock_rdlock(&registry_rw);
+  for (size_t i = 0; i < SA_MAX_ARENAS && found == NULL; i++) {
+    sa_arena *a = registry[i];
+    if (a != NULL && p - a->va_base < a->va_size) found = a;
+  }
+  pthread_rwlock_unlock(&registry_rw);
+  return found;
+}
+
+static sa_status registry_add(sa_arena *a) {
+  sa_status st = SA_ERR_OUT_OF_MEMORY;
+  pthread_rwlock_wrlock(&registry_rw);
+  for (size_t i = 0; i < SA_MAX_ARENAS; i++) {
+    if (registry[i] == NULL) {
+      registry[i] = a;
+      st = SA_OK;
+      break;
+    }
+  }
+  pthread_rwlock_unlock(&registry_rw);
+  return st;
+}
+
+static void registry_remove(sa_arena *a) {
+  pthread_rwlock_wrlock(&registry_rw);
+  for (size_t i = 0; i < SA_MAX_ARENAS; i++)
+    if (registry[i] == a) registry[i] = NULL;
+  pthread_rwlock_unlock(&registry_rw);
+}
+
+void sa__live_add(sa_arena *a, int64_t delta) {
+  int64_t now = atomic_fetch_add_explicit(&a->xlive_bytes, delta, memory_order_relaxed) + delta;
+  int64_t peak = atomic_load_explicit(&a->xlive_peak, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(&a->xlive_peak, &peak, now,
+                                                              memory_order_relaxed,
+                                                              memory_order_relaxed)) {
+  }
+}
+
+static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+/* Resolve the configuration's zeros against the device; reject what the
+ * arena cannot honour. */
+static sa_status resolve_config(sa_arena *a, size_t total) {
+  sa_config *c = &a->cfg;
+  if (c->superblock_size == 0) c->superblock_size = a->gran;
+  if (c->superblock_size % a->gran != 0 || c->superblock_size > ((size_t)1 << 30))
+    return SA_ERR_BAD_CONFIG;
+  a->large_threshold_explicit = c->large_threshold != 0;
+  if (c->large_threshold == 0) c->large_threshold = c->superblock_size / 2;
+  if (c->large_threshold > SA_CLASS_MAX_SIZE) c->large_threshold = SA_CLASS_MAX_SIZE;
+  if (c->large_threshold < SA_ALIGNMENT || c->large_threshold > c->superblock_size)
+    return SA_ERR_BAD_CONFIG;
+  a->physical_cap = c->max_physical_bytes != 0 ? c->max_physical_bytes : total;
+  if (a->physical_cap < a->gran) return SA_ERR_BAD_CONFIG;
+  size_t va = c->va_reserve_bytes != 0 ? c->va_reserve_bytes : 4 * total;
+  if (va < c->superblock_size || va > ((size_t)1 << 46)) return SA_ERR_BAD_CONFIG;
+  a->va_size = round_up(va, a->gran);
+  return SA_OK;
+}
+
+static void arena_free(sa_arena *a) {
+  pthread_mutex_destroy(&a->lock);
+  pthread_mutex_destroy(&a->event_lock);
+  pthread_mutex_destroy(&a->record_lock);
+  pthread_mutex_destroy(&a->trace_lock);
+  free(a);
+}
+
+sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  sa_arena *a = calloc(1, sizeof *a);
+  if (a == NULL) return SA_ERR_OUT_OF_MEMORY;
+  if (config != NULL)
+    a->cfg = *config;
+  else
+    sa_config_init(&a->cfg);
+  pthread_mutex_init(&a->lock, NULL);
+  pthread_mutex_init(&a->event_lock, NULL);
+  pthread_mutex_init(&a->record_lock, NULL);
+  pthread_mutex_init(&a->trace_lock, NULL);
+  ck_stack_init(&a->free_superblocks);
+  a->id = atomic_fetch_add(&next_arena_id, 1);
+
+  sa_status st = sa_driver_open(a->cfg.backend, a->cfg.device, &a->drv);
+  if (st != SA_OK) {
+    arena_free(a);
+    return st;
+  }
+  size_t total = 0;
+  st = a->drv->ops->granularity(a->drv, &a->gran);
+  if (st == SA_OK) st = a->drv->ops->total_memory(a->drv, &total);
+  if (st == SA_OK && !is_pow2(a->gran)) st = SA_ERR_INTERNAL;
+  if (st == SA_OK) {
+    a->gran_shift = (unsigned)__builtin_ctzll(a->gran);
+    st = resolve_config(a, total);
+  }
+  if (st == SA_OK) st = a->drv->ops->va_reserve(a->drv, a->va_size, a->gran, &a->va_base);
+  if (st != SA_OK) {
+    sa_driver_close(a->drv);
+    arena_free(a);
+    return st;
+  }
+  atomic_store(&a->xsuperblock_size, a->cfg.superblock_size);
+  atomic_store(&a->xlarge_threshold, a->cfg.large_threshold);
+  st = sa__va_init(a);
+  if (st == SA_OK && a->cfg.trace_path[0] != '\0') st = sa__trace_open(a, a->cfg.trace_path);
+  if (st == SA_OK) st = registry_add(a);
+  if (st != SA_OK) {
+    sa__trace_close(a);
+    sa__va_fini(a);
+    (void)a->drv->ops->va_release(a->drv, a->va_base, a->va_size);
+    sa_driver_close(a->drv);
+    arena_free(a);
+    return st;
+  }
+  a->hooks = a->trace != NULL || ((a->cfg.flags & SA_FLAG_CHECK_STREAM_ORDER) &&
+                                  a->drv->ops->check_handout != NULL);
+  *out = a;
+  return SA_OK;
+}
+
+sa_backend sa_arena_backend(const sa_arena *a) {
+  return a != NULL ? a->drv->backend : SA_BACKEND_AUTO;
+}
+
+/* Keep the first failure. */
+static void note(sa_status *first, sa_status st) {
+  if (*first == SA_OK) *first = st;
+}
+
+sa_status sa_arena_destroy(sa_arena *a) {
+  if (a == NULL) return SA_OK;
+  sa_status first = SA_OK;
+  sa_stats stats;
+  (void)sa_get_stats(a, &stats); /* before the entries and their counts go */
+  uint64_t live = stats.alloc_count - stats.free_count;
+  pthread_mutex_lock(&sa__registry_lock);
+  registry_remove(a);
+  sa__entries_detach(a);
+  pthread_mutex_unlock(&sa__registry_lock);
+
+  /* Wait for the work of every stream still alive, then drop the streams. */
+  for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next) {
+    if (!sa->released && a->drv->ops->stream_validate(a->drv, sa->stream) == SA_OK)
+      note(&first, a->drv->ops->stream_synchronize(a->drv, sa->stream));
+    sa->released = true; /* record nothing on it any more */
+  }
+  for (sa_stream_arena *sa = a->streams, *n; sa != NULL; sa = n) {
+    n = sa->next;
+    for (sa_span *sp = sa->span_cache; sp != NULL; sp = sp->next) sp->owner = NULL;
+    sa__stream_arena_destroy(sa);
+  }
+  a->streams = NULL;
+
+  /* Everything mapped goes, live or not; then the chunks and the range. */
+  sa_superblock *sb;
+  while ((sb = sa__superblock_pop_global(a)) != NULL)
+    if (sb->event != NULL) note(&first, sa__event_retire(a, sb->event, true));
+  for (sa_span *sp = a->retiring; sp != NULL; sp = sp->next) {
+    for (unsigned i = 0; i < sp->nevents; i++)
+      note(&first, sa__event_retire(a, sp->events[i], true));
+    free(sp->events);
+  }
+  for (sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
+    if (sb->hdr.chunks != NULL) note(&first, sa__physical_unmap(a, &sb->hdr));
+  for (sa_span *sp = a->all_spans; sp != NULL; sp = sp->all_next)
+    if (sp->hdr.chunks != NULL) note(&first, sa__physical_unmap(a, &sp->hdr));
+  sa__physical_release_cached(a, 0);
+  if (a->chunk_cache != NULL) note(&first, SA_ERR_DRIVER);
+  note(&first, a->drv->ops->va_release(a->drv, a->va_base, a->va_size));
+  sa__event_pool_fini(a);
+  sa__record_fini(a);
+  sa__trace_close(a);
+  for (sb = a->all_superblocks; sb != NULL;) {
+    sa_superblock *n = sb->all_next;
+    free(sb->free_idx);
+    free((void *)sb->state);
+    free(sb);
+    sb = n;
+  }
+  for (sa_span *sp = a->all_spans; sp != NULL;) {
+    sa_span *n = sp->all_next;
+    free(sp);
+    sp = n;
+  }
+  sa__va_fini(a);
+  sa_driver_close(a->drv);
+  arena_free(a);
+  if (first != SA_OK) return first;
+  if (live != 0) {
+    fprintf(stderr, "streamarena: arena destroyed with %llu blocks still allocated\n",
+            (unsigned long long)live);
+    return SA_ERR_LIVE_BLOCKS;
+  }
+  return SA_OK;
+}
+
+sa_status sa_set_superblock_size(sa_arena *a, size_t bytes) {
+  if (a == NULL || bytes == 0 || bytes % a->gran != 0 || bytes > ((size_t)1 << 30) ||
+      bytes > a->va_size)
+    return SA_ERR_INVALID_ARGUMENT;
+  pthread_mutex_lock(&a->lock);
+  size_t threshold = atomic_load(&a->xlarge_threshold);
+  if (!a->large_threshold_explicit) {
+    threshold = bytes / 2 < SA_CLASS_MAX_SIZE ? bytes / 2 : SA_CLASS_MAX_SIZE;
+  } else if (threshold > bytes) {
+    pthread_mutex_unlock(&a->lock);
+    return SA_ERR_INVALID_ARGUMENT; /* blocks must fit in a superblock */
+  }
+  /* Grow the threshold last and shrink it first, so no thread ever carves a
+   * class larger than the superblock it gets. */
+  if (threshold < atomic_load(&a->xlarge_threshold)) atomic_store(&a->xlarge_threshold, threshold);
+  atomic_store(&a->xsuperblock_size, bytes);
+  atomic_store(&a->xlarge_threshold, threshold);
+  a->cfg.superblock_size = bytes;
+  a->cfg.large_threshold = threshold;
+  pthread_mutex_unlock(&a->lock);
+  return SA_OK;
+}
+
+sa_status sa_stream_release(sa_arena *a, sa_stream s) {
+  if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
+  return sa__release_stream(a, s);
+}
+
+sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
+  if (a == NULL || out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  memset(out, 0, sizeof *out);
+  uint64_t fast_allocs = atomic_load(&a->xretired_fast_allocs);
+  uint64_t fast_frees = atomic_load(&a->xretired_fast_frees);
+  size_t empty_local = 0, span_cached = 0, streams = 0;
+  pthread_mutex_lock(&a->lock);
+  for (sa_tentry *e = a->entries; e != NULL; e = e->arena_next) {
+    fast_allocs += atomic_load_explicit(&e->xfast_allocs, memory_order_relaxed);
+    fast_frees += atomic_load_explicit(&e->xfast_frees, memory_order_relaxed);
+  }
+  sa_stream_arena *head = a->streams;
+  pthread_mutex_unlock(&a->lock);
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
+    pthread_mutex_lock(&sa->lock);
+    empty_local += sa->nempty;
+    span_cached += sa->span_cache_bytes;
+    streams += !sa->released;
+    pthread_mutex_unlock(&sa->lock);
+  }
+  pthread_mutex_lock(&a->lock);
+  size_t sb_total = 0, sb_bytes_free = 0;
+  for (sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
+    if (sb->hdr.chunks != NULL) sb_total++;
+  size_t global_free = atomic_load(&a->xfree_superblocks);
+  size_t sb_size = atomic_load(&a->xsuperblock_size);
+  sb_bytes_free = (global_free + empty_local) * sb_size;
+  for (sa_span *sp = a->clean_spans; sp != NULL; sp = sp->next) span_cached += sp->hdr.size;
+  for (sa_span *sp = a->retiring; sp != NULL; sp = sp->next) span_cached += sp->hdr.size;
+  out->reserved_bytes = a->physical_bytes;
+  out->reserved_bytes_peak = a->physical_peak;
+  out->cached_bytes = a->chunk_cache_bytes + sb_bytes_free + span_cached;
+  out->va_used_bytes = a->va_used;
+  out->va_reserved_bytes = a->va_size;
+  out->superblocks_total = sb_total;
+  out->superblocks_empty = global_free + empty_local;
+  out->superblocks_active = sb_total - out->superblocks_empty;
+  out->large_spans = a->live_spans;
+  out->chunks_total = a->nchunks;
+  pthread_mutex_unlock(&a->lock);
+  int64_t live = atomic_load(&a->xlive_bytes);
+  out->live_bytes = live > 0 ? (size_t)live : 0;
+  out->live_bytes_peak = (size_t)atomic_load(&a->xlive_peak);
+  out->alloc_count = fast_allocs + atomic_load(&a->xslow_allocs);
+  out->free_count = fast_frees + atomic_load(&a->xslow_frees);
+  out->fast_allocs = fast_allocs;
+  out->fast_frees = fast_frees;
+  uint64_t ops = out->alloc_count + out->free_count;
+  out->fast_path_ratio = ops ? (double)(fast_allocs + fast_frees) / (double)ops : 0.0;
+  out->deferred_frees = atomic_load(&a->xdeferred_blocks);
+  out->events_in_flight = atomic_load(&a->xevents_in_flight);
+  out->streams = streams;
+  out->oom_events = atomic_load(&a->xoom_events);
+  out->defragmentations = atomic_load(&a->xdefrags);
+  return SA_OK;
+}

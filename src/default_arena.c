@@ -1,0 +1,70 @@
+/* Default arenas: one per device, created at first use, configured by the
+ * environment variable STREAMARENA_CONF. They back the drop-in calls
+ * sa_malloc_async / sa_free_async.
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+#define SA_MAX_DEVICES 64
+
+static pthread_mutex_t defaults_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(sa_arena *) defaults[SA_MAX_DEVICES];
+
+sa_status sa_default_arena(int device, sa_arena **out) {
+  if (out == NULL || device < 0 || device >= SA_MAX_DEVICES) return SA_ERR_INVALID_ARGUMENT;
+  sa_arena *a = atomic_load_explicit(&defaults[device], memory_order_acquire);
+  if (a != NULL) {
+    *out = a;
+    return SA_OK;
+  }
+  sa_status st = SA_OK;
+  pthread_mutex_lock(&defaults_lock);
+  a = atomic_load_explicit(&defaults[device], memory_order_acquire);
+  if (a == NULL) {
+    sa_config cfg;
+    sa_config_init(&cfg);
+    const char *env = getenv("STREAMARENA_CONF");
+    char err[256];
+    if (env != NULL) st = sa_config_parse(&cfg, env, err, sizeof err);
+    if (st != SA_OK) {
+      fprintf(stderr, "streamarena: STREAMARENA_CONF: %s\n", err);
+    } else {
+      cfg.device = device;
+      st = sa_arena_create(&cfg, &a);
+      if (st == SA_OK) atomic_store_explicit(&defaults[device], a, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&defaults_lock);
+  if (st == SA_OK) *out = a;
+  return st;
+}
+
+/* The calling thread's current CUDA device, or 0 (host, or none current). */
+static int current_device(void) {
+  int dev = 0;
+  if (sa_driver_cuda_current_device(&dev) != SA_OK) dev = 0;
+  return dev;
+}
+
+sa_status sa_malloc_async(void **out, size_t size, sa_stream stream) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  sa_arena *a;
+  sa_status st = sa_default_arena(current_device(), &a);
+  if (st != SA_OK) {
+    *out = NULL;
+    return st;
+  }
+  return sa_alloc(a, out, size, stream);
+}
+
+sa_status sa_free_async(void *p, sa_stream stream) { return sa_free(p, stream); }
+
+void sa_default_arenas_shutdown(void) {
+  pthread_mutex_lock(&defaults_lock);
+  for (int i = 0; i < SA_MAX_DEVICES; i++) {
+    sa_arena *a = atomic_exchange(&defaults[i], NULL);
+    if (a != NULL) (void)sa_arena_destroy(a);
+  }
+  pthread_mutex_unlock(&defaults_lock);
+}

@@ -1,0 +1,337 @@
+/* Private types and cross-file prototypes of the allocator core.
+ *
+ * Layers, top to bottom (each calls only the ones below it):
+ *   alloc.c          public sa_alloc / sa_free / sa_record_stream, fast paths
+ *   thread_cache.c   per-thread caches keyed by (arena, stream)
+ *   stream_arena.c   per-stream arenas: size-class bins, inbox, deferred frees
+ *   superblock.c     carving superblocks into blocks; the global free stack
+ *   span.c           large allocations: their own mapped virtual span
+ *   reclaim.c        getting memory back: out of memory, trim, defragment
+ *   physical.c       physical chunks: cache, stitching, map and unmap
+ *   va_space.c       the reserved virtual range and the page map
+ *   event_pool.c     pooled driver events
+ *   arena.c          arena life cycle, registry, tuning, statistics
+ *   driver.h         the device
+ *
+ * Naming: sa_ is public, sa__ is internal across files, static functions
+ * have no prefix. Fields that other threads read without the owner's lock
+ * are _Atomic and prefixed x.
+ */
+#ifndef SA_INTERNAL_H
+#define SA_INTERNAL_H
+
+#include <ck_stack.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <streamarena/streamarena.h>
+
+#include "driver.h"
+#include "size_class.h"
+
+#define sa_likely(x) __builtin_expect(!!(x), 1)
+#define sa_unlikely(x) __builtin_expect(!!(x), 0)
+#define SA_NOINLINE __attribute__((noinline))
+
+#define SA_MAX_ARENAS 256          /* live arenas in a process */
+#define SA_KEEP_EMPTY_SUPERBLOCKS 2 /* per stream, kept before going global */
+#define SA_LIVE_FLUSH_BYTES (256u << 10) /* per-thread live-byte slack */
+#define SA_BATCH_MAX 64            /* blocks per cross-stream batch */
+#define SA_RECORD_BUCKETS 1024
+
+typedef struct sa_stream_arena_s sa_stream_arena;
+typedef struct sa_tentry_s sa_tentry;
+
+/* ------------------------------------------------------------------------
+ * Descriptors: what a granule of the reserved range belongs to. They live
+ * in host memory and are type-stable until the arena is destroyed (a
+ * lock-free pop may still read a descriptor that was just taken).
+ * ---------------------------------------------------------------------- */
+typedef enum sa_desc_kind_e { SA_DESC_SUPERBLOCK = 1, SA_DESC_SPAN = 2 } sa_desc_kind;
+
+/* Block states, one byte per block (distinct bytes: no read-modify-write). */
+enum {
+  SA_BLOCK_FREE = 0,     /* in its superblock's free pool */
+  SA_BLOCK_CACHED = 1,   /* in a thread cache */
+  SA_BLOCK_LIVE = 2,     /* handed to the user */
+  SA_BLOCK_RECORDED = 3, /* handed to the user, sa_record_stream called */
+  SA_BLOCK_DEFERRED = 4  /* freed, waiting for an event */
+};
+
+typedef struct sa_chunk_s {
+  sa_chunk_handle handle;
+  size_t size;
+  struct sa_chunk_s *next; /* in the chunk cache or a piece list */
+} sa_chunk;
+
+typedef struct sa_desc_s {
+  sa_desc_kind kind;
+  uintptr_t base;
+  size_t size;       /* virtual bytes, a multiple of the granularity */
+  sa_chunk *chunks;  /* physical backing, in address order */
+} sa_desc;
+
+typedef struct sa_superblock_s {
+  sa_desc hdr;
+  ck_stack_entry_t link;            /* global free stack */
+  struct sa_superblock_s *next, *prev; /* bin or empty list of its owner */
+  struct sa_superblock_s *all_next; /* every superblock of the arena */
+  sa_stream_arena *owner;           /* NULL while on the global free stack */
+  sa_event event;                   /* recorded when it left its last owner */
+  sa_stream_arena *event_owner;     /* ... on this stream arena's stream */
+  unsigned cls;                     /* size class, valid while owned */
+  size_t block_size;
+  uint32_t nblocks, used, bump, nfree, capacity;
+  uint32_t *free_idx;               /* free block indices (owner lock) */
+  _Atomic uint8_t *state;           /* per block SA_BLOCK_* */
+  bool in_bin;                      /* on its bin's partial list */
+} sa_superblock;
+
+typedef struct sa_span_s {
+  sa_desc hdr;
+  struct sa_span_s *next, *prev;    /* in a span cache or retiring list */
+  struct sa_span_s *all_next;
+  sa_stream_arena *owner;           /* stream it was last allocated on */
+  size_t request;                   /* bytes the user asked for */
+  _Atomic uint8_t xstate;           /* SA_BLOCK_LIVE/RECORDED/FREE/DEFERRED */
+  sa_event *events;                 /* retiring: wait for all of them */
+  unsigned nevents;
+  bool in_use;                      /* descriptor holds a mapping */
+} sa_span;
+
+/* A block handed to a thread cache: the address and its state byte. */
+typedef struct sa_cached_block_s {
+  void *p;
+  _Atomic uint8_t *state;
+} sa_cached_block;
+
+/* Blocks freed on another stream than their owner's, or after
+ * sa_record_stream: usable by the owner once every event completed. */
+typedef struct sa_deferred_s {
+  ck_stack_entry_t link;            /* owner's inbox */
+  struct sa_deferred_s *next;       /* owner's pending list */
+  sa_stream_arena *owner;
+  sa_stream freed_on;
+  unsigned nevents;
+  sa_event events[4];               /* more streams: see stream_arena.c */
+  uint32_t n;
+  sa_cached_block blocks[SA_BATCH_MAX];
+} sa_deferred;
+
+/* ------------------------------------------------------------------------
+ * Stream arena: one per (arena, stream).
+ * ---------------------------------------------------------------------- */
+struct sa_stream_arena_s {
+  sa_arena *arena;
+  sa_stream stream;
+  pthread_mutex_t lock;
+  CK_CC_CACHELINE ck_stack_t inbox; /* sa_deferred pushed by any thread */
+  sa_superblock *bins[SA_CLASS_COUNT]; /* superblocks with free blocks */
+  sa_superblock *empty;              /* empty superblocks kept here */
+  unsigned nempty;
+  sa_deferred *pending;              /* drained, events not complete */
+  size_t pending_blocks;
+  sa_span *span_cache;               /* freed on this stream, still mapped */
+  size_t span_cache_bytes;
+  bool released;                     /* sa_stream_release was called */
+  sa_event final_event;              /* recorded at release */
+  struct sa_stream_arena_s *next;    /* arena's list (all of them) */
+};
+
+/* ------------------------------------------------------------------------
+ * Thread cache entry: one per (thread, arena, stream).
+ * ---------------------------------------------------------------------- */
+typedef struct sa_tbin_s {
+  uint16_t n, cap;
+  sa_cached_block *slots;
+} sa_tbin;
+
+struct sa_tentry_s {
+  _Atomic(sa_arena *) xarena; /* NULL once the arena is destroyed */
+  sa_stream stream;
+  sa_stream_arena *sarena;
+  uint64_t epoch;             /* arena's stream epoch when bound */
+  sa_tbin bins[SA_CLASS_COUNT];
+  /* Counters: written by the owning thread only (no read-modify-write),
+   * read by sa_get_stats. Slow-path counts are kept by the arena. */
+  _Atomic uint64_t xfast_allocs, xfast_frees;
+  int64_t live_delta;         /* not yet published to the arena */
+  sa_deferred *out;           /* open cross-stream batch */
+  struct sa_tentry_s *arena_next, *arena_prev; /* arena's entry list */
+  struct sa_tcache_s *cache;
+};
+
+/* ------------------------------------------------------------------------
+ * The arena (global arena of one device).
+ * ---------------------------------------------------------------------- */
+struct sa_arena_s {
+  uint64_t id;
+  sa_driver *drv;
+  sa_config cfg;
+  size_t gran;
+  unsigned gran_shift;
+  size_t physical_cap;
+
+  /* Virtual range and page map (va_space.c). */
+  uintptr_t va_base;
+  size_t va_size;
+  _Atomic(sa_desc *) *pagemap;
+  struct sa_va_free_s *va_free; /* sorted free ranges (lock) */
+  size_t va_used;
+
+  _Atomic size_t xsuperblock_size;
+  _Atomic size_t xlarge_threshold;
+  bool large_threshold_explicit;
+  bool hooks;                   /* tracing or checking: skip the fast path */
+
+  pthread_mutex_t lock;         /* physical, va, spans, stream map, lists */
+  sa_chunk *chunk_cache;        /* unmapped chunks, no pending work */
+  size_t chunk_cache_bytes;
+  size_t physical_bytes, physical_peak, nchunks;
+  sa_superblock *all_superblocks;
+  sa_superblock *spare_superblocks; /* descriptors without a mapping */
+  sa_span *all_spans;           /* descriptors, used or not */
+  sa_span *spare_spans;         /* descriptors without a mapping */
+  sa_span *clean_spans;         /* mapped, free, no pending work */
+  sa_span *retiring;            /* mapped, free, waiting for events */
+  size_t live_spans;
+
+  CK_CC_CACHELINE ck_stack_t free_superblocks; /* empty, mapped */
+  _Atomic size_t xfree_superblocks;
+
+  sa_stream_arena *streams;     /* every stream arena (lock) */
+  _Atomic uint64_t xstream_epoch;
+
+  pthread_mutex_t event_lock;   /* event pool */
+  sa_event *event_pool;
+  size_t event_pool_n, event_pool_cap;
+  _Atomic size_t xevents_in_flight;
+
+  sa_tentry *entries;           /* thread cache entries (lock) */
+  pthread_mutex_t record_lock;  /* sa_record_stream side table */
+  struct sa_record_s **records; /* hash buckets, SA_RECORD_BUCKETS */
+
+  /* Statistics kept on slow paths. */
+  _Atomic int64_t xlive_bytes;
+  _Atomic int64_t xlive_peak;
+  _Atomic uint64_t xslow_allocs, xslow_frees; /* not served by a thread cache */
+  _Atomic uint64_t xretired_fast_allocs, xretired_fast_frees; /* exited threads */
+  _Atomic size_t xdeferred_blocks;
+  _Atomic uint64_t xoom_events, xdefrags;
+
+  FILE *trace;                  /* trace.c */
+  pthread_mutex_t trace_lock;
+  uint64_t trace_seq;
+};
+
+/* ------------------------------------------------------------------------
+ * Cross-file functions, grouped by the file that defines them.
+ * ---------------------------------------------------------------------- */
+
+/* arena.c */
+sa_arena *sa__arena_of(uintptr_t p); /* live arena holding p, or NULL */
+void sa__live_add(sa_arena *a, int64_t delta);
+extern pthread_mutex_t sa__registry_lock; /* arena registry and entries */
+
+/* va_space.c */
+sa_status sa__va_init(sa_arena *a);
+void sa__va_fini(sa_arena *a);
+sa_status sa__va_alloc(sa_arena *a, size_t size, uintptr_t *out); /* lock held */
+void sa__va_free(sa_arena *a, uintptr_t va, size_t size);         /* lock held */
+void sa__pagemap_set(sa_arena *a, uintptr_t va, size_t size, sa_desc *d);
+static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
+  uintptr_t off = p - a->va_base;
+  if (off >= a->va_size) return NULL;
+  return atomic_load_explicit(&a->pagemap[off >> a->gran_shift], memory_order_acquire);
+}
+
+/* physical.c: all with the arena lock held */
+sa_status sa__physical_map(sa_arena *a, sa_desc *d); /* back d->base..size */
+sa_status sa__physical_unmap(sa_arena *a, sa_desc *d); /* chunks to the cache */
+size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes);
+
+/* event_pool.c */
+sa_status sa__event_get(sa_arena *a, sa_event *out);
+void sa__event_put(sa_arena *a, sa_event e);
+/* Record a pooled event on stream. */
+sa_status sa__event_record_new(sa_arena *a, sa_stream stream, sa_event *out);
+/* Make stream wait for e unless e already completed; then e goes back to the
+ * pool. On error e is still returned to the pool. */
+sa_status sa__event_consume(sa_arena *a, sa_event e, sa_stream stream);
+/* Retire e into the pool if it completed (with wait: once it has);
+ * SA_ERR_NOT_READY leaves e with the caller. */
+sa_status sa__event_retire(sa_arena *a, sa_event e, bool wait);
+/* Back to the pool without waiting: stream order already covers it (a pending
+ * event may be re-recorded; waits enqueued earlier keep their target). */
+void sa__event_drop(sa_arena *a, sa_event e);
+void sa__event_pool_fini(sa_arena *a);
+
+/* superblock.c */
+sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, sa_superblock **out);
+sa_status sa__superblock_format(sa_superblock *sb, unsigned cls); /* owner lock */
+void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e,
+                              sa_stream_arena *from);
+sa_superblock *sa__superblock_pop_global(sa_arena *a);
+
+/* stream_arena.c */
+sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out);
+uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_block *out,
+                               uint32_t want, sa_status *st);
+void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, uint32_t n);
+void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d);
+void sa__stream_arena_drain(sa_stream_arena *sa, bool force); /* owner lock held */
+void sa__stream_arena_shed(sa_stream_arena *sa); /* empties and spans to global */
+void sa__stream_arena_destroy(sa_stream_arena *sa);
+sa_status sa__release_stream(sa_arena *a, sa_stream s);
+
+/* span.c */
+sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, void **out);
+sa_status sa__span_free(sa_arena *a, sa_span *sp, sa_stream s);
+void sa__span_retire_cached(sa_arena *a, sa_stream_arena *sa); /* owner lock held */
+size_t sa__span_reap(sa_arena *a, bool wait); /* retiring -> clean; lock held */
+void sa__span_unmap_clean(sa_arena *a); /* clean spans -> chunk cache; lock held */
+
+/* record.c */
+sa_status sa__record_add(sa_arena *a, uintptr_t p, sa_stream s);
+/* Take the streams recorded for p (malloc'd array, *n entries). */
+void sa__record_take(sa_arena *a, uintptr_t p, sa_stream **streams, unsigned *n);
+void sa__record_fini(sa_arena *a);
+
+/* reclaim.c */
+sa_status sa__reclaim(sa_arena *a, size_t want, bool wait); /* no lock held */
+
+/* thread_cache.c */
+sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out);
+extern _Thread_local struct sa_tcache_s *sa__tl_cache;
+static inline sa_tentry *sa__tentry_last(void);
+sa_status sa__tbin_init(sa_tbin *b, unsigned cls);
+void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep);
+void sa__tentry_flush_out(sa_tentry *e);
+void sa__tentry_publish_live(sa_tentry *e);
+void sa__entries_detach(sa_arena *a); /* arena destroy: registry lock held */
+void sa__tentry_flush_own(sa_arena *a); /* calling thread's entries of a */
+
+struct sa_tcache_s {
+  sa_tentry *last; /* the one-entry "last stream" hit */
+  unsigned n;
+  sa_tentry *entries[16];
+};
+static inline sa_tentry *sa__tentry_last(void) {
+  struct sa_tcache_s *tc = sa__tl_cache;
+  return tc != NULL ? tc->last : NULL;
+}
+static inline void sa__count(_Atomic uint64_t *c) { /* owner-only counter */
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+}
+
+/* trace.c */
+sa_status sa__trace_open(sa_arena *a, const char *path);
+void sa__trace(sa_arena *a, char op, const void *p, size_t size, sa_stream s);
+void sa__trace_close(sa_arena *a);
+
+#endif /* SA_INTERNAL_H */

@@ -1,0 +1,149 @@
+/* Physical memory: chunks from the driver, the chunk cache, and stitching.
+ *
+ * A descriptor's virtual range is backed by one or more whole chunks mapped
+ * back to back. Chunks need not be physically contiguous, so any free chunk
+ * can serve any range ("stitching"): memory freed as many small superblocks
+ * becomes one large span without growing the footprint.
+ *
+ * Policy: take cached chunks largest-first among those no larger than what
+ * is still missing (a chunk is mapped whole: the driver maps no partial
+ * handles), then create ONE chunk for the remainder, so chunk sizes grow
+ * with requests (one 1 GiB handle maps ~100x faster than 512 small ones).
+ * When the physical cap is in the way, cached chunks too large to fit are
+ * released to make room. Chunks are never split or merged.
+ *
+ * Every function here runs with the arena lock held. Only chunks with no
+ * pending device work enter the cache: callers unmap after their events.
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+static void cache_push(sa_arena *a, sa_chunk *c) {
+  c->next = a->chunk_cache;
+  a->chunk_cache = c;
+  a->chunk_cache_bytes += c->size;
+}
+
+/* Remove and return the largest cached chunk of at most limit bytes. */
+static sa_chunk *cache_take_fitting(sa_arena *a, size_t limit) {
+  sa_chunk **best = NULL;
+  for (sa_chunk **pc = &a->chunk_cache; *pc != NULL; pc = &(*pc)->next)
+    if ((*pc)->size <= limit && (best == NULL || (*pc)->size > (*best)->size)) best = pc;
+  if (best == NULL) return NULL;
+  sa_chunk *c = *best;
+  *best = c->next;
+  a->chunk_cache_bytes -= c->size;
+  c->next = NULL;
+  return c;
+}
+
+static sa_status chunk_release(sa_arena *a, sa_chunk *c) {
+  sa_status st = a->drv->ops->chunk_release(a->drv, c->handle);
+  if (st != SA_OK) return st;
+  a->physical_bytes -= c->size;
+  a->nchunks--;
+  free(c);
+  return SA_OK;
+}
+
+/* Release cached chunks, largest first, until at most keep_bytes stay. */
+size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
+  size_t released = 0;
+  while (a->chunk_cache_bytes > keep_bytes) {
+    sa_chunk *c = cache_take_fitting(a, SIZE_MAX);
+    size_t size = c->size;
+    if (chunk_release(a, c) != SA_OK) {
+      cache_push(a, c); /* keep it; a later trim may succeed */
+      break;
+    }
+    released += size;
+  }
+  return released;
+}
+
+static sa_status chunk_create(sa_arena *a, size_t size, sa_chunk **out) {
+  /* Make room under the cap by giving back cached chunks that cannot serve
+   * this request (the caller already took every one that fits). */
+  while (a->physical_bytes + size > a->physical_cap && a->chunk_cache != NULL) {
+    sa_chunk *c = cache_take_fitting(a, SIZE_MAX);
+    if (chunk_release(a, c) != SA_OK) {
+      cache_push(a, c);
+      return SA_ERR_DRIVER;
+    }
+  }
+  if (a->physical_bytes + size > a->physical_cap) return SA_ERR_OUT_OF_MEMORY;
+  sa_chunk *c = malloc(sizeof *c);
+  if (c == NULL) return SA_ERR_OUT_OF_MEMORY;
+  sa_status st = a->drv->ops->chunk_create(a->drv, size, &c->handle);
+  if (st != SA_OK) {
+    free(c);
+    return st;
+  }
+  c->size = size;
+  c->next = NULL;
+  a->physical_bytes += size;
+  a->nchunks++;
+  if (a->physical_bytes > a->physical_peak) a->physical_peak = a->physical_bytes;
+  *out = c;
+  return SA_OK;
+}
+
+/* Undo a partial mapping: unmap [d->base, d->base + mapped) and cache the
+ * chunks. If the driver refuses to unmap, the chunks stay attached to d and
+ * the caller keeps d out of circulation. */
+static sa_status unwind(sa_arena *a, sa_desc *d, sa_chunk *pieces, size_t mapped) {
+  if (mapped > 0) {
+    sa_status st = a->drv->ops->unmap(a->drv, d->base, mapped);
+    if (st != SA_OK) {
+      d->chunks = pieces;
+      return st;
+    }
+  }
+  for (sa_chunk *c = pieces, *n; c != NULL; c = n) {
+    n = c->next;
+    cache_push(a, c);
+  }
+  d->chunks = NULL;
+  return SA_OK;
+}
+
+sa_status sa__physical_map(sa_arena *a, sa_desc *d) {
+  sa_chunk *head = NULL, **tail = &head;
+  size_t missing = d->size;
+  sa_chunk *c;
+  while (missing > 0 && (c = cache_take_fitting(a, missing)) != NULL) {
+    *tail = c;
+    tail = &c->next;
+    missing -= c->size;
+  }
+  sa_status st = SA_OK;
+  if (missing > 0) {
+    st = chunk_create(a, missing, &c);
+    if (st == SA_OK) *tail = c;
+  }
+  size_t off = 0;
+  for (c = head; st == SA_OK && c != NULL; c = c->next) {
+    st = a->drv->ops->map(a->drv, d->base + off, c->size, c->handle);
+    if (st == SA_OK) off += c->size;
+  }
+  if (st == SA_OK) st = a->drv->ops->set_access(a->drv, d->base, d->size);
+  if (st != SA_OK) {
+    if (unwind(a, d, head, off) != SA_OK) return SA_ERR_DRIVER;
+    return st;
+  }
+  d->chunks = head;
+  return SA_OK;
+}
+
+sa_status sa__physical_unmap(sa_arena *a, sa_desc *d) {
+  if (d->chunks == NULL) return SA_OK;
+  sa_status st = a->drv->ops->unmap(a->drv, d->base, d->size);
+  if (st != SA_OK) return st;
+  for (sa_chunk *c = d->chunks, *n; c != NULL; c = n) {
+    n = c->next;
+    cache_push(a, c);
+  }
+  d->chunks = NULL;
+  return SA_OK;
+}

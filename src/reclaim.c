@@ -1,0 +1,85 @@
+/* Getting memory back: the out-of-memory path, sa_trim and sa_defragment.
+ *
+ * Memory that is free but held in some shape (empty superblocks of a
+ * stream, cached or retiring spans, superblocks on the global stack) is
+ * unmapped once no pending work can touch it, and its chunks go to the
+ * chunk cache, where stitching (physical.c) turns them into whatever shape
+ * is asked for next. Nothing is unmapped before its events completed: the
+ * driver's unmap does not wait for queued work.
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+/* Unmap a superblock that no stream owns; its descriptor becomes spare.
+ * Arena lock held. */
+static sa_status unmap_superblock(sa_arena *a, sa_superblock *sb) {
+  sa_status st = sa__physical_unmap(a, &sb->hdr);
+  if (st != SA_OK) return st;
+  sa__pagemap_set(a, sb->hdr.base, sb->hdr.size, NULL);
+  sa__va_free(a, sb->hdr.base, sb->hdr.size);
+  sb->hdr.base = 0;
+  sb->next = a->spare_superblocks;
+  a->spare_superblocks = sb;
+  return SA_OK;
+}
+
+/* Superblocks on the global stack whose event completed (or, with wait,
+ * once it has) are unmapped; the others go back on the stack. */
+static void unmap_free_superblocks(sa_arena *a, bool wait) {
+  sa_superblock *keep = NULL, *sb;
+  while ((sb = sa__superblock_pop_global(a)) != NULL) {
+    sa_status st = SA_OK;
+    if (sb->event != NULL) {
+      st = sa__event_retire(a, sb->event, wait);
+      if (st == SA_OK) sb->event = NULL;
+    }
+    pthread_mutex_lock(&a->lock);
+    if (st == SA_OK) st = unmap_superblock(a, sb);
+    pthread_mutex_unlock(&a->lock);
+    if (st != SA_OK) {
+      sb->next = keep;
+      keep = sb;
+    }
+  }
+  while (keep != NULL) {
+    sb = keep;
+    keep = sb->next;
+    sa__superblock_to_global(a, sb, sb->event, sb->event_owner);
+  }
+}
+
+sa_status sa__reclaim(sa_arena *a, size_t want, bool wait) {
+  (void)want; /* everything free is reclaimed: stitching needs the chunks */
+  atomic_fetch_add_explicit(&a->xdefrags, 1, memory_order_relaxed);
+  pthread_mutex_lock(&a->lock);
+  sa_stream_arena *head = a->streams; /* prepend-only list: safe to walk */
+  pthread_mutex_unlock(&a->lock);
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) sa__stream_arena_shed(sa);
+  unmap_free_superblocks(a, wait);
+  pthread_mutex_lock(&a->lock);
+  sa__span_reap(a, wait);
+  sa__span_unmap_clean(a);
+  pthread_mutex_unlock(&a->lock);
+  return SA_OK;
+}
+
+sa_status sa_trim(sa_arena *a, size_t keep_bytes) {
+  if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
+  sa__tentry_flush_own(a);
+  sa_status st = sa__reclaim(a, 0, true);
+  pthread_mutex_lock(&a->lock);
+  sa__physical_release_cached(a, keep_bytes);
+  pthread_mutex_unlock(&a->lock);
+  return st;
+}
+
+sa_status sa_defragment(sa_arena *a) {
+  if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
+  sa__tentry_flush_own(a);
+  sa_status st = sa__reclaim(a, 0, false);
+  pthread_mutex_lock(&a->lock);
+  sa__physical_release_cached(a, a->cfg.release_threshold_bytes);
+  pthread_mutex_unlock(&a->lock);
+  return st;
+}

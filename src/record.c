@@ -1,0 +1,89 @@
+/* sa_record_stream's side table: for each recorded block, the extra streams
+ * that use it. Blocks in it have state SA_BLOCK_RECORDED, so the free fast
+ * path sends them here; the table is consulted only at free time.
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+typedef struct sa_record_s {
+  uintptr_t p;
+  unsigned n, cap;
+  sa_stream *streams;
+  struct sa_record_s *next;
+} sa_record;
+
+static size_t bucket_of(uintptr_t p) {
+  return (size_t)((p >> 8) * 0x9E3779B97F4A7C15ull >> 54) % SA_RECORD_BUCKETS;
+}
+
+sa_status sa__record_add(sa_arena *a, uintptr_t p, sa_stream s) {
+  sa_status st = SA_OK;
+  pthread_mutex_lock(&a->record_lock);
+  if (a->records == NULL) {
+    a->records = calloc(SA_RECORD_BUCKETS, sizeof *a->records);
+    if (a->records == NULL) {
+      pthread_mutex_unlock(&a->record_lock);
+      return SA_ERR_OUT_OF_MEMORY;
+    }
+  }
+  sa_record **head = &a->records[bucket_of(p)], *r = *head;
+  while (r != NULL && r->p != p) r = r->next;
+  if (r == NULL) {
+    r = calloc(1, sizeof *r);
+    if (r == NULL) {
+      st = SA_ERR_OUT_OF_MEMORY;
+      goto out;
+    }
+    r->p = p;
+    r->next = *head;
+    *head = r;
+  }
+  for (unsigned i = 0; i < r->n; i++)
+    if (r->streams[i] == s) goto out; /* recorded already */
+  if (r->n == r->cap) {
+    unsigned cap = r->cap ? r->cap * 2 : 2;
+    sa_stream *grown = realloc(r->streams, cap * sizeof *grown);
+    if (grown == NULL) {
+      st = SA_ERR_OUT_OF_MEMORY;
+      goto out;
+    }
+    r->streams = grown;
+    r->cap = cap;
+  }
+  r->streams[r->n++] = s;
+out:
+  pthread_mutex_unlock(&a->record_lock);
+  return st;
+}
+
+void sa__record_take(sa_arena *a, uintptr_t p, sa_stream **streams, unsigned *n) {
+  *streams = NULL;
+  *n = 0;
+  pthread_mutex_lock(&a->record_lock);
+  if (a->records != NULL) {
+    for (sa_record **pr = &a->records[bucket_of(p)]; *pr != NULL; pr = &(*pr)->next) {
+      sa_record *r = *pr;
+      if (r->p != p) continue;
+      *pr = r->next;
+      *streams = r->streams;
+      *n = r->n;
+      free(r);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&a->record_lock);
+}
+
+void sa__record_fini(sa_arena *a) {
+  if (a->records == NULL) return;
+  for (size_t i = 0; i < SA_RECORD_BUCKETS; i++) {
+    for (sa_record *r = a->records[i], *n; r != NULL; r = n) {
+      n = r->next;
+      free(r->streams);
+      free(r);
+    }
+  }
+  free(a->records);
+  a->records = NULL;
+}

@@ -1,0 +1,125 @@
+/* sa_snapshot_write: the arena's state as JSON, for people and tools
+ * (tools/render_snapshot.py draws it).
+ *
+ * It stops the arena briefly: every stream arena lock in list order, then
+ * the arena lock (other threads hold at most one stream arena lock at a
+ * time, so this order cannot deadlock). Thread caches are not stopped:
+ * their blocks show as "cached".
+ */
+#include <inttypes.h>
+
+#include "internal.h"
+
+static const char block_letter[] = {'F', 'C', 'L', 'R', 'D'}; /* SA_BLOCK_* */
+
+static const char *span_state(const sa_span *sp, const sa_arena *a) {
+  for (const sa_span *x = a->retiring; x != NULL; x = x->next)
+    if (x == sp) return "awaiting_event";
+  for (const sa_span *x = a->clean_spans; x != NULL; x = x->next)
+    if (x == sp) return "cached";
+  switch (atomic_load_explicit(&sp->xstate, memory_order_relaxed)) {
+    case SA_BLOCK_LIVE: return "live";
+    case SA_BLOCK_RECORDED: return "live";
+    default: return "cached"; /* in its stream's span cache */
+  }
+}
+
+static void write_superblock(FILE *f, const sa_superblock *sb, bool first) {
+  fprintf(f, "%s\n    {\"base\": \"0x%" PRIxPTR "\", \"size\": %zu, ", first ? "" : ",",
+          sb->hdr.base, sb->hdr.size);
+  if (sb->owner == NULL) {
+    fprintf(f, "\"state\": \"%s\", \"stream\": null}", sb->event ? "awaiting_event" : "free");
+    return;
+  }
+  uint32_t counts[5] = {0};
+  fprintf(f, "\"state\": \"%s\", \"stream\": \"%p\", \"class\": %u, \"block_size\": %zu, "
+          "\"blocks\": \"", sb->used ? "active" : "empty", sb->owner->stream, sb->cls,
+          sb->block_size);
+  for (uint32_t i = 0; i < sb->nblocks; i++) {
+    uint8_t s = atomic_load_explicit(&sb->state[i], memory_order_relaxed);
+    if (i >= sb->bump && s == SA_BLOCK_FREE) s = SA_BLOCK_FREE;
+    counts[s < 5 ? s : 0]++;
+    fputc(s < 5 ? block_letter[s] : '?', f);
+  }
+  fprintf(f, "\", \"free\": %u, \"cached\": %u, \"live\": %u, \"awaiting_event\": %u}",
+          counts[SA_BLOCK_FREE], counts[SA_BLOCK_CACHED],
+          counts[SA_BLOCK_LIVE] + counts[SA_BLOCK_RECORDED], counts[SA_BLOCK_DEFERRED]);
+}
+
+sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
+  if (a == NULL || f == NULL) return SA_ERR_INVALID_ARGUMENT;
+  sa_stats st;
+  sa_status status = sa_get_stats(a, &st);
+  if (status != SA_OK) return status;
+  pthread_mutex_lock(&a->lock);
+  sa_stream_arena *head = a->streams;
+  pthread_mutex_unlock(&a->lock);
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_lock(&sa->lock);
+  pthread_mutex_lock(&a->lock);
+
+  fprintf(f, "{\n  \"backend\": \"%s\", \"granularity\": %zu, \"va_base\": \"0x%" PRIxPTR
+          "\", \"va_size\": %zu,\n", sa_backend_name(a->drv->backend), a->gran, a->va_base,
+          a->va_size);
+  fprintf(f, "  \"superblock_size\": %zu, \"large_threshold\": %zu, \"physical_cap\": %zu,\n",
+          atomic_load(&a->xsuperblock_size), atomic_load(&a->xlarge_threshold),
+          a->physical_cap);
+  fprintf(f, "  \"stats\": {\"live_bytes\": %zu, \"live_bytes_peak\": %zu, \"reserved_bytes\": "
+          "%zu, \"reserved_bytes_peak\": %zu, \"cached_bytes\": %zu, \"deferred_frees\": %zu, "
+          "\"events_in_flight\": %zu},\n", st.live_bytes, st.live_bytes_peak,
+          st.reserved_bytes, st.reserved_bytes_peak, st.cached_bytes, st.deferred_frees,
+          st.events_in_flight);
+
+  fprintf(f, "  \"streams\": [");
+  bool first = true;
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
+    fprintf(f, "%s\n    {\"stream\": \"%p\", \"released\": %s, \"empty_superblocks\": %u, "
+            "\"span_cache_bytes\": %zu, \"deferred_blocks\": %zu, \"classes\": [",
+            first ? "" : ",", sa->stream, sa->released ? "true" : "false", sa->nempty,
+            sa->span_cache_bytes, sa->pending_blocks);
+    bool cfirst = true;
+    for (unsigned c = 0; c < SA_CLASS_COUNT; c++) {
+      size_t n = 0;
+      for (sa_superblock *sb = sa->bins[c]; sb != NULL; sb = sb->next) n++;
+      if (n == 0) continue;
+      fprintf(f, "%s{\"class\": %u, \"block_size\": %zu, \"partial_superblocks\": %zu}",
+              cfirst ? "" : ", ", c, sa_class_size(c), n);
+      cfirst = false;
+    }
+    fprintf(f, "]}");
+    first = false;
+  }
+  fprintf(f, "\n  ],\n  \"superblocks\": [");
+  first = true;
+  for (sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next) {
+    if (sb->hdr.chunks == NULL) continue;
+    write_superblock(f, sb, first);
+    first = false;
+  }
+  fprintf(f, "\n  ],\n  \"spans\": [");
+  first = true;
+  for (sa_span *sp = a->all_spans; sp != NULL; sp = sp->all_next) {
+    if (!sp->in_use) continue;
+    fprintf(f, "%s\n    {\"base\": \"0x%" PRIxPTR "\", \"size\": %zu, \"request\": %zu, "
+            "\"state\": \"%s\", \"stream\": \"%p\"}", first ? "" : ",", sp->hdr.base,
+            sp->hdr.size, sp->request, span_state(sp, a),
+            sp->owner != NULL ? sp->owner->stream : NULL);
+    first = false;
+  }
+  fprintf(f, "\n  ],\n  \"chunks\": [");
+  first = true;
+  for (sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
+    for (sa_chunk *c = sb->hdr.chunks; c != NULL; c = c->next, first = false)
+      fprintf(f, "%s{\"size\": %zu, \"mapped_at\": \"0x%" PRIxPTR "\"}", first ? "" : ", ",
+              c->size, sb->hdr.base);
+  for (sa_span *sp = a->all_spans; sp != NULL; sp = sp->all_next)
+    for (sa_chunk *c = sp->hdr.chunks; c != NULL; c = c->next, first = false)
+      fprintf(f, "%s{\"size\": %zu, \"mapped_at\": \"0x%" PRIxPTR "\"}", first ? "" : ", ",
+              c->size, sp->hdr.base);
+  for (sa_chunk *c = a->chunk_cache; c != NULL; c = c->next, first = false)
+    fprintf(f, "%s{\"size\": %zu, \"mapped_at\": null}", first ? "" : ", ", c->size);
+  fprintf(f, "]\n}\n");
+
+  pthread_mutex_unlock(&a->lock);
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_unlock(&sa->lock);
+  return ferror(f) ? SA_ERR_INTERNAL : SA_OK;
+}

@@ -1,0 +1,136 @@
+/* Superblocks: runs of the reserved range carved into blocks of one class.
+ *
+ * A superblock is owned by one stream arena at a time. When it empties, it
+ * stays with its stream (a few are kept) or goes to the global free stack
+ * (a ck lock-free stack) together with an event recorded on its last
+ * stream; the next owner makes its own stream wait for that event on the
+ * device, or skips the wait if the event already completed. New
+ * superblocks are carved from the range and backed by physical chunks.
+ * Block bookkeeping lives here in host memory: a state byte per block and a
+ * stack of free block indices.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Grow the per-block arrays to n entries; new state bytes are FREE. */
+static sa_status ensure_capacity(sa_superblock *sb, uint32_t n) {
+  if (n <= sb->capacity) return SA_OK;
+  uint32_t *idx = realloc(sb->free_idx, (size_t)n * sizeof *idx);
+  if (idx == NULL) return SA_ERR_OUT_OF_MEMORY;
+  sb->free_idx = idx;
+  _Atomic uint8_t *state = realloc((void *)sb->state, n);
+  if (state == NULL) return SA_ERR_OUT_OF_MEMORY;
+  memset((void *)(state + sb->capacity), SA_BLOCK_FREE, n - sb->capacity);
+  sb->state = state;
+  sb->capacity = n;
+  return SA_OK;
+}
+
+/* Every block of an empty superblock is FREE already, so formatting only
+ * sets the geometry. */
+sa_status sa__superblock_format(sa_superblock *sb, unsigned cls) {
+  size_t bs = sa_class_size(cls);
+  uint32_t n = (uint32_t)(sb->hdr.size / bs);
+  sa_status st = ensure_capacity(sb, n);
+  if (st != SA_OK) return st;
+  sb->cls = cls;
+  sb->block_size = bs;
+  sb->nblocks = n;
+  sb->used = sb->bump = sb->nfree = 0;
+  return SA_OK;
+}
+
+void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e,
+                              sa_stream_arena *from) {
+  sb->owner = NULL;
+  sb->event = e;
+  sb->event_owner = from;
+  atomic_fetch_add_explicit(&a->xfree_superblocks, 1, memory_order_relaxed);
+  ck_stack_push_mpmc(&a->free_superblocks, &sb->link);
+}
+
+sa_superblock *sa__superblock_pop_global(sa_arena *a) {
+  ck_stack_entry_t *e = ck_stack_pop_mpmc(&a->free_superblocks);
+  if (e == NULL) return NULL;
+  atomic_fetch_sub_explicit(&a->xfree_superblocks, 1, memory_order_relaxed);
+  return (sa_superblock *)((char *)e - offsetof(sa_superblock, link));
+}
+
+/* Carve and map a fresh superblock of the arena's current size. */
+static sa_status carve(sa_arena *a, sa_superblock **out) {
+  size_t size = atomic_load_explicit(&a->xsuperblock_size, memory_order_relaxed);
+  pthread_mutex_lock(&a->lock);
+  sa_superblock *sb = a->spare_superblocks;
+  if (sb != NULL) {
+    a->spare_superblocks = sb->next;
+  } else {
+    sb = calloc(1, sizeof *sb);
+    if (sb == NULL) {
+      pthread_mutex_unlock(&a->lock);
+      return SA_ERR_OUT_OF_MEMORY;
+    }
+    sb->hdr.kind = SA_DESC_SUPERBLOCK;
+    sb->all_next = a->all_superblocks;
+    a->all_superblocks = sb;
+  }
+  sb->hdr.size = size;
+  sa_status st = sa__va_alloc(a, size, &sb->hdr.base);
+  if (st == SA_OK) {
+    st = sa__physical_map(a, &sb->hdr);
+    if (st == SA_OK)
+      sa__pagemap_set(a, sb->hdr.base, size, &sb->hdr);
+    else if (sb->hdr.chunks == NULL) /* a refused unwind keeps its range */
+      sa__va_free(a, sb->hdr.base, size);
+  }
+  if (st != SA_OK && sb->hdr.chunks == NULL) {
+    sb->hdr.base = 0;
+    sb->next = a->spare_superblocks;
+    a->spare_superblocks = sb;
+  }
+  pthread_mutex_unlock(&a->lock);
+  if (st == SA_OK) *out = sb;
+  return st;
+}
+
+/* Owner lock held. Local empties first (no event: same stream), then the
+ * global stack (a device-side wait at most), then fresh memory. */
+sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, sa_superblock **out) {
+  sa_arena *a = sa->arena;
+  sa_superblock *sb = sa->empty;
+  if (sb != NULL) {
+    sa->empty = sb->next;
+    sa->nempty--;
+  } else if ((sb = sa__superblock_pop_global(a)) != NULL) {
+    if (sb->event != NULL) {
+      /* The same stream arena (not merely the same handle value, which a
+       * new stream may reuse) is ordered by its stream alone. */
+      sa_status st = SA_OK;
+      if (sb->event_owner == sa)
+        sa__event_drop(a, sb->event);
+      else
+        st = sa__event_consume(a, sb->event, sa->stream);
+      if (st != SA_OK) {
+        sa__superblock_to_global(a, sb, sb->event, sb->event_owner);
+        return st;
+      }
+      sb->event = NULL;
+    }
+  } else {
+    sa_status st = carve(a, &sb);
+    if (st != SA_OK) return st;
+  }
+  sb->owner = sa;
+  sa_status st = sa__superblock_format(sb, cls);
+  if (st != SA_OK) {
+    sb->next = sa->empty;
+    sa->empty = sb;
+    sa->nempty++;
+    return st;
+  }
+  sb->next = sb->prev = NULL;
+  sb->in_bin = false;
+  *out = sb;
+  return SA_OK;
+}
