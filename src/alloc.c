@@ -102,6 +102,22 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
   return st;
 }
 
+/* Tracing and stream-order checking, for both paths. */
+SA_NOINLINE static sa_status after_alloc(sa_arena *a, void *p, size_t size, sa_stream s,
+                                         void **out) {
+  if ((a->cfg.flags & SA_FLAG_CHECK_STREAM_ORDER) && a->drv->ops->check_handout != NULL) {
+    sa_status st = a->drv->ops->check_handout(a->drv, (uintptr_t)p, size, s);
+    if (st != SA_OK) {
+      *out = NULL;
+      (void)sa_free(p, s); /* back where it came from; the caller gets nothing */
+      return st;
+    }
+  }
+  if (a->trace != NULL) sa__trace(a, 'a', p, size, s);
+  *out = p;
+  return SA_OK;
+}
+
 SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size, sa_stream s) {
   *out = NULL;
   if (size == 0) return SA_OK;
@@ -113,16 +129,7 @@ SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size,
   st = alloc_reclaiming(a, e, size, s, &p);
   if (st != SA_OK) return st;
   atomic_fetch_add_explicit(&a->xslow_allocs, 1, memory_order_relaxed);
-  if (sa_unlikely(a->hooks)) {
-    if ((a->cfg.flags & SA_FLAG_CHECK_STREAM_ORDER) && a->drv->ops->check_handout != NULL) {
-      st = a->drv->ops->check_handout(a->drv, (uintptr_t)p, size, s);
-      if (st != SA_OK) {
-        (void)sa_free(p, s); /* back where it came from; the caller gets nothing */
-        return st;
-      }
-    }
-    if (a->trace != NULL) sa__trace(a, 'a', p, size, s);
-  }
+  if (sa_unlikely(a->hooks)) return after_alloc(a, p, size, s, out);
   *out = p;
   return SA_OK;
 }
@@ -133,8 +140,7 @@ sa_status sa_alloc(sa_arena *a, void **out, size_t size, sa_stream s) {
     return SA_ERR_INVALID_ARGUMENT;
   }
   sa_tentry *e = sa__tentry_last();
-  if (sa_likely(e != NULL && size - 1 < large_threshold(a) && !a->hooks &&
-                entry_current(e, a, s))) {
+  if (sa_likely(e != NULL && size - 1 < large_threshold(a) && entry_current(e, a, s))) {
     unsigned cls = sa_size_class(size);
     sa_tbin *b = &e->bins[cls];
     if (sa_likely(b->n > 0)) {
@@ -142,6 +148,7 @@ sa_status sa_alloc(sa_arena *a, void **out, size_t size, sa_stream s) {
       atomic_store_explicit(blk.state, SA_BLOCK_LIVE, memory_order_relaxed);
       sa__count(&e->xfast_allocs);
       live_account(e, (int64_t)sa_class_size(cls));
+      if (sa_unlikely(a->hooks)) return after_alloc(a, blk.p, size, s, out);
       *out = blk.p;
       return SA_OK;
     }
@@ -290,7 +297,7 @@ sa_status sa_free(void *ptr, sa_stream s) {
   sa_tentry *e = sa__tentry_last();
   if (sa_likely(e != NULL && e->stream == s)) {
     sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
-    if (sa_likely(a != NULL && !a->hooks &&
+    if (sa_likely(a != NULL &&
                   e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed))) {
       sa_desc *d = sa__pagemap_get(a, (uintptr_t)ptr);
       if (sa_likely(d != NULL && d->kind == SA_DESC_SUPERBLOCK)) {
@@ -308,6 +315,7 @@ sa_status sa_free(void *ptr, sa_stream s) {
           b->n++;
           sa__count(&e->xfast_frees);
           live_account(e, -(int64_t)sb->block_size);
+          if (sa_unlikely(a->trace != NULL)) sa__trace(a, 'f', ptr, 0, s);
           return SA_OK;
         }
       }

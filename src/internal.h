@@ -78,6 +78,7 @@ typedef struct sa_desc_s {
 typedef struct sa_superblock_s {
   sa_desc hdr;
   ck_stack_entry_t link;            /* global free stack */
+  _Atomic uint64_t xhandoff;        /* see sa__handoff_publish */
   struct sa_superblock_s *next, *prev; /* bin or empty list of its owner */
   struct sa_superblock_s *all_next; /* every superblock of the arena */
   sa_stream_arena *owner;           /* NULL while on the global free stack */
@@ -113,6 +114,7 @@ typedef struct sa_cached_block_s {
  * sa_record_stream: usable by the owner once every event completed. */
 typedef struct sa_deferred_s {
   ck_stack_entry_t link;            /* owner's inbox */
+  _Atomic uint64_t xhandoff;        /* see sa__handoff_publish */
   struct sa_deferred_s *next;       /* owner's pending list */
   sa_stream_arena *owner;
   sa_stream freed_on;
@@ -186,7 +188,7 @@ struct sa_arena_s {
   _Atomic size_t xsuperblock_size;
   _Atomic size_t xlarge_threshold;
   bool large_threshold_explicit;
-  bool hooks;                   /* tracing or checking: skip the fast path */
+  bool hooks;                   /* tracing or checking after each handout */
 
   pthread_mutex_t lock;         /* physical, va, spans, stream map, lists */
   sa_chunk *chunk_cache;        /* unmapped chunks, no pending work */
@@ -323,6 +325,19 @@ struct sa_tcache_s {
 static inline sa_tentry *sa__tentry_last(void) {
   struct sa_tcache_s *tc = sa__tl_cache;
   return tc != NULL ? tc->last : NULL;
+}
+/* ck's stacks order memory with inline assembly that C11 (and so
+ * ThreadSanitizer) cannot see. An object handed over through a ck stack is
+ * therefore also published with a C11 release store before the push and
+ * read with an acquire load after the pop: the pop follows the push, so the
+ * load sees the store and everything written before it. Costs one plain
+ * store and load on x86. */
+static inline void sa__handoff_publish(_Atomic uint64_t *x) {
+  atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + 1,
+                        memory_order_release);
+}
+static inline void sa__handoff_accept(_Atomic uint64_t *x) {
+  (void)atomic_load_explicit(x, memory_order_acquire);
 }
 static inline void sa__count(_Atomic uint64_t *c) { /* owner-only counter */
   atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,

@@ -106,6 +106,23 @@ static sa_status map_new(sa_arena *a, size_t need, sa_span **out) {
   return SA_OK;
 }
 
+/* Waiting on the device beats growing: take a retiring span of the right
+ * size behind wait edges on this stream. Arena lock held. */
+static sa_span *adopt_retiring(sa_arena *a, sa_stream_arena *sa, size_t need) {
+  sa_span *sp = best_fit(a->retiring, need);
+  if (sp == NULL) return NULL;
+  unsigned kept = 0;
+  for (unsigned i = 0; i < sp->nevents; i++)
+    if (sa__event_consume(a, sp->events[i], sa->stream) != SA_OK)
+      sp->events[kept++] = sp->events[i];
+  sp->nevents = kept;
+  if (kept > 0) return NULL; /* the driver refused a wait: leave it retiring */
+  free(sp->events);
+  sp->events = NULL;
+  list_remove(&a->retiring, sp);
+  return sp;
+}
+
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, void **out) {
   if (size > a->va_size) return SA_ERR_OUT_OF_MEMORY;
   size_t need = (size + a->gran - 1) & ~(a->gran - 1);
@@ -123,7 +140,7 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, void **o
     sp = best_fit(a->clean_spans, need);
     if (sp != NULL)
       list_remove(&a->clean_spans, sp);
-    else
+    else if ((sp = adopt_retiring(a, sa, need)) == NULL)
       st = map_new(a, need, &sp);
   }
   if (st == SA_OK) hand_out(a, sa, sp, size, out);

@@ -102,6 +102,7 @@ void sa__stream_arena_drain(sa_stream_arena *sa, bool force) {
   while (e != NULL) {
     ck_stack_entry_t *next = e->next;
     sa_deferred *d = (sa_deferred *)((char *)e - offsetof(sa_deferred, link));
+    sa__handoff_accept(&d->xhandoff);
     d->next = sa->pending;
     sa->pending = d;
     sa->pending_blocks += d->n;
@@ -121,6 +122,7 @@ void sa__stream_arena_drain(sa_stream_arena *sa, bool force) {
 
 void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d) {
   atomic_fetch_add_explicit(&owner->arena->xdeferred_blocks, d->n, memory_order_relaxed);
+  sa__handoff_publish(&d->xhandoff);
   ck_stack_push_mpmc(&owner->inbox, &d->link);
   /* Nobody allocates from a released stream any more: settle now. The lock
    * is taken once per batch, not per block. */

@@ -48,6 +48,7 @@ void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e,
   sb->event = e;
   sb->event_owner = from;
   atomic_fetch_add_explicit(&a->xfree_superblocks, 1, memory_order_relaxed);
+  sa__handoff_publish(&sb->xhandoff);
   ck_stack_push_mpmc(&a->free_superblocks, &sb->link);
 }
 
@@ -55,7 +56,9 @@ sa_superblock *sa__superblock_pop_global(sa_arena *a) {
   ck_stack_entry_t *e = ck_stack_pop_mpmc(&a->free_superblocks);
   if (e == NULL) return NULL;
   atomic_fetch_sub_explicit(&a->xfree_superblocks, 1, memory_order_relaxed);
-  return (sa_superblock *)((char *)e - offsetof(sa_superblock, link));
+  sa_superblock *sb = (sa_superblock *)((char *)e - offsetof(sa_superblock, link));
+  sa__handoff_accept(&sb->xhandoff);
+  return sb;
 }
 
 /* Carve and map a fresh superblock of the arena's current size. */
