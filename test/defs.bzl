@@ -2,10 +2,12 @@
 
 load("//:copts.bzl", "SA_TEST_COPTS")
 
-# What every test links: the library, its internal headers and cmocka.
+# What every test links: the library, its internal headers, the shared
+# host-backend fixture (fixture.h) and cmocka.
 SA_TEST_DEPS = [
     "//:internal",
     "//:streamarena",
+    "//test:fixture",
     "@cmocka",
 ]
 
@@ -18,7 +20,7 @@ def sa_test(name, srcs = None, deps = [], copts = [], data = [], size = "medium"
     Args:
       name: the test, also the source file's stem (config_test -> config_test.c).
       srcs: sources; default [name + ".c"].
-      deps: extra dependencies (":fixture" for the host-backend fixture).
+      deps: extra dependencies.
       copts: extra compiler flags.
       data: extra run-time files.
       size: Bazel's size; "medium" leaves sanitizer builds room, the test
