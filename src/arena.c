@@ -250,6 +250,7 @@ sa_status sa_stream_release(sa_arena *a, sa_stream s) {
 sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   if (a == NULL || out == NULL) return SA_ERR_INVALID_ARGUMENT;
   memset(out, 0, sizeof *out);
+  sa__tentry_publish_own(a); /* exact for the calling thread */
   uint64_t fast_allocs = atomic_load(&a->xretired_fast_allocs);
   uint64_t fast_frees = atomic_load(&a->xretired_fast_frees);
   size_t empty_local = 0, span_cached = 0, streams = 0;

@@ -316,6 +316,7 @@ void sa__tentry_flush_out(sa_tentry *e);
 void sa__tentry_publish_live(sa_tentry *e);
 void sa__entries_detach(sa_arena *a); /* arena destroy: registry lock held */
 void sa__tentry_flush_own(sa_arena *a); /* calling thread's entries of a */
+void sa__tentry_publish_own(sa_arena *a); /* their live-byte deltas */
 
 struct sa_tcache_s {
   sa_tentry *last; /* the one-entry "last stream" hit */

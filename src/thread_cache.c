@@ -220,3 +220,11 @@ void sa__tentry_flush_own(sa_arena *a) {
     if (atomic_load_explicit(&e->xarena, memory_order_relaxed) == a) entry_flush_all(e);
   }
 }
+
+void sa__tentry_publish_own(sa_arena *a) {
+  struct sa_tcache_s *tc = sa__tl_cache;
+  if (tc == NULL) return;
+  for (unsigned i = 0; i < tc->n; i++)
+    if (atomic_load_explicit(&tc->entries[i]->xarena, memory_order_relaxed) == a)
+      sa__tentry_publish_live(tc->entries[i]);
+}

@@ -244,7 +244,10 @@ typedef struct sa_stats_s {
 
 /* A consistent-enough snapshot: counters kept by other threads are read
  * without stopping them, so a concurrent run may be off by its in-flight
- * operations. live_bytes_peak is exact to within 256 KiB per thread. */
+ * operations. Each thread publishes its live bytes in steps of 256 KiB:
+ * live_bytes is exact for the calling thread's own allocations and within
+ * 256 KiB per other thread; so is live_bytes_peak. Small blocks count the
+ * size of their class, large allocations the bytes requested. */
 sa_status sa_get_stats(sa_arena *arena, sa_stats *out);
 
 /* ------------------------------------------------------------------------
