@@ -31,7 +31,9 @@ sa_status sa_fixture_setup(sa_fixture *f, const char *spec, size_t stream_count,
   sa_config cfg;
   sa_config_init(&cfg);
   char err[256];
-  sa_status s = sa_config_parse(&cfg, "backend=host", err, sizeof err);
+  /* Every fixture arena checks stream order: a handout the contract forbids
+   * fails the allocation and the test. */
+  sa_status s = sa_config_parse(&cfg, "backend=host,check_stream_order=1", err, sizeof err);
   if (s == SA_OK) s = sa_config_parse(&cfg, spec, err, sizeof err);
   if (s != SA_OK) {
     fprintf(stderr, "fixture: bad spec '%s': %s\n", spec, err);
@@ -85,7 +87,16 @@ sa_status sa_fixture_teardown(sa_fixture *f) {
   f->arena = NULL;
   if (d != SA_OK) return d;
   if (first != SA_OK) return first;
-  return counters_back(&f->before) ? SA_OK : SA_ERR_INTERNAL;
+  if (!counters_back(&f->before)) return SA_ERR_INTERNAL;
+  sa_host_counters now;
+  sa_host_get_counters(&now);
+  uint64_t found = now.order_violations - f->before.order_violations;
+  if (found != f->expected_violations) {
+    fprintf(stderr, "fixture: the stream-order checker found %llu violations, %llu expected\n",
+            (unsigned long long)found, (unsigned long long)f->expected_violations);
+    return SA_ERR_STREAM_ORDER;
+  }
+  return SA_OK;
 }
 
 int sa_fixture_cmocka_setup(void **state) {

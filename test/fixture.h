@@ -19,6 +19,7 @@
 #define SA_TEST_FIXTURE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <streamarena/host.h>
 #include <streamarena/streamarena.h>
@@ -30,18 +31,24 @@ typedef struct sa_fixture_s {
   sa_stream streams[SA_FIXTURE_MAX_STREAMS];
   size_t stream_count;
   sa_host_counters before; /* the simulator's state before setup */
+  /* Stream-order violations the test provokes on purpose; teardown fails if
+   * the checker found any other. */
+  uint64_t expected_violations;
 } sa_fixture;
 
-/* Create an arena with "backend=host" plus spec (sa_config_parse syntax;
- * NULL or "" for none) and stream_count streams of the given mode. On error
- * everything made so far is released. */
+/* Create an arena with "backend=host,check_stream_order=1" plus spec
+ * (sa_config_parse syntax; NULL or "" for none; "check_stream_order=0"
+ * turns the checker off) and stream_count streams of the given mode. On
+ * error everything made so far is released. */
 sa_status sa_fixture_setup(sa_fixture *f, const char *spec, size_t stream_count,
                            sa_host_mode mode);
 
 /* Drain every stream, release the streams to the arena and destroy them,
  * destroy the arena, and compare the simulator's counters with those taken
  * at setup. Returns the arena's destroy status (SA_ERR_LIVE_BLOCKS when
- * blocks were left), or SA_ERR_INTERNAL after printing what leaked. */
+ * blocks were left), SA_ERR_STREAM_ORDER when the checker found more
+ * violations than expected_violations, or SA_ERR_INTERNAL after printing
+ * what leaked. */
 sa_status sa_fixture_teardown(sa_fixture *f);
 
 /* cmocka setup/teardown: a fixture with 2 SA_HOST_MANUAL streams and the
