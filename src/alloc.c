@@ -342,7 +342,11 @@ sa_status sa_record_stream(void *ptr, sa_stream other) {
   if (st != SA_OK) return st;
   sa_stream_arena *owner =
       d->kind == SA_DESC_SPAN ? ((sa_span *)d)->owner : ((sa_superblock *)d)->owner;
-  if (owner->stream == other && !owner->released) return SA_OK; /* ordered already */
+  /* A small block always comes back through its own stream, which orders
+   * its reuse after that stream's work. A span freed on another stream may
+   * go to any stream: its own stream must be recorded like any other. */
+  if (d->kind == SA_DESC_SUPERBLOCK && owner->stream == other && !owner->released)
+    return SA_OK; /* ordered already */
   st = a->drv->ops->stream_validate(a->drv, other);
   if (st != SA_OK) return st;
   st = sa__record_add(a, p, other);
