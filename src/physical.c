@@ -47,17 +47,28 @@ static sa_status chunk_release(sa_arena *a, sa_chunk *c) {
   return SA_OK;
 }
 
-/* Release cached chunks, largest first, until at most keep_bytes stay. */
+/* Release cached chunks, largest first, until at most keep_bytes stay. A
+ * chunk the driver refuses stays cached (a later trim may succeed); the
+ * others are still released, so that arena destroy leaks only the refused
+ * ones. */
 size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
   size_t released = 0;
+  sa_chunk *refused = NULL;
   while (a->chunk_cache_bytes > keep_bytes) {
     sa_chunk *c = cache_take_fitting(a, SIZE_MAX);
     size_t size = c->size;
     if (chunk_release(a, c) != SA_OK) {
-      cache_push(a, c); /* keep it; a later trim may succeed */
-      break;
+      keep_bytes = keep_bytes > size ? keep_bytes - size : 0; /* it stays counted */
+      c->next = refused;
+      refused = c;
+      continue;
     }
     released += size;
+  }
+  while (refused != NULL) {
+    sa_chunk *c = refused;
+    refused = c->next;
+    cache_push(a, c);
   }
   return released;
 }

@@ -55,10 +55,40 @@ static void record_stream_of_a_spans_own_stream_is_kept(void **state) {
   sa_assert_ok(sa_free(q, c));
 }
 
+/* The driver refuses to release one cached chunk while the arena is
+ * destroyed: that chunk stays with the driver, but every other one must
+ * still be released (it used to stop at the first failure and leak the
+ * rest), and destroy must say so. */
+static void destroy_releases_every_chunk_the_driver_does_not_refuse(void **state) {
+  (void)state;
+  sa_host_counters before, after;
+  sa_host_get_counters(&before);
+  sa_config cfg;
+  sa_config_init(&cfg);
+  sa_assert_ok(sa_config_parse(&cfg, "backend=host", NULL, 0));
+  sa_arena *a;
+  sa_assert_ok(sa_arena_create(&cfg, &a));
+  void *p[4];
+  for (int i = 0; i < 4; i++) sa_assert_ok(sa_alloc(a, &p[i], (size_t)(3 + 2 * i) * MiB, NULL));
+  for (int i = 0; i < 4; i++) sa_assert_ok(sa_free(p[i], NULL));
+  sa_host_counters held;
+  sa_host_get_counters(&held);
+  assert_int_equal(held.chunks - before.chunks, 4);
+  sa_assert_ok(sa_host_fault_inject(SA_HOST_FN_CHUNK_RELEASE, 1, 0));
+  sa_assert_status(sa_arena_destroy(a), SA_ERR_DRIVER);
+  sa_host_fault_clear();
+  sa_host_get_counters(&after);
+  assert_int_equal(after.chunks - before.chunks, 1); /* only the refused one */
+  assert_int_equal(after.mappings, before.mappings);
+  assert_int_equal(after.va_ranges, before.va_ranges);
+  assert_int_equal(after.events, before.events);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(record_stream_of_a_spans_own_stream_is_kept, setup3,
                                       teardown),
+      cmocka_unit_test(destroy_releases_every_chunk_the_driver_does_not_refuse),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
