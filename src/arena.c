@@ -192,7 +192,7 @@ sa_status sa_arena_destroy(sa_arena *a) {
   sa__physical_release_cached(a, 0);
   if (a->chunk_cache != NULL) note(&first, SA_ERR_DRIVER);
   note(&first, a->drv->ops->va_release(a->drv, a->va_base, a->va_size));
-  sa__event_pool_fini(a);
+  note(&first, sa__event_pool_fini(a));
   sa__record_fini(a);
   sa__trace_close(a);
   for (sb = a->all_superblocks; sb != NULL;) {

@@ -59,12 +59,16 @@ sa_status sa__event_consume(sa_arena *a, sa_event e, sa_stream stream) {
   return SA_OK;
 }
 
-void sa__event_pool_fini(sa_arena *a) {
-  for (size_t i = 0; i < a->event_pool_n; i++)
-    (void)a->drv->ops->event_destroy(a->drv, a->event_pool[i]);
+sa_status sa__event_pool_fini(sa_arena *a) {
+  sa_status first = SA_OK;
+  for (size_t i = 0; i < a->event_pool_n; i++) {
+    sa_status st = a->drv->ops->event_destroy(a->drv, a->event_pool[i]);
+    if (st != SA_OK && first == SA_OK) first = st; /* the event stays with the driver */
+  }
   free(a->event_pool);
   a->event_pool = NULL;
   a->event_pool_n = a->event_pool_cap = 0;
+  return first;
 }
 
 /* Retire e into the pool if it completed (or, with wait, once it has). */

@@ -270,7 +270,7 @@ sa_status sa__event_retire(sa_arena *a, sa_event e, bool wait);
 /* Back to the pool without waiting: stream order already covers it (a pending
  * event may be re-recorded; waits enqueued earlier keep their target). */
 void sa__event_drop(sa_arena *a, sa_event e);
-void sa__event_pool_fini(sa_arena *a);
+sa_status sa__event_pool_fini(sa_arena *a); /* the first event_destroy failure */
 
 /* superblock.c */
 sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, sa_superblock **out);

@@ -84,11 +84,41 @@ static void destroy_releases_every_chunk_the_driver_does_not_refuse(void **state
   assert_int_equal(after.events, before.events);
 }
 
+/* Destroy must report an event the driver refused to destroy (it used to
+ * return SA_OK and leave the event behind silently). */
+static void destroy_reports_an_event_it_could_not_destroy(void **state) {
+  (void)state;
+  sa_host_counters before, after;
+  sa_host_get_counters(&before);
+  sa_config cfg;
+  sa_config_init(&cfg);
+  sa_assert_ok(sa_config_parse(&cfg, "backend=host", NULL, 0));
+  sa_arena *a;
+  sa_stream s;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_AUTO, &s));
+  sa_assert_ok(sa_arena_create(&cfg, &a));
+  void *p;
+  sa_assert_ok(sa_alloc(a, &p, 4096, NULL));
+  sa_assert_ok(sa_free(p, s)); /* cross-stream: an event once flushed */
+  sa_assert_ok(sa_trim(a, 0));     /* flushes this thread's batches */
+  sa_host_counters held;
+  sa_host_get_counters(&held);
+  assert_true(held.events > before.events);
+  sa_assert_ok(sa_host_fault_inject(SA_HOST_FN_EVENT_DESTROY, 1, 0));
+  sa_assert_status(sa_arena_destroy(a), SA_ERR_DRIVER);
+  sa_host_fault_clear();
+  sa_host_get_counters(&after);
+  assert_int_equal(after.events - before.events, 1); /* only the refused one */
+  assert_int_equal(after.chunks, before.chunks);
+  sa_assert_ok(sa_host_stream_destroy(s));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(record_stream_of_a_spans_own_stream_is_kept, setup3,
                                       teardown),
       cmocka_unit_test(destroy_releases_every_chunk_the_driver_does_not_refuse),
+      cmocka_unit_test(destroy_reports_an_event_it_could_not_destroy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
