@@ -268,7 +268,7 @@ SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
   if (d->kind == SA_DESC_SPAN) {
     sa_span *sp = (sa_span *)d;
     size_t request = sp->request;
-    st = sa__span_free(a, sp, s);
+    st = sa__span_free(a, sp, e->sarena);
     if (st == SA_OK) live_account(e, -(int64_t)request);
   } else {
     sa_superblock *sb = (sa_superblock *)d;

@@ -181,7 +181,6 @@ sa_status sa_arena_destroy(sa_arena *a) {
   }
   for (sa_stream_arena *sa = a->streams, *n; sa != NULL; sa = n) {
     n = sa->next;
-    for (sa_span *sp = sa->span_cache; sp != NULL; sp = sp->next) sp->owner = NULL;
     sa__stream_arena_destroy(sa);
   }
   a->streams = NULL;
@@ -190,11 +189,7 @@ sa_status sa_arena_destroy(sa_arena *a) {
   sa_superblock *sb;
   while ((sb = sa__superblock_pop_global(a)) != NULL)
     if (sb->event != NULL) note(&first, sa__event_retire(a, sb->event, true));
-  for (sa_span *sp = a->retiring; sp != NULL; sp = sp->next) {
-    for (unsigned i = 0; i < sp->nevents; i++)
-      note(&first, sa__event_retire(a, sp->events[i], true));
-    free(sp->events);
-  }
+  sa__span_fini(a);
   for (sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
     if (sb->hdr.chunks != NULL) note(&first, sa__physical_unmap(a, &sb->hdr));
   for (sa_span *sp = a->all_spans; sp != NULL; sp = sp->all_next)
@@ -278,7 +273,6 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
     pthread_mutex_lock(&sa->lock);
     empty_local += sa->nempty;
-    span_cached += sa->span_cache_bytes;
     streams += !sa->released;
     pthread_mutex_unlock(&sa->lock);
   }
@@ -289,8 +283,7 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   size_t global_free = atomic_load(&a->xfree_superblocks);
   size_t sb_size = atomic_load(&a->xsuperblock_size);
   sb_bytes_free = (global_free + empty_local) * sb_size;
-  for (sa_span *sp = a->clean_spans; sp != NULL; sp = sp->next) span_cached += sp->hdr.size;
-  for (sa_span *sp = a->retiring; sp != NULL; sp = sp->next) span_cached += sp->hdr.size;
+  span_cached = a->free_span_bytes;
   out->reserved_bytes = a->physical_bytes;
   out->reserved_bytes_peak = a->physical_peak;
   out->cached_bytes = a->chunk_cache_bytes + sb_bytes_free + span_cached;

@@ -94,12 +94,14 @@ typedef struct sa_superblock_s {
 
 typedef struct sa_span_s {
   sa_desc hdr;
-  struct sa_span_s *next, *prev;    /* in a span cache or retiring list */
+  struct sa_span_s *next, *prev;    /* arena's free spans */
   struct sa_span_s *all_next;
   sa_stream_arena *owner;           /* stream it was last allocated on */
+  sa_stream_arena *free_owner;      /* free: reusable there without waiting */
+  bool pinned;                      /* scratch mark of span.c's passes */
   size_t request;                   /* bytes the user asked for */
   _Atomic uint8_t xstate;           /* SA_BLOCK_LIVE/RECORDED/FREE/DEFERRED */
-  sa_event *events;                 /* retiring: wait for all of them */
+  sa_event *events;                 /* free: reuse waits for all of them */
   unsigned nevents;
   bool in_use;                      /* descriptor holds a mapping */
 } sa_span;
@@ -137,8 +139,6 @@ struct sa_stream_arena_s {
   unsigned nempty;
   sa_deferred *pending;              /* drained, events not complete */
   size_t pending_blocks;
-  sa_span *span_cache;               /* freed on this stream, still mapped */
-  size_t span_cache_bytes;
   bool released;                     /* sa_stream_release was called */
   sa_event final_event;              /* recorded at release */
   struct sa_stream_arena_s *next;    /* arena's list (all of them) */
@@ -198,8 +198,8 @@ struct sa_arena_s {
   sa_superblock *spare_superblocks; /* descriptors without a mapping */
   sa_span *all_spans;           /* descriptors, used or not */
   sa_span *spare_spans;         /* descriptors without a mapping */
-  sa_span *clean_spans;         /* mapped, free, no pending work */
-  sa_span *retiring;            /* mapped, free, waiting for events */
+  sa_span *free_spans;          /* mapped, free, each with its events */
+  size_t free_span_bytes;
   size_t live_spans;
 
   CK_CC_CACHELINE ck_stack_t free_superblocks; /* empty, mapped */
@@ -252,7 +252,15 @@ static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
 }
 
 /* physical.c: all with the arena lock held */
-sa_status sa__physical_map(sa_arena *a, sa_desc *d); /* back d->base..size */
+/* Chunks for need bytes, their sizes summing to *total, need <= *total <=
+ * need + slack (cached chunks first, then new ones); then map them at
+ * d->base (d->size == *total). A failed map returns them to the cache,
+ * unless the driver refused to unwind (they then stay on d). */
+sa_status sa__physical_gather(sa_arena *a, size_t need, size_t slack, sa_chunk **out,
+                              size_t *total);
+sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks);
+void sa__physical_return(sa_arena *a, sa_chunk *chunks); /* to the cache */
+bool sa__physical_cache_covers(const sa_arena *a, size_t need, size_t slack);
 sa_status sa__physical_unmap(sa_arena *a, sa_desc *d); /* chunks to the cache */
 size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes);
 
@@ -292,10 +300,12 @@ sa_status sa__release_stream(sa_arena *a, sa_stream s);
 
 /* span.c */
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, void **out);
-sa_status sa__span_free(sa_arena *a, sa_span *sp, sa_stream s);
-void sa__span_retire_cached(sa_arena *a, sa_stream_arena *sa); /* owner lock held */
-size_t sa__span_reap(sa_arena *a, bool wait); /* retiring -> clean; lock held */
-void sa__span_unmap_clean(sa_arena *a); /* clean spans -> chunk cache; lock held */
+/* Free sp on freer's stream (the stream the caller frees on). */
+sa_status sa__span_free(sa_arena *a, sa_span *sp, sa_stream_arena *freer);
+/* Unmap free spans whose work is done (with wait: after waiting); returns
+ * the bytes unmapped. Arena lock held. */
+size_t sa__span_unmap_free(sa_arena *a, bool wait);
+void sa__span_fini(sa_arena *a); /* destroy: settle every free span's events */
 
 /* record.c */
 sa_status sa__record_add(sa_arena *a, uintptr_t p, sa_stream s);

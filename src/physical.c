@@ -7,10 +7,13 @@
  *
  * Policy: take cached chunks largest-first among those no larger than what
  * is still missing (a chunk is mapped whole: the driver maps no partial
- * handles), then create ONE chunk for the remainder, so chunk sizes grow
- * with requests (one 1 GiB handle maps ~100x faster than 512 small ones).
- * When the physical cap is in the way, cached chunks too large to fit are
- * released to make room. Chunks are never split or merged.
+ * handles), then create the remainder as power-of-two multiples of the
+ * granularity, largest first (30 MiB = 16 + 8 + 4 + 2). Chunk sizes thus
+ * grow with requests (one 1 GiB handle maps ~100x faster than 512 small
+ * ones) while staying few and interchangeable: any later request is a sum
+ * of such sizes, so cached chunks keep fitting. When the physical cap is in
+ * the way, cached chunks too large to fit are released to make room.
+ * Chunks are never split or merged.
  *
  * Every function here runs with the arena lock held. Only chunks with no
  * pending device work enter the cache: callers unmap after their events.
@@ -119,31 +122,103 @@ static sa_status unwind(sa_arena *a, sa_desc *d, sa_chunk *pieces, size_t mapped
   return SA_OK;
 }
 
-sa_status sa__physical_map(sa_arena *a, sa_desc *d) {
+/* Would the cache alone cover need bytes (within slack)? Mirrors the
+ * choice sa__physical_gather makes, without taking anything. */
+bool sa__physical_cache_covers(const sa_arena *a, size_t need, size_t slack) {
+  size_t missing = need;
+  uint64_t taken = 0; /* bit i: i-th cache entry taken (first 64 only) */
+  for (;;) {
+    const sa_chunk *best = NULL;
+    unsigned best_i = 0, i = 0;
+    for (const sa_chunk *c = a->chunk_cache; c != NULL && i < 64; c = c->next, i++)
+      if (!(taken >> i & 1) && c->size <= missing && (best == NULL || c->size > best->size)) {
+        best = c;
+        best_i = i;
+      }
+    if (best == NULL) break;
+    taken |= (uint64_t)1 << best_i;
+    missing -= best->size;
+    if (missing == 0) return true;
+  }
+  unsigned i = 0;
+  for (const sa_chunk *c = a->chunk_cache; c != NULL && i < 64; c = c->next, i++)
+    if (!(taken >> i & 1) && c->size >= missing && c->size - missing <= slack) return true;
+  return false;
+}
+
+/* Remove and return the smallest cached chunk of at least min bytes and at
+ * most max bytes. */
+static sa_chunk *cache_take_covering(sa_arena *a, size_t min, size_t max) {
+  sa_chunk **best = NULL;
+  for (sa_chunk **pc = &a->chunk_cache; *pc != NULL; pc = &(*pc)->next)
+    if ((*pc)->size >= min && (*pc)->size <= max && (best == NULL || (*pc)->size < (*best)->size))
+      best = pc;
+  if (best == NULL) return NULL;
+  sa_chunk *c = *best;
+  *best = c->next;
+  a->chunk_cache_bytes -= c->size;
+  c->next = NULL;
+  return c;
+}
+
+void sa__physical_return(sa_arena *a, sa_chunk *chunks) {
+  for (sa_chunk *c = chunks, *n; c != NULL; c = n) {
+    n = c->next;
+    cache_push(a, c);
+  }
+}
+
+sa_status sa__physical_gather(sa_arena *a, size_t need, size_t slack, sa_chunk **out,
+                              size_t *total) {
   sa_chunk *head = NULL, **tail = &head;
-  size_t missing = d->size;
+  size_t missing = need, sum = 0;
   sa_chunk *c;
   while (missing > 0 && (c = cache_take_fitting(a, missing)) != NULL) {
     *tail = c;
     tail = &c->next;
     missing -= c->size;
+    sum += c->size;
+  }
+  /* One cached chunk a little larger than the rest beats a new one. */
+  if (missing > 0 && (c = cache_take_covering(a, missing, missing + slack)) != NULL) {
+    *tail = c;
+    tail = &c->next;
+    sum += c->size;
+    missing = 0;
   }
   sa_status st = SA_OK;
-  if (missing > 0) {
-    st = chunk_create(a, missing, &c);
-    if (st == SA_OK) *tail = c;
+  while (st == SA_OK && missing > 0) {
+    size_t size = a->gran << (63 - __builtin_clzll((unsigned long long)(missing / a->gran)));
+    st = chunk_create(a, size, &c);
+    if (st == SA_OK) {
+      *tail = c;
+      tail = &c->next;
+      missing -= size;
+      sum += size;
+    }
   }
+  if (st != SA_OK) {
+    sa__physical_return(a, head);
+    return st;
+  }
+  *out = head;
+  *total = sum;
+  return SA_OK;
+}
+
+sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks) {
+  sa_status st = SA_OK;
   size_t off = 0;
-  for (c = head; st == SA_OK && c != NULL; c = c->next) {
+  for (sa_chunk *c = chunks; st == SA_OK && c != NULL; c = c->next) {
     st = a->drv->ops->map(a->drv, d->base + off, c->size, c->handle);
     if (st == SA_OK) off += c->size;
   }
   if (st == SA_OK) st = a->drv->ops->set_access(a->drv, d->base, d->size);
   if (st != SA_OK) {
-    if (unwind(a, d, head, off) != SA_OK) return SA_ERR_DRIVER;
+    if (unwind(a, d, chunks, off) != SA_OK) return SA_ERR_DRIVER;
     return st;
   }
-  d->chunks = head;
+  d->chunks = chunks;
   return SA_OK;
 }
 

@@ -1,7 +1,7 @@
 /* Getting memory back: the out-of-memory path, sa_trim and sa_defragment.
  *
  * Memory that is free but held in some shape (empty superblocks of a
- * stream, cached or retiring spans, superblocks on the global stack) is
+ * stream, free spans, superblocks on the global stack) is
  * unmapped once no pending work can touch it, and its chunks go to the
  * chunk cache, where stitching (physical.c) turns them into whatever shape
  * is asked for next. Nothing is unmapped before its events completed: the
@@ -58,8 +58,7 @@ sa_status sa__reclaim(sa_arena *a, size_t want, bool wait) {
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) sa__stream_arena_shed(sa);
   unmap_free_superblocks(a, wait);
   pthread_mutex_lock(&a->lock);
-  sa__span_reap(a, wait);
-  sa__span_unmap_clean(a);
+  sa__span_unmap_free(a, wait);
   pthread_mutex_unlock(&a->lock);
   return SA_OK;
 }

@@ -13,15 +13,10 @@
 static const char block_letter[] = {'F', 'C', 'L', 'R', 'D'}; /* SA_BLOCK_* */
 
 static const char *span_state(const sa_span *sp, const sa_arena *a) {
-  for (const sa_span *x = a->retiring; x != NULL; x = x->next)
-    if (x == sp) return "awaiting_event";
-  for (const sa_span *x = a->clean_spans; x != NULL; x = x->next)
-    if (x == sp) return "cached";
-  switch (atomic_load_explicit(&sp->xstate, memory_order_relaxed)) {
-    case SA_BLOCK_LIVE: return "live";
-    case SA_BLOCK_RECORDED: return "live";
-    default: return "cached"; /* in its stream's span cache */
-  }
+  uint8_t state = atomic_load_explicit(&sp->xstate, memory_order_relaxed);
+  if (state == SA_BLOCK_LIVE || state == SA_BLOCK_RECORDED) return "live";
+  (void)a;
+  return sp->nevents > 0 ? "awaiting_event" : "cached";
 }
 
 static void write_superblock(FILE *f, const sa_superblock *sb, bool first) {
@@ -73,9 +68,9 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
   bool first = true;
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
     fprintf(f, "%s\n    {\"stream\": \"%p\", \"released\": %s, \"empty_superblocks\": %u, "
-            "\"span_cache_bytes\": %zu, \"deferred_blocks\": %zu, \"classes\": [",
+            "\"deferred_blocks\": %zu, \"classes\": [",
             first ? "" : ",", sa->stream, sa->released ? "true" : "false", sa->nempty,
-            sa->span_cache_bytes, sa->pending_blocks);
+            sa->pending_blocks);
     bool cfirst = true;
     for (unsigned c = 0; c < SA_CLASS_COUNT; c++) {
       size_t n = 0;

@@ -1,13 +1,18 @@
 /* Large allocations: each is a span of its own, a contiguous virtual range
  * backed by whole physical chunks (stitched from wherever free chunks are).
  *
- * A span freed on the stream it was allocated on goes to that stream's
- * span cache and is reused there at once (stream order makes that safe).
- * Freed on another stream, or after sa_record_stream, it retires: events
- * are recorded on the freeing and recorded streams, and once they complete
- * the span is "clean": mapped, free, usable by any stream. Clean spans are
- * unmapped (their chunks go to the chunk cache) only when memory is needed
- * in another shape. A reuse must fit within 1/8 of the request.
+ * A freed span stays mapped on the arena's list of free spans, with an
+ * event recorded on the stream it was freed on (and on every stream
+ * recorded with sa_record_stream) and the stream arena it was freed on.
+ * Any stream may take it: the stream it was freed on at once (stream order
+ * covers it), any other once the events completed or behind wait edges on
+ * the device ("waiting on the device beats growing"). One list for all
+ * streams keeps reserved memory near the peak of the sum of the streams'
+ * needs, not the sum of their peaks. A reuse must fit within 1/4 of the
+ * request. When nothing fits, free spans whose work is done are unmapped
+ * and their chunks stitched into the new span; only then does the arena
+ * grow. Nothing is unmapped before its events completed: the driver's
+ * unmap does not wait for queued work.
  */
 #include <stdlib.h>
 
@@ -29,28 +34,65 @@ static void list_remove(sa_span **head, sa_span *sp) {
   sp->next = sp->prev = NULL;
 }
 
-/* Best fit of at least need bytes wasting at most need / 8. */
-static sa_span *best_fit(sa_span *head, size_t need) {
+/* Best fit of at least need bytes wasting at most need / 4; among equal
+ * sizes, one freed on sa's own stream (no wait needed). */
+static sa_span *best_fit(sa_span *head, size_t need, const sa_stream_arena *sa) {
   sa_span *best = NULL;
   for (sa_span *sp = head; sp != NULL; sp = sp->next) {
     size_t sz = sp->hdr.size;
-    if (sz >= need && sz - need <= need / 8 && (best == NULL || sz < best->hdr.size)) best = sp;
+    if (sz < need || sz - need > need / 4) continue;
+    if (best == NULL || sz < best->hdr.size ||
+        (sz == best->hdr.size && sp->free_owner == sa && best->free_owner != sa))
+      best = sp;
   }
   return best;
 }
 
+/* Drop the events of sp that completed; true when none is left. With wait,
+ * the host waits for them. Arena lock held. */
+static bool events_done(sa_arena *a, sa_span *sp, bool wait) {
+  unsigned kept = 0;
+  for (unsigned i = 0; i < sp->nevents; i++)
+    if (sa__event_retire(a, sp->events[i], wait) != SA_OK) sp->events[kept++] = sp->events[i];
+  sp->nevents = kept;
+  return kept == 0;
+}
+
+/* Make sp safe for sa's stream: nothing to do on its own stream, else
+ * wait edges for the events not yet complete. Arena lock held. */
+static sa_status settle_for(sa_arena *a, sa_span *sp, sa_stream_arena *sa) {
+  unsigned kept = 0;
+  bool own = sp->free_owner == sa;
+  for (unsigned i = 0; i < sp->nevents; i++) {
+    sa_status st = SA_OK;
+    if (own)
+      sa__event_drop(a, sp->events[i]);
+    else
+      st = sa__event_consume(a, sp->events[i], sa->stream);
+    if (st != SA_OK) sp->events[kept++] = sp->events[i];
+  }
+  sp->nevents = kept;
+  return kept == 0 ? SA_OK : SA_ERR_DRIVER;
+}
+
 static void hand_out(sa_arena *a, sa_stream_arena *sa, sa_span *sp, size_t size, void **out) {
   sp->owner = sa;
+  sp->free_owner = NULL;
   sp->request = size;
   atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_release);
   a->live_spans++;
   *out = (void *)sp->hdr.base;
 }
 
-/* Unmap one clean span: chunks to the cache, range to the free list. */
+/* Unmap one free span with no pending work: chunks to the cache, range to
+ * the free list, descriptor to the spares. Arena lock held. */
 static sa_status unmap_span(sa_arena *a, sa_span *sp) {
   sa_status st = sa__physical_unmap(a, &sp->hdr);
   if (st != SA_OK) return st;
+  list_remove(&a->free_spans, sp);
+  a->free_span_bytes -= sp->hdr.size;
+  free(sp->events);
+  sp->events = NULL;
   sa__pagemap_set(a, sp->hdr.base, sp->hdr.size, NULL);
   sa__va_free(a, sp->hdr.base, sp->hdr.size);
   sp->in_use = false;
@@ -59,18 +101,30 @@ static sa_status unmap_span(sa_arena *a, sa_span *sp) {
   return SA_OK;
 }
 
-void sa__span_unmap_clean(sa_arena *a) {
-  while (a->clean_spans != NULL) {
-    sa_span *sp = a->clean_spans;
-    list_remove(&a->clean_spans, sp);
-    if (unmap_span(a, sp) != SA_OK) {
-      list_push(&a->clean_spans, sp);
-      return;
-    }
+/* Unmap free spans whose work is done (with wait: all of them, after
+ * waiting), largest first, until the chunk cache covers need bytes
+ * (need 0: until none is left). Returns whether it covers. */
+static bool unmap_until(sa_arena *a, size_t need, bool wait) {
+  for (;;) {
+    if (need > 0 && sa__physical_cache_covers(a, need, need / 4)) return true;
+    sa_span *big = NULL;
+    for (sa_span *sp = a->free_spans; sp != NULL; sp = sp->next)
+      if (!sp->pinned && (big == NULL || sp->hdr.size > big->hdr.size)) big = sp;
+    if (big == NULL) break;
+    big->pinned = true; /* tried once in this pass */
+    if (events_done(a, big, wait)) (void)unmap_span(a, big);
   }
+  for (sa_span *sp = a->free_spans; sp != NULL; sp = sp->next) sp->pinned = false;
+  return need == 0 || sa__physical_cache_covers(a, need, need / 4);
 }
 
-/* Map a fresh span of need bytes. Arena lock held. */
+size_t sa__span_unmap_free(sa_arena *a, bool wait) {
+  size_t before = a->free_span_bytes;
+  (void)unmap_until(a, 0, wait);
+  return before - a->free_span_bytes;
+}
+
+/* Map a fresh span of at least need bytes. Arena lock held. */
 static sa_status map_new(sa_arena *a, size_t need, sa_span **out) {
   sa_span *sp = a->spare_spans;
   if (sp != NULL) {
@@ -82,15 +136,17 @@ static sa_status map_new(sa_arena *a, size_t need, sa_span **out) {
     sp->all_next = a->all_spans;
     a->all_spans = sp;
   }
-  sp->hdr.size = need;
-  sa_status st = sa__va_alloc(a, need, &sp->hdr.base);
+  sa_chunk *chunks = NULL;
+  size_t total = 0;
+  sa_status st = sa__physical_gather(a, need, need / 4, &chunks, &total);
   if (st == SA_OK) {
-    st = sa__physical_map(a, &sp->hdr);
-    if (st == SA_ERR_OUT_OF_MEMORY && a->clean_spans != NULL && sp->hdr.chunks == NULL) {
-      sa__span_unmap_clean(a); /* their chunks can be stitched into this one */
-      st = sa__physical_map(a, &sp->hdr);
-    }
-    if (st != SA_OK && sp->hdr.chunks == NULL) sa__va_free(a, sp->hdr.base, need);
+    sp->hdr.size = total;
+    st = sa__va_alloc(a, total, &sp->hdr.base);
+    if (st != SA_OK) sa__physical_return(a, chunks);
+  }
+  if (st == SA_OK) {
+    st = sa__physical_map(a, &sp->hdr, chunks);
+    if (st != SA_OK && sp->hdr.chunks == NULL) sa__va_free(a, sp->hdr.base, total);
   }
   if (st != SA_OK) {
     if (sp->hdr.chunks == NULL) { /* else a refused unwind: keep it aside */
@@ -99,124 +155,45 @@ static sa_status map_new(sa_arena *a, size_t need, sa_span **out) {
     }
     return st;
   }
-  sa__pagemap_set(a, sp->hdr.base, need, &sp->hdr);
+  sa__pagemap_set(a, sp->hdr.base, sp->hdr.size, &sp->hdr);
   sp->in_use = true;
   sp->next = sp->prev = NULL;
   *out = sp;
   return SA_OK;
 }
 
-/* Waiting on the device beats growing: take a retiring span of the right
- * size behind wait edges on this stream. Arena lock held. */
-static sa_span *adopt_retiring(sa_arena *a, sa_stream_arena *sa, size_t need) {
-  sa_span *sp = best_fit(a->retiring, need);
-  if (sp == NULL) return NULL;
-  unsigned kept = 0;
-  for (unsigned i = 0; i < sp->nevents; i++)
-    if (sa__event_consume(a, sp->events[i], sa->stream) != SA_OK)
-      sp->events[kept++] = sp->events[i];
-  sp->nevents = kept;
-  if (kept > 0) return NULL; /* the driver refused a wait: leave it retiring */
-  free(sp->events);
-  sp->events = NULL;
-  list_remove(&a->retiring, sp);
-  return sp;
-}
-
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, void **out) {
   if (size > a->va_size) return SA_ERR_OUT_OF_MEMORY;
   size_t need = (size + a->gran - 1) & ~(a->gran - 1);
-  pthread_mutex_lock(&sa->lock);
-  sa_span *sp = best_fit(sa->span_cache, need);
-  if (sp != NULL) {
-    list_remove(&sa->span_cache, sp);
-    sa->span_cache_bytes -= sp->hdr.size;
-  }
-  pthread_mutex_unlock(&sa->lock);
   pthread_mutex_lock(&a->lock);
-  sa_status st = SA_OK;
-  if (sp == NULL) {
-    if (a->retiring != NULL) sa__span_reap(a, false);
-    sp = best_fit(a->clean_spans, need);
-    if (sp != NULL)
-      list_remove(&a->clean_spans, sp);
-    else if ((sp = adopt_retiring(a, sa, need)) == NULL)
-      st = map_new(a, need, &sp);
+  sa_span *sp = best_fit(a->free_spans, need, sa);
+  if (sp != NULL && settle_for(a, sp, sa) == SA_OK) {
+    list_remove(&a->free_spans, sp);
+    a->free_span_bytes -= sp->hdr.size;
+    free(sp->events);
+    sp->events = NULL;
+    hand_out(a, sa, sp, size, out);
+    pthread_mutex_unlock(&a->lock);
+    return SA_OK;
   }
+  (void)unmap_until(a, need, false); /* stitch from what is done, not grow */
+  sa_status st = map_new(a, need, &sp);
   if (st == SA_OK) hand_out(a, sa, sp, size, out);
   pthread_mutex_unlock(&a->lock);
   return st;
 }
 
-/* Arena lock held. Retiring spans whose events all completed become clean. */
-size_t sa__span_reap(sa_arena *a, bool wait) {
-  size_t bytes = 0;
-  for (sa_span *sp = a->retiring, *next; sp != NULL; sp = next) {
-    next = sp->next;
-    unsigned kept = 0;
-    for (unsigned i = 0; i < sp->nevents; i++)
-      if (sa__event_retire(a, sp->events[i], wait) != SA_OK) sp->events[kept++] = sp->events[i];
-    sp->nevents = kept;
-    if (kept > 0) continue;
-    free(sp->events);
-    sp->events = NULL;
-    list_remove(&a->retiring, sp);
-    list_push(&a->clean_spans, sp);
-    atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
-    bytes += sp->hdr.size;
-  }
-  return bytes;
-}
-
-/* Owner lock held: this stream's cached spans retire behind one event. A
- * released stream's spans have no pending work and are clean at once. */
-void sa__span_retire_cached(sa_arena *a, sa_stream_arena *sa) {
-  while (sa->span_cache != NULL) {
-    sa_span *sp = sa->span_cache;
-    sa_event *ev = NULL;
-    if (!sa->released) {
-      ev = malloc(sizeof *ev);
-      if (ev == NULL) return;
-      if (sa__event_record_new(a, sa->stream, ev) != SA_OK) {
-        free(ev);
-        return;
-      }
-    }
-    list_remove(&sa->span_cache, sp);
-    sa->span_cache_bytes -= sp->hdr.size;
-    pthread_mutex_lock(&a->lock);
-    sp->events = ev;
-    sp->nevents = ev != NULL ? 1 : 0;
-    list_push(ev != NULL ? &a->retiring : &a->clean_spans, sp);
-    pthread_mutex_unlock(&a->lock);
-  }
-}
-
-sa_status sa__span_free(sa_arena *a, sa_span *sp, sa_stream s) {
-  sa_stream_arena *owner = sp->owner;
+sa_status sa__span_free(sa_arena *a, sa_span *sp, sa_stream_arena *freer) {
   sa_stream *recorded = NULL;
   unsigned nrec = 0;
   if (atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_RECORDED)
     sa__record_take(a, sp->hdr.base, &recorded, &nrec);
-  pthread_mutex_lock(&owner->lock);
-  bool home = nrec == 0 && owner->stream == s && !owner->released;
-  if (home) {
-    atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
-    list_push(&owner->span_cache, sp);
-    owner->span_cache_bytes += sp->hdr.size;
-    pthread_mutex_unlock(&owner->lock);
-    pthread_mutex_lock(&a->lock);
-    a->live_spans--;
-    pthread_mutex_unlock(&a->lock);
-    return SA_OK;
-  }
-  pthread_mutex_unlock(&owner->lock);
-  /* Retire behind events on the freeing stream and every recorded one. */
+  /* Events on the freeing stream and on every recorded one. */
   sa_event *ev = malloc((nrec + 1) * sizeof *ev);
   sa_status st = ev == NULL ? SA_ERR_OUT_OF_MEMORY : SA_OK;
   unsigned n = 0;
   for (unsigned i = 0; st == SA_OK && i <= nrec; i++) {
-    st = sa__event_record_new(a, i == 0 ? s : recorded[i - 1], &ev[n]);
+    st = sa__event_record_new(a, i == 0 ? freer->stream : recorded[i - 1], &ev[n]);
     if (st == SA_OK) n++;
   }
   if (st != SA_OK) { /* nothing changes: the span stays allocated */
@@ -228,11 +205,23 @@ sa_status sa__span_free(sa_arena *a, sa_span *sp, sa_stream s) {
   }
   free(recorded);
   pthread_mutex_lock(&a->lock);
-  atomic_store_explicit(&sp->xstate, SA_BLOCK_DEFERRED, memory_order_relaxed);
+  atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
   sp->events = ev;
   sp->nevents = n;
-  list_push(&a->retiring, sp);
+  sp->free_owner = nrec == 0 ? freer : NULL; /* recorded: nobody skips the waits */
+  list_push(&a->free_spans, sp);
+  a->free_span_bytes += sp->hdr.size;
   a->live_spans--;
   pthread_mutex_unlock(&a->lock);
   return SA_OK;
+}
+
+void sa__span_fini(sa_arena *a) {
+  for (sa_span *sp = a->free_spans; sp != NULL; sp = sp->next) {
+    (void)events_done(a, sp, true);
+    for (unsigned i = 0; i < sp->nevents; i++)
+      (void)a->drv->ops->event_destroy(a->drv, sp->events[i]);
+    free(sp->events);
+    sp->events = NULL;
+  }
 }

@@ -165,7 +165,7 @@ uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_bloc
 }
 
 /* Give back what this stream holds without live blocks: empty superblocks
- * to the global stack, cached spans to the retiring list. */
+ * to the global stack. */
 void sa__stream_arena_shed(sa_stream_arena *sa) {
   pthread_mutex_lock(&sa->lock);
   sa__stream_arena_drain(sa, false);
@@ -182,7 +182,6 @@ void sa__stream_arena_shed(sa_stream_arena *sa) {
     }
     sa__superblock_to_global(sa->arena, sb, e, sa);
   }
-  sa__span_retire_cached(sa->arena, sa);
   pthread_mutex_unlock(&sa->lock);
 }
 

@@ -79,9 +79,15 @@ static sa_status carve(sa_arena *a, sa_superblock **out) {
     a->all_superblocks = sb;
   }
   sb->hdr.size = size;
-  sa_status st = sa__va_alloc(a, size, &sb->hdr.base);
+  sa_chunk *chunks = NULL;
+  size_t total = 0;
+  sa_status st = sa__physical_gather(a, size, 0, &chunks, &total);
   if (st == SA_OK) {
-    st = sa__physical_map(a, &sb->hdr);
+    st = sa__va_alloc(a, size, &sb->hdr.base);
+    if (st != SA_OK) sa__physical_return(a, chunks);
+  }
+  if (st == SA_OK) {
+    st = sa__physical_map(a, &sb->hdr, chunks);
     if (st == SA_OK)
       sa__pagemap_set(a, sb->hdr.base, size, &sb->hdr);
     else if (sb->hdr.chunks == NULL) /* a refused unwind keeps its range */
