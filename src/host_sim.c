@@ -1,6 +1,7 @@
 /* The simulated device as a whole: its lock, its configuration from the
  * environment, the failure helper and the counters of host.h.
  * Called by every host_*.c module and driver_host.c. */
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -13,28 +14,30 @@ static pthread_mutex_t sim_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t sim_once = PTHREAD_ONCE_INIT;
 static uint64_t sim_violations; /* lock held */
 
-/* Parse "123", "16GiB", "16G", "512MiB", ... into bytes. 0 on success. */
+/* Parse "123", "16GiB", "16G", "512mib", "4096B", ... into bytes (binary
+ * multiples, any case, as sa_config_parse takes them). 0 on success. */
 static int parse_bytes(const char *text, size_t *out) {
   char *end = NULL;
   errno = 0;
+  if (text[0] < '0' || text[0] > '9') return -1;
   unsigned long long v = strtoull(text, &end, 10);
-  if (errno != 0 || end == text || text[0] == '-') return -1;
+  if (errno != 0) return -1;
   unsigned shift = 0;
-  switch (*end) {
-    case '\0': break;
-    case 'K': shift = 10; break;
-    case 'M': shift = 20; break;
-    case 'G': shift = 30; break;
-    case 'T': shift = 40; break;
-    default: return -1;
+  switch (tolower((unsigned char)*end)) {
+    case 'k': shift = 10; break;
+    case 'm': shift = 20; break;
+    case 'g': shift = 30; break;
+    case 't': shift = 40; break;
+    default: break;
   }
-  if (*end != '\0') {
+  if (shift != 0) {
     end++;
-    if (end[0] == 'i' && end[1] == 'B') end += 2;
-    if (*end != '\0') return -1;
+    if (tolower((unsigned char)*end) == 'i') end++;
   }
-  if (shift != 0 && v > (SIZE_MAX >> shift)) return -1;
-  *out = (size_t)(v << shift);
+  if (tolower((unsigned char)*end) == 'b') end++;
+  if (*end != '\0') return -1;
+  if (v > (unsigned long long)(SIZE_MAX >> shift)) return -1;
+  *out = (size_t)v << shift;
   return 0;
 }
 
@@ -46,7 +49,7 @@ static void sim_init(void) {
   if (parse_bytes(env, &bytes) != 0 || sa_sim_set_device_bytes(bytes) != SA_OK) {
     fprintf(stderr,
             "streamarena host: ignoring STREAMARENA_HOST_DEVICE_BYTES=\"%s\" "
-            "(want bytes >= 2MiB, optional K/M/G/T or KiB/MiB/GiB/TiB suffix)\n",
+            "(want bytes >= 2MiB, with an optional suffix such as KiB, M or GiB)\n",
             env);
   }
 }

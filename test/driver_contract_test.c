@@ -210,7 +210,7 @@ static void stream_wait_event_orders_work_across_streams(void **state) {
   sa_chunk_handle c;
   sa_event e[ROUNDS];
   sa_stream a = new_stream(), b = new_stream();
-  size_t size = 16 * g;
+  size_t size = 4 * g;
   assert_int_equal(d->ops->va_reserve(d, size, 0, &va), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, size, &c), SA_OK);
   map_rw(va, size, c);

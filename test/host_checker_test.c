@@ -209,6 +209,33 @@ static void message_names_both_streams_the_block_and_the_op(void **state) {
   destroy(b);
 }
 
+static void kernel_reaching_unmapped_memory_is_reported_not_run(void **state) {
+  (void)state;
+  const size_t g = (size_t)2 << 20;
+  uintptr_t va;
+  sa_chunk_handle c;
+  sa_stream a = manual();
+  uint64_t bad = 0, before = violations();
+  assert_int_equal(d->ops->va_reserve(d, g, 0, &va), SA_OK);
+  assert_int_equal(d->ops->chunk_create(d, g, &c), SA_OK);
+  assert_int_equal(d->ops->map(d, va, g, c), SA_OK);
+  assert_int_equal(d->ops->set_access(d, va, g), SA_OK);
+  assert_int_equal(sa_host_fill(a, (void *)va, g, 1), SA_OK);
+  assert_int_equal(sa_host_check(a, (void *)va, 64, 1, &bad), SA_OK);
+  /* Unmapped (and released) while the work is queued: contract rule 4. */
+  assert_int_equal(d->ops->unmap(d, va, g), SA_OK);
+  assert_int_equal(d->ops->chunk_release(d, c), SA_OK);
+  assert_int_equal(sa_host_stream_drain(a), SA_OK); /* must not crash */
+  assert_int_equal(violations(), before + 2);
+  assert_int_equal(bad, 0);
+  /* Work on never-accessible memory is reported the same way. */
+  assert_int_equal(sa_host_fill(a, (void *)va, 64, 1), SA_OK);
+  assert_int_equal(sa_host_stream_drain(a), SA_OK);
+  assert_int_equal(violations(), before + 3);
+  assert_int_equal(d->ops->va_release(d, va, g), SA_OK);
+  destroy(a);
+}
+
 static void unknown_stream_is_rejected(void **state) {
   (void)state;
   sa_stream a = manual();
@@ -230,6 +257,7 @@ int main(void) {
       T(edges_are_transitive_through_events),
       T(an_edge_from_the_wrong_stream_does_not_help),
       T(message_names_both_streams_the_block_and_the_op),
+      T(kernel_reaching_unmapped_memory_is_reported_not_run),
       T(unknown_stream_is_rejected),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -121,6 +121,28 @@ static void fill_and_check_act_when_they_complete(void **state) {
   assert_int_equal(sa_host_stream_destroy(s), SA_OK);
 }
 
+static void large_fill_and_check_count_every_word(void **state) {
+  (void)state;
+  enum { WORDS = 5001 }; /* not a multiple of the checker's block */
+  static uint32_t big[WORDS + 1];
+  big[WORDS] = 0xfeedu;
+  uint64_t bad = 0;
+  assert_int_equal(sa_host_fill(NULL, big, 4 * WORDS, 0x01020304u), SA_OK);
+  assert_int_equal(big[0], 0x01020304u);
+  assert_int_equal(big[WORDS - 1], 0x01020304u);
+  assert_int_equal(big[WORDS], 0xfeedu); /* not one word past the end */
+  big[0] = big[1500] = big[4096] = big[WORDS - 1] = 0;
+  assert_int_equal(sa_host_check(NULL, big, 4 * WORDS, 0x01020304u, &bad), SA_OK);
+  assert_int_equal(bad, 4);
+  assert_int_equal(sa_host_check(NULL, big + 1, 4 * (WORDS - 2), 0x01020304u, &bad), SA_OK);
+  assert_int_equal(bad, 6);
+  /* Unaligned memory works too. */
+  unsigned char *odd = (unsigned char *)buf + 1;
+  assert_int_equal(sa_host_fill(NULL, odd, 8, 0xaabbccddu), SA_OK);
+  assert_int_equal(sa_host_check(NULL, odd, 8, 0xaabbccddu, &bad), SA_OK);
+  assert_int_equal(bad, 6);
+}
+
 static void kernels_reject_bad_arguments(void **state) {
   (void)state;
   uint64_t bad = 0;
@@ -446,6 +468,7 @@ int main(void) {
       T(auto_stream_runs_work_at_once),
       T(step_runs_at_most_n_ops_in_order),
       T(fill_and_check_act_when_they_complete),
+      T(large_fill_and_check_count_every_word),
       T(kernels_reject_bad_arguments),
       T(never_recorded_event_is_complete),
       T(event_completes_when_its_stream_passes_the_record),
