@@ -27,34 +27,48 @@ uint64_t sa_sim_clock_get(const sa_sim_clock *c, uint64_t sid) {
   return lo < c->n && c->v[lo].sid == sid ? c->v[lo].ticket : 0;
 }
 
-static void put(sa_sim_tick *v, size_t *n, uint64_t sid, uint64_t ticket) {
-  if (*n > 0 && v[*n - 1].sid == sid) {
-    if (v[*n - 1].ticket < ticket) v[*n - 1].ticket = ticket;
+/* 1 if the entry still orders something: its stream lives and has not
+ * completed that ticket (the checker skips completed work anyway). */
+static int pending(const sa_sim_tick *t) {
+  const sa_sim_stream *u = sa_sim_stream_at(t->slot);
+  return u != NULL && u->sid == t->sid && u->completed < t->ticket;
+}
+
+static void put(sa_sim_tick *v, size_t *n, const sa_sim_tick *t) {
+  if (*n > 0 && v[*n - 1].sid == t->sid) {
+    if (v[*n - 1].ticket < t->ticket) v[*n - 1].ticket = t->ticket;
     return;
   }
-  v[(*n)++] = (sa_sim_tick){sid, ticket};
+  v[(*n)++] = *t;
 }
 
 sa_status sa_sim_clock_join(sa_sim_clock *out, const sa_sim_clock *a, const sa_sim_clock *b,
-                            uint64_t sid, uint64_t ticket) {
+                            const sa_sim_stream *edge, uint64_t ticket) {
   size_t cap = a->n + b->n + 1;
   sa_sim_tick *v = malloc(cap * sizeof *v);
   if (v == NULL) return SA_ERR_OUT_OF_MEMORY;
-  sa_sim_tick extra = {sid, ticket};
+  sa_sim_tick extra = {0, 0, ticket};
+  if (edge != NULL) extra = (sa_sim_tick){edge->sid, edge->slot, ticket};
   size_t i = 0, j = 0, n = 0;
-  int extra_left = sid != 0;
+  int extra_left = edge != NULL;
   /* Three-way merge of sorted lists, keeping the maximum ticket per sid. */
   while (i < a->n || j < b->n || extra_left) {
     const sa_sim_tick *pick = NULL;
     if (i < a->n) pick = &a->v[i];
     if (j < b->n && (pick == NULL || b->v[j].sid < pick->sid)) pick = &b->v[j];
     if (extra_left && (pick == NULL || extra.sid < pick->sid)) pick = &extra;
-    put(v, &n, pick->sid, pick->ticket);
+    put(v, &n, pick);
     if (pick == &extra) extra_left = 0;
     else if (i < a->n && pick == &a->v[i]) i++;
     else j++;
   }
-  *out = (sa_sim_clock){v, n};
+  /* Drop what no longer orders anything, so clocks stay as small as the set
+   * of streams with pending work. */
+  size_t kept = 0;
+  for (size_t k = 0; k < n; k++) {
+    if (pending(&v[k])) v[kept++] = v[k];
+  }
+  *out = (sa_sim_clock){v, kept};
   return SA_OK;
 }
 

@@ -80,21 +80,24 @@ void sa_sim_vmm_counters(sa_host_counters *out);
 /* ---- host_checker.c: vector clocks ------------------------------------- */
 typedef struct sa_sim_tick_s {
   uint64_t sid;    /* stream id */
+  uint32_t slot;   /* its slot, to see whether it still has that work pending */
   uint64_t ticket; /* ops of that stream up to this ticket are ordered before */
 } sa_sim_tick;
 
 /* What a stream (or an event's recording) is ordered after: entries sorted
- * by sid, at most one per stream. */
+ * by sid, at most one per stream, only for work not known complete. */
 typedef struct sa_sim_clock_s {
   sa_sim_tick *v;
   size_t n;
 } sa_sim_clock;
 
+struct sa_sim_stream_s;
 uint64_t sa_sim_clock_get(const sa_sim_clock *c, uint64_t sid);
-/* *out = max(a, b, {sid: ticket}) (sid 0: none) in fresh memory; a and b are
- * untouched, so a failure (SA_ERR_OUT_OF_MEMORY) changes nothing. */
+/* *out = max(a, b, {edge: ticket}) (edge NULL: none) in fresh memory, less
+ * the entries whose work has completed (they order nothing any more); a and
+ * b are untouched, so a failure (SA_ERR_OUT_OF_MEMORY) changes nothing. */
 sa_status sa_sim_clock_join(sa_sim_clock *out, const sa_sim_clock *a, const sa_sim_clock *b,
-                            uint64_t sid, uint64_t ticket);
+                            const struct sa_sim_stream_s *edge, uint64_t ticket);
 void sa_sim_clock_free(sa_sim_clock *c);
 
 /* ---- host_stream.c: streams, ops, events ------------------------------ */

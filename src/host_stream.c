@@ -277,8 +277,9 @@ sa_status sa_sim_stream_wait_event(sa_stream handle, void *event) {
     op.wait_slot = e->slot;
     op.wait_sid = e->sid;
     op.wait_ticket = e->ticket;
-    uint64_t edge_sid = e->sid == s->sid ? 0 : e->sid; /* own stream: ordered anyway */
-    if (sa_sim_clock_join(&clock, &s->clock, &e->clock, edge_sid, e->ticket) != SA_OK) {
+    const sa_sim_stream *edge = stream_ref(e->slot, e->sid);
+    if (edge == s) edge = NULL; /* own stream: ordered anyway */
+    if (sa_sim_clock_join(&clock, &s->clock, &e->clock, edge, e->ticket) != SA_OK) {
       return SA_ERR_OUT_OF_MEMORY;
     }
     sa_sim_clock_free(&s->clock);
@@ -335,7 +336,7 @@ sa_status sa_sim_event_record(void *event, sa_stream handle) {
   if (ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
   uint64_t ticket = s->enqueued + 1;
   sa_sim_clock clock, none = {NULL, 0};
-  if (sa_sim_clock_join(&clock, &s->clock, &none, s->sid, ticket) != SA_OK) {
+  if (sa_sim_clock_join(&clock, &s->clock, &none, s, ticket) != SA_OK) {
     return SA_ERR_OUT_OF_MEMORY;
   }
   sa_sim_op op = {.kind = SA_SIM_OP_RECORD};

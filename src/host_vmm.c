@@ -9,11 +9,15 @@
  * an anonymous PROT_NONE range back. Remapping a chunk elsewhere keeps its
  * bytes, as on the GPU.
  *
- * Validation follows CUDA: maps only inside a reservation, never over a
- * mapping, exactly the chunk's size; unmap and set_access only of whole,
- * contiguous mappings; va_release only of a whole reservation with nothing
- * mapped in it. Releasing a chunk that is still mapped is allowed (as in
- * CUDA): its handle dies at once, its memory at its last unmap.
+ * Validation follows CUDA: maps never over a mapping, exactly the chunk's
+ * size, granularity-aligned; unmap and set_access never of part of a
+ * mapping; va_release only of a whole reservation with nothing mapped in it.
+ * Releasing a chunk that is still mapped is allowed (as in CUDA): its handle
+ * dies at once, its memory at its last unmap. Stricter than CUDA on purpose,
+ * to catch allocator bugs (measured on an H200, driver 580: CUDA accepts
+ * these): a map must lie inside ONE reservation (CUDA maps across adjacent
+ * ones), and unmap / set_access must cover contiguous mappings with no gap
+ * (CUDA accepts gaps, and unmap of a range with nothing mapped).
  *
  * Called by driver_host.c (driver ops) and host_stream.c (may a kernel touch
  * this range?), with the simulator lock held.
