@@ -191,7 +191,7 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
   bool recorded = atomic_load_explicit(state, memory_order_relaxed) == SA_BLOCK_RECORDED;
   if (!recorded) {
     sa_deferred *d = e->out;
-    if (d != NULL && (d->owner != sb->owner || d->freed_on != s || d->n == SA_BATCH_MAX)) {
+    if (d != NULL && (d->owner != sb->owner || d->freer != e->sarena || d->n == SA_BATCH_MAX)) {
       sa__tentry_flush_out(e);
       if (e->out != NULL) return SA_ERR_DRIVER; /* could not record its event */
       d = NULL;
@@ -200,7 +200,7 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
       d = calloc(1, sizeof *d);
       if (d == NULL) return SA_ERR_OUT_OF_MEMORY;
       d->owner = sb->owner;
-      d->freed_on = s;
+      d->freer = e->sarena;
       e->out = d;
     }
     atomic_store_explicit(state, SA_BLOCK_DEFERRED, memory_order_relaxed);
@@ -239,7 +239,7 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
   }
   free(streams);
   d->owner = sb->owner;
-  d->freed_on = s;
+  d->freer = e->sarena;
   atomic_store_explicit(state, SA_BLOCK_DEFERRED, memory_order_relaxed);
   d->blocks[0].p = p;
   d->blocks[0].state = state;

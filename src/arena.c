@@ -92,7 +92,7 @@ static void arena_free(sa_arena *a) {
 sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   *out = NULL;
-  sa_arena *a = calloc(1, sizeof *a);
+  sa_arena *a = sa__zalloc_aligned(sizeof *a, _Alignof(sa_arena));
   if (a == NULL) return SA_ERR_OUT_OF_MEMORY;
   if (config != NULL)
     a->cfg = *config;

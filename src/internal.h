@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <streamarena/streamarena.h>
 
@@ -45,6 +47,15 @@
 
 typedef struct sa_stream_arena_s sa_stream_arena;
 typedef struct sa_tentry_s sa_tentry;
+
+/* Zeroed memory aligned for types declared with CK_CC_CACHELINE members
+ * (calloc only guarantees 16 bytes). Free with free(). */
+static inline void *sa__zalloc_aligned(size_t size, size_t align) {
+  size_t rounded = (size + align - 1) / align * align;
+  void *p = aligned_alloc(align, rounded);
+  if (p != NULL) memset(p, 0, rounded);
+  return p;
+}
 
 /* ------------------------------------------------------------------------
  * Descriptors: what a granule of the reserved range belongs to. They live
@@ -119,7 +130,7 @@ typedef struct sa_deferred_s {
   _Atomic uint64_t xhandoff;        /* see sa__handoff_publish */
   struct sa_deferred_s *next;       /* owner's pending list */
   sa_stream_arena *owner;
-  sa_stream freed_on;
+  sa_stream_arena *freer;           /* the stream arena it was freed on */
   unsigned nevents;
   sa_event events[4];               /* more streams: see stream_arena.c */
   uint32_t n;

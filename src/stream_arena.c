@@ -197,7 +197,7 @@ sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out) 
   pthread_mutex_unlock(&a->lock);
   sa_status st = a->drv->ops->stream_validate(a->drv, s);
   if (st != SA_OK) return st;
-  sa_stream_arena *sa = calloc(1, sizeof *sa);
+  sa_stream_arena *sa = sa__zalloc_aligned(sizeof *sa, _Alignof(sa_stream_arena));
   if (sa == NULL) return SA_ERR_OUT_OF_MEMORY;
   sa->arena = a;
   sa->stream = s;

@@ -59,14 +59,21 @@ void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep) {
 }
 
 /* Send the open cross-stream batch to its owner behind one event on the
- * stream the blocks were freed on. On a driver failure the batch stays. */
+ * stream the blocks were freed on. A stream released since then may be
+ * destroyed already: its release waited for its work, so no event is
+ * needed (the lock keeps a release from slipping in between). On a driver
+ * failure the batch stays. */
 void sa__tentry_flush_out(sa_tentry *e) {
   sa_deferred *d = e->out;
   if (d == NULL) return;
   sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
   if (d->nevents == 0) {
-    if (sa__event_record_new(a, d->freed_on, &d->events[0]) != SA_OK) return;
-    d->nevents = 1;
+    sa_stream_arena *f = d->freer;
+    pthread_mutex_lock(&f->lock);
+    sa_status st = f->released ? SA_OK : sa__event_record_new(a, f->stream, &d->events[0]);
+    if (st == SA_OK && !f->released) d->nevents = 1;
+    pthread_mutex_unlock(&f->lock);
+    if (st != SA_OK) return;
   }
   e->out = NULL;
   sa__stream_arena_push_deferred(d->owner, d);

@@ -113,12 +113,37 @@ static void destroy_reports_an_event_it_could_not_destroy(void **state) {
   sa_assert_ok(sa_host_stream_destroy(s));
 }
 
+/* Blocks freed on stream B (allocated on A) wait in the thread's open
+ * cross-stream batch. B is then released and destroyed, as the API asks.
+ * Flushing the batch must not record an event on the dead stream (on CUDA
+ * that crashed in cuEventRecord); release already waited for B's work, so
+ * the blocks go home without one, and they do come back. */
+static void batch_freed_on_a_released_stream_needs_no_event(void **state) {
+  (void)state;
+  sa_fixture f;
+  sa_assert_ok(sa_fixture_setup(&f, "max_physical=4MiB", 1, SA_HOST_AUTO));
+  sa_stream a = f.streams[0], b;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_AUTO, &b));
+  void *p[4];
+  for (int i = 0; i < 4; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], MiB / 2, a));
+  for (int i = 0; i < 4; i++) sa_assert_ok(sa_free(p[i], b)); /* batched, no event yet */
+  sa_assert_ok(sa_stream_release(f.arena, b));
+  sa_assert_ok(sa_host_stream_destroy(b));
+  /* The whole cap again on A: only possible once the batch came home (an
+   * event record on the destroyed stream fails, and kept them away). */
+  void *q[8];
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_alloc(f.arena, &q[i], MiB / 2, a));
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_free(q[i], a));
+  sa_assert_ok(sa_fixture_teardown(&f));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(record_stream_of_a_spans_own_stream_is_kept, setup3,
                                       teardown),
       cmocka_unit_test(destroy_releases_every_chunk_the_driver_does_not_refuse),
       cmocka_unit_test(destroy_reports_an_event_it_could_not_destroy),
+      cmocka_unit_test(batch_freed_on_a_released_stream_needs_no_event),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,8 @@
 #   2. bazel test //...                  optimised, asserts on
 #   3. bazel test --config=asan //...    AddressSanitizer, LeakSanitizer, UBSan
 #   4. bazel test --config=tsan //...    ThreadSanitizer
+#   4b. bazel test --config=ubsan //...  UBSan with the system allocator
+#                                        (ASan's allocator hides misalignment)
 #   5. examples/bazel_consumer           streamarena used as an external
 #                                        Bazel dependency, built and run
 # Every step runs even after a failure, so one run shows everything that is
@@ -45,6 +47,7 @@ run_tests() {
 run_tests opt
 run_tests asan --config=asan
 run_tests tsan --config=tsan
+run_tests ubsan --config=ubsan
 
 # The consumer workspace: its own Bazel output base; shut its server down
 # afterwards so two servers do not hold memory on a small machine.
