@@ -173,7 +173,7 @@ static sa_status find_block(sa_arena *a, uintptr_t p, sa_desc **d, uint32_t *idx
   sa_superblock *sb = (sa_superblock *)*d;
   if (sb->owner == NULL) return SA_ERR_DOUBLE_FREE; /* whole superblock is free */
   uintptr_t off = p - sb->hdr.base;
-  *idx = (uint32_t)(off / sb->block_size);
+  *idx = sa__block_index(sb, off);
   if ((uintptr_t)*idx * sb->block_size != off || *idx >= sb->nblocks)
     return SA_ERR_INVALID_POINTER;
   return SA_OK;
@@ -303,7 +303,7 @@ sa_status sa_free(void *ptr, sa_stream s) {
       if (sa_likely(d != NULL && d->kind == SA_DESC_SUPERBLOCK)) {
         sa_superblock *sb = (sa_superblock *)d;
         uintptr_t off = (uintptr_t)ptr - sb->hdr.base;
-        uintptr_t idx = off / sb->block_size;
+        uintptr_t idx = sa__block_index(sb, off);
         sa_tbin *b = &e->bins[sb->cls];
         if (sa_likely(sb->owner == e->sarena && idx * sb->block_size == off &&
                       idx < sb->nblocks && b->n < b->cap &&

@@ -58,7 +58,7 @@ static void retire_empty(sa_stream_arena *sa, sa_superblock *sb) {
 /* Put one block back into its superblock. Owner lock held. */
 static void block_return(sa_stream_arena *sa, void *p) {
   sa_superblock *sb = (sa_superblock *)sa__pagemap_get(sa->arena, (uintptr_t)p);
-  uint32_t idx = (uint32_t)(((uintptr_t)p - sb->hdr.base) / sb->block_size);
+  uint32_t idx = sa__block_index(sb, (uintptr_t)p - sb->hdr.base);
   atomic_store_explicit(&sb->state[idx], SA_BLOCK_FREE, memory_order_relaxed);
   sb->free_idx[sb->nfree++] = idx;
   sb->used--;

@@ -37,6 +37,7 @@ sa_status sa__superblock_format(sa_superblock *sb, unsigned cls) {
   if (st != SA_OK) return st;
   sb->cls = cls;
   sb->block_size = bs;
+  sb->block_inv = sa__block_inverse(bs);
   sb->nblocks = n;
   sb->used = sb->bump = sb->nfree = 0;
   return SA_OK;

@@ -1,0 +1,95 @@
+/* Superblock geometry: the block index that the free path computes by
+ * multiplication (sa__block_index) is the division it replaces, for every
+ * size class and every offset a superblock can have; and frees through the
+ * public API find their blocks by it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cmocka.h>
+
+#include <streamarena/streamarena.h>
+
+#include "internal.h"
+
+#define MiB ((size_t)1 << 20)
+#define SUPERBLOCK_MAX ((uintptr_t)1 << 30) /* arena.c's limit */
+
+static uint32_t index_of(size_t block_size, uintptr_t off) {
+  sa_superblock sb = {.block_size = block_size, .block_inv = sa__block_inverse(block_size)};
+  return sa__block_index(&sb, off);
+}
+
+static void check(size_t bs, uintptr_t off) {
+  uint32_t got = index_of(bs, off);
+  if (got != off / bs) fail_msg("block %zu, offset %zu: %u, not %zu", bs, (size_t)off, got,
+                                (size_t)(off / bs));
+}
+
+/* Block starts, their neighbours and the last byte of each block, across
+ * the largest superblock; every block where there are few enough. */
+static void index_is_division_for_every_class(void **state) {
+  (void)state;
+  for (unsigned cls = 0; cls < SA_CLASS_COUNT; cls++) {
+    size_t bs = sa_class_size(cls);
+    if (bs > SA_CLASS_MAX_SIZE) break;
+    uintptr_t blocks = SUPERBLOCK_MAX / bs;
+    uintptr_t step = blocks > 4096 ? blocks / 4096 : 1;
+    for (uintptr_t k = 0; k <= blocks; k += step) {
+      uintptr_t start = k * bs;
+      check(bs, start);
+      check(bs, start + 1);
+      check(bs, start + bs - 1);
+      if (start > 0) check(bs, start - 1);
+    }
+    check(bs, SUPERBLOCK_MAX - 1);
+  }
+}
+
+/* Any block size a caller could configure, any offset below 2^32: the bound
+ * the comment of sa__block_index states. */
+static void index_is_division_below_2_pow_32(void **state) {
+  (void)state;
+  uint64_t x = 0x2545F4914F6CDD1Du;
+  for (int i = 0; i < 2000000; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    size_t bs = 2 + (size_t)(x >> 40) % ((1u << 24) - 2);
+    if (i & 1) bs = (bs & ~(size_t)255) + 256; /* class sizes are 256-byte multiples */
+    uintptr_t off = (uintptr_t)(x & 0xffffffffu);
+    check(bs, off);
+    check(bs, off - off % bs);
+    check(bs, UINT32_MAX);
+  }
+}
+
+/* A class whose block size is no power of two: every block of a superblock
+ * frees by address, an interior pointer does not. */
+static void frees_find_blocks_of_an_odd_class(void **state) {
+  (void)state;
+  sa_config cfg;
+  sa_config_init(&cfg);
+  assert_int_equal(sa_config_parse(&cfg, "backend=host,check_stream_order=1", NULL, 0), SA_OK);
+  sa_arena *a = NULL;
+  assert_int_equal(sa_arena_create(&cfg, &a), SA_OK);
+  enum { N = 300 }; /* more than one 2 MiB superblock holds (292) */
+  const size_t size = 7168; /* a class size, 7 * 1024 */
+  assert_int_equal(sa_class_size(sa_size_class(size)), size);
+  void *p[N];
+  for (int i = 0; i < N; i++) assert_int_equal(sa_alloc(a, &p[i], size, NULL), SA_OK);
+  for (int i = 0; i < N; i++)
+    assert_int_equal(sa_free((char *)p[i] + 256, NULL), SA_ERR_INVALID_POINTER);
+  for (int i = 0; i < N; i++) assert_int_equal(sa_free(p[i], NULL), SA_OK);
+  for (int i = 0; i < N; i++) assert_int_equal(sa_free(p[i], NULL), SA_ERR_DOUBLE_FREE);
+  assert_int_equal(sa_arena_destroy(a), SA_OK);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(index_is_division_for_every_class),
+      cmocka_unit_test(index_is_division_below_2_pow_32),
+      cmocka_unit_test(frees_find_blocks_of_an_odd_class),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
