@@ -13,11 +13,21 @@ static inline size_t large_threshold(const sa_arena *a) {
   return atomic_load_explicit(&a->xlarge_threshold, memory_order_relaxed);
 }
 
-static inline void live_account(sa_tentry *e, int64_t delta) {
-  e->live_delta += delta;
-  if (sa_unlikely(e->live_delta >= (int64_t)SA_LIVE_FLUSH_BYTES ||
-                  e->live_delta <= -(int64_t)SA_LIVE_FLUSH_BYTES))
-    sa__tentry_publish_live(e);
+/* Publish the thread's live-byte delta once it strays beyond the slack plus
+ * one block (block: the size of the small block counted, 0 for a span).
+ * Alloc+free pairs of one small block, however large, then never touch the
+ * arena's shared counters (an atomic read-modify-write on a line every
+ * thread writes); the arena's count stays within SA_LIVE_FLUSH_BYTES plus
+ * the largest small block per thread. */
+static inline bool live_add(sa_tentry *e, int64_t delta, size_t block) {
+  int64_t live = e->live_delta + delta;
+  int64_t limit = (int64_t)(SA_LIVE_FLUSH_BYTES + block);
+  e->live_delta = live;
+  return sa_unlikely(live >= limit || live <= -limit); /* time to publish */
+}
+
+static inline void live_account(sa_tentry *e, int64_t delta, size_t block) {
+  if (live_add(e, delta, block)) sa__tentry_publish_live(e);
 }
 
 static inline bool entry_current(const sa_tentry *e, const sa_arena *a, sa_stream s) {
@@ -42,7 +52,7 @@ static sa_status small_alloc(sa_arena *a, sa_tentry *e, size_t size, void **out)
   }
   sa_cached_block blk = b->slots[--b->n];
   atomic_store_explicit(blk.state, SA_BLOCK_LIVE, memory_order_relaxed);
-  live_account(e, (int64_t)sa_class_size(cls));
+  live_account(e, (int64_t)b->block_size, b->block_size);
   (void)a;
   *out = blk.p;
   return SA_OK;
@@ -51,7 +61,7 @@ static sa_status small_alloc(sa_arena *a, sa_tentry *e, size_t size, void **out)
 static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, void **out) {
   if (size > large_threshold(a)) {
     sa_status st = sa__span_alloc(a, e->sarena, size, out);
-    if (st == SA_OK) live_account(e, (int64_t)size);
+    if (st == SA_OK) live_account(e, (int64_t)size, 0);
     return st;
   }
   return small_alloc(a, e, size, out);
@@ -118,6 +128,17 @@ SA_NOINLINE static sa_status after_alloc(sa_arena *a, void *p, size_t size, sa_s
   return SA_OK;
 }
 
+/* The fast path's rare endings, out of line: the fast path itself then makes
+ * tail calls only and needs no stack frame. Publishing the live delta before
+ * it is due is always correct. */
+SA_NOINLINE static sa_status alloc_fast_rare(sa_arena *a, sa_tentry *e, void *p, size_t size,
+                                             sa_stream s, void **out) {
+  sa__tentry_publish_live(e);
+  if (a->hooks) return after_alloc(a, p, size, s, out);
+  *out = p;
+  return SA_OK;
+}
+
 SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size, sa_stream s) {
   *out = NULL;
   if (size == 0) return SA_OK;
@@ -143,12 +164,15 @@ sa_status sa_alloc(sa_arena *a, void **out, size_t size, sa_stream s) {
   if (sa_likely(e != NULL && size - 1 < large_threshold(a) && entry_current(e, a, s))) {
     unsigned cls = sa_size_class(size);
     sa_tbin *b = &e->bins[cls];
-    if (sa_likely(b->n > 0)) {
-      sa_cached_block blk = b->slots[--b->n];
+    uint16_t n = b->n;
+    if (sa_likely(n > 0)) {
+      sa_cached_block blk = b->slots[n - 1];
+      size_t bs = b->block_size;
+      b->n = (uint16_t)(n - 1);
       atomic_store_explicit(blk.state, SA_BLOCK_LIVE, memory_order_relaxed);
       sa__count(&e->xfast_allocs);
-      live_account(e, (int64_t)sa_class_size(cls));
-      if (sa_unlikely(a->hooks)) return after_alloc(a, blk.p, size, s, out);
+      bool publish = live_add(e, (int64_t)bs, bs);
+      if (sa_unlikely(publish || a->hooks)) return alloc_fast_rare(a, e, blk.p, size, s, out);
       *out = blk.p;
       return SA_OK;
     }
@@ -269,7 +293,7 @@ SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
     sa_span *sp = (sa_span *)d;
     size_t request = sp->request;
     st = sa__span_free(a, sp, e->sarena);
-    if (st == SA_OK) live_account(e, -(int64_t)request);
+    if (st == SA_OK) live_account(e, -(int64_t)request, 0);
   } else {
     sa_superblock *sb = (sa_superblock *)d;
     size_t bs = sb->block_size;
@@ -284,11 +308,18 @@ SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
     } else {
       st = free_deferred(a, e, sb, idx, ptr, s);
     }
-    if (st == SA_OK) live_account(e, -(int64_t)bs);
+    if (st == SA_OK) live_account(e, -(int64_t)bs, bs);
   }
   if (st != SA_OK) return st;
   atomic_fetch_add_explicit(&a->xslow_frees, 1, memory_order_relaxed);
   if (sa_unlikely(a->trace != NULL)) sa__trace(a, 'f', ptr, 0, s);
+  return SA_OK;
+}
+
+/* As alloc_fast_rare, for sa_free. */
+SA_NOINLINE static sa_status free_fast_rare(sa_arena *a, sa_tentry *e, void *ptr, sa_stream s) {
+  sa__tentry_publish_live(e);
+  if (a->trace != NULL) sa__trace(a, 'f', ptr, 0, s);
   return SA_OK;
 }
 
@@ -304,18 +335,22 @@ sa_status sa_free(void *ptr, sa_stream s) {
         sa_superblock *sb = (sa_superblock *)d;
         uintptr_t off = (uintptr_t)ptr - sb->hdr.base;
         uintptr_t idx = sa__block_index(sb, off);
+        size_t bs = sb->block_size;
         sa_tbin *b = &e->bins[sb->cls];
-        if (sa_likely(sb->owner == e->sarena && idx * sb->block_size == off &&
-                      idx < sb->nblocks && b->n < b->cap &&
+        uint16_t n = b->n;
+        if (sa_likely(sb->owner == e->sarena && idx * bs == off && idx < sb->nblocks &&
+                      n < b->cap &&
                       atomic_load_explicit(&sb->state[idx], memory_order_relaxed) ==
                           SA_BLOCK_LIVE)) {
-          atomic_store_explicit(&sb->state[idx], SA_BLOCK_CACHED, memory_order_relaxed);
-          b->slots[b->n].p = ptr;
-          b->slots[b->n].state = &sb->state[idx];
-          b->n++;
+          _Atomic uint8_t *state = &sb->state[idx];
+          atomic_store_explicit(state, SA_BLOCK_CACHED, memory_order_relaxed);
+          sa_cached_block *slot = &b->slots[n];
+          slot->p = ptr;
+          slot->state = state;
+          b->n = (uint16_t)(n + 1);
           sa__count(&e->xfast_frees);
-          live_account(e, -(int64_t)sb->block_size);
-          if (sa_unlikely(a->trace != NULL)) sa__trace(a, 'f', ptr, 0, s);
+          bool publish = live_add(e, -(int64_t)bs, bs);
+          if (sa_unlikely(publish || a->trace != NULL)) return free_fast_rare(a, e, ptr, s);
           return SA_OK;
         }
       }

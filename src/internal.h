@@ -41,7 +41,7 @@
 
 #define SA_MAX_ARENAS 256          /* live arenas in a process */
 #define SA_KEEP_EMPTY_SUPERBLOCKS 2 /* per stream, kept before going global */
-#define SA_LIVE_FLUSH_BYTES (256u << 10) /* per-thread live-byte slack */
+#define SA_LIVE_FLUSH_BYTES (256u << 10) /* per-thread live-byte slack, plus a block */
 #define SA_BATCH_MAX 64            /* blocks per cross-stream batch */
 #define SA_RECORD_BUCKETS 1024
 
@@ -173,6 +173,7 @@ struct sa_stream_arena_s {
  * ---------------------------------------------------------------------- */
 typedef struct sa_tbin_s {
   uint16_t n, cap;
+  uint32_t block_size; /* of its class: the fast paths need not compute it */
   sa_cached_block *slots;
 } sa_tbin;
 

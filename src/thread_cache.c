@@ -39,6 +39,7 @@ sa_status sa__tbin_init(sa_tbin *b, unsigned cls) {
   b->slots = malloc(cap * sizeof *b->slots);
   if (b->slots == NULL) return SA_ERR_OUT_OF_MEMORY;
   b->cap = cap;
+  b->block_size = (uint32_t)sa_class_size(cls); /* <= SA_CLASS_MAX_SIZE */
   return SA_OK;
 }
 

@@ -422,6 +422,79 @@ static void thread_exit_returns_cached_blocks(void **state) {
   destroy_clean(a);
 }
 
+/* Another thread's live bytes reach the arena's count with a lag of at most
+ * 256 KiB plus one small block (the large threshold, 1 MiB here), also while
+ * it runs alloc+free pairs of 1 MiB blocks; a thread that exits publishes
+ * all it counted, and the calling thread's own count is exact. */
+#define LIVE_SLACK ((int64_t)(256 << 10) + (int64_t)MiB)
+
+static void assert_live_near(sa_arena *a, int64_t expect) {
+  sa_stats st;
+  assert_int_equal(sa_get_stats(a, &st), SA_OK);
+  int64_t diff = (int64_t)st.live_bytes - expect;
+  if (diff > LIVE_SLACK || diff < -LIVE_SLACK)
+    fail_msg("live_bytes %zu, expected %lld within %lld", st.live_bytes, (long long)expect,
+             (long long)LIVE_SLACK);
+  assert_true((int64_t)st.live_bytes_peak <= 8 * (int64_t)MiB + LIVE_SLACK);
+}
+
+typedef struct live_job_s {
+  sa_arena *a;
+  pthread_barrier_t step; /* the worker and the test take turns */
+  void *p[8];
+} live_job;
+
+static void *live_worker(void *arg) {
+  live_job *j = arg;
+  intptr_t bad = 0;
+  for (int i = 0; i < 8; i++) bad |= sa_alloc(j->a, &j->p[i], MiB, NULL) != SA_OK;
+  pthread_barrier_wait(&j->step); /* 8 MiB live */
+  pthread_barrier_wait(&j->step);
+  for (int i = 0; i < 1000; i++) {
+    void *q;
+    bad |= sa_alloc(j->a, &q, MiB, NULL) != SA_OK;
+    bad |= sa_free(q, NULL) != SA_OK;
+  }
+  pthread_barrier_wait(&j->step); /* still 8 MiB */
+  pthread_barrier_wait(&j->step);
+  for (int i = 0; i < 8; i++) bad |= sa_free(j->p[i], NULL) != SA_OK;
+  pthread_barrier_wait(&j->step); /* none */
+  pthread_barrier_wait(&j->step);
+  for (int i = 0; i < 5; i++) bad |= sa_alloc(j->a, &j->p[i], MiB, NULL) != SA_OK;
+  return (void *)bad; /* exits holding 5 MiB */
+}
+
+static void live_bytes_within_slack_of_one_block(void **state) {
+  (void)state;
+  /* No stream-order checking: with it on, every call publishes at once. */
+  sa_config cfg;
+  sa_config_init(&cfg);
+  assert_int_equal(sa_config_parse(&cfg, "backend=host", NULL, 0), SA_OK);
+  sa_arena *a = NULL;
+  assert_int_equal(sa_arena_create(&cfg, &a), SA_OK);
+  live_job job = {.a = a};
+  assert_int_equal(pthread_barrier_init(&job.step, NULL, 2), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, live_worker, &job), 0);
+  const int64_t expect[3] = {8 * (int64_t)MiB, 8 * (int64_t)MiB, 0};
+  for (int phase = 0; phase < 3; phase++) {
+    pthread_barrier_wait(&job.step);
+    assert_live_near(a, expect[phase]);
+    pthread_barrier_wait(&job.step);
+  }
+  void *ret = (void *)2;
+  assert_int_equal(pthread_join(t, &ret), 0);
+  assert_null(ret);
+  sa_stats st;
+  assert_int_equal(sa_get_stats(a, &st), SA_OK);
+  assert_int_equal(st.live_bytes, 5 * MiB);
+  for (int i = 0; i < 5; i++) assert_int_equal(sa_free(job.p[i], NULL), SA_OK);
+  assert_int_equal(sa_get_stats(a, &st), SA_OK);
+  assert_int_equal(st.live_bytes, 0);
+  assert_int_equal(pthread_barrier_destroy(&job.step), 0);
+  destroy_clean(a);
+}
+
 static void stream_release_returns_memory(void **state) {
   (void)state;
   sa_arena *a = make_arena("max_physical=8MiB");
@@ -620,6 +693,7 @@ int main(void) {
       cmocka_unit_test(stream_release_returns_memory),
       cmocka_unit_test(superblock_size_tuning),
       cmocka_unit_test(stats_track_live_and_reserved),
+      cmocka_unit_test(live_bytes_within_slack_of_one_block),
       cmocka_unit_test(small_frees_become_one_large_span),
       cmocka_unit_test(oom_callback_may_free_and_retry),
       cmocka_unit_test(destroy_reports_live_blocks),

@@ -244,10 +244,12 @@ typedef struct sa_stats_s {
 
 /* A consistent-enough snapshot: counters kept by other threads are read
  * without stopping them, so a concurrent run may be off by its in-flight
- * operations. Each thread publishes its live bytes in steps of 256 KiB:
- * live_bytes is exact for the calling thread's own allocations and within
- * 256 KiB per other thread; so is live_bytes_peak. Small blocks count the
- * size of their class, large allocations the bytes requested. */
+ * operations. Each thread publishes its live bytes once they stray more
+ * than 256 KiB plus the block just counted from what it published: live_bytes
+ * is exact for the calling thread's own allocations and within 256 KiB plus
+ * the largest small block (the large-allocation threshold) per other thread;
+ * so is live_bytes_peak. Small blocks count the size of their class, large
+ * allocations the bytes requested. */
 sa_status sa_get_stats(sa_arena *arena, sa_stats *out);
 
 /* ------------------------------------------------------------------------
