@@ -336,6 +336,9 @@ void sa__span_fini(sa_arena *a); /* destroy: settle every free span's events */
 sa_status sa__record_add(sa_arena *a, uintptr_t p, sa_stream s);
 /* Take the streams recorded for p (malloc'd array, *n entries). */
 void sa__record_take(sa_arena *a, uintptr_t p, sa_stream **streams, unsigned *n);
+/* s was released (its work is done): no block needs an event on it. */
+void sa__record_forget_stream(sa_arena *a, sa_stream s);
+bool sa__record_names_stream(sa_arena *a, sa_stream s);
 void sa__record_fini(sa_arena *a);
 
 /* reclaim.c */

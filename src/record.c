@@ -75,6 +75,41 @@ void sa__record_take(sa_arena *a, uintptr_t p, sa_stream **streams, unsigned *n)
   pthread_mutex_unlock(&a->record_lock);
 }
 
+bool sa__record_names_stream(sa_arena *a, sa_stream s) {
+  bool found = false;
+  pthread_mutex_lock(&a->record_lock);
+  for (size_t i = 0; a->records != NULL && i < SA_RECORD_BUCKETS && !found; i++)
+    for (sa_record *r = a->records[i]; r != NULL && !found; r = r->next)
+      for (unsigned k = 0; k < r->n && !found; k++) found = r->streams[k] == s;
+  pthread_mutex_unlock(&a->record_lock);
+  return found;
+}
+
+void sa__record_forget_stream(sa_arena *a, sa_stream s) {
+  pthread_mutex_lock(&a->record_lock);
+  if (a->records != NULL) {
+    for (size_t i = 0; i < SA_RECORD_BUCKETS; i++) {
+      for (sa_record **pr = &a->records[i]; *pr != NULL;) {
+        sa_record *r = *pr;
+        for (unsigned k = 0; k < r->n;) {
+          if (r->streams[k] == s)
+            r->streams[k] = r->streams[--r->n];
+          else
+            k++;
+        }
+        if (r->n > 0) {
+          pr = &r->next;
+          continue;
+        }
+        *pr = r->next; /* none left: as if never recorded */
+        free(r->streams);
+        free(r);
+      }
+    }
+  }
+  pthread_mutex_unlock(&a->record_lock);
+}
+
 void sa__record_fini(sa_arena *a) {
   if (a->records == NULL) return;
   for (size_t i = 0; i < SA_RECORD_BUCKETS; i++) {

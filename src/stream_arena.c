@@ -224,15 +224,22 @@ sa_status sa__release_stream(sa_arena *a, sa_stream s) {
   pthread_mutex_lock(&a->lock);
   sa_stream_arena *sa = a->streams;
   while (sa != NULL && !(sa->stream == s && !sa->released)) sa = sa->next;
-  if (sa == NULL) {
-    pthread_mutex_unlock(&a->lock);
-    return SA_OK;
-  }
   pthread_mutex_unlock(&a->lock);
+  if (sa == NULL) {
+    /* Never allocated on, but blocks may be recorded on it: they must not
+     * wait for it once it is gone. */
+    if (!sa__record_names_stream(a, s)) return SA_OK;
+    sa_status st = a->drv->ops->stream_synchronize(a->drv, s);
+    if (st == SA_OK) sa__record_forget_stream(a, s);
+    return st;
+  }
   /* Wait for the stream's work first: from now on nothing can be recorded
    * on it, and what it holds must be clean for other streams. */
   sa_status st = a->drv->ops->stream_synchronize(a->drv, s);
   if (st != SA_OK) return st;
+  /* Blocks recorded on s need no event on it any more, and s may be
+   * destroyed before they are freed. */
+  sa__record_forget_stream(a, s);
   pthread_mutex_lock(&sa->lock);
   pthread_mutex_lock(&a->lock);
   sa->released = true;

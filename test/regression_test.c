@@ -137,6 +137,28 @@ static void batch_freed_on_a_released_stream_needs_no_event(void **state) {
   sa_assert_ok(sa_fixture_teardown(&f));
 }
 
+/* A block recorded on a stream that is then released (and destroyed, as
+ * the API allows after sa_stream_release) must still be freeable: release
+ * waited for that stream's work, so the record is satisfied. The free used
+ * to record an event on the dead stream and fail with
+ * SA_ERR_UNKNOWN_STREAM forever, leaking the block. Found by the fuzzer. */
+static void free_after_a_recorded_stream_was_released(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0];
+  const size_t sizes[] = {1000, 5 * MiB};
+  for (int i = 0; i < 2; i++) {
+    sa_stream gone;
+    sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &gone));
+    void *p;
+    sa_assert_ok(sa_alloc(f->arena, &p, sizes[i], a));
+    sa_assert_ok(sa_host_fill(gone, p, 256, 7));
+    sa_assert_ok(sa_record_stream(p, gone));
+    sa_assert_ok(sa_stream_release(f->arena, gone));
+    sa_assert_ok(sa_host_stream_destroy(gone));
+    sa_assert_ok(sa_free(p, a));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(record_stream_of_a_spans_own_stream_is_kept, setup3,
@@ -144,6 +166,8 @@ int main(void) {
       cmocka_unit_test(destroy_releases_every_chunk_the_driver_does_not_refuse),
       cmocka_unit_test(destroy_reports_an_event_it_could_not_destroy),
       cmocka_unit_test(batch_freed_on_a_released_stream_needs_no_event),
+      cmocka_unit_test_setup_teardown(free_after_a_recorded_stream_was_released, setup3,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -184,8 +184,9 @@ sa_status sa_record_stream(void *p, sa_stream other);
  * from it stay valid and may be freed later on any stream. Call it before
  * destroying the stream: a new stream that gets the same handle value then
  * starts from a clean state. Threads that cached blocks for this stream give
- * them back at their next allocator call. Releasing a stream the arena has
- * not seen is SA_OK. */
+ * them back at their next allocator call. Blocks recorded on it
+ * (sa_record_stream) no longer wait for it: its work is done. Releasing a
+ * stream the arena has not seen is SA_OK. */
 sa_status sa_stream_release(sa_arena *arena, sa_stream stream);
 
 /* ------------------------------------------------------------------------
