@@ -9,7 +9,8 @@
 # Needs: Bazel 4 (Debian's bazel-bootstrap), Concurrency Kit (libck-dev),
 # cmocka (libcmocka-dev), gcc with its sanitizer runtimes (asan, tsan, ubsan
 # configs), and the CUDA toolkit headers (cuda.h; no GPU or driver needed:
-# the CUDA backend loads libcuda.so.1 at run time).
+# the CUDA backend loads libcuda.so.1 at run time), and clang with libFuzzer
+# (libclang-rt-N-dev) for fuzz/run.sh.
 set -euo pipefail
 
 check_only=0
@@ -33,6 +34,11 @@ fi
 for pkg in bazel-bootstrap libck-dev libcmocka-dev; do
   have_pkg "$pkg" || missing+=("$pkg")
 done
+
+# fuzz/run.sh: clang with libFuzzer (libclang_rt.fuzzer).
+if ! command -v clang >/dev/null 2>&1; then missing+=(clang); fi
+have_pkg libclang-rt-14-dev || have_pkg "libclang-rt-$(clang -dumpversion 2>/dev/null | cut -d. -f1)-dev" ||
+  missing+=(libclang-rt-14-dev)
 
 # gcc and its sanitizer runtimes (they ship in libgcc-N-dev).
 if ! command -v gcc >/dev/null 2>&1; then

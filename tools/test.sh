@@ -6,7 +6,8 @@
 #   4. bazel test --config=tsan //...    ThreadSanitizer
 #   4b. bazel test --config=ubsan //...  UBSan with the system allocator
 #                                        (ASan's allocator hides misalignment)
-#   5. examples/bazel_consumer           streamarena used as an external
+#   5. fuzz/run.sh                       libFuzzer (clang), bounded time
+#   6. examples/bazel_consumer           streamarena used as an external
 #                                        Bazel dependency, built and run
 # Every step runs even after a failure, so one run shows everything that is
 # broken. The last line counts tests over all steps:
@@ -48,6 +49,17 @@ run_tests opt
 run_tests asan --config=asan
 run_tests tsan --config=tsan
 run_tests ubsan --config=ubsan
+
+# The libFuzzer target (clang, not Bazel: fuzz/run.sh), for a bounded time
+# (FUZZ_SECONDS, default 60); one test in the tally.
+echo "=== fuzz: fuzz/run.sh ${FUZZ_SECONDS:-60}"
+if bash fuzz/run.sh "${FUZZ_SECONDS:-60}"; then
+  passed=$((passed + 1))
+  echo "=== fuzz: passed"
+else
+  failed=$((failed + 1))
+  echo "=== fuzz: FAILED"
+fi
 
 # The consumer workspace: its own Bazel output base; shut its server down
 # afterwards so two servers do not hold memory on a small machine.

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of fuzz/arena_fuzz.c into fuzz/corpus/.
+
+Each seed is a configuration byte and a list of operations in the target's
+encoding (see LLVMFuzzerTestOneInput): one op byte, then its arguments.
+Run it again after changing the encoding; the files are committed.
+"""
+import os
+import struct
+
+ALLOC, FREE, USE, STEP, VERIFY, TUNE, BAD, RELEASE, STATS = 0, 5, 8, 9, 11, 12, 13, 14, 15
+
+
+def alloc(stream, kind, v):
+    return bytes([ALLOC, stream, kind]) + struct.pack("<H", v)
+
+
+def free(i, stream):
+    return bytes([FREE, i, stream])
+
+
+def use(i, stream):
+    return bytes([USE, i, stream])
+
+
+def step(stream, n):
+    return bytes([STEP, stream, n])
+
+
+def op(code, *args):
+    return bytes([code, *args])
+
+
+seeds = {
+    # small blocks on every stream, freed on their own and on other streams
+    "small_cross_stream": bytes([0x00])
+    + b"".join(alloc(s, 0, 100 + 37 * s) for s in range(4))
+    + free(0, 2) + free(1, 1) + step(2, 4) + alloc(1, 0, 100)
+    + op(VERIFY) + op(STATS),
+    # large spans around the threshold, record_stream via use, trim
+    "large_spans": bytes([0x05])
+    + alloc(1, 2, 20000) + alloc(2, 3, 0) + alloc(3, 3, 4)
+    + use(0, 3) + free(0, 1) + step(1, 8) + alloc(2, 2, 20000)
+    + op(TUNE, 0) + op(VERIFY),
+    # out of memory under the 8 MiB cap, then recovery through reclaim
+    "oom_and_reclaim": bytes([0x00])
+    + alloc(1, 5, 1) + alloc(1, 2, 30000) + alloc(2, 2, 30000)
+    + free(0, 2) + alloc(3, 5, 1) + op(TUNE, 1) + op(VERIFY),
+    # bad inputs between real work
+    "bad_inputs": bytes([0x02])
+    + alloc(0, 0, 500) + free(0, 0) + op(BAD, 0, 1) + alloc(1, 1, 700)
+    + op(BAD, 1) + op(BAD, 2) + op(BAD, 3) + op(BAD, 4, 2) + alloc(0, 6, 1) + alloc(0, 6, 2),
+    # a stream released with its blocks outstanding, freed elsewhere later
+    "stream_release": bytes([0x13])
+    + alloc(1, 0, 300) + alloc(1, 2, 9000) + use(0, 2) + op(RELEASE, 0)
+    + free(1, 3) + step(3, 2) + free(0, 0) + op(VERIFY),
+    # superblock size changes with an explicit threshold
+    "tuning": bytes([0x1e])
+    + alloc(2, 4, 0x0105) + op(TUNE, 2) + op(TUNE, 6) + op(TUNE, 14)
+    + alloc(2, 3, 1) + alloc(1, 7, 9) + op(STATS) + op(VERIFY),
+}
+
+here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+os.makedirs(here, exist_ok=True)
+for name, data in seeds.items():
+    with open(os.path.join(here, name), "wb") as f:
+        f.write(data)
+print(f"wrote {len(seeds)} seeds to {here}")
