@@ -96,6 +96,7 @@ static sa_status unmap_span(sa_arena *a, sa_span *sp) {
   sa__pagemap_set(a, sp->hdr.base, sp->hdr.size, NULL);
   sa__va_free(a, sp->hdr.base, sp->hdr.size);
   sp->in_use = false;
+  sp->pinned = false; /* a spare descriptor starts unmarked */
   sp->next = a->spare_spans;
   a->spare_spans = sp;
   return SA_OK;
@@ -106,7 +107,9 @@ static sa_status unmap_span(sa_arena *a, sa_span *sp) {
  * (need 0: until none is left). Returns whether it covers. */
 static bool unmap_until(sa_arena *a, size_t need, bool wait) {
   for (;;) {
-    if (need > 0 && sa__physical_cache_covers(a, need, need / 4)) return true;
+    /* Stop when covered, but through the unpinning below: a span left
+     * pinned would be skipped by every later pass, trims included. */
+    if (need > 0 && sa__physical_cache_covers(a, need, need / 4)) break;
     sa_span *big = NULL;
     for (sa_span *sp = a->free_spans; sp != NULL; sp = sp->next)
       if (!sp->pinned && (big == NULL || sp->hdr.size > big->hdr.size)) big = sp;
