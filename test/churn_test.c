@@ -215,6 +215,7 @@ static void churn(void **state) {
             "churn: after trim: %zu bytes reserved in %zu chunks, %zu deferred; simulator: "
             "%zu chunks, %zu mappings\n",
             st.reserved_bytes, st.chunks_total, st.deferred_frees, c.chunks, c.mappings);
+    (void)sa_snapshot_write(f.arena, stderr); /* where the memory is held */
     failures++;
   }
   sa_status torn = sa_fixture_teardown(&f);
