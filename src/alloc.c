@@ -203,9 +203,19 @@ static sa_status find_block(sa_arena *a, uintptr_t p, sa_desc **d, uint32_t *idx
   return SA_OK;
 }
 
-static sa_status state_check(uint8_t state) {
-  if (state == SA_BLOCK_LIVE || state == SA_BLOCK_RECORDED) return SA_OK;
-  return SA_ERR_DOUBLE_FREE;
+/* The arena, descriptor, index and state byte of the live block at p, or
+ * why p is not one: the common front of sa_free's slow path and
+ * sa_record_stream. */
+static sa_status locate_live(void *ptr, sa_arena **a, sa_desc **d, uint32_t *idx,
+                             _Atomic uint8_t **state) {
+  uintptr_t p = (uintptr_t)ptr;
+  if (ptr == NULL || (*a = sa__arena_of(p)) == NULL) return SA_ERR_INVALID_POINTER;
+  sa_status st = find_block(*a, p, d, idx);
+  if (st != SA_OK) return st;
+  *state = (*d)->kind == SA_DESC_SPAN ? &((sa_span *)*d)->xstate
+                                      : &((sa_superblock *)*d)->state[*idx];
+  uint8_t now = atomic_load_explicit(*state, memory_order_relaxed);
+  return now == SA_BLOCK_LIVE || now == SA_BLOCK_RECORDED ? SA_OK : SA_ERR_DOUBLE_FREE;
 }
 
 /* A block freed on a stream other than its owner's, or a recorded one. */
@@ -273,19 +283,13 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
 }
 
 SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
-  uintptr_t p = (uintptr_t)ptr;
-  sa_arena *a = sa__arena_of(p);
-  if (a == NULL) return SA_ERR_INVALID_POINTER;
+  sa_arena *a;
   sa_desc *d;
   uint32_t idx;
-  sa_status st = find_block(a, p, &d, &idx);
+  _Atomic uint8_t *state_byte;
+  sa_status st = locate_live(ptr, &a, &d, &idx, &state_byte);
   if (st != SA_OK) return st;
-  uint8_t state = d->kind == SA_DESC_SPAN
-                      ? atomic_load_explicit(&((sa_span *)d)->xstate, memory_order_relaxed)
-                      : atomic_load_explicit(&((sa_superblock *)d)->state[idx],
-                                             memory_order_relaxed);
-  st = state_check(state);
-  if (st != SA_OK) return st;
+  uint8_t state = atomic_load_explicit(state_byte, memory_order_relaxed);
   sa_tentry *e;
   st = sa__tentry_get(a, s, &e); /* validates the stream */
   if (st != SA_OK) return st;
@@ -363,17 +367,11 @@ sa_status sa_free(void *ptr, sa_stream s) {
  * sa_record_stream
  * ---------------------------------------------------------------------- */
 sa_status sa_record_stream(void *ptr, sa_stream other) {
-  if (ptr == NULL) return SA_ERR_INVALID_POINTER;
-  uintptr_t p = (uintptr_t)ptr;
-  sa_arena *a = sa__arena_of(p);
-  if (a == NULL) return SA_ERR_INVALID_POINTER;
+  sa_arena *a;
   sa_desc *d;
   uint32_t idx;
-  sa_status st = find_block(a, p, &d, &idx);
-  if (st != SA_OK) return st;
-  _Atomic uint8_t *state = d->kind == SA_DESC_SPAN ? &((sa_span *)d)->xstate
-                                                   : &((sa_superblock *)d)->state[idx];
-  st = state_check(atomic_load_explicit(state, memory_order_relaxed));
+  _Atomic uint8_t *state;
+  sa_status st = locate_live(ptr, &a, &d, &idx, &state);
   if (st != SA_OK) return st;
   sa_stream_arena *owner =
       d->kind == SA_DESC_SPAN ? ((sa_span *)d)->owner : ((sa_superblock *)d)->owner;
@@ -384,7 +382,7 @@ sa_status sa_record_stream(void *ptr, sa_stream other) {
     return SA_OK; /* ordered already */
   st = a->drv->ops->stream_validate(a->drv, other);
   if (st != SA_OK) return st;
-  st = sa__record_add(a, p, other);
+  st = sa__record_add(a, (uintptr_t)ptr, other);
   if (st != SA_OK) return st;
   atomic_store_explicit(state, SA_BLOCK_RECORDED, memory_order_relaxed);
   return SA_OK;
