@@ -46,11 +46,11 @@
 #define CHAIN_LENGTH 1024        /* memsets of the scratch buffer */
 #define SCRATCH_BYTES (64 * MiB)
 
-/* spin_fill(p, n, value, cycles): every thread spins until `cycles` clock
+/* spin_fill(p, n, value, cycles), PTX for sm_75 and newer: every thread spins until `cycles` clock
  * cycles have passed on its SM, then the grid writes value to p[0..n). */
 static const char spin_ptx[] =
     ".version 7.0\n"
-    ".target sm_52\n"
+    ".target sm_75\n" /* Turing and newer: CUDA 13 dropped older targets */
     ".address_size 64\n"
     ".visible .entry spin_fill(.param .u64 p, .param .u32 n, .param .u32 value,\n"
     "                          .param .u64 cycles)\n"
