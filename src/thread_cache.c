@@ -16,7 +16,7 @@
 
 #include "internal.h"
 
-_Thread_local struct sa_tcache_s *sa__tl_cache;
+_Thread_local struct sa_tcache_s *sa__tl_cache SA_TLS_FAST;
 
 static pthread_key_t tcache_key;
 static pthread_once_t tcache_once = PTHREAD_ONCE_INIT;
