@@ -1,0 +1,308 @@
+/* //bench:replay: replay allocation traces on the host simulator with a
+ * capped device size, and compare with a contiguous first-fit reference.
+ *
+ *   replay [options] TRACE.csv...
+ *     --capacity=SIZE   device size for every trace (sa_config_parse sizes)
+ *     --headroom=F      device size = F x the trace's peak live bytes,
+ *                       rounded up to 2 MiB (default 1.10; ignored with
+ *                       --capacity)
+ *     --conf=SPEC       more arena configuration, e.g. superblock_size=4MiB
+ *     --check-ratio=R   exit 1 if on any trace streamarena runs out of
+ *                       memory or its peak reserved exceeds R x peak live
+ *     --expect-first-fit-oom
+ *                       exit 1 unless on some trace the first-fit reference
+ *                       runs out of memory where streamarena does not
+ *
+ * Traces are CSV (docs/TRACE.md): streamarena's own format or RMM's
+ * logging_resource_adaptor log. The replay is single-threaded, in file
+ * order; each distinct stream id becomes its own SA_HOST_AUTO stream, so
+ * events complete as soon as they are queried (nothing is enqueued) and a
+ * cross-stream free is reusable after the allocator's own event checks.
+ * Memory is not touched, so a replay of tens of GiB needs little RAM.
+ *
+ * Peak live is the highest sum of requested sizes; peak reserved is the
+ * arena's highest physical footprint (sa_stats.reserved_bytes_peak). The
+ * first-fit column is a REFERENCE MODEL (first_fit.h), not streamarena.
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <streamarena/host.h>
+#include <streamarena/streamarena.h>
+
+#include "first_fit.h"
+#include "trace_read.h"
+
+#define MiB ((double)(1 << 20))
+#define GRANULE ((size_t)2 << 20)
+
+typedef struct options_s {
+  size_t capacity; /* 0: from headroom */
+  double headroom;
+  const char *conf;
+  double check_ratio; /* 0: no check */
+  bool expect_ff_oom;
+} options;
+
+typedef struct result_s {
+  const char *name;
+  const trace *t;
+  size_t capacity;
+  /* streamarena */
+  size_t reserved_peak;
+  size_t oom_count;
+  size_t first_oom_op;
+  double seconds;
+  uint64_t chunk_creates, maps;
+  /* first-fit reference */
+  size_t ff_extent;
+  size_t ff_oom_count;
+  size_t ff_first_oom_op;
+  size_t ff_largest_free_at_oom;
+} result;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s != NULL ? s + 1 : path;
+}
+
+static sa_status report(const char *what, sa_status st) {
+  if (st != SA_OK) fprintf(stderr, "replay: %s: %s\n", what, sa_status_string(st));
+  return st;
+}
+
+/* Replay t on a fresh arena of the given capacity. */
+static sa_status run_streamarena(const trace *t, size_t capacity, const char *conf,
+                                 result *r) {
+  sa_config cfg;
+  sa_config_init(&cfg);
+  char err[256];
+  sa_status st = sa_config_parse(&cfg, "backend=host", err, sizeof err);
+  if (st == SA_OK && conf != NULL) st = sa_config_parse(&cfg, conf, err, sizeof err);
+  if (st != SA_OK) {
+    fprintf(stderr, "replay: --conf: %s\n", err);
+    return st;
+  }
+  cfg.max_physical_bytes = capacity;
+  if (capacity > ((size_t)16 << 30)) {
+    st = sa_host_set_device_memory(capacity);
+    if (report("sa_host_set_device_memory", st) != SA_OK) return st;
+  }
+  sa_arena *a;
+  st = sa_arena_create(&cfg, &a);
+  if (report("sa_arena_create", st) != SA_OK) return st;
+  sa_stream *streams = calloc(t->nstreams, sizeof *streams);
+  void **ptrs = calloc(t->nslots, sizeof *ptrs);
+  size_t made = 0;
+  if (streams == NULL || ptrs == NULL) st = SA_ERR_OUT_OF_MEMORY;
+  for (; st == SA_OK && made < t->nstreams; made++)
+    st = report("sa_host_stream_create", sa_host_stream_create(SA_HOST_AUTO, &streams[made]));
+  if (st != SA_OK && made > 0) made--; /* the failed one was not made */
+
+  uint64_t creates0 = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
+  uint64_t maps0 = sa_host_call_count(SA_HOST_FN_MAP);
+  double t0 = now_s();
+  for (size_t i = 0; st == SA_OK && i < t->nops; i++) {
+    const trace_op *op = &t->ops[i];
+    if (op->is_free) {
+      if (ptrs[op->slot] == NULL) continue; /* its allocation failed */
+      st = report("sa_free", sa_free(ptrs[op->slot], streams[op->stream]));
+      ptrs[op->slot] = NULL;
+      continue;
+    }
+    sa_status s = sa_alloc(a, &ptrs[op->slot], op->size, streams[op->stream]);
+    if (s == SA_ERR_OUT_OF_MEMORY) {
+      if (r->oom_count++ == 0) r->first_oom_op = i;
+    } else {
+      st = report("sa_alloc", s);
+    }
+  }
+  r->seconds = now_s() - t0;
+  r->chunk_creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE) - creates0;
+  r->maps = sa_host_call_count(SA_HOST_FN_MAP) - maps0;
+
+  sa_stats stats;
+  sa_status s = report("sa_get_stats", sa_get_stats(a, &stats));
+  if (st == SA_OK) st = s;
+  r->reserved_peak = stats.reserved_bytes_peak;
+  for (size_t i = 0; ptrs != NULL && i < t->nslots; i++) /* what the trace never freed */
+    if (ptrs[i] != NULL) (void)report("sa_free", sa_free(ptrs[i], NULL));
+  for (size_t i = 0; i < made; i++) {
+    s = report("sa_stream_release", sa_stream_release(a, streams[i]));
+    if (st == SA_OK) st = s;
+    s = report("sa_host_stream_destroy", sa_host_stream_destroy(streams[i]));
+    if (st == SA_OK) st = s;
+  }
+  s = report("sa_arena_destroy", sa_arena_destroy(a));
+  if (st == SA_OK) st = s;
+  free(ptrs);
+  free(streams);
+  return st;
+}
+
+/* The same trace on the first-fit reference model. */
+static sa_status run_first_fit(const trace *t, size_t capacity, result *r) {
+  ff_model m;
+  size_t *off = malloc(t->nslots * sizeof *off);
+  bool *placed = calloc(t->nslots, sizeof *placed);
+  if (off == NULL || placed == NULL || !ff_init(&m, capacity)) {
+    free(off);
+    free(placed);
+    return SA_ERR_OUT_OF_MEMORY;
+  }
+  sa_status st = SA_OK;
+  for (size_t i = 0; st == SA_OK && i < t->nops; i++) {
+    const trace_op *op = &t->ops[i];
+    if (op->is_free) {
+      if (placed[op->slot] && !ff_free(&m, off[op->slot], op->size)) st = SA_ERR_OUT_OF_MEMORY;
+      placed[op->slot] = false;
+    } else if (ff_alloc(&m, op->size, &off[op->slot])) {
+      placed[op->slot] = true;
+    } else if (r->ff_oom_count++ == 0) {
+      r->ff_first_oom_op = i;
+      r->ff_largest_free_at_oom = ff_largest_free(&m);
+    }
+  }
+  r->ff_extent = m.peak_extent;
+  ff_fini(&m);
+  free(off);
+  free(placed);
+  return st;
+}
+
+static void print_summary(const result *r) {
+  const trace *t = r->t;
+  double live = (double)t->peak_live;
+  printf("%s: %s format, %zu ops, %zu streams, peak live %.1f MiB, capacity %.1f MiB | "
+         "streamarena: peak reserved %.1f MiB (%.3fx), %s, %.1f ms (%.2f us/op), "
+         "%" PRIu64 " chunks created, %" PRIu64 " maps | first-fit reference: extent "
+         "%.1f MiB (%.3fx), ",
+         r->name, t->format, t->nops, t->nstreams, live / MiB, (double)r->capacity / MiB,
+         (double)r->reserved_peak / MiB, (double)r->reserved_peak / live,
+         r->oom_count ? "OUT OF MEMORY" : "no OOM", r->seconds * 1e3,
+         r->seconds * 1e6 / (double)(t->nops ? t->nops : 1), r->chunk_creates, r->maps,
+         (double)r->ff_extent / MiB, (double)r->ff_extent / live);
+  if (r->ff_oom_count)
+    printf("OUT OF MEMORY (%zu failed, first at op %zu with %.1f MiB largest free)\n",
+           r->ff_oom_count, r->ff_first_oom_op, (double)r->ff_largest_free_at_oom / MiB);
+  else
+    printf("no OOM\n");
+  if (r->oom_count)
+    printf("%s: streamarena failed %zu allocations, first at op %zu\n", r->name, r->oom_count,
+           r->first_oom_op);
+  if (t->unmatched_frees || t->failed_allocs || t->never_freed)
+    printf("%s: trace had %zu frees of unknown ids, %zu failed allocations, %zu never "
+           "freed\n", r->name, t->unmatched_frees, t->failed_allocs, t->never_freed);
+}
+
+static void print_table(const result *rs, size_t n) {
+  printf("\n| trace | ops | streams | peak live MiB | capacity MiB | streamarena peak "
+         "reserved MiB | ratio | OOM | time ms | chunks created | first-fit extent MiB | "
+         "first-fit OOM |\n");
+  printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |\n");
+  for (size_t i = 0; i < n; i++) {
+    const result *r = &rs[i];
+    double live = (double)r->t->peak_live;
+    printf("| %s | %zu | %zu | %.1f | %.1f | %.1f | %.3f | %s | %.1f | %" PRIu64
+           " | %.1f | %s |\n",
+           r->name, r->t->nops, r->t->nstreams, live / MiB, (double)r->capacity / MiB,
+           (double)r->reserved_peak / MiB, (double)r->reserved_peak / live,
+           r->oom_count ? "yes" : "no", r->seconds * 1e3, r->chunk_creates,
+           (double)r->ff_extent / MiB, r->ff_oom_count ? "yes" : "no");
+  }
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: replay [--capacity=SIZE | --headroom=F] [--conf=SPEC] "
+          "[--check-ratio=R] [--expect-first-fit-oom] TRACE.csv...\n");
+  return 2;
+}
+
+static bool parse_size(const char *s, size_t *out) {
+  sa_config c;
+  sa_config_init(&c);
+  char spec[128];
+  if (snprintf(spec, sizeof spec, "max_physical=%s", s) >= (int)sizeof spec) return false;
+  if (sa_config_parse(&c, spec, NULL, 0) != SA_OK) return false;
+  *out = c.max_physical_bytes;
+  return *out > 0;
+}
+
+int main(int argc, char **argv) {
+  options o = {.headroom = 1.10};
+  int first = 1;
+  for (; first < argc && strncmp(argv[first], "--", 2) == 0; first++) {
+    const char *a = argv[first];
+    char *end;
+    if (strncmp(a, "--capacity=", 11) == 0) {
+      if (!parse_size(a + 11, &o.capacity)) return usage();
+    } else if (strncmp(a, "--headroom=", 11) == 0) {
+      o.headroom = strtod(a + 11, &end);
+      if (*end != '\0' || o.headroom < 1.0) return usage();
+    } else if (strncmp(a, "--conf=", 7) == 0) {
+      o.conf = a + 7;
+    } else if (strncmp(a, "--check-ratio=", 14) == 0) {
+      o.check_ratio = strtod(a + 14, &end);
+      if (*end != '\0' || o.check_ratio <= 0) return usage();
+    } else if (strcmp(a, "--expect-first-fit-oom") == 0) {
+      o.expect_ff_oom = true;
+    } else {
+      return usage();
+    }
+  }
+  if (first == argc) return usage();
+  size_t n = (size_t)(argc - first);
+  trace *traces = calloc(n, sizeof *traces);
+  result *rs = calloc(n, sizeof *rs);
+  if (traces == NULL || rs == NULL) return 1;
+  int failed = 0;
+  bool ff_only_oom = false;
+  for (size_t i = 0; i < n; i++) {
+    const char *path = argv[first + (int)i];
+    char err[512];
+    if (trace_load(path, &traces[i], err, sizeof err) != SA_OK) {
+      fprintf(stderr, "replay: %s\n", err);
+      return 1;
+    }
+    result *r = &rs[i];
+    r->name = base_name(path);
+    r->t = &traces[i];
+    size_t cap = o.capacity;
+    if (cap == 0) cap = (size_t)((double)traces[i].peak_live * o.headroom);
+    r->capacity = (cap + GRANULE - 1) / GRANULE * GRANULE;
+    if (run_streamarena(r->t, r->capacity, o.conf, r) != SA_OK ||
+        run_first_fit(r->t, r->capacity, r) != SA_OK) {
+      fprintf(stderr, "replay: %s: replay failed\n", r->name);
+      return 1;
+    }
+    print_summary(r);
+    fflush(stdout);
+    double ratio = (double)r->reserved_peak / (double)traces[i].peak_live;
+    if (o.check_ratio > 0 && (r->oom_count > 0 || ratio > o.check_ratio)) {
+      printf("CHECK FAILED: %s: streamarena %s, ratio %.3f > %.3f\n", r->name,
+             r->oom_count ? "ran out of memory" : "fits", ratio, o.check_ratio);
+      failed = 1;
+    }
+    if (r->ff_oom_count > 0 && r->oom_count == 0) ff_only_oom = true;
+  }
+  print_table(rs, n);
+  if (o.expect_ff_oom && !ff_only_oom) {
+    printf("CHECK FAILED: no trace where first-fit runs out of memory and streamarena "
+           "does not\n");
+    failed = 1;
+  }
+  for (size_t i = 0; i < n; i++) trace_free(&traces[i]);
+  free(traces);
+  free(rs);
+  return failed;
+}

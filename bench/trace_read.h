@@ -1,0 +1,43 @@
+/* Reading allocation traces for //bench:replay.
+ *
+ * Two CSV dialects, told apart by their header line (docs/TRACE.md):
+ *   streamarena's own:  thread,stream,op,id,size,time_ns
+ *                       op is alloc or free; '#' starts a comment line
+ *   RMM's logging_resource_adaptor:  Thread,Time,Action,Pointer,Size,Stream
+ *                       Action is allocate, free or "allocate failure"
+ * Columns are found by name (case-insensitive), so their order may vary.
+ * Allocation ids (addresses) are matched to frees while reading and turned
+ * into dense slot numbers; streams into dense stream numbers. A free of an
+ * unknown id and a failed allocation are counted and dropped.
+ */
+#ifndef SA_BENCH_TRACE_READ_H
+#define SA_BENCH_TRACE_READ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <streamarena/streamarena.h>
+
+typedef struct trace_op_s {
+  uint32_t slot;   /* allocation number, 0..nslots-1 */
+  uint16_t stream; /* 0..nstreams-1 */
+  uint8_t is_free;
+  size_t size;     /* requested bytes (the allocation's, for a free too) */
+} trace_op;
+
+typedef struct trace_s {
+  trace_op *ops;
+  size_t nops;
+  size_t nslots;       /* allocations */
+  size_t nstreams;
+  size_t nthreads;
+  size_t peak_live;    /* sum of requested sizes, at its highest */
+  size_t unmatched_frees, failed_allocs, never_freed;
+  const char *format;  /* "streamarena" or "rmm" */
+} trace;
+
+/* Read path into *t. On failure a message goes to err (err_size bytes). */
+sa_status trace_load(const char *path, trace *t, char *err, size_t err_size);
+void trace_free(trace *t);
+
+#endif /* SA_BENCH_TRACE_READ_H */
