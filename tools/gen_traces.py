@@ -211,7 +211,8 @@ def fragmentation(seed):
     """Fragmentation-adversarial (long): rounds fill memory with blocks of one
     size, free every other block so that the survivors pin the holes, then
     ask for blocks larger than any hole. Sizes rotate between rounds (8, 6,
-    10, 14, 12 MiB ...), survivors of earlier rounds are freed oldest first,
+    10, 14, 12 MiB ..., at most 64 KiB below a multiple of 2 MiB: the trace
+    is adversarial to contiguity, not to the 2 MiB granularity), survivors of earlier rounds are freed oldest first,
     and small blocks are sprinkled in between. Live bytes stay under the cap;
     a contiguous allocator runs out of room for the larger blocks while
     half of its memory is free, an allocator that remaps does not."""
@@ -221,7 +222,7 @@ def fragmentation(seed):
     budget = 1 * GiB  # live bytes the trace keeps below
     survivors = []  # oldest first
     small = []
-    sizes = [8, 6, 10, 14, 12, 4, 16, 9, 11, 7]
+    sizes = [8, 6, 10, 14, 12, 4, 16, 18, 20, 22]
     for rnd in range(120):
         size = sizes[rnd % len(sizes)] * MiB
         if rng.random() < 0.5:
