@@ -12,6 +12,9 @@
  *     --expect-first-fit-oom
  *                       exit 1 unless on some trace the first-fit reference
  *                       runs out of memory where streamarena does not
+ *     --snapshot=DIR    write DIR/<trace stem>.json: the arena's snapshot right
+ *                       after the operation at which live bytes peak
+ *                       (tools/render_snapshot.py draws it)
  *
  * Traces are CSV (docs/TRACE.md): streamarena's own format or RMM's
  * logging_resource_adaptor log. The replay is single-threaded, in file
@@ -46,6 +49,7 @@ typedef struct options_s {
   const char *conf;
   double check_ratio; /* 0: no check */
   bool expect_ff_oom;
+  const char *snapshot_dir;
 } options;
 
 typedef struct result_s {
@@ -82,8 +86,26 @@ static sa_status report(const char *what, sa_status st) {
 }
 
 /* Replay t on a fresh arena of the given capacity. */
-static sa_status run_streamarena(const trace *t, size_t capacity, const char *conf,
+/* The arena's snapshot into dir/<name>.json. */
+static sa_status write_snapshot(sa_arena *a, const char *dir, const char *name) {
+  char path[4096];
+  size_t stem = strlen(name);
+  if (stem > 4 && strcmp(name + stem - 4, ".csv") == 0) stem -= 4;
+  if (snprintf(path, sizeof path, "%s/%.*s.json", dir, (int)stem, name) >= (int)sizeof path)
+    return SA_ERR_INVALID_ARGUMENT;
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    perror(path);
+    return SA_ERR_INVALID_ARGUMENT;
+  }
+  sa_status st = sa_snapshot_write(a, f);
+  if (fclose(f) != 0 && st == SA_OK) st = SA_ERR_INTERNAL;
+  return report("sa_snapshot_write", st);
+}
+
+static sa_status run_streamarena(const trace *t, size_t capacity, const options *o,
                                  result *r) {
+  const char *conf = o->conf;
   sa_config cfg;
   sa_config_init(&cfg);
   char err[256];
@@ -126,6 +148,8 @@ static sa_status run_streamarena(const trace *t, size_t capacity, const char *co
     } else {
       st = report("sa_alloc", s);
     }
+    if (st == SA_OK && i == t->peak_op && o->snapshot_dir != NULL)
+      st = write_snapshot(a, o->snapshot_dir, r->name);
   }
   r->seconds = now_s() - t0;
   r->chunk_creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE) - creates0;
@@ -224,7 +248,7 @@ static void print_table(const result *rs, size_t n) {
 
 static int usage(void) {
   fprintf(stderr, "usage: replay [--capacity=SIZE | --headroom=F] [--conf=SPEC] "
-          "[--check-ratio=R] [--expect-first-fit-oom] TRACE.csv...\n");
+          "[--check-ratio=R] [--expect-first-fit-oom] [--snapshot=DIR] TRACE.csv...\n");
   return 2;
 }
 
@@ -256,6 +280,8 @@ int main(int argc, char **argv) {
       if (*end != '\0' || o.check_ratio <= 0) return usage();
     } else if (strcmp(a, "--expect-first-fit-oom") == 0) {
       o.expect_ff_oom = true;
+    } else if (strncmp(a, "--snapshot=", 11) == 0) {
+      o.snapshot_dir = a + 11;
     } else {
       return usage();
     }
@@ -280,7 +306,7 @@ int main(int argc, char **argv) {
     size_t cap = o.capacity;
     if (cap == 0) cap = (size_t)((double)traces[i].peak_live * o.headroom);
     r->capacity = (cap + GRANULE - 1) / GRANULE * GRANULE;
-    if (run_streamarena(r->t, r->capacity, o.conf, r) != SA_OK ||
+    if (run_streamarena(r->t, r->capacity, &o, r) != SA_OK ||
         run_first_fit(r->t, r->capacity, r) != SA_OK) {
       fprintf(stderr, "replay: %s: replay failed\n", r->name);
       return 1;

@@ -204,7 +204,10 @@ static sa_status line(loader *l, char **f, size_t n, const int *col, size_t line
   l->slot_size[slot] = (size_t)size;
   if (!smap_put(&l->live, id, slot)) return SA_ERR_OUT_OF_MEMORY;
   l->live_bytes += (size_t)size;
-  if (l->live_bytes > t->peak_live) t->peak_live = l->live_bytes;
+  if (l->live_bytes > t->peak_live) {
+    t->peak_live = l->live_bytes;
+    t->peak_op = t->nops; /* the op pushed next */
+  }
   return push_op(l, (trace_op){slot, (uint16_t)stream, 0, (size_t)size}) ? SA_OK
                                                                           : SA_ERR_OUT_OF_MEMORY;
 }

@@ -32,6 +32,7 @@ typedef struct trace_s {
   size_t nstreams;
   size_t nthreads;
   size_t peak_live;    /* sum of requested sizes, at its highest */
+  size_t peak_op;      /* index of the op after which live bytes peak */
   size_t unmatched_frees, failed_allocs, never_freed;
   const char *format;  /* "streamarena" or "rmm" */
 } trace;
