@@ -11,9 +11,11 @@
  * granularity, largest first (30 MiB = 16 + 8 + 4 + 2). Chunk sizes thus
  * grow with requests (one 1 GiB handle maps ~100x faster than 512 small
  * ones) while staying few and interchangeable: any later request is a sum
- * of such sizes, so cached chunks keep fitting. When the physical cap is in
- * the way, cached chunks too large to fit are released to make room.
- * Chunks are never split or merged.
+ * of such sizes, so cached chunks keep fitting. Before a chunk is created,
+ * cached chunks that could not serve are released down to
+ * release_threshold_bytes (further when the physical cap is in the way):
+ * the footprint grows only when no cached memory could serve. Chunks are
+ * never split or merged.
  *
  * Every function here runs with the arena lock held. Only chunks with no
  * pending device work enter the cache: callers unmap after their events.
@@ -77,8 +79,17 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
 }
 
 static sa_status chunk_create(sa_arena *a, size_t size, sa_chunk **out) {
-  /* Make room under the cap by giving back cached chunks that cannot serve
-   * this request (the caller already took every one that fits). */
+  /* The caller already took every cached chunk that fits, so the rest
+   * cannot serve this request: give them back rather than grow beside them,
+   * down to release_threshold_bytes, and further when the cap is in the
+   * way. A refused release is not fatal here; the cap check decides. */
+  while (a->chunk_cache_bytes > a->cfg.release_threshold_bytes) {
+    sa_chunk *c = cache_take_fitting(a, SIZE_MAX);
+    if (chunk_release(a, c) != SA_OK) {
+      cache_push(a, c);
+      break;
+    }
+  }
   while (a->physical_bytes + size > a->physical_cap && a->chunk_cache != NULL) {
     sa_chunk *c = cache_take_fitting(a, SIZE_MAX);
     if (chunk_release(a, c) != SA_OK) {
