@@ -343,6 +343,10 @@ void sa__record_fini(sa_arena *a);
 
 /* reclaim.c */
 sa_status sa__reclaim(sa_arena *a, size_t want, bool wait); /* no lock held */
+/* Before a span grows the footprint: this thread's cached blocks go back,
+ * and free memory whose events completed is unmapped into the chunk cache.
+ * No waiting; no lock held. */
+void sa__reshape(sa_arena *a);
 
 /* thread_cache.c */
 sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out);

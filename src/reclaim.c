@@ -1,4 +1,5 @@
-/* Getting memory back: the out-of-memory path, sa_trim and sa_defragment.
+/* Getting memory back: the out-of-memory path, sa_trim, sa_defragment, and
+ * reshaping free memory before a span grows the footprint.
  *
  * Memory that is free but held in some shape (empty superblocks of a
  * stream, free spans, superblocks on the global stack) is
@@ -49,9 +50,9 @@ static void unmap_free_superblocks(sa_arena *a, bool wait) {
   }
 }
 
-sa_status sa__reclaim(sa_arena *a, size_t want, bool wait) {
-  (void)want; /* everything free is reclaimed: stitching needs the chunks */
-  atomic_fetch_add_explicit(&a->xdefrags, 1, memory_order_relaxed);
+/* Everything free goes back to the chunk cache once its events completed
+ * (with wait: after waiting for them). */
+static void reclaim_free(sa_arena *a, bool wait) {
   pthread_mutex_lock(&a->lock);
   sa_stream_arena *head = a->streams; /* prepend-only list: safe to walk */
   pthread_mutex_unlock(&a->lock);
@@ -60,7 +61,21 @@ sa_status sa__reclaim(sa_arena *a, size_t want, bool wait) {
   pthread_mutex_lock(&a->lock);
   sa__span_unmap_free(a, wait);
   pthread_mutex_unlock(&a->lock);
+}
+
+sa_status sa__reclaim(sa_arena *a, size_t want, bool wait) {
+  (void)want; /* everything free is reclaimed: stitching needs the chunks */
+  atomic_fetch_add_explicit(&a->xdefrags, 1, memory_order_relaxed);
+  reclaim_free(a, wait);
   return SA_OK;
+}
+
+void sa__reshape(sa_arena *a) {
+  /* Blocks in this thread's caches pin their superblocks: give them back
+   * first, so that superblocks they empty can go too. Streams' kept empty
+   * superblocks go to the global stack behind an event on their stream. */
+  sa__tentry_flush_own(a);
+  reclaim_free(a, false);
 }
 
 sa_status sa_trim(sa_arena *a, size_t keep_bytes) {

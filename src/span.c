@@ -10,8 +10,8 @@
  * streams keeps reserved memory near the peak of the sum of the streams'
  * needs, not the sum of their peaks. A reuse must fit within 1/4 of the
  * request. When nothing fits, free spans whose work is done are unmapped
- * and their chunks stitched into the new span; only then does the arena
- * grow. Nothing is unmapped before its events completed: the driver's
+ * and their chunks stitched into the new span, then free superblocks whose
+ * work is done (sa__reshape); only then does the arena grow. Nothing is unmapped before its events completed: the driver's
  * unmap does not wait for queued work.
  */
 #include <stdlib.h>
@@ -179,7 +179,15 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, void **o
     pthread_mutex_unlock(&a->lock);
     return SA_OK;
   }
-  (void)unmap_until(a, need, false); /* stitch from what is done, not grow */
+  /* Stitch from what is done, not grow: free spans first, then (without
+   * the lock) this thread's cached blocks and every stream's empty
+   * superblocks whose work completed (sa__reshape). */
+  if (!unmap_until(a, need, false)) {
+    pthread_mutex_unlock(&a->lock);
+    sa__reshape(a);
+    pthread_mutex_lock(&a->lock);
+    (void)unmap_until(a, need, false);
+  }
   sa_status st = map_new(a, need, &sp);
   if (st == SA_OK) hand_out(a, sa, sp, size, out);
   pthread_mutex_unlock(&a->lock);
