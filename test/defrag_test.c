@@ -1,0 +1,351 @@
+/* Defragmentation by remapping, on the host simulator: stitching freed
+ * memory into large spans, the chunk cache and its release threshold,
+ * sa_defragment (never while work may still touch memory; concurrent with
+ * allocation).
+ *
+ * The simulator flags any simulated kernel that touches memory unmapped
+ * while it was queued (order_violations), so "no unmap while work is
+ * pending" is checked by running the work after the allocator had its
+ * chance to unmap.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <streamarena/host.h>
+#include <streamarena/streamarena.h>
+
+#include "fixture.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+static uint64_t violations(void) {
+  sa_host_counters c;
+  sa_host_get_counters(&c);
+  return c.order_violations;
+}
+
+static sa_stats stats(sa_arena *a) {
+  sa_stats st;
+  sa_assert_ok(sa_get_stats(a, &st));
+  return st;
+}
+
+static void setup(sa_fixture *f, const char *spec, size_t streams, sa_host_mode mode) {
+  sa_assert_ok(sa_fixture_setup(f, spec, streams, mode));
+}
+
+static void teardown(sa_fixture *f) { sa_assert_ok(sa_fixture_teardown(f)); }
+
+/* ---------------------------------------------------------------------- */
+
+/* Under a cap that the small blocks filled, the large span is stitched from
+ * their superblocks' chunks once their queued work ran (the out-of-memory
+ * path waits for it), not before. */
+static void small_frees_become_one_span_under_cap(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "max_physical=16MiB,check_stream_order=1", 2, SA_HOST_MANUAL);
+  uint64_t v0 = violations();
+  void *p[64];
+  for (int i = 0; i < 64; i++) {
+    sa_assert_ok(sa_alloc(f.arena, &p[i], 256 * KiB, f.streams[0]));
+    sa_assert_ok(sa_host_fill(f.streams[0], p[i], 256 * KiB, 0x5a5a0000u + (uint32_t)i));
+  }
+  for (int i = 0; i < 64; i++) sa_assert_ok(sa_free(p[i], f.streams[0]));
+  assert_int_equal(stats(f.arena).reserved_bytes, 16 * MiB);
+
+  void *big;
+  sa_assert_ok(sa_alloc(f.arena, &big, 16 * MiB, f.streams[1]));
+  sa_stats st = stats(f.arena);
+  assert_true(st.reserved_bytes_peak <= 16 * MiB);
+  assert_int_equal(sa_host_stream_pending(f.streams[0]), 0); /* it had to wait */
+  uint64_t bad = 0;
+  sa_assert_ok(sa_host_fill(f.streams[1], big, 16 * MiB, 0xB16B16u));
+  sa_assert_ok(sa_host_check(f.streams[1], big, 16 * MiB, 0xB16B16u, &bad));
+  sa_assert_ok(sa_host_drain_all());
+  assert_int_equal(bad, 0);
+  assert_int_equal(violations(), v0);
+  sa_assert_ok(sa_free(big, f.streams[1]));
+  teardown(&f);
+}
+
+/* Without a cap, and with the blocks' work complete, a large request that
+ * fits no mapped span reuses their memory instead of growing. */
+static void small_frees_become_one_span_without_growth(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 2, SA_HOST_AUTO);
+  void *p[64];
+  for (int i = 0; i < 64; i++) {
+    sa_assert_ok(sa_alloc(f.arena, &p[i], 256 * KiB, f.streams[0]));
+    sa_assert_ok(sa_host_fill(f.streams[0], p[i], 256 * KiB, (uint32_t)i));
+  }
+  for (int i = 0; i < 64; i++) sa_assert_ok(sa_free(p[i], f.streams[0]));
+  void *big;
+  sa_assert_ok(sa_alloc(f.arena, &big, 16 * MiB, f.streams[1]));
+  sa_stats st = stats(f.arena);
+  assert_int_equal(st.reserved_bytes_peak, 16 * MiB);
+  assert_int_equal(st.reserved_bytes, 16 * MiB);
+  sa_assert_ok(sa_free(big, f.streams[1]));
+  teardown(&f);
+}
+
+/* Freed spans of other sizes are reshaped rather than kept beside a new
+ * one; while their work is queued they are not touched. */
+static void spans_reshape_instead_of_growing(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 1, SA_HOST_MANUAL);
+  sa_stream s = f.streams[0];
+  uint64_t v0 = violations();
+  void *a, *b, *c;
+  sa_assert_ok(sa_alloc(f.arena, &a, 64 * MiB, s));
+  sa_assert_ok(sa_host_fill(s, a, 64 * MiB, 1));
+  sa_assert_ok(sa_free(a, s));
+  /* a's fill is queued: a 96 MiB span cannot take its chunk yet. */
+  sa_assert_ok(sa_alloc(f.arena, &b, 96 * MiB, s));
+  assert_int_equal(stats(f.arena).reserved_bytes, 160 * MiB);
+  sa_assert_ok(sa_host_fill(s, b, 96 * MiB, 2));
+  sa_assert_ok(sa_free(b, s));
+  sa_assert_ok(sa_host_stream_drain(s));
+  /* Both completed: their chunks (64 MiB; 64 + 32 MiB) are stitched into
+   * a 128 MiB span, so the footprint does not grow; the 32 MiB chunk stays
+   * cached. */
+  sa_assert_ok(sa_alloc(f.arena, &c, 128 * MiB, s));
+  sa_stats st = stats(f.arena);
+  assert_int_equal(st.reserved_bytes_peak, 160 * MiB);
+  assert_int_equal(st.reserved_bytes, 160 * MiB);
+  assert_int_equal(st.large_spans, 1);
+  sa_assert_ok(sa_host_drain_all());
+  assert_int_equal(violations(), v0);
+  sa_assert_ok(sa_free(c, s));
+  teardown(&f);
+}
+
+/* A chunk keeps its bytes when it is unmapped and mapped again under
+ * another span (the cached chunk is stitched in first, at offset 0). */
+static void remap_preserves_contents(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "release_threshold=64MiB", 1, SA_HOST_MANUAL);
+  sa_stream s = f.streams[0];
+  void *a, *b;
+  sa_assert_ok(sa_alloc(f.arena, &a, 8 * MiB, s));
+  sa_assert_ok(sa_host_fill(s, a, 8 * MiB, 0xFEEDF00Du));
+  sa_assert_ok(sa_free(a, s));
+  sa_assert_ok(sa_host_stream_drain(s));
+  sa_assert_ok(sa_trim(f.arena, 64 * MiB)); /* unmapped, chunk kept cached */
+  sa_stats st = stats(f.arena);
+  assert_int_equal(st.reserved_bytes, 8 * MiB);
+  assert_int_equal(st.cached_bytes, 8 * MiB);
+  assert_int_equal(st.large_spans, 0);
+  uint64_t creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
+  sa_assert_ok(sa_alloc(f.arena, &b, 16 * MiB, s));
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_CREATE), creates + 1);
+  uint64_t bad = 0;
+  sa_assert_ok(sa_host_check(s, b, 8 * MiB, 0xFEEDF00Du, &bad));
+  sa_assert_ok(sa_host_stream_drain(s));
+  assert_int_equal(bad, 0);
+  sa_assert_ok(sa_free(b, s));
+  teardown(&f);
+}
+
+/* A cached chunk too large for a request is released before a new chunk
+ * is created (release threshold 0): the footprint does not grow. */
+static void oversized_cached_chunk_released_before_growth(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, NULL, 1, SA_HOST_AUTO);
+  void *a, *b;
+  sa_assert_ok(sa_alloc(f.arena, &a, 64 * MiB, f.streams[0]));
+  sa_assert_ok(sa_free(a, f.streams[0]));
+  sa_assert_ok(sa_alloc(f.arena, &b, 16 * MiB, f.streams[0]));
+  sa_stats st = stats(f.arena);
+  assert_int_equal(st.reserved_bytes_peak, 64 * MiB);
+  assert_int_equal(st.reserved_bytes, 16 * MiB);
+  sa_assert_ok(sa_free(b, f.streams[0]));
+  teardown(&f);
+}
+
+/* sa_defragment keeps release_threshold_bytes of cached chunks; sa_trim
+ * keeps what it is told. */
+static void trim_honours_release_threshold(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "release_threshold=8MiB", 1, SA_HOST_AUTO);
+  sa_stream s = f.streams[0];
+  void *p[4];
+  for (int i = 0; i < 4; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], 4 * MiB, s));
+  for (int i = 0; i < 4; i++) sa_assert_ok(sa_free(p[i], s));
+  assert_int_equal(stats(f.arena).reserved_bytes, 16 * MiB);
+  sa_assert_ok(sa_defragment(f.arena));
+  sa_stats st = stats(f.arena);
+  assert_int_equal(st.reserved_bytes, 8 * MiB);
+  assert_int_equal(st.cached_bytes, 8 * MiB);
+  assert_int_equal(st.chunks_total, 2);
+  /* The two cached 4 MiB chunks serve a 32 MiB span, with new 16 and 8 MiB
+   * chunks (power-of-two sizes). */
+  void *big;
+  sa_assert_ok(sa_alloc(f.arena, &big, 32 * MiB, s));
+  st = stats(f.arena);
+  assert_int_equal(st.reserved_bytes, 32 * MiB);
+  assert_int_equal(st.chunks_total, 4);
+  sa_assert_ok(sa_free(big, s));
+  sa_assert_ok(sa_trim(f.arena, 4 * MiB)); /* largest first: 16, 8, 4 MiB go */
+  assert_int_equal(stats(f.arena).reserved_bytes, 4 * MiB);
+  sa_assert_ok(sa_trim(f.arena, 0));
+  st = stats(f.arena);
+  assert_int_equal(st.reserved_bytes, 0);
+  assert_int_equal(st.chunks_total, 0);
+  teardown(&f);
+}
+
+/* sa_defragment while the freed memory's work is queued releases nothing;
+ * once the work ran, everything. The work runs last: an early unmap would
+ * show as a simulator violation. */
+static void defragment_waits_for_pending_work(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 1, SA_HOST_MANUAL);
+  sa_stream s = f.streams[0];
+  uint64_t v0 = violations();
+  void *big, *small[32];
+  sa_assert_ok(sa_alloc(f.arena, &big, 8 * MiB, s));
+  sa_assert_ok(sa_host_fill(s, big, 8 * MiB, 7));
+  for (int i = 0; i < 32; i++) {
+    sa_assert_ok(sa_alloc(f.arena, &small[i], 64 * KiB, s));
+    sa_assert_ok(sa_host_fill(s, small[i], 64 * KiB, 8));
+  }
+  sa_assert_ok(sa_free(big, s));
+  for (int i = 0; i < 32; i++) sa_assert_ok(sa_free(small[i], s));
+  size_t before = stats(f.arena).reserved_bytes;
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  sa_assert_ok(sa_defragment(f.arena));
+  sa_assert_ok(sa_defragment(f.arena));
+  assert_int_equal(stats(f.arena).reserved_bytes, before);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
+  sa_assert_ok(sa_host_stream_drain(s));
+  assert_int_equal(violations(), v0);
+  sa_assert_ok(sa_defragment(f.arena));
+  sa_assert_ok(sa_host_stream_drain(s)); /* events the last call recorded */
+  sa_assert_ok(sa_defragment(f.arena));
+  sa_stats st = stats(f.arena);
+  assert_int_equal(st.reserved_bytes, 0);
+  assert_int_equal(st.superblocks_total, 0);
+  teardown(&f);
+}
+
+/* ---------------------------------------------------------------------- */
+
+#define WORKERS 4
+#define ROUNDS 3000
+#define WINDOW 16
+
+typedef struct worker_s {
+  sa_arena *arena;
+  sa_stream stream, other;
+  unsigned seed;
+  int failures;
+} worker;
+
+static atomic_int workers_running;
+
+static size_t pick_size(unsigned *seed) {
+  unsigned r = (unsigned)rand_r(seed);
+  if (r % 8 == 0) return (1 + r % 4) * MiB + (r % 3) * 4096; /* a span */
+  return 8 + (r >> 4) % (256 * KiB);
+}
+
+/* Allocate and free with a window of live blocks; each block carries its
+ * owner's tag at both ends, checked before the free. Every eighth free
+ * goes to the neighbour's stream. */
+static void *work(void *arg) {
+  worker *w = arg;
+  void *p[WINDOW] = {0};
+  size_t size[WINDOW] = {0};
+  uint64_t tag = (uint64_t)(uintptr_t)w;
+  for (int i = 0; i < ROUNDS; i++) {
+    int k = i % WINDOW;
+    if (p[k] != NULL) {
+      uint64_t *head = p[k], *tail = (uint64_t *)((char *)p[k] + size[k]) - 1;
+      if (*head != tag || *tail != tag) w->failures++;
+      sa_stream s = (i % 8 == 0) ? w->other : w->stream;
+      if (sa_free(p[k], s) != SA_OK) w->failures++;
+      p[k] = NULL;
+    }
+    size[k] = pick_size(&w->seed) & ~(size_t)7;
+    if (sa_alloc(w->arena, &p[k], size[k], w->stream) != SA_OK) {
+      w->failures++;
+      continue;
+    }
+    *(uint64_t *)p[k] = tag;
+    *((uint64_t *)((char *)p[k] + size[k]) - 1) = tag;
+  }
+  for (int k = 0; k < WINDOW; k++)
+    if (p[k] != NULL && sa_free(p[k], w->stream) != SA_OK) w->failures++;
+  atomic_fetch_sub(&workers_running, 1);
+  return NULL;
+}
+
+/* Defragment runs until the workers are done (a loop count, not a clock). */
+static void *defragmenter(void *arg) {
+  sa_arena *a = arg;
+  intptr_t failures = 0;
+  while (atomic_load(&workers_running) > 0) {
+    if (sa_defragment(a) != SA_OK) failures++;
+    sched_yield();
+  }
+  return (void *)failures;
+}
+
+static void defragment_concurrent_with_alloc_free(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "max_physical=512MiB,check_stream_order=1", WORKERS, SA_HOST_AUTO);
+  uint64_t v0 = violations();
+  worker w[WORKERS];
+  pthread_t t[WORKERS], d;
+  atomic_store(&workers_running, WORKERS);
+  for (int i = 0; i < WORKERS; i++) {
+    w[i] = (worker){f.arena, f.streams[i], f.streams[(i + 1) % WORKERS], 1234u + (unsigned)i, 0};
+    assert_int_equal(pthread_create(&t[i], NULL, work, &w[i]), 0);
+  }
+  assert_int_equal(pthread_create(&d, NULL, defragmenter, f.arena), 0);
+  for (int i = 0; i < WORKERS; i++) assert_int_equal(pthread_join(t[i], NULL), 0);
+  void *dfail;
+  assert_int_equal(pthread_join(d, &dfail), 0);
+  assert_null(dfail);
+  for (int i = 0; i < WORKERS; i++) assert_int_equal(w[i].failures, 0);
+  assert_int_equal(violations(), v0);
+  sa_stats st = stats(f.arena);
+  assert_int_equal(st.alloc_count, st.free_count);
+  assert_true(st.defragmentations > 0);
+  sa_assert_ok(sa_trim(f.arena, 0));
+  teardown(&f);
+}
+
+/* ---------------------------------------------------------------------- */
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(small_frees_become_one_span_under_cap),
+      cmocka_unit_test(small_frees_become_one_span_without_growth),
+      cmocka_unit_test(spans_reshape_instead_of_growing),
+      cmocka_unit_test(remap_preserves_contents),
+      cmocka_unit_test(oversized_cached_chunk_released_before_growth),
+      cmocka_unit_test(trim_honours_release_threshold),
+      cmocka_unit_test(defragment_waits_for_pending_work),
+      cmocka_unit_test(defragment_concurrent_with_alloc_free),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
