@@ -67,17 +67,11 @@ static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, void **out) {
   return small_alloc(a, e, size, out);
 }
 
-/* Write the out-of-memory report (SA_FLAG_OOM_REPORT). */
+/* Write the out-of-memory report (SA_FLAG_OOM_REPORT): the summary
+ * (report.c), then the snapshot for tools/render_snapshot.py. */
 static void oom_report(sa_arena *a, size_t size, sa_stream s) {
-  sa_stats st;
-  if (sa_get_stats(a, &st) != SA_OK) return;
-  fprintf(stderr,
-          "streamarena: out of memory: %zu bytes on stream %p; live %zu, reserved %zu "
-          "(cap %zu), cached %zu, chunks %zu, superblocks %zu (%zu empty), spans %zu, "
-          "deferred %zu\n",
-          size, s, st.live_bytes, st.reserved_bytes, a->physical_cap, st.cached_bytes,
-          st.chunks_total, st.superblocks_total, st.superblocks_empty, st.large_spans,
-          st.deferred_frees);
+  sa__oom_report(a, size, s, stderr);
+  fprintf(stderr, "streamarena: snapshot follows (JSON; tools/render_snapshot.py draws it)\n");
   (void)sa_snapshot_write(a, stderr);
 }
 

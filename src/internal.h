@@ -7,6 +7,7 @@
  *   superblock.c     carving superblocks into blocks; the global free stack
  *   span.c           large allocations: their own mapped virtual span
  *   reclaim.c        getting memory back: out of memory, trim, defragment
+ *   report.c         memory summary: out-of-memory report, snapshot summary
  *   physical.c       physical chunks: cache, stitching, map and unmap
  *   va_space.c       the reserved virtual range and the page map
  *   event_pool.c     pooled driver events
@@ -393,6 +394,23 @@ static inline void sa__count(_Atomic uint64_t *c) { /* owner-only counter */
   atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
                         memory_order_relaxed);
 }
+
+/* report.c: the memory summary (out-of-memory report, snapshot) */
+typedef struct sa_summary_s {
+  size_t total, reserved, in_use, live_bytes, free, largest_free_span;
+  double fragmentation; /* 1 - largest_free_span / free */
+} sa_summary;
+typedef struct sa_holding_s { /* what one stream arena holds */
+  size_t superblocks, superblock_bytes, empty_superblocks;
+  size_t live_block_bytes, free_block_bytes;
+  size_t live_spans, live_span_bytes, free_span_bytes, deferred_blocks;
+} sa_holding;
+/* Every stream arena lock, then the arena lock; returns the list head. */
+sa_stream_arena *sa__world_lock(sa_arena *a);
+void sa__world_unlock(sa_arena *a, sa_stream_arena *head);
+void sa__summary_locked(sa_arena *a, sa_summary *s);
+void sa__holding_locked(sa_arena *a, const sa_stream_arena *sa, sa_holding *h);
+void sa__oom_report(sa_arena *a, size_t size, sa_stream stream, FILE *f); /* no lock held */
 
 /* trace.c */
 sa_status sa__trace_open(sa_arena *a, const char *path);

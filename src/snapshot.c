@@ -1,9 +1,9 @@
 /* sa_snapshot_write: the arena's state as JSON, for people and tools
  * (tools/render_snapshot.py draws it).
  *
- * It stops the arena briefly: every stream arena lock in list order, then
- * the arena lock (other threads hold at most one stream arena lock at a
- * time, so this order cannot deadlock). Thread caches are not stopped:
+ * It stops the arena briefly (sa__world_lock): every stream arena lock in
+ * list order, then the arena lock (other threads hold at most one stream
+ * arena lock at a time, so this order cannot deadlock). Thread caches are not stopped:
  * their blocks show as "cached".
  */
 #include <inttypes.h>
@@ -46,11 +46,7 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
   sa_stats st;
   sa_status status = sa_get_stats(a, &st);
   if (status != SA_OK) return status;
-  pthread_mutex_lock(&a->lock);
-  sa_stream_arena *head = a->streams;
-  pthread_mutex_unlock(&a->lock);
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_lock(&sa->lock);
-  pthread_mutex_lock(&a->lock);
+  sa_stream_arena *head = sa__world_lock(a);
 
   fprintf(f, "{\n  \"backend\": \"%s\", \"granularity\": %zu, \"va_base\": \"0x%" PRIxPTR
           "\", \"va_size\": %zu,\n", sa_backend_name(a->drv->backend), a->gran, a->va_base,
@@ -64,13 +60,24 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
           st.reserved_bytes, st.reserved_bytes_peak, st.cached_bytes, st.deferred_frees,
           st.events_in_flight);
 
+  sa_summary sum;
+  sa__summary_locked(a, &sum);
+  fprintf(f, "  \"summary\": {\"total\": %zu, \"reserved\": %zu, \"in_use\": %zu, \"live\": "
+          "%zu, \"free\": %zu, \"largest_free_span\": %zu, \"fragmentation\": %.4f},\n",
+          sum.total, sum.reserved, sum.in_use, sum.live_bytes, sum.free, sum.largest_free_span,
+          sum.fragmentation);
   fprintf(f, "  \"streams\": [");
   bool first = true;
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
+    sa_holding h;
+    sa__holding_locked(a, sa, &h);
     fprintf(f, "%s\n    {\"stream\": \"%p\", \"released\": %s, \"empty_superblocks\": %u, "
-            "\"deferred_blocks\": %zu, \"classes\": [",
+            "\"deferred_blocks\": %zu, \"superblock_bytes\": %zu, \"live_block_bytes\": %zu, "
+            "\"free_block_bytes\": %zu, \"live_spans\": %zu, \"live_span_bytes\": %zu, "
+            "\"free_span_bytes\": %zu, \"classes\": [",
             first ? "" : ",", sa->stream, sa->released ? "true" : "false", sa->nempty,
-            sa->pending_blocks);
+            sa->pending_blocks, h.superblock_bytes, h.live_block_bytes, h.free_block_bytes,
+            h.live_spans, h.live_span_bytes, h.free_span_bytes);
     bool cfirst = true;
     for (unsigned c = 0; c < SA_CLASS_COUNT; c++) {
       size_t n = 0;
@@ -114,7 +121,6 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
     fprintf(f, "%s{\"size\": %zu, \"mapped_at\": null}", first ? "" : ", ", c->size);
   fprintf(f, "]\n}\n");
 
-  pthread_mutex_unlock(&a->lock);
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_unlock(&sa->lock);
+  sa__world_unlock(a, head);
   return ferror(f) ? SA_ERR_INTERNAL : SA_OK;
 }

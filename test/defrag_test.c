@@ -1,7 +1,7 @@
 /* Defragmentation by remapping, on the host simulator: stitching freed
  * memory into large spans, the chunk cache and its release threshold,
  * sa_defragment (never while work may still touch memory; concurrent with
- * allocation).
+ * allocation), and the out-of-memory report.
  *
  * The simulator flags any simulated kernel that touches memory unmapped
  * while it was queued (order_violations), so "no unmap while work is
@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -336,6 +337,68 @@ static void defragment_concurrent_with_alloc_free(void **state) {
 
 /* ---------------------------------------------------------------------- */
 
+/* Run fn with stderr going to a file; return what it wrote (malloc'd). */
+static char *capture_stderr(void (*fn)(void *), void *arg) {
+  char path[] = "/tmp/sa_defrag_test_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  fflush(stderr);
+  int saved = dup(STDERR_FILENO);
+  assert_true(saved >= 0);
+  assert_true(dup2(fd, STDERR_FILENO) >= 0);
+  fn(arg);
+  fflush(stderr);
+  assert_true(dup2(saved, STDERR_FILENO) >= 0);
+  close(saved);
+  off_t len = lseek(fd, 0, SEEK_END);
+  assert_true(len >= 0);
+  char *text = calloc(1, (size_t)len + 1);
+  assert_non_null(text);
+  assert_int_equal(pread(fd, text, (size_t)len, 0), len);
+  close(fd);
+  unlink(path);
+  return text;
+}
+
+typedef struct oom_case_s {
+  sa_fixture *f;
+  sa_status status;
+} oom_case;
+
+static void ask_too_much(void *arg) {
+  oom_case *c = arg;
+  void *p;
+  c->status = sa_alloc(c->f->arena, &p, 12 * MiB, c->f->streams[1]);
+}
+
+/* The report names the capacity, what is free, the largest span that
+ * could still be had, the fragmentation and what each stream holds. */
+static void oom_report_summarises_the_arena(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "max_physical=16MiB,oom_report=1", 2, SA_HOST_AUTO);
+  void *span, *small[8];
+  sa_assert_ok(sa_alloc(f.arena, &span, 6 * MiB, f.streams[0]));
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_alloc(f.arena, &small[i], 300 * KiB, f.streams[1]));
+  oom_case c = {&f, SA_OK};
+  char *text = capture_stderr(ask_too_much, &c);
+  assert_int_equal(c.status, SA_ERR_OUT_OF_MEMORY);
+  static const char *const want[] = {"out of memory", "12582912 bytes", "total",
+                                     "free", "largest free span", "fragmentation",
+                                     "per stream", "\"superblocks\""};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    if (strstr(text, want[i]) == NULL) {
+      fprintf(stderr, "report lacks '%s':\n%s\n", want[i], text);
+      fail();
+    }
+  }
+  free(text);
+  sa_assert_ok(sa_free(span, f.streams[0]));
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_free(small[i], f.streams[1]));
+  teardown(&f);
+}
+
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(small_frees_become_one_span_under_cap),
@@ -346,6 +409,7 @@ int main(void) {
       cmocka_unit_test(trim_honours_release_threshold),
       cmocka_unit_test(defragment_waits_for_pending_work),
       cmocka_unit_test(defragment_concurrent_with_alloc_free),
+      cmocka_unit_test(oom_report_summarises_the_arena),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,145 @@
+/* Memory summary: what the arena holds and how usable it is, for the
+ * out-of-memory report (SA_FLAG_OOM_REPORT) and the snapshot's "summary".
+ *
+ * The terms, in the spirit of RMM's arena dump:
+ *   total         the physical cap (max_physical_bytes or the device)
+ *   in use        bytes handed to users: live blocks (their class size)
+ *                 and live spans (whole granules)
+ *   free          total - in use: unreserved memory, cached chunks, free
+ *                 superblocks and spans, free blocks inside superblocks
+ *                 (thread caches included), memory awaiting an event
+ *   largest free  the largest span obtainable now without waiting:
+ *     span        unreserved memory + cached chunks + free superblocks and
+ *                 clean spans whose work completed. Chunks need not be
+ *                 contiguous (stitching), so these simply add up.
+ *   fragmentation 1 - largest free span / free: the share of free memory a
+ *                 large request cannot use (stuck in partly used
+ *                 superblocks, in other streams' caches, or behind events)
+ *
+ * Reads descriptors with every stream arena lock and the arena lock held
+ * (sa__world_lock, the order snapshot.c documents); called by alloc.c and
+ * snapshot.c.
+ */
+#include "internal.h"
+
+static const double MiBf = 1048576.0;
+
+sa_stream_arena *sa__world_lock(sa_arena *a) {
+  pthread_mutex_lock(&a->lock);
+  sa_stream_arena *head = a->streams; /* prepend-only list: safe to walk */
+  pthread_mutex_unlock(&a->lock);
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_lock(&sa->lock);
+  pthread_mutex_lock(&a->lock);
+  return head;
+}
+
+void sa__world_unlock(sa_arena *a, sa_stream_arena *head) {
+  pthread_mutex_unlock(&a->lock);
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_unlock(&sa->lock);
+}
+
+/* Bytes of live blocks (user-held) in sb. */
+static size_t live_block_bytes(const sa_superblock *sb) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < sb->nblocks; i++) {
+    uint8_t s = atomic_load_explicit(&sb->state[i], memory_order_relaxed);
+    n += s == SA_BLOCK_LIVE || s == SA_BLOCK_RECORDED;
+  }
+  return n * sb->block_size;
+}
+
+void sa__holding_locked(sa_arena *a, const sa_stream_arena *sa, sa_holding *h) {
+  *h = (sa_holding){0};
+  for (const sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next) {
+    if (sb->hdr.chunks == NULL || sb->owner != sa) continue;
+    h->superblocks++;
+    h->superblock_bytes += sb->hdr.size;
+    if (sb->used == 0) {
+      h->empty_superblocks++;
+      continue;
+    }
+    size_t live = live_block_bytes(sb);
+    h->live_block_bytes += live;
+    h->free_block_bytes += sb->hdr.size - live;
+  }
+  for (const sa_span *sp = a->all_spans; sp != NULL; sp = sp->all_next) {
+    if (!sp->in_use || sp->owner != sa) continue;
+    uint8_t s = atomic_load_explicit(&sp->xstate, memory_order_relaxed);
+    if (s == SA_BLOCK_LIVE || s == SA_BLOCK_RECORDED) {
+      h->live_spans++;
+      h->live_span_bytes += sp->hdr.size;
+    }
+  }
+  for (const sa_span *sp = a->free_spans; sp != NULL; sp = sp->next)
+    if (sp->free_owner == sa) h->free_span_bytes += sp->hdr.size;
+  h->deferred_blocks = sa->pending_blocks;
+}
+
+void sa__summary_locked(sa_arena *a, sa_summary *s) {
+  *s = (sa_summary){0};
+  s->total = a->physical_cap;
+  s->reserved = a->physical_bytes;
+  size_t stitchable = a->chunk_cache_bytes;
+  for (const sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next) {
+    if (sb->hdr.chunks == NULL) continue;
+    if (sb->owner == NULL) {
+      if (sb->event == NULL) stitchable += sb->hdr.size; /* else: awaiting its event */
+    } else if (sb->used > 0) {
+      size_t live = live_block_bytes(sb);
+      s->in_use += live;
+      s->live_bytes += live;
+    }
+  }
+  for (const sa_span *sp = a->all_spans; sp != NULL; sp = sp->all_next) {
+    if (!sp->in_use) continue;
+    uint8_t st = atomic_load_explicit(&sp->xstate, memory_order_relaxed);
+    if (st == SA_BLOCK_LIVE || st == SA_BLOCK_RECORDED) {
+      s->in_use += sp->hdr.size;
+      s->live_bytes += sp->request;
+    } else if (sp->nevents == 0) { /* free, its work known to be complete */
+      stitchable += sp->hdr.size;
+    }
+  }
+  size_t unreserved = s->total > s->reserved ? s->total - s->reserved : 0;
+  s->free = s->total > s->in_use ? s->total - s->in_use : 0;
+  s->largest_free_span = unreserved + stitchable;
+  if (s->largest_free_span > s->free) s->largest_free_span = s->free;
+  s->fragmentation =
+      s->free > 0 ? 1.0 - (double)s->largest_free_span / (double)s->free : 0.0;
+}
+
+void sa__oom_report(sa_arena *a, size_t size, sa_stream stream, FILE *f) {
+  sa_stream_arena *head = sa__world_lock(a);
+  sa_summary s;
+  sa__summary_locked(a, &s);
+  fprintf(f,
+          "streamarena: out of memory: %zu bytes (%.1f MiB) requested on stream %p\n"
+          "streamarena: arena summary (%s backend, granularity %.1f MiB):\n"
+          "  total              %10.1f MiB  (physical cap)\n"
+          "  reserved           %10.1f MiB  (physical chunks held)\n"
+          "  in use             %10.1f MiB  (live blocks and spans, rounded up to their "
+          "class or granule; %.1f MiB before spans are rounded)\n"
+          "  free               %10.1f MiB  (total - in use)\n"
+          "  largest free span  %10.1f MiB  (unreserved + cached chunks + free memory "
+          "whose work completed)\n"
+          "  fragmentation      %10.1f %%    (1 - largest free span / free)\n"
+          "  per stream:\n",
+          size, (double)size / MiBf, stream, sa_backend_name(a->drv->backend),
+          (double)a->gran / MiBf, (double)s.total / MiBf, (double)s.reserved / MiBf,
+          (double)s.in_use / MiBf, (double)s.live_bytes / MiBf, (double)s.free / MiBf,
+          (double)s.largest_free_span / MiBf, 100.0 * s.fragmentation);
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
+    sa_holding h;
+    sa__holding_locked(a, sa, &h);
+    fprintf(f,
+            "    stream %p%s: %zu superblocks (%.1f MiB: %.1f MiB live blocks, %.1f MiB "
+            "free blocks, %zu empty), %zu live spans (%.1f MiB), %.1f MiB free spans "
+            "freed here, %zu deferred blocks\n",
+            sa->stream, sa->released ? " (released)" : "", h.superblocks,
+            (double)h.superblock_bytes / MiBf, (double)h.live_block_bytes / MiBf,
+            (double)h.free_block_bytes / MiBf, h.empty_superblocks, h.live_spans,
+            (double)h.live_span_bytes / MiBf, (double)h.free_span_bytes / MiBf,
+            h.deferred_blocks);
+  }
+  sa__world_unlock(a, head);
+}
