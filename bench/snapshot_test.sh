@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The snapshot is valid JSON with the documented structure, the renderer
+# draws it as a well-formed SVG, and the out-of-memory report (summary, then
+# snapshot) is written on stderr and can be drawn too.
+#   snapshot_test.sh REPLAY RENDER_SNAPSHOT TRACE RMM_LOG
+set -euo pipefail
+replay="$1" render="$2" trace="$3" rmm_log="$4"
+out="${TEST_TMPDIR:-$(mktemp -d)}"
+
+"$replay" --snapshot="$out" "$trace" >/dev/null
+snap="$out/$(basename "$trace" .csv).json"
+python3 - "$snap" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for key in ("backend", "granularity", "physical_cap", "summary", "stats", "streams",
+            "superblocks", "spans", "chunks"):
+    assert key in d, f"snapshot lacks {key}"
+s = d["summary"]
+assert 0 <= s["in_use"] <= s["total"], s
+assert 0 <= s["largest_free_span"] <= s["free"] <= s["total"], s
+assert 0.0 <= s["fragmentation"] <= 1.0, s
+assert s["reserved"] == d["stats"]["reserved_bytes"], (s, d["stats"])
+assert sum(c["size"] for c in d["chunks"]) == s["reserved"], "chunks do not add up to reserved"
+for sb in d["superblocks"]:
+    assert sb["state"] in ("active", "empty", "free", "awaiting_event"), sb
+    if "blocks" in sb:
+        assert set(sb["blocks"]) <= set("FCLRD"), sb
+for sp in d["spans"]:
+    assert sp["state"] in ("live", "cached", "awaiting_event"), sp
+    assert sp["size"] >= sp["request"], sp
+live = sum(st["live_block_bytes"] + st["live_span_bytes"] for st in d["streams"])
+assert live == s["in_use"], (live, s["in_use"])
+print(f"snapshot ok: {len(d['superblocks'])} superblocks, {len(d['spans'])} spans")
+PY
+
+check_svg() {
+  python3 - "$1" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "{http://www.w3.org/2000/svg}svg", root.tag
+rects = root.findall(".//{http://www.w3.org/2000/svg}rect")
+assert len(rects) > 20, len(rects)
+print(f"svg ok: {len(rects)} rects")
+PY
+}
+python3 "$render" "$snap" -o "$out/snapshot.svg" >/dev/null
+check_svg "$out/snapshot.svg"
+
+# Out of memory with the report on: in an 8 MiB device the RMM log's 6 MiB
+# request fails (a 256-byte and a 1 MiB block pin two superblocks).
+"$replay" --capacity=8MiB --conf=oom_report=1 "$rmm_log" >"$out/oom.out" 2>"$out/oom.err"
+grep -q "OUT OF MEMORY" "$out/oom.out"
+for want in "out of memory: 6291456 bytes" "total" "largest free span" "fragmentation" \
+            "per stream" '"superblocks"'; do
+  grep -qF -- "$want" "$out/oom.err" || { echo "report lacks '$want'"; cat "$out/oom.err"; exit 1; }
+done
+python3 "$render" "$out/oom.err" -o "$out/oom.svg" >/dev/null
+check_svg "$out/oom.svg"
+echo "PASS"
