@@ -270,8 +270,10 @@ static void slow_write(slow_kind kind, CUstream s, void *p, size_t bytes, void *
     unsigned long long cycles = SPIN_CYCLES;
     unsigned value = PATTERN_X;
     void *args[] = {&dp, &n, &value, &cycles};
-    unsigned blocks = (n + 255) / 256 < 1024 ? (n + 255) / 256 : 1024;
-    CK(g.cu.LaunchKernel(g.spin, blocks, 1, 1, 256, 1, 1, 0, s, args, NULL));
+    /* One block on one SM: a grid that filled the GPU would keep the other
+     * stream's work from running beside it, so the control could not show
+     * the race (seen on the H200: most of a 1024-block writer landed first). */
+    CK(g.cu.LaunchKernel(g.spin, 1, 1, 1, 256, 1, 1, 0, s, args, NULL));
     return;
   }
   for (unsigned i = 0; i < CHAIN_LENGTH; i++)
