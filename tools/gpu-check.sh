@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Builds the test and benchmark binaries and the main job (train_loop) here
+# (Bazel, optimised) and stages
 # them for the GPU machine, which has CUDA 13 and a driver but no Bazel, ck
 # or cmocka: binaries, the shared libraries they need beyond the C runtime,
 # and the runner tools/gpu-run.sh, all under <main checkout>/.gpu/ (ignored
