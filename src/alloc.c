@@ -184,7 +184,14 @@ static sa_status find_block(sa_arena *a, uintptr_t p, sa_desc **d, uint32_t *idx
   if (*d == NULL) return SA_ERR_INVALID_POINTER;
   if ((*d)->kind == SA_DESC_SPAN) {
     sa_span *sp = (sa_span *)*d;
-    if (!sp->in_use || p != sp->hdr.base) return SA_ERR_INVALID_POINTER;
+    if (!sp->in_use) return SA_ERR_INVALID_POINTER;
+    if (p != sp->hdr.base) {
+      /* Free spans merge: a granule inside a free one may be the start of
+       * a span freed before. Inside a live one it is an interior pointer. */
+      bool was_start = (p & (a->gran - 1)) == 0 &&
+                       atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_FREE;
+      return was_start ? SA_ERR_DOUBLE_FREE : SA_ERR_INVALID_POINTER;
+    }
     *idx = 0;
     return SA_OK;
   }

@@ -399,6 +399,85 @@ static void oom_report_summarises_the_arena(void **state) {
 }
 
 
+/* Free spans that touch in the range merge, so one request larger than
+ * each of them is served from them without a single driver call. */
+static void adjacent_free_spans_merge_without_the_driver(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO);
+  sa_stream s = f.streams[0];
+  void *p[3];
+  for (int i = 0; i < 3; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], 4 * MiB, s));
+  for (int i = 0; i < 2; i++) assert_ptr_equal((char *)p[i] + 4 * MiB, p[i + 1]);
+  for (int i = 0; i < 3; i++) sa_assert_ok(sa_free(p[i], s));
+  uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
+  uint64_t creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
+  void *big;
+  sa_assert_ok(sa_alloc(f.arena, &big, 12 * MiB, s));
+  assert_ptr_equal(big, p[0]);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_MAP), maps);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_CREATE), creates);
+  assert_int_equal(stats(f.arena).reserved_bytes, 12 * MiB);
+  sa_assert_ok(sa_free(big, s));
+  teardown(&f);
+}
+
+/* A request smaller than a free span takes chunks from one of its ends;
+ * the rest stays free and serves the next request, again without the
+ * driver. */
+static void free_span_splits_at_chunk_boundaries(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO);
+  sa_stream s = f.streams[0];
+  void *p, *q, *r;
+  sa_assert_ok(sa_alloc(f.arena, &p, 12 * MiB, s)); /* chunks of 8 and 4 MiB */
+  sa_assert_ok(sa_free(p, s));
+  uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
+  sa_assert_ok(sa_alloc(f.arena, &q, 7 * MiB, s));  /* the 8 MiB end */
+  sa_assert_ok(sa_alloc(f.arena, &r, 4 * MiB, s));  /* the 4 MiB rest */
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_MAP), maps);
+  assert_true(q != r && (q == p || r == p));
+  assert_int_equal(stats(f.arena).reserved_bytes, 12 * MiB);
+  sa_assert_ok(sa_host_fill(s, q, 7 * MiB, 1));
+  sa_assert_ok(sa_host_fill(s, r, 4 * MiB, 2));
+  sa_assert_ok(sa_host_stream_drain(s));
+  assert_int_equal(((uint32_t *)q)[7 * MiB / 4 - 1], 1);
+  assert_int_equal(((uint32_t *)r)[0], 2);
+  sa_assert_ok(sa_free(q, s));
+  sa_assert_ok(sa_free(r, s));
+  /* Merged back whole: the double free of the piece that merged into its
+   * neighbour is still a double free. */
+  sa_assert_status(sa_free(q == p ? r : q, s), SA_ERR_DOUBLE_FREE);
+  teardown(&f);
+}
+
+/* A piece carved for another stream waits for the work of the stream that
+ * freed the span; that stream's own work runs last and cannot clobber it. */
+static void split_piece_for_another_stream_waits(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 2, SA_HOST_MANUAL);
+  sa_stream a = f.streams[0], b = f.streams[1];
+  void *p, *q;
+  uint64_t bad = 0;
+  sa_assert_ok(sa_alloc(f.arena, &p, 12 * MiB, a));
+  sa_assert_ok(sa_host_fill(a, p, 12 * MiB, 0xAAAAAAAAu)); /* pending on A */
+  sa_assert_ok(sa_free(p, a));
+  sa_assert_ok(sa_alloc(f.arena, &q, 7 * MiB, b));
+  assert_true((uintptr_t)q >= (uintptr_t)p && (uintptr_t)q < (uintptr_t)p + 12 * MiB);
+  sa_assert_ok(sa_host_fill(b, q, 7 * MiB, 0xBBBBBBBBu));
+  sa_assert_ok(sa_host_check(b, q, 7 * MiB, 0xBBBBBBBBu, &bad));
+  size_t done;
+  sa_assert_ok(sa_host_stream_step(b, SIZE_MAX, &done));
+  assert_true(sa_host_stream_pending(b) > 0); /* B waits for A's fill */
+  sa_assert_ok(sa_host_stream_drain(a));
+  sa_assert_ok(sa_host_stream_drain(b));
+  assert_int_equal(bad, 0);
+  sa_assert_ok(sa_free(q, b));
+  teardown(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(small_frees_become_one_span_under_cap),
@@ -410,6 +489,9 @@ int main(void) {
       cmocka_unit_test(defragment_waits_for_pending_work),
       cmocka_unit_test(defragment_concurrent_with_alloc_free),
       cmocka_unit_test(oom_report_summarises_the_arena),
+      cmocka_unit_test(adjacent_free_spans_merge_without_the_driver),
+      cmocka_unit_test(free_span_splits_at_chunk_boundaries),
+      cmocka_unit_test(split_piece_for_another_stream_waits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
