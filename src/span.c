@@ -318,13 +318,14 @@ static sa_span *free_span_at(sa_arena *a, uintptr_t p) {
 /* A span just freed merges with its free neighbours. Arena lock held. */
 static void coalesce(sa_arena *a, sa_span *sp) {
   sa_span *right = free_span_at(a, sp->hdr.base + sp->hdr.size);
-  if (right != NULL) absorb(a, sp, right);
   sa_span *left = free_span_at(a, sp->hdr.base - a->gran);
+  if (right == NULL && left == NULL) return; /* the common case: no query */
+  if (right != NULL) absorb(a, sp, right);
   if (left != NULL) {
     absorb(a, left, sp);
     sp = left;
   }
-  (void)events_done(a, sp, false); /* drop what completed meanwhile */
+  (void)events_done(a, sp, false); /* merged lists: drop what completed */
 }
 
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, void **out) {
