@@ -27,6 +27,7 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,26 +93,28 @@ static sa_status grow(void **arr, size_t *cap, size_t need, size_t elem) {
   return SA_OK;
 }
 
-/* Number of reservations with base <= p. */
-static size_t ranges_upto(uintptr_t p) {
-  size_t lo = 0, hi = vmm.nranges;
+/* Number of elements of a sorted array whose address field (at key_off
+ * in each elem-byte element) is <= p: a binary search over either table. */
+static size_t count_upto(const void *arr, size_t n, size_t elem, size_t key_off, uintptr_t p) {
+  size_t lo = 0, hi = n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (vmm.ranges[mid].base <= p) lo = mid + 1;
+    uintptr_t key;
+    memcpy(&key, (const char *)arr + mid * elem + key_off, sizeof key);
+    if (key <= p) lo = mid + 1;
     else hi = mid;
   }
   return lo;
 }
 
+/* Number of reservations with base <= p. */
+static size_t ranges_upto(uintptr_t p) {
+  return count_upto(vmm.ranges, vmm.nranges, sizeof *vmm.ranges, offsetof(va_range, base), p);
+}
+
 /* Number of mappings with va <= p. */
 static size_t maps_upto(uintptr_t p) {
-  size_t lo = 0, hi = vmm.nmaps;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (vmm.maps[mid].va <= p) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
+  return count_upto(vmm.maps, vmm.nmaps, sizeof *vmm.maps, offsetof(mapping, va), p);
 }
 
 /* The reservation holding all of [p, p + size), or NULL. */
