@@ -262,7 +262,7 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   sa__tentry_publish_own(a); /* exact for the calling thread */
   uint64_t fast_allocs = atomic_load(&a->xretired_fast_allocs);
   uint64_t fast_frees = atomic_load(&a->xretired_fast_frees);
-  size_t empty_local = 0, span_cached = 0, streams = 0;
+  size_t empty_local = 0, empty_local_bytes = 0, streams = 0;
   pthread_mutex_lock(&a->lock);
   for (sa_tentry *e = a->entries; e != NULL; e = e->arena_next) {
     fast_allocs += atomic_load_explicit(&e->xfast_allocs, memory_order_relaxed);
@@ -273,20 +273,20 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
     pthread_mutex_lock(&sa->lock);
     empty_local += sa->nempty;
+    for (const sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next)
+      empty_local_bytes += sb->hdr.size;
     streams += !sa->released;
     pthread_mutex_unlock(&sa->lock);
   }
   pthread_mutex_lock(&a->lock);
-  size_t sb_total = 0, sb_bytes_free = 0;
+  size_t sb_total = 0;
   for (sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
     if (sb->hdr.chunks != NULL) sb_total++;
   size_t global_free = atomic_load(&a->xfree_superblocks);
-  size_t sb_size = atomic_load(&a->xsuperblock_size);
-  sb_bytes_free = (global_free + empty_local) * sb_size;
-  span_cached = a->free_span_bytes;
   out->reserved_bytes = a->physical_bytes;
   out->reserved_bytes_peak = a->physical_peak;
-  out->cached_bytes = a->chunk_cache_bytes + sb_bytes_free + span_cached;
+  out->cached_bytes = a->chunk_cache_bytes + atomic_load(&a->xfree_superblock_bytes) +
+                      empty_local_bytes + a->free_span_bytes;
   out->va_used_bytes = a->va_used;
   out->va_reserved_bytes = a->va_size;
   out->superblocks_total = sb_total;

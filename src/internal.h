@@ -230,6 +230,7 @@ struct sa_arena_s {
 
   CK_CC_CACHELINE ck_stack_t free_superblocks; /* empty, mapped */
   _Atomic size_t xfree_superblocks;
+  _Atomic size_t xfree_superblock_bytes; /* sizes differ after sa_set_superblock_size */
 
   sa_stream_arena *streams;     /* every stream arena (lock) */
   _Atomic uint64_t xstream_epoch;

@@ -49,6 +49,7 @@ void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e,
   sb->event = e;
   sb->event_owner = from;
   atomic_fetch_add_explicit(&a->xfree_superblocks, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&a->xfree_superblock_bytes, sb->hdr.size, memory_order_relaxed);
   sa__handoff_publish(&sb->xhandoff);
   ck_stack_push_mpmc(&a->free_superblocks, &sb->link);
 }
@@ -59,6 +60,7 @@ sa_superblock *sa__superblock_pop_global(sa_arena *a) {
   atomic_fetch_sub_explicit(&a->xfree_superblocks, 1, memory_order_relaxed);
   sa_superblock *sb = (sa_superblock *)((char *)e - offsetof(sa_superblock, link));
   sa__handoff_accept(&sb->xhandoff);
+  atomic_fetch_sub_explicit(&a->xfree_superblock_bytes, sb->hdr.size, memory_order_relaxed);
   return sb;
 }
 

@@ -547,6 +547,25 @@ static void superblock_size_tuning(void **state) {
   destroy_clean(a);
 }
 
+/* Empty superblocks count with their own size, not the size new ones get
+ * after sa_set_superblock_size: cached memory never exceeds reserved. */
+static void cached_bytes_use_each_superblocks_size(void **state) {
+  (void)state;
+  sa_arena *a = make_arena(NULL);
+  pthread_t t;
+  void *ret = (void *)2;
+  assert_int_equal(pthread_create(&t, NULL, alloc_and_exit, a), 0); /* leaves an empty one */
+  assert_int_equal(pthread_join(t, &ret), 0);
+  assert_null(ret);
+  assert_int_equal(sa_set_superblock_size(a, 64 * MiB), SA_OK);
+  sa_stats st;
+  assert_int_equal(sa_get_stats(a, &st), SA_OK);
+  assert_int_equal(st.superblocks_empty, 1);
+  assert_int_equal(st.reserved_bytes, 2 * MiB);
+  assert_int_equal(st.cached_bytes, 2 * MiB);
+  destroy_clean(a);
+}
+
 static void stats_track_live_and_reserved(void **state) {
   (void)state;
   sa_arena *a = make_arena(NULL);
@@ -693,6 +712,7 @@ int main(void) {
       cmocka_unit_test(stream_release_returns_memory),
       cmocka_unit_test(superblock_size_tuning),
       cmocka_unit_test(stats_track_live_and_reserved),
+      cmocka_unit_test(cached_bytes_use_each_superblocks_size),
       cmocka_unit_test(live_bytes_within_slack_of_one_block),
       cmocka_unit_test(small_frees_become_one_large_span),
       cmocka_unit_test(oom_callback_may_free_and_retry),
