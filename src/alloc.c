@@ -88,8 +88,7 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
   for (int attempt = 0, callbacks = 0; st == SA_ERR_OUT_OF_MEMORY; attempt++) {
     if (attempt < 2) {
       sa__tentry_flush_own(a);
-      st = sa__reclaim(a, rounded, attempt == 1);
-      if (st != SA_OK) break;
+      sa__reclaim(a, attempt == 1);
     } else if (a->cfg.oom_callback != NULL && callbacks++ < 8 &&
                a->cfg.oom_callback(a, size, s, a->cfg.oom_user_data)) {
       attempt = 0;

@@ -344,7 +344,9 @@ bool sa__record_names_stream(sa_arena *a, sa_stream s);
 void sa__record_fini(sa_arena *a);
 
 /* reclaim.c */
-sa_status sa__reclaim(sa_arena *a, size_t want, bool wait); /* no lock held */
+/* Everything free back to the chunk cache once its events completed (with
+ * wait: after waiting); stitching then serves any shape. No lock held. */
+void sa__reclaim(sa_arena *a, bool wait);
 /* Before a span grows the footprint: this thread's cached blocks go back,
  * and free memory whose events completed is unmapped into the chunk cache.
  * No waiting; no lock held. */

@@ -63,11 +63,9 @@ static void reclaim_free(sa_arena *a, bool wait) {
   pthread_mutex_unlock(&a->lock);
 }
 
-sa_status sa__reclaim(sa_arena *a, size_t want, bool wait) {
-  (void)want; /* everything free is reclaimed: stitching needs the chunks */
+void sa__reclaim(sa_arena *a, bool wait) {
   atomic_fetch_add_explicit(&a->xdefrags, 1, memory_order_relaxed);
   reclaim_free(a, wait);
-  return SA_OK;
 }
 
 void sa__reshape(sa_arena *a) {
@@ -78,22 +76,20 @@ void sa__reshape(sa_arena *a) {
   reclaim_free(a, false);
 }
 
-sa_status sa_trim(sa_arena *a, size_t keep_bytes) {
+/* The calling thread's cached blocks back, everything free unmapped, then
+ * cached chunks released down to keep_bytes. */
+static sa_status trim_to(sa_arena *a, size_t keep_bytes, bool wait) {
   if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
   sa__tentry_flush_own(a);
-  sa_status st = sa__reclaim(a, 0, true);
+  sa__reclaim(a, wait);
   pthread_mutex_lock(&a->lock);
   sa__physical_release_cached(a, keep_bytes);
   pthread_mutex_unlock(&a->lock);
-  return st;
+  return SA_OK;
 }
 
+sa_status sa_trim(sa_arena *a, size_t keep_bytes) { return trim_to(a, keep_bytes, true); }
+
 sa_status sa_defragment(sa_arena *a) {
-  if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
-  sa__tentry_flush_own(a);
-  sa_status st = sa__reclaim(a, 0, false);
-  pthread_mutex_lock(&a->lock);
-  sa__physical_release_cached(a, a->cfg.release_threshold_bytes);
-  pthread_mutex_unlock(&a->lock);
-  return st;
+  return a == NULL ? SA_ERR_INVALID_ARGUMENT : trim_to(a, a->cfg.release_threshold_bytes, false);
 }
