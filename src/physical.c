@@ -83,13 +83,7 @@ static sa_status chunk_create(sa_arena *a, size_t size, sa_chunk **out) {
    * cannot serve this request: give them back rather than grow beside them,
    * down to release_threshold_bytes, and further when the cap is in the
    * way. A refused release is not fatal here; the cap check decides. */
-  while (a->chunk_cache_bytes > a->cfg.release_threshold_bytes) {
-    sa_chunk *c = cache_take_fitting(a, SIZE_MAX);
-    if (chunk_release(a, c) != SA_OK) {
-      cache_push(a, c);
-      break;
-    }
-  }
+  (void)sa__physical_release_cached(a, a->cfg.release_threshold_bytes);
   while (a->physical_bytes + size > a->physical_cap && a->chunk_cache != NULL) {
     sa_chunk *c = cache_take_fitting(a, SIZE_MAX);
     if (chunk_release(a, c) != SA_OK) {
