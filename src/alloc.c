@@ -282,17 +282,11 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
   return SA_OK;
 }
 
-SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
-  sa_arena *a;
-  sa_desc *d;
-  uint32_t idx;
-  _Atomic uint8_t *state_byte;
-  sa_status st = locate_live(ptr, &a, &d, &idx, &state_byte);
-  if (st != SA_OK) return st;
-  uint8_t state = atomic_load_explicit(state_byte, memory_order_relaxed);
-  sa_tentry *e;
-  st = sa__tentry_get(a, s, &e); /* validates the stream */
-  if (st != SA_OK) return st;
+/* Give the live block at ptr back on e's stream: into e's cache, a
+ * cross-stream batch, or (a span) the free-span list. */
+static sa_status release(sa_arena *a, sa_tentry *e, sa_desc *d, uint32_t idx, uint8_t state,
+                         void *ptr) {
+  sa_status st = SA_OK;
   if (d->kind == SA_DESC_SPAN) {
     sa_span *sp = (sa_span *)d;
     size_t request = sp->request;
@@ -310,13 +304,37 @@ SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
       b->slots[b->n].state = &sb->state[idx];
       b->n++;
     } else {
-      st = free_deferred(a, e, sb, idx, ptr, s);
+      st = free_deferred(a, e, sb, idx, ptr, e->stream);
     }
     if (st == SA_OK) live_account(e, -(int64_t)bs, bs);
   }
+  return st;
+}
+
+SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
+  sa_arena *a;
+  sa_desc *d;
+  uint32_t idx;
+  _Atomic uint8_t *state_byte;
+  sa_status st = locate_live(ptr, &a, &d, &idx, &state_byte);
+  if (st != SA_OK) return st;
+  uint8_t state = atomic_load_explicit(state_byte, memory_order_relaxed);
+  sa_tentry *e;
+  st = sa__tentry_get(a, s, &e); /* validates the stream */
+  if (st != SA_OK) return st;
+  if (sa_likely(a->trace == NULL)) {
+    st = release(a, e, d, idx, state, ptr);
+  } else {
+    /* The free's line must precede the alloc line of any thread that gets
+     * the memory next (a span or a recorded block is another stream's at
+     * once): write it before the lock lets that thread trace. */
+    pthread_mutex_lock(&a->trace_lock);
+    st = release(a, e, d, idx, state, ptr);
+    if (st == SA_OK) sa__trace_locked(a, 'f', ptr, 0, s);
+    pthread_mutex_unlock(&a->trace_lock);
+  }
   if (st != SA_OK) return st;
   atomic_fetch_add_explicit(&a->xslow_frees, 1, memory_order_relaxed);
-  if (sa_unlikely(a->trace != NULL)) sa__trace(a, 'f', ptr, 0, s);
   return SA_OK;
 }
 

@@ -418,6 +418,7 @@ void sa__oom_report(sa_arena *a, size_t size, sa_stream stream, FILE *f); /* no 
 /* trace.c */
 sa_status sa__trace_open(sa_arena *a, const char *path);
 void sa__trace(sa_arena *a, char op, const void *p, size_t size, sa_stream s);
+void sa__trace_locked(sa_arena *a, char op, const void *p, size_t size, sa_stream s);
 void sa__trace_close(sa_arena *a);
 
 #endif /* SA_INTERNAL_H */
