@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The ABI the PFN_ types above are written against (as src/driver_cuda.c). */
+/* The ABI the PFN_ types above are written against (as src/driver/cuda.c). */
 #define BENCH_CU_ABI_VERSION 12000
 
 const char *bench_cu_error(const bench_cu *cu, CUresult r) {

@@ -5,7 +5,7 @@
  * libcuda.so.1 themselves (dlopen + cuGetProcAddress), like the library does,
  * so one binary runs on the GPU machine and, without the baselines, on a box
  * with no driver. This is the benchmarks' own small loader: the library's
- * (src/driver_cuda.c) is private to it and resolves a different set.
+ * (src/driver/cuda.c) is private to it and resolves a different set.
  */
 #ifndef SA_BENCH_CUDA_DL_H
 #define SA_BENCH_CUDA_DL_H

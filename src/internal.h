@@ -12,7 +12,7 @@
  *   va_space.c       the reserved virtual range and the page map
  *   event_pool.c     pooled driver events
  *   arena.c          arena life cycle, registry, tuning, statistics
- *   driver.h         the device
+ *   driver/driver.h  the device (src/driver/), the simulator behind it (src/sim/)
  *
  * Naming: sa_ is public, sa__ is internal across files, static functions
  * have no prefix. Fields that other threads read without the owner's lock
@@ -33,7 +33,7 @@
 
 #include <streamarena/streamarena.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 #include "size_class.h"
 
 #define sa_likely(x) __builtin_expect(!!(x), 1)

@@ -26,7 +26,7 @@
 #include <streamarena/host.h>
 #include <streamarena/streamarena.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)

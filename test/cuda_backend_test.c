@@ -1,4 +1,4 @@
-/* The CUDA backend on a real device (driver_cuda.c): VMM, streams, events,
+/* The CUDA backend on a real device (driver/cuda.c): VMM, streams, events,
  * wait edges and context handling. Every test skips where no CUDA device is
  * usable (CI), so this file runs in both suites; on the GPU machine it is the
  * backend's smoke test.
@@ -19,7 +19,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 
 #define MIB ((size_t)1 << 20)
 

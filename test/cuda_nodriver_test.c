@@ -1,5 +1,5 @@
 /* Backend selection and the CUDA backend's behaviour with and without a
- * driver (driver.c, driver_cuda.c).
+ * driver (driver.c, driver/cuda.c).
  *
  * Correct on both kinds of machine: where libcuda is missing (CI) the CUDA
  * backend must say SA_ERR_NO_DEVICE cleanly and AUTO must fall back to the
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 
 static int cuda_present(void) {
   int n = 0;

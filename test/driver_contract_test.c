@@ -1,4 +1,4 @@
-/* The driver contract (src/driver.h), written only against sa_driver_ops so
+/* The driver contract (src/driver/driver.h), written only against sa_driver_ops so
  * that every backend must pass it. The backend comes from the environment:
  * STREAMARENA_BACKEND=cuda runs it on a GPU, unset (or host) on the host
  * simulator. Device memory is never touched from the CPU here: writes go
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 
 static sa_driver *d;
 static size_t g; /* the backend's granularity */

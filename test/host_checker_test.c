@@ -14,7 +14,7 @@
 
 #include <streamarena/host.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 
 static sa_driver *d;
 static uint32_t mem[4096];

@@ -16,7 +16,7 @@
 
 #include <streamarena/host.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 
 #define MIB ((size_t)1 << 20)
 #define VAR "STREAMARENA_HOST_DEVICE_BYTES"

@@ -13,7 +13,7 @@
 
 #include <streamarena/host.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 
 #define G ((size_t)2 << 20)
 

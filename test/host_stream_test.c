@@ -13,7 +13,7 @@
 
 #include <streamarena/host.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 
 static sa_driver *d;
 static uint32_t buf[1024]; /* plain host memory: kernels may touch it too */

@@ -15,7 +15,7 @@
 
 #include <streamarena/host.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 
 #define MIB ((size_t)1 << 20)
 #define GIB ((size_t)1 << 30)

@@ -21,7 +21,7 @@
 #include <streamarena/host.h>
 #include <streamarena/streamarena.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 #include "fixture.h"
 
 #define MiB ((size_t)1 << 20)

@@ -30,7 +30,7 @@
 #include <streamarena/host.h>
 #include <streamarena/streamarena.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 #include "fixture.h"
 
 #define KiB ((size_t)1 << 10)

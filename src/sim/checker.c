@@ -8,14 +8,14 @@
  * stream u that touches the range while s's clock does not cover its ticket:
  * the memory would be used by s while u may still use it.
  *
- * Called by driver_host.c (check_handout) and host_stream.c (clock updates),
+ * Called by driver/host.c (check_handout) and sim/stream.c (clock updates),
  * with the simulator lock held.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "host_sim.h"
+#include "sim.h"
 
 uint64_t sa_sim_clock_get(const sa_sim_clock *c, uint64_t sid) {
   size_t lo = 0, hi = c->n;

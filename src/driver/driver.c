@@ -3,7 +3,7 @@
  * Owns the choice of backend for sa_driver_open (explicit, or AUTO through
  * the environment variable STREAMARENA_BACKEND and then what the machine
  * offers) and the thread-local record behind sa_last_driver_error. Calls the
- * backend constructors (driver_cuda.c, driver_host.c); called by the arena.
+ * backend constructors (cuda.c, host.c); called by the arena.
  */
 #include <stdlib.h>
 #include <string.h>

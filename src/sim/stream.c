@@ -19,7 +19,7 @@
  * a wait op or event names its stream by (slot, sid) so that a destroyed
  * stream, whose work has all completed, simply reads as complete.
  *
- * Called by driver_host.c, host_checker.c (the stream table) and users of
+ * Called by driver/host.c, sim/checker.c (the stream table) and users of
  * include/streamarena/host.h.
  */
 #include <errno.h>
@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host_sim.h"
+#include "sim.h"
 
 typedef struct sim_event_s {
   int recorded;

@@ -1,14 +1,14 @@
 /* The simulated device as a whole: its lock, its configuration from the
  * environment, the failure helper and the counters of host.h.
- * Called by every host_*.c module and driver_host.c. */
+ * Called by every module of src/sim/ and by driver/host.c. */
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "driver.h"
-#include "host_sim.h"
+#include "../driver/driver.h"
+#include "sim.h"
 
 static pthread_mutex_t sim_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t sim_once = PTHREAD_ONCE_INIT;

@@ -1,11 +1,11 @@
 /* A set of pointers: which stream, event and chunk handles are live, so that
  * a bogus or destroyed handle is rejected without being dereferenced.
  * Open addressing with linear probing; deletions leave tombstones that a
- * rehash (in sa_sim_ptrset_reserve) clears. Used by host_vmm.c and
- * host_stream.c under the simulator lock. */
+ * rehash (in sa_sim_ptrset_reserve) clears. Used by sim/vmm.c and
+ * sim/stream.c under the simulator lock. */
 #include <stdlib.h>
 
-#include "host_sim.h"
+#include "sim.h"
 
 enum { EMPTY = 0, DELETED = 1 };
 

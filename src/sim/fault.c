@@ -1,9 +1,9 @@
 /* Call counting and fault injection for the simulated driver functions.
- * Every driver op of driver_host.c enters through sa_sim_fault_enter, before
+ * Every driver op of driver/host.c enters through sa_sim_fault_enter, before
  * it validates or changes anything, so an injected failure has no effect. */
 #include <errno.h>
 
-#include "host_sim.h"
+#include "sim.h"
 
 typedef struct fault_s {
   uint64_t calls;    /* calls so far, failed ones included */

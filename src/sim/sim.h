@@ -1,19 +1,23 @@
 /* The host simulator's internals: one process-wide simulated device.
  *
- * Modules (each owns its state, all guarded by the one simulator lock):
- *   host_sim.c      the lock, configuration (device memory), counters
- *   host_fault.c    call counting and fault injection per sa_host_fn
- *   host_ptrset.c   a pointer set: which handles are live
- *   host_vmm.c      reservations, chunks (ranges of one memfd), mappings
- *   host_stream.c   streams, events, queued ops and their progress
- *   host_checker.c  vector clocks and the stream-order checker
- *   driver_host.c   the sa_driver_ops table over all of the above
+ * Modules of src/sim/ (each owns its state, all guarded by the one
+ * simulator lock):
+ *   device.c       the lock, configuration (device memory), counters
+ *   fault.c        call counting and fault injection per sa_host_fn
+ *   ptrset.c       a pointer set: which handles are live
+ *   vmm.c          reservations, chunks (ranges of one memfd), mappings
+ *   stream.c       streams, events, queued ops and their progress
+ *   checker.c      vector clocks and the stream-order checker
+ * The driver interface's host backend (src/driver/host.c) is the
+ * sa_driver_ops table over all of the above. The simulator calls nothing of
+ * the allocator (the files of src/ itself); it reports errors through the
+ * driver layer's sa_driver_set_error.
  * Public entry points (driver ops, include/streamarena/host.h) take the lock;
  * every sa_sim_ function below expects it held unless its comment says
  * otherwise. Nothing here is on the allocator's fast path.
  */
-#ifndef SA_HOST_SIM_H
-#define SA_HOST_SIM_H
+#ifndef SA_SIM_SIM_H
+#define SA_SIM_SIM_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -26,7 +30,7 @@
 /* Simulated device memory unless configured otherwise. */
 #define SA_SIM_DEFAULT_DEVICE_BYTES ((size_t)16 << 30)
 
-/* ---- host_sim.c ------------------------------------------------------- */
+/* ---- device.c ----------------------------------------------------------- */
 /* Take / drop the simulator lock (the first call also reads the
  * environment). Not recursive. */
 void sa_sim_lock(void);
@@ -38,12 +42,12 @@ sa_status sa_sim_fail(sa_status status, int code, const char *name);
 void sa_sim_note_violation(void);
 uint64_t sa_sim_violations(void);
 
-/* ---- host_fault.c ----------------------------------------------------- */
+/* ---- fault.c ------------------------------------------------------------ */
 /* Entry of a driver op: counts the call and fails it (SA_ERR_DRIVER, after
  * sa_driver_set_error) when a fault is armed for this call. */
 sa_status sa_sim_fault_enter(sa_host_fn fn);
 
-/* ---- host_ptrset.c ---------------------------------------------------- */
+/* ---- ptrset.c ----------------------------------------------------------- */
 /* Open-addressing set of non-NULL pointers (live handles). */
 typedef struct sa_sim_ptrset_s {
   uintptr_t *slots; /* 0 = empty, 1 = deleted, else a member */
@@ -60,7 +64,7 @@ int sa_sim_ptrset_contains(const sa_sim_ptrset *set, const void *p);
 /* Returns 1 if p was a member. */
 int sa_sim_ptrset_remove(sa_sim_ptrset *set, const void *p);
 
-/* ---- host_vmm.c ------------------------------------------------------- */
+/* ---- vmm.c -------------------------------------------------------------- */
 sa_status sa_sim_va_reserve(size_t size, size_t alignment, uintptr_t *out);
 sa_status sa_sim_va_release(uintptr_t va, size_t size);
 sa_status sa_sim_chunk_create(size_t size, uint64_t *out);
@@ -77,7 +81,7 @@ size_t sa_sim_device_bytes(void);
 sa_status sa_sim_set_device_bytes(size_t bytes);
 void sa_sim_vmm_counters(sa_host_counters *out);
 
-/* ---- host_checker.c: vector clocks ------------------------------------- */
+/* ---- checker.c: vector clocks ------------------------------------------- */
 typedef struct sa_sim_tick_s {
   uint64_t sid;    /* stream id */
   uint32_t slot;   /* its slot, to see whether it still has that work pending */
@@ -100,7 +104,7 @@ sa_status sa_sim_clock_join(sa_sim_clock *out, const sa_sim_clock *a, const sa_s
                             const struct sa_sim_stream_s *edge, uint64_t ticket);
 void sa_sim_clock_free(sa_sim_clock *c);
 
-/* ---- host_stream.c: streams, ops, events ------------------------------ */
+/* ---- stream.c: streams, ops, events ------------------------------------- */
 typedef enum sa_sim_op_kind_e {
   SA_SIM_OP_FILL,   /* write pattern over [p, p + size) at completion */
   SA_SIM_OP_CHECK,  /* compare [p, p + size) with pattern at completion */
@@ -152,7 +156,7 @@ sa_status sa_sim_event_record(void *event, sa_stream stream);
 sa_status sa_sim_event_query(void *event);
 sa_status sa_sim_event_synchronize(void *event);
 
-/* ---- host_checker.c: the stream-order checker -------------------------- */
+/* ---- checker.c: the stream-order checker -------------------------------- */
 sa_status sa_sim_check_handout(uintptr_t p, size_t size, sa_stream stream);
 
-#endif /* SA_HOST_SIM_H */
+#endif /* SA_SIM_SIM_H */

@@ -19,7 +19,7 @@
  * ones), and unmap / set_access must cover contiguous mappings with no gap
  * (CUDA accepts gaps, and unmap of a range with nothing mapped).
  *
- * Called by driver_host.c (driver ops) and host_stream.c (may a kernel touch
+ * Called by driver/host.c (driver ops) and sim/stream.c (may a kernel touch
  * this range?), with the simulator lock held.
  */
 #ifndef _GNU_SOURCE
@@ -34,7 +34,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "host_sim.h"
+#include "sim.h"
 
 #define G SA_SIM_GRANULARITY
 

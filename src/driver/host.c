@@ -1,14 +1,14 @@
-/* The host backend of the driver interface (src/driver.h): every op takes the
+/* The host backend of the driver interface (src/driver/driver.h): every op takes the
  * simulator lock, counts the call and applies injected faults
- * (host_fault.c), then runs the simulator (host_vmm.c, host_stream.c,
- * host_checker.c). Several drivers may be open at once; they all share the
+ * (sim/fault.c), then runs the simulator (sim/vmm.c, sim/stream.c,
+ * sim/checker.c). Several drivers may be open at once; they all share the
  * one simulated device. Called through sa_driver_open (driver.c). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "driver.h"
-#include "host_sim.h"
+#include "../sim/sim.h"
 
 typedef struct host_driver_s {
   sa_driver base; /* first: the sa_driver * is a host_driver * */

@@ -1,10 +1,10 @@
 /* The driver interface: the only way the allocator touches a device.
  *
  * Owns nothing itself; each backend implements sa_driver_ops:
- *   driver_cuda.c  libcuda.so.1 through dlopen + cuGetProcAddress
- *   driver_host.c  the CPU simulator (include/streamarena/host.h)
+ *   cuda.c  libcuda.so.1 through dlopen + cuGetProcAddress
+ *   host.c  the CPU simulator (src/sim/, include/streamarena/host.h)
  * driver.c picks a backend (sa_driver_open) and keeps the per-thread last
- * driver error. Called by the arena code (arena*.c); calls nothing above it.
+ * driver error. Called by the allocator (src/); calls nothing above it.
  *
  * Every operation returns SA_OK or a status; a failing driver call returns
  * SA_ERR_DRIVER after sa_driver_set_error() recorded the backend's code.
@@ -90,7 +90,7 @@ static inline void sa_driver_close(sa_driver *d) {
   if (d != NULL) d->ops->close(d);
 }
 
-/* Backend constructors (driver_cuda.c, driver_host.c). */
+/* Backend constructors (cuda.c, host.c). */
 sa_status sa_driver_cuda_open(int device, sa_driver **out);
 sa_status sa_driver_host_open(int device, sa_driver **out);
 
