@@ -1,12 +1,14 @@
 /* //bench:replay: replay allocation traces on the host simulator with a
  * capped device size, and compare with a contiguous first-fit reference.
  *
- *   replay [options] TRACE.csv...
+ *   replay [options] TRACE.csv...     (replay --help prints the options)
  *     --capacity=SIZE   device size for every trace (sa_config_parse sizes)
  *     --headroom=F      device size = F x the trace's peak live bytes,
- *                       rounded up to 2 MiB (default 1.10; ignored with
- *                       --capacity)
- *     --conf=SPEC       more arena configuration, e.g. superblock_size=4MiB
+ *                       rounded up to 2 MiB (default 1.10)
+ *     --conf=SPEC       more arena configuration, e.g. superblock_size=4MiB;
+ *                       its max_physical, if any, is the device size
+ *   One of --capacity, --headroom, --conf=max_physical sets the device size;
+ *   two are an error. Every option also takes its value as the next argument.
  *     --check-ratio=R   exit 1 if on any trace streamarena runs out of
  *                       memory or its peak reserved exceeds R x peak live
  *     --expect-first-fit-oom
@@ -246,9 +248,29 @@ static void print_table(const result *rs, size_t n) {
   }
 }
 
+static const char help_text[] =
+    "usage: replay [options] TRACE.csv...\n"
+    "Replays allocation traces (streamarena's CSV or an RMM log) on the host\n"
+    "simulator with a capped device size, beside a first-fit reference model.\n"
+    "\n"
+    "The device size comes from one of --capacity, --headroom or --conf=max_physical:\n"
+    "  --capacity SIZE        device size for every trace, e.g. 80GiB\n"
+    "  --headroom F           device size = F x each trace's peak live bytes,\n"
+    "                         rounded up to 2 MiB; F >= 1 (default 1.10)\n"
+    "  --conf SPEC            more arena configuration (sa_config_parse syntax),\n"
+    "                         e.g. superblock_size=4MiB\n"
+    "  --check-ratio R        exit 1 if on any trace streamarena runs out of memory\n"
+    "                         or its peak reserved exceeds R x peak live; R > 0\n"
+    "  --expect-first-fit-oom exit 1 unless on some trace the first-fit reference\n"
+    "                         runs out of memory where streamarena does not\n"
+    "  --snapshot DIR         write DIR/<trace stem>.json, the arena at peak live\n"
+    "  -h, --help             this text\n"
+    "Options take their value after '=' or as the next argument.\n";
+
 static int usage(void) {
   fprintf(stderr, "usage: replay [--capacity=SIZE | --headroom=F] [--conf=SPEC] "
-          "[--check-ratio=R] [--expect-first-fit-oom] [--snapshot=DIR] TRACE.csv...\n");
+          "[--check-ratio=R] [--expect-first-fit-oom] [--snapshot=DIR] TRACE.csv...\n"
+          "       replay --help    for what each option does\n");
   return 2;
 }
 
@@ -262,31 +284,103 @@ static bool parse_size(const char *s, size_t *out) {
   return *out > 0;
 }
 
-int main(int argc, char **argv) {
-  options o = {.headroom = 1.10};
-  int first = 1;
-  for (; first < argc && strncmp(argv[first], "--", 2) == 0; first++) {
-    const char *a = argv[first];
-    char *end;
-    if (strncmp(a, "--capacity=", 11) == 0) {
-      if (!parse_size(a + 11, &o.capacity)) return usage();
-    } else if (strncmp(a, "--headroom=", 11) == 0) {
-      o.headroom = strtod(a + 11, &end);
-      if (*end != '\0' || o.headroom < 1.0) return usage();
-    } else if (strncmp(a, "--conf=", 7) == 0) {
-      o.conf = a + 7;
-    } else if (strncmp(a, "--check-ratio=", 14) == 0) {
-      o.check_ratio = strtod(a + 14, &end);
-      if (*end != '\0' || o.check_ratio <= 0) return usage();
+static bool parse_double(const char *s, double *out) {
+  char *end;
+  *out = strtod(s, &end);
+  return end != s && *end == '\0';
+}
+
+/* The value of option `name` at argv[*i]: after '=' in the same argument, or
+ * the next argument. NULL if argv[*i] is not that option; *missing is set
+ * when it is but has no value. */
+static const char *option_value(int argc, char **argv, int *i, const char *name, bool *missing) {
+  size_t len = strlen(name);
+  const char *a = argv[*i];
+  if (strncmp(a, name, len) != 0) return NULL;
+  if (a[len] == '=') return a + len + 1;
+  if (a[len] != '\0') return NULL;
+  if (*i + 1 >= argc) {
+    *missing = true;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+/* Reads the options into *o and the index of the first trace into *first.
+ * Returns 0 to go on, 1 after --help, 2 (the exit status) on bad usage. */
+static int parse_options(int argc, char **argv, options *o, int *first) {
+  *o = (options){.headroom = 1.10};
+  bool headroom_set = false;
+  int i = 1;
+  for (; i < argc && argv[i][0] == '-'; i++) {
+    const char *a = argv[i], *v;
+    bool missing = false;
+    if (strcmp(a, "--") == 0) {
+      i++;
+      break;
+    }
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      fputs(help_text, stdout);
+      return 1;
+    }
+    if ((v = option_value(argc, argv, &i, "--capacity", &missing)) != NULL) {
+      if (!parse_size(v, &o->capacity)) {
+        fprintf(stderr, "replay: --capacity: '%s' is not a size (e.g. 80GiB, 512MiB)\n", v);
+        return 2;
+      }
+    } else if ((v = option_value(argc, argv, &i, "--headroom", &missing)) != NULL) {
+      if (!parse_double(v, &o->headroom) || !(o->headroom >= 1.0)) {
+        fprintf(stderr, "replay: --headroom: '%s' is not a number >= 1\n", v);
+        return 2;
+      }
+      headroom_set = true;
+    } else if ((v = option_value(argc, argv, &i, "--conf", &missing)) != NULL) {
+      o->conf = v;
+    } else if ((v = option_value(argc, argv, &i, "--check-ratio", &missing)) != NULL) {
+      if (!parse_double(v, &o->check_ratio) || !(o->check_ratio > 0)) {
+        fprintf(stderr, "replay: --check-ratio: '%s' is not a number > 0\n", v);
+        return 2;
+      }
+    } else if ((v = option_value(argc, argv, &i, "--snapshot", &missing)) != NULL) {
+      o->snapshot_dir = v;
     } else if (strcmp(a, "--expect-first-fit-oom") == 0) {
-      o.expect_ff_oom = true;
-    } else if (strncmp(a, "--snapshot=", 11) == 0) {
-      o.snapshot_dir = a + 11;
+      o->expect_ff_oom = true;
+    } else if (missing) {
+      fprintf(stderr, "replay: %s needs a value\n", a);
+      return 2;
     } else {
+      fprintf(stderr, "replay: unknown option %s\n", a);
       return usage();
     }
   }
-  if (first == argc) return usage();
+  *first = i;
+  if (i == argc) {
+    fprintf(stderr, "replay: no trace given\n");
+    return usage();
+  }
+  /* --conf is checked here, once, and may name the device size itself. */
+  sa_config cfg;
+  sa_config_init(&cfg);
+  char err[256];
+  if (o->conf != NULL && sa_config_parse(&cfg, o->conf, err, sizeof err) != SA_OK) {
+    fprintf(stderr, "replay: --conf: %s\n", err);
+    return 2;
+  }
+  int sizes = (o->capacity != 0) + headroom_set + (cfg.max_physical_bytes != 0);
+  if (sizes > 1) {
+    fprintf(stderr, "replay: --capacity, --headroom and --conf=max_physical each set the "
+                    "device size: give one\n");
+    return 2;
+  }
+  if (cfg.max_physical_bytes != 0) o->capacity = cfg.max_physical_bytes;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  options o;
+  int first;
+  int usage_status = parse_options(argc, argv, &o, &first);
+  if (usage_status != 0) return usage_status == 1 ? 0 : usage_status;
   size_t n = (size_t)(argc - first);
   trace *traces = calloc(n, sizeof *traces);
   result *rs = calloc(n, sizeof *rs);
@@ -298,6 +392,11 @@ int main(int argc, char **argv) {
     char err[512];
     if (trace_load(path, &traces[i], err, sizeof err) != SA_OK) {
       fprintf(stderr, "replay: %s\n", err);
+      return 1;
+    }
+    if (traces[i].peak_live == 0) { /* nothing to size the device or a ratio by */
+      fprintf(stderr, "replay: %s: the trace allocates nothing (%zu operations read)\n", path,
+              traces[i].nops);
       return 1;
     }
     result *r = &rs[i];

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# replay's command line: values after '=' or as the next argument, --help,
+# one source for the device size, an empty trace refused with a message.
+#   replay_args_test.sh REPLAY RMM_LOG
+set -uo pipefail
+replay="$1" rmm_log="$2"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+fails=0
+
+# expect STATUS PATTERN ARGS...: replay ARGS exits STATUS and its output
+# (stdout and stderr) contains PATTERN.
+expect() {
+  local want_rc="$1" pattern="$2"
+  shift 2
+  local out rc
+  out="$("$replay" "$@" 2>&1)"
+  rc=$?
+  if [[ $rc -ne $want_rc ]] || ! grep -qF -- "$pattern" <<<"$out"; then
+    echo "FAIL: replay $*: exit $rc (want $want_rc), output:"
+    echo "$out"
+    echo "  (want: $pattern)"
+    fails=$((fails + 1))
+  elif grep -qi nan <<<"$out"; then
+    echo "FAIL: replay $*: prints nan"
+    fails=$((fails + 1))
+  fi
+}
+
+expect 0 "capacity 64.0 MiB" --capacity 64MiB "$rmm_log"
+expect 0 "capacity 64.0 MiB" --capacity=64MiB "$rmm_log"
+expect 0 "capacity 32.0 MiB" --conf max_physical=32MiB "$rmm_log"
+expect 0 "capacity 22.0 MiB" --headroom 1.1 "$rmm_log"
+expect 0 "usage: replay" -h
+expect 0 "--capacity SIZE" --help
+expect 2 "each set the device size: give one" --capacity 64MiB --conf=max_physical=1GiB "$rmm_log"
+expect 2 "each set the device size: give one" --capacity 64MiB --headroom=1.5 "$rmm_log"
+expect 2 "--capacity needs a value" --capacity
+expect 2 "'80Gx' is not a size" --capacity 80Gx "$rmm_log"
+expect 2 "'0.5' is not a number >= 1" --headroom 0.5 "$rmm_log"
+expect 2 "unknown option --bogus" --bogus "$rmm_log"
+expect 2 "unknown key 'foo'" --conf foo=1 "$rmm_log"
+expect 2 "no trace given" --capacity 64MiB
+printf 'thread,stream,op,id,size,time_ns\n' >"$tmp/empty.csv"
+expect 1 "the trace allocates nothing" "$tmp/empty.csv"
+
+echo "replay_args_test: 15 cases, $fails failed"
+[[ $fails -eq 0 ]]
