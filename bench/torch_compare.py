@@ -274,7 +274,13 @@ def main():
         ap.error("--reps must be 1..63 and --rep-ms positive")
     thread_counts = [int(t) for t in args.threads.split(",") if t]
 
-    import torch
+    try:
+        import torch
+    except ImportError as e:
+        print(f"torch_compare: PyTorch is not importable here ({e}); it measures PyTorch's CUDA "
+              "caching allocator, so run it where torch with CUDA is installed (a machine with a GPU)",
+              file=sys.stderr)
+        return 2
 
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     print("# torch_compare: PyTorch's CUDA caching allocator, alloc+free pairs")
