@@ -11,6 +11,10 @@
  *   two are an error. Every option also takes its value as the next argument.
  *     --check-ratio=R   exit 1 if on any trace streamarena runs out of
  *                       memory or its peak reserved exceeds R x peak live
+ *     --check-vmm-calls=N
+ *                       exit 1 if on any trace streamarena makes more than
+ *                       N virtual-memory driver calls (chunk create and
+ *                       release, map, unmap, set access) per 1000 operations
  *     --expect-first-fit-oom
  *                       exit 1 unless on some trace the first-fit reference
  *                       runs out of memory where streamarena does not
@@ -27,7 +31,11 @@
  *
  * Peak live is the highest sum of requested sizes; peak reserved is the
  * arena's highest physical footprint (sa_stats.reserved_bytes_peak). The
- * first-fit column is a REFERENCE MODEL (first_fit.h), not streamarena.
+ * driver work is what the simulator counted during the operations
+ * (sa_host_get_totals): deterministic, so a bound on it is a CI check that
+ * needs no GPU. "Remapped" is bytes mapped less bytes created: memory
+ * mapped again after an unmap. The first-fit column is a REFERENCE MODEL
+ * (first_fit.h), not streamarena.
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -50,6 +58,7 @@ typedef struct options_s {
   double headroom;
   const char *conf;
   double check_ratio; /* 0: no check */
+  double check_vmm;   /* 0: no check */
   bool expect_ff_oom;
   const char *snapshot_dir;
 } options;
@@ -63,7 +72,7 @@ typedef struct result_s {
   size_t oom_count;
   size_t first_oom_op;
   double seconds;
-  uint64_t chunk_creates, maps;
+  sa_host_totals work; /* the simulator's totals over the operations */
   /* first-fit reference */
   size_t ff_extent;
   size_t ff_oom_count;
@@ -133,8 +142,8 @@ static sa_status run_streamarena(const trace *t, size_t capacity, const options 
     st = report("sa_host_stream_create", sa_host_stream_create(SA_HOST_AUTO, &streams[made]));
   if (st != SA_OK && made > 0) made--; /* the failed one was not made */
 
-  uint64_t creates0 = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
-  uint64_t maps0 = sa_host_call_count(SA_HOST_FN_MAP);
+  sa_host_totals w0, w1;
+  sa_host_get_totals(&w0);
   double t0 = now_s();
   for (size_t i = 0; st == SA_OK && i < t->nops; i++) {
     const trace_op *op = &t->ops[i];
@@ -154,8 +163,13 @@ static sa_status run_streamarena(const trace *t, size_t capacity, const options 
       st = write_snapshot(a, o->snapshot_dir, r->name);
   }
   r->seconds = now_s() - t0;
-  r->chunk_creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE) - creates0;
-  r->maps = sa_host_call_count(SA_HOST_FN_MAP) - maps0;
+  sa_host_get_totals(&w1);
+  for (int f = 0; f < SA_HOST_FN_COUNT; f++) r->work.calls[f] = w1.calls[f] - w0.calls[f];
+  r->work.bytes_created = w1.bytes_created - w0.bytes_created;
+  r->work.bytes_released = w1.bytes_released - w0.bytes_released;
+  r->work.bytes_mapped = w1.bytes_mapped - w0.bytes_mapped;
+  r->work.bytes_unmapped = w1.bytes_unmapped - w0.bytes_unmapped;
+  r->work.bytes_access = w1.bytes_access - w0.bytes_access;
 
   sa_stats stats;
   sa_status s = report("sa_get_stats", sa_get_stats(a, &stats));
@@ -206,18 +220,45 @@ static sa_status run_first_fit(const trace *t, size_t capacity, result *r) {
   return st;
 }
 
+/* Driver calls of r per 1000 operations: virtual-memory ones, or all. */
+static uint64_t vmm_calls(const result *r) {
+  const uint64_t *c = r->work.calls;
+  return c[SA_HOST_FN_VA_RESERVE] + c[SA_HOST_FN_VA_RELEASE] + c[SA_HOST_FN_CHUNK_CREATE] +
+         c[SA_HOST_FN_CHUNK_RELEASE] + c[SA_HOST_FN_MAP] + c[SA_HOST_FN_UNMAP] +
+         c[SA_HOST_FN_SET_ACCESS];
+}
+
+static double per_kop(const result *r, uint64_t calls) {
+  return (double)calls * 1000.0 / (double)(r->t->nops ? r->t->nops : 1);
+}
+
+static uint64_t all_calls(const result *r) {
+  uint64_t n = 0;
+  for (int f = 0; f < SA_HOST_FN_COUNT; f++) n += r->work.calls[f];
+  return n;
+}
+
+static double remapped_mib(const result *r) {
+  uint64_t mapped = r->work.bytes_mapped, created = r->work.bytes_created;
+  return mapped > created ? (double)(mapped - created) / MiB : 0.0;
+}
+
 static void print_summary(const result *r) {
   const trace *t = r->t;
   double live = (double)t->peak_live;
+  const uint64_t *c = r->work.calls;
   printf("%s: %s format, %zu ops, %zu streams, peak live %.1f MiB, capacity %.1f MiB | "
          "streamarena: peak reserved %.1f MiB (%.3fx), %s, %.1f ms (%.2f us/op), "
-         "%" PRIu64 " chunks created, %" PRIu64 " maps | first-fit reference: extent "
-         "%.1f MiB (%.3fx), ",
+         "driver: %" PRIu64 " chunks created, %" PRIu64 " maps, %" PRIu64 " unmaps, %" PRIu64
+         " set_access, %.1f MiB remapped, %.1f vmm calls and %.1f calls per 1000 ops | "
+         "first-fit reference: extent %.1f MiB (%.3fx), ",
          r->name, t->format, t->nops, t->nstreams, live / MiB, (double)r->capacity / MiB,
          (double)r->reserved_peak / MiB, (double)r->reserved_peak / live,
          r->oom_count ? "OUT OF MEMORY" : "no OOM", r->seconds * 1e3,
-         r->seconds * 1e6 / (double)(t->nops ? t->nops : 1), r->chunk_creates, r->maps,
-         (double)r->ff_extent / MiB, (double)r->ff_extent / live);
+         r->seconds * 1e6 / (double)(t->nops ? t->nops : 1), c[SA_HOST_FN_CHUNK_CREATE],
+         c[SA_HOST_FN_MAP], c[SA_HOST_FN_UNMAP], c[SA_HOST_FN_SET_ACCESS], remapped_mib(r),
+         per_kop(r, vmm_calls(r)), per_kop(r, all_calls(r)), (double)r->ff_extent / MiB,
+         (double)r->ff_extent / live);
   if (r->ff_oom_count)
     printf("OUT OF MEMORY (%zu failed, first at op %zu with %.1f MiB largest free)\n",
            r->ff_oom_count, r->ff_first_oom_op, (double)r->ff_largest_free_at_oom / MiB);
@@ -233,18 +274,25 @@ static void print_summary(const result *r) {
 
 static void print_table(const result *rs, size_t n) {
   printf("\n| trace | ops | streams | peak live MiB | capacity MiB | streamarena peak "
-         "reserved MiB | ratio | OOM | time ms | chunks created | first-fit extent MiB | "
+         "reserved MiB | ratio | OOM | us/op | chunks created | maps | unmaps | set_access | "
+         "remapped MiB | vmm calls/1k ops | driver calls/1k ops | first-fit extent MiB | "
          "first-fit OOM |\n");
-  printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |\n");
+  printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | "
+         "---: | ---: | ---: | ---: | ---: | --- |\n");
   for (size_t i = 0; i < n; i++) {
     const result *r = &rs[i];
+    const uint64_t *c = r->work.calls;
     double live = (double)r->t->peak_live;
-    printf("| %s | %zu | %zu | %.1f | %.1f | %.1f | %.3f | %s | %.1f | %" PRIu64
-           " | %.1f | %s |\n",
+    printf("| %s | %zu | %zu | %.1f | %.1f | %.1f | %.3f | %s | %.2f | %" PRIu64 " | %" PRIu64
+           " | %" PRIu64 " | %" PRIu64 " | %.1f | %.1f | %.1f | %.1f | %s |\n",
            r->name, r->t->nops, r->t->nstreams, live / MiB, (double)r->capacity / MiB,
            (double)r->reserved_peak / MiB, (double)r->reserved_peak / live,
-           r->oom_count ? "yes" : "no", r->seconds * 1e3, r->chunk_creates,
-           (double)r->ff_extent / MiB, r->ff_oom_count ? "yes" : "no");
+           r->oom_count ? "yes" : "no",
+           r->seconds * 1e6 / (double)(r->t->nops ? r->t->nops : 1),
+           c[SA_HOST_FN_CHUNK_CREATE], c[SA_HOST_FN_MAP], c[SA_HOST_FN_UNMAP],
+           c[SA_HOST_FN_SET_ACCESS], remapped_mib(r), per_kop(r, vmm_calls(r)),
+           per_kop(r, all_calls(r)), (double)r->ff_extent / MiB,
+           r->ff_oom_count ? "yes" : "no");
   }
 }
 
@@ -261,6 +309,8 @@ static const char help_text[] =
     "                         e.g. superblock_size=4MiB\n"
     "  --check-ratio R        exit 1 if on any trace streamarena runs out of memory\n"
     "                         or its peak reserved exceeds R x peak live; R > 0\n"
+    "  --check-vmm-calls N    exit 1 if on any trace streamarena makes more than N\n"
+    "                         virtual-memory driver calls per 1000 operations\n"
     "  --expect-first-fit-oom exit 1 unless on some trace the first-fit reference\n"
     "                         runs out of memory where streamarena does not\n"
     "  --snapshot DIR         write DIR/<trace stem>.json, the arena at peak live\n"
@@ -269,7 +319,8 @@ static const char help_text[] =
 
 static int usage(void) {
   fprintf(stderr, "usage: replay [--capacity=SIZE | --headroom=F] [--conf=SPEC] "
-          "[--check-ratio=R] [--expect-first-fit-oom] [--snapshot=DIR] TRACE.csv...\n"
+          "[--check-ratio=R] [--check-vmm-calls=N] [--expect-first-fit-oom] "
+          "[--snapshot=DIR] TRACE.csv...\n"
           "       replay --help    for what each option does\n");
   return 2;
 }
@@ -339,6 +390,11 @@ static int parse_options(int argc, char **argv, options *o, int *first) {
     } else if ((v = option_value(argc, argv, &i, "--check-ratio", &missing)) != NULL) {
       if (!parse_double(v, &o->check_ratio) || !(o->check_ratio > 0)) {
         fprintf(stderr, "replay: --check-ratio: '%s' is not a number > 0\n", v);
+        return 2;
+      }
+    } else if ((v = option_value(argc, argv, &i, "--check-vmm-calls", &missing)) != NULL) {
+      if (!parse_double(v, &o->check_vmm) || !(o->check_vmm > 0)) {
+        fprintf(stderr, "replay: --check-vmm-calls: '%s' is not a number > 0\n", v);
         return 2;
       }
     } else if ((v = option_value(argc, argv, &i, "--snapshot", &missing)) != NULL) {
@@ -416,6 +472,12 @@ int main(int argc, char **argv) {
     if (o.check_ratio > 0 && (r->oom_count > 0 || ratio > o.check_ratio)) {
       printf("CHECK FAILED: %s: streamarena %s, ratio %.3f > %.3f\n", r->name,
              r->oom_count ? "ran out of memory" : "fits", ratio, o.check_ratio);
+      failed = 1;
+    }
+    double vmm = per_kop(r, vmm_calls(r));
+    if (o.check_vmm > 0 && vmm > o.check_vmm) {
+      printf("CHECK FAILED: %s: %.1f virtual-memory driver calls per 1000 operations > %.1f\n",
+             r->name, vmm, o.check_vmm);
       failed = 1;
     }
     if (r->ff_oom_count > 0 && r->oom_count == 0) ff_only_oom = true;

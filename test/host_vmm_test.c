@@ -376,6 +376,40 @@ static void only_device_zero_exists(void **state) {
   sa_driver_close(other);
 }
 
+/* The totals count calls and the bytes of successful calls, so a run's
+ * driver work can be bounded without a GPU. */
+static void totals_count_calls_and_bytes(void **state) {
+  (void)state;
+  sa_host_totals t0, t1;
+  sa_host_get_totals(&t0);
+  uintptr_t va;
+  sa_chunk_handle a, b;
+  assert_int_equal(d->ops->va_reserve(d, 8 * G, 0, &va), SA_OK);
+  assert_int_equal(d->ops->chunk_create(d, G, &a), SA_OK);
+  assert_int_equal(d->ops->chunk_create(d, 2 * G, &b), SA_OK);
+  assert_int_equal(d->ops->map(d, va, G, a), SA_OK);
+  assert_int_equal(d->ops->map(d, va + G, 2 * G, b), SA_OK);
+  assert_int_equal(d->ops->map(d, va, G, b), SA_ERR_DRIVER); /* refused: no bytes */
+  assert_int_equal(d->ops->set_access(d, va, 3 * G), SA_OK);
+  assert_int_equal(d->ops->unmap(d, va + G, 2 * G), SA_OK);
+  assert_int_equal(d->ops->unmap(d, va, G), SA_OK);
+  assert_int_equal(d->ops->chunk_release(d, a), SA_OK);
+  assert_int_equal(d->ops->chunk_release(d, b), SA_OK);
+  assert_int_equal(d->ops->va_release(d, va, 8 * G), SA_OK);
+  sa_host_get_totals(&t1);
+  assert_int_equal(t1.calls[SA_HOST_FN_CHUNK_CREATE] - t0.calls[SA_HOST_FN_CHUNK_CREATE], 2);
+  assert_int_equal(t1.calls[SA_HOST_FN_MAP] - t0.calls[SA_HOST_FN_MAP], 3);
+  assert_int_equal(t1.calls[SA_HOST_FN_SET_ACCESS] - t0.calls[SA_HOST_FN_SET_ACCESS], 1);
+  assert_int_equal(t1.calls[SA_HOST_FN_UNMAP] - t0.calls[SA_HOST_FN_UNMAP], 2);
+  assert_int_equal(t1.calls[SA_HOST_FN_MAP], sa_host_call_count(SA_HOST_FN_MAP));
+  assert_int_equal(t1.bytes_created - t0.bytes_created, 3 * G);
+  assert_int_equal(t1.bytes_mapped - t0.bytes_mapped, 3 * G);
+  assert_int_equal(t1.bytes_access - t0.bytes_access, 3 * G);
+  assert_int_equal(t1.bytes_unmapped - t0.bytes_unmapped, 3 * G);
+  assert_int_equal(t1.bytes_released - t0.bytes_released, 3 * G);
+  sa_host_get_totals(NULL); /* tolerated */
+}
+
 #define T(f) cmocka_unit_test_teardown(f, check_empty)
 
 int main(void) {
@@ -396,6 +430,7 @@ int main(void) {
       T(thousands_of_chunks_share_one_fd),
       T(counters_follow_ranges_chunks_and_mappings),
       T(only_device_zero_exists),
+      T(totals_count_calls_and_bytes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

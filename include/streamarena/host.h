@@ -105,6 +105,20 @@ typedef struct sa_host_counters_s {
 
 void sa_host_get_counters(sa_host_counters *out);
 
+/* What the simulated driver did since the process started (never reset:
+ * take differences): a run's driver work, countable without a GPU. Bytes
+ * count successful calls only. */
+typedef struct sa_host_totals_s {
+  uint64_t calls[SA_HOST_FN_COUNT]; /* per function, as sa_host_call_count */
+  uint64_t bytes_created;           /* chunk_create */
+  uint64_t bytes_released;          /* chunk_release */
+  uint64_t bytes_mapped;            /* map */
+  uint64_t bytes_unmapped;          /* unmap */
+  uint64_t bytes_access;            /* set_access */
+} sa_host_totals;
+
+void sa_host_get_totals(sa_host_totals *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -86,3 +86,11 @@ void sa_host_get_counters(sa_host_counters *out) {
   out->order_violations = sim_violations;
   sa_sim_unlock();
 }
+
+void sa_host_get_totals(sa_host_totals *out) {
+  if (out == NULL) return;
+  sa_sim_lock();
+  sa_sim_fault_calls(out->calls);
+  sa_sim_vmm_totals(out);
+  sa_sim_unlock();
+}

@@ -89,6 +89,10 @@ uint64_t sa_host_call_count(sa_host_fn fn) {
   return n;
 }
 
+void sa_sim_fault_calls(uint64_t calls[SA_HOST_FN_COUNT]) {
+  for (int i = 0; i < SA_HOST_FN_COUNT; i++) calls[i] = faults[i].calls;
+}
+
 uint64_t sa_host_faults_injected(void) {
   sa_sim_lock();
   uint64_t n = faults_injected;

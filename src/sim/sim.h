@@ -46,6 +46,7 @@ uint64_t sa_sim_violations(void);
 /* Entry of a driver op: counts the call and fails it (SA_ERR_DRIVER, after
  * sa_driver_set_error) when a fault is armed for this call. */
 sa_status sa_sim_fault_enter(sa_host_fn fn);
+void sa_sim_fault_calls(uint64_t calls[SA_HOST_FN_COUNT]); /* counted so far */
 
 /* ---- ptrset.c ----------------------------------------------------------- */
 /* Open-addressing set of non-NULL pointers (live handles). */
@@ -80,6 +81,7 @@ int sa_sim_vmm_accessible(uintptr_t p, size_t size);
 size_t sa_sim_device_bytes(void);
 sa_status sa_sim_set_device_bytes(size_t bytes);
 void sa_sim_vmm_counters(sa_host_counters *out);
+void sa_sim_vmm_totals(sa_host_totals *out); /* its bytes_* fields */
 
 /* ---- checker.c: vector clocks ------------------------------------------- */
 typedef struct sa_sim_tick_s {

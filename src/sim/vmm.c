@@ -74,6 +74,8 @@ static struct {
   size_t nchunks;       /* chunks holding memory (released-but-mapped included) */
   size_t chunk_bytes;
   size_t device_bytes;
+  /* Successful calls' bytes since the process started (sa_host_totals). */
+  uint64_t bytes_created, bytes_released, bytes_mapped, bytes_unmapped, bytes_access;
 } vmm = {.fd = -1, .device_bytes = SA_SIM_DEFAULT_DEVICE_BYTES};
 
 static sa_status einval(const char *what) { return sa_sim_fail(SA_ERR_DRIVER, EINVAL, what); }
@@ -288,6 +290,7 @@ sa_status sa_sim_chunk_create(size_t size, uint64_t *out) {
   sa_sim_ptrset_insert(&vmm.chunks, c);
   vmm.nchunks++;
   vmm.chunk_bytes += size;
+  vmm.bytes_created += size;
   *out = (uint64_t)(uintptr_t)c;
   return SA_OK;
 }
@@ -301,6 +304,7 @@ sa_status sa_sim_chunk_release(uint64_t handle) {
   sim_chunk *c = chunk_lookup(handle);
   if (c == NULL) return einval("host: chunk_release of an unknown or released chunk");
   (void)sa_sim_ptrset_remove(&vmm.chunks, c);
+  vmm.bytes_released += c->size;
   if (c->map_count > 0) {
     c->released = 1; /* CUDA frees it at the last unmap */
     return SA_OK;
@@ -336,6 +340,7 @@ sa_status sa_sim_map(uintptr_t va, size_t size, uint64_t handle) {
   vmm.maps[j] = (mapping){va, size, c, 0};
   vmm.nmaps++;
   c->map_count++;
+  vmm.bytes_mapped += size;
   return SA_OK;
 }
 
@@ -353,6 +358,7 @@ sa_status sa_sim_unmap(uintptr_t va, size_t size) {
   }
   memmove(&vmm.maps[first], &vmm.maps[end], (vmm.nmaps - end) * sizeof(mapping));
   vmm.nmaps -= end - first;
+  vmm.bytes_unmapped += size;
   return SA_OK;
 }
 
@@ -365,6 +371,7 @@ sa_status sa_sim_set_access(uintptr_t va, size_t size) {
     return sa_sim_fail(SA_ERR_DRIVER, errno, "host: mprotect failed");
   }
   for (size_t k = first; k < end; k++) vmm.maps[k].accessible = 1;
+  vmm.bytes_access += size;
   return SA_OK;
 }
 
@@ -407,4 +414,12 @@ void sa_sim_vmm_counters(sa_host_counters *out) {
   out->chunks = vmm.nchunks;
   out->chunk_bytes = vmm.chunk_bytes;
   out->mappings = vmm.nmaps;
+}
+
+void sa_sim_vmm_totals(sa_host_totals *out) {
+  out->bytes_created = vmm.bytes_created;
+  out->bytes_released = vmm.bytes_released;
+  out->bytes_mapped = vmm.bytes_mapped;
+  out->bytes_unmapped = vmm.bytes_unmapped;
+  out->bytes_access = vmm.bytes_access;
 }
