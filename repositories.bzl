@@ -15,10 +15,11 @@ def _declare(rule, name, **kwargs):
 def streamarena_dependencies(
         system_prefix = "/usr",
         cuda_path = "/usr/local/cuda"):
-    """Declares @ck, @cmocka and @cuda_headers.
+    """Declares @ck, @cmocka, @zlib and @cuda_headers.
 
     Args:
-      system_prefix: where Debian's libck-dev and libcmocka-dev put include/.
+      system_prefix: where Debian's libck-dev, libcmocka-dev and zlib1g-dev
+        put include/.
       cuda_path: the CUDA toolkit root; only its include/ is used (headers:
         the CUDA backend loads libcuda.so.1 at run time).
     """
@@ -36,6 +37,13 @@ def streamarena_dependencies(
         name = "cmocka",
         path = system_prefix,
         build_file = str(Label("//third_party:cmocka.BUILD")),
+    )
+    # The benchmarks' trace reader (gzipped traces); not the library.
+    _declare(
+        native.new_local_repository,
+        name = "zlib",
+        path = system_prefix,
+        build_file = str(Label("//third_party:zlib.BUILD")),
     )
     _declare(
         native.new_local_repository,

@@ -22,11 +22,13 @@
  *                       after the operation at which live bytes peak
  *                       (tools/render_snapshot.py draws it)
  *
- * Traces are CSV (docs/TRACE.md): streamarena's own format or RMM's
- * logging_resource_adaptor log. The replay is single-threaded, in file
- * order; each distinct stream id becomes its own SA_HOST_AUTO stream, so
- * events complete as soon as they are queried (nothing is enqueued) and a
- * cross-stream free is reusable after the allocator's own event checks.
+ * Traces are CSV (docs/TRACE.md): streamarena's own format, RMM's
+ * logging_resource_adaptor log or PyTorch's memory history, plain or
+ * gzipped; relative paths (traces, --snapshot) are from where `bazel run`
+ * was typed. The replay is single-threaded, in file order; each distinct
+ * stream id becomes its own SA_HOST_AUTO stream, so events complete as soon
+ * as they are queried (nothing is enqueued) and a cross-stream free is
+ * reusable after the allocator's own event checks.
  * Memory is not touched, so a replay of tens of GiB needs little RAM.
  *
  * Peak live is the highest sum of requested sizes; peak reserved is the
@@ -49,6 +51,7 @@
 
 #include "first_fit.h"
 #include "trace_read.h"
+#include "user_path.h"
 
 #define MiB ((double)(1 << 20))
 #define GRANULE ((size_t)2 << 20)
@@ -99,10 +102,12 @@ static sa_status report(const char *what, sa_status st) {
 /* Replay t on a fresh arena of the given capacity. */
 /* The arena's snapshot into dir/<name>.json. */
 static sa_status write_snapshot(sa_arena *a, const char *dir, const char *name) {
-  char path[4096];
+  char path[4096], full[4096];
   size_t stem = strlen(name);
-  if (stem > 4 && strcmp(name + stem - 4, ".csv") == 0) stem -= 4;
-  if (snprintf(path, sizeof path, "%s/%.*s.json", dir, (int)stem, name) >= (int)sizeof path)
+  if (stem > 3 && strncmp(name + stem - 3, ".gz", 3) == 0) stem -= 3;
+  if (stem > 4 && strncmp(name + stem - 4, ".csv", 4) == 0) stem -= 4;
+  if (!user_path(dir, full, sizeof full) ||
+      snprintf(path, sizeof path, "%s/%.*s.json", full, (int)stem, name) >= (int)sizeof path)
     return SA_ERR_INVALID_ARGUMENT;
   FILE *f = fopen(path, "w");
   if (f == NULL) {
@@ -270,6 +275,9 @@ static void print_summary(const result *r) {
   if (t->unmatched_frees || t->failed_allocs || t->never_freed)
     printf("%s: trace had %zu frees of unknown ids, %zu failed allocations, %zu never "
            "freed\n", r->name, t->unmatched_frees, t->failed_allocs, t->never_freed);
+  if (t->skipped || t->early_reuse)
+    printf("%s: %zu events of the recording allocator skipped, %zu addresses allocated "
+           "again before their free completed\n", r->name, t->skipped, t->early_reuse);
 }
 
 static void print_table(const result *rs, size_t n) {

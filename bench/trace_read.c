@@ -3,10 +3,16 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+
+#include <zlib.h>
+
+#include "user_path.h"
 
 #define MAX_FIELDS 16
 
@@ -108,6 +114,7 @@ typedef struct loader_s {
   trace *t;
   size_t cap_ops;
   smap live, streams, threads;
+  smap freeing; /* PyTorch: freed, not yet free_completed */
   size_t *slot_size; /* requested size of each slot */
   size_t cap_slots;
   size_t live_bytes;
@@ -138,6 +145,63 @@ static bool intern(smap *m, const char *key, size_t *count, uint32_t *out) {
   return true;
 }
 
+/* What a line's op or action asks for, over the three dialects. */
+typedef enum action_e {
+  ACT_ALLOC,
+  ACT_FREE,           /* streamarena, RMM */
+  ACT_FREE_REQUESTED, /* PyTorch: the program's free */
+  ACT_FREE_COMPLETED, /* PyTorch: the address may be reused from here */
+  ACT_FAILED,         /* a failed allocation */
+  ACT_SKIP,           /* the recording allocator's own event */
+  ACT_UNKNOWN
+} action;
+
+static action classify(const char *op) {
+  static const struct {
+    const char *name;
+    action act;
+  } names[] = {
+      {"alloc", ACT_ALLOC},
+      {"allocate", ACT_ALLOC},
+      {"free", ACT_FREE},
+      {"deallocate", ACT_FREE},
+      {"free_requested", ACT_FREE_REQUESTED},
+      {"free_completed", ACT_FREE_COMPLETED},
+      {"oom", ACT_FAILED},
+      {"segment_alloc", ACT_SKIP},
+      {"segment_free", ACT_SKIP},
+      {"segment_map", ACT_SKIP},
+      {"segment_unmap", ACT_SKIP},
+      {"snapshot", ACT_SKIP},
+      {"user_defined", ACT_SKIP},
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(op, names[i].name) == 0) return names[i].act;
+  if (strncmp(op, "allocate failure", 16) == 0) return ACT_FAILED;
+  return ACT_UNKNOWN;
+}
+
+/* The free of the live allocation in slot j of l->live, on stream. */
+static sa_status free_live(loader *l, size_t j, uint32_t stream) {
+  uint32_t slot = l->live.vals[j];
+  smap_del(&l->live, j);
+  l->live_bytes -= l->slot_size[slot];
+  return push_op(l, (trace_op){slot, (uint16_t)stream, 1, l->slot_size[slot]})
+             ? SA_OK
+             : SA_ERR_OUT_OF_MEMORY;
+}
+
+/* The line's stream as a dense number. */
+static sa_status line_stream(loader *l, const char *key, size_t lineno, uint32_t *stream,
+                             char *err, size_t err_size) {
+  if (!intern(&l->streams, key, &l->t->nstreams, stream)) return SA_ERR_OUT_OF_MEMORY;
+  if (*stream > UINT16_MAX) {
+    snprintf(err, err_size, "line %zu: more than 65536 streams", lineno);
+    return SA_ERR_INVALID_ARGUMENT;
+  }
+  return SA_OK;
+}
+
 /* One data line; an error status on a malformed line (message in err). */
 static sa_status line(loader *l, char **f, size_t n, const int *col, size_t lineno,
                       char *err, size_t err_size) {
@@ -149,45 +213,67 @@ static sa_status line(loader *l, char **f, size_t n, const int *col, size_t line
     }
   }
   const char *op = f[col[1]], *id = f[col[2]];
-  bool is_alloc = strcmp(op, "alloc") == 0 || strcmp(op, "allocate") == 0;
-  bool is_free = strcmp(op, "free") == 0 || strcmp(op, "deallocate") == 0;
-  if (!is_alloc && !is_free) {
-    if (strncmp(op, "allocate failure", 16) == 0) {
+  action act = classify(op);
+  switch (act) {
+    case ACT_UNKNOWN:
+      snprintf(err, err_size, "line %zu: unknown operation '%s'", lineno, op);
+      return SA_ERR_INVALID_ARGUMENT;
+    case ACT_FAILED:
       t->failed_allocs++;
       return SA_OK;
-    }
-    snprintf(err, err_size, "line %zu: unknown operation '%s'", lineno, op);
-    return SA_ERR_INVALID_ARGUMENT;
-  }
-  uint32_t stream;
-  if (!intern(&l->streams, f[col[0]], &t->nstreams, &stream)) return SA_ERR_OUT_OF_MEMORY;
-  if (stream > UINT16_MAX) {
-    snprintf(err, err_size, "line %zu: more than 65536 streams", lineno);
-    return SA_ERR_INVALID_ARGUMENT;
+    case ACT_SKIP:
+      t->skipped++;
+      return SA_OK;
+    default:
+      break;
   }
   if (col[4] >= 0 && col[4] < (int)n) {
     uint32_t th;
     if (!intern(&l->threads, f[col[4]], &t->nthreads, &th)) return SA_ERR_OUT_OF_MEMORY;
   }
   size_t j = smap_find(&l->live, id);
-  if (is_free) {
+  size_t k = smap_find(&l->freeing, id);
+  if (act == ACT_FREE_COMPLETED) {
+    if (k != SIZE_MAX) { /* its free_requested freed it */
+      smap_del(&l->freeing, k);
+      return SA_OK;
+    }
     if (j == SIZE_MAX) {
       t->unmatched_frees++;
       return SA_OK;
     }
-    uint32_t slot = l->live.vals[j];
-    smap_del(&l->live, j);
-    l->live_bytes -= l->slot_size[slot];
-    return push_op(l, (trace_op){slot, (uint16_t)stream, 1, l->slot_size[slot]})
-               ? SA_OK
-               : SA_ERR_OUT_OF_MEMORY;
+    act = ACT_FREE; /* completed without a request: the free is here */
   }
+  if (act == ACT_FREE || act == ACT_FREE_REQUESTED) {
+    sa_status st = SA_OK;
+    if (j == SIZE_MAX) {
+      t->unmatched_frees++;
+    } else {
+      uint32_t stream;
+      st = line_stream(l, f[col[0]], lineno, &stream, err, err_size);
+      if (st == SA_OK) st = free_live(l, j, stream);
+    }
+    /* Its free_completed (also of a block allocated before the recording
+     * began) is then expected, not another unmatched free. */
+    if (st == SA_OK && act == ACT_FREE_REQUESTED && k == SIZE_MAX &&
+        !smap_put(&l->freeing, id, 0))
+      st = SA_ERR_OUT_OF_MEMORY;
+    return st;
+  }
+
+  uint32_t stream;
+  sa_status st = line_stream(l, f[col[0]], lineno, &stream, err, err_size);
+  if (st != SA_OK) return st;
   errno = 0;
   char *end;
   unsigned long long size = strtoull(f[col[3]], &end, 10);
   if (errno != 0 || end == f[col[3]] || *end != '\0' || size == 0) {
     snprintf(err, err_size, "line %zu: bad size '%s'", lineno, f[col[3]]);
     return SA_ERR_INVALID_ARGUMENT;
+  }
+  if (k != SIZE_MAX) { /* handed out again before its free completed */
+    t->early_reuse++;
+    smap_del(&l->freeing, k);
   }
   if (j != SIZE_MAX) { /* the trace lost a free: the old one stays live */
     t->never_freed++;
@@ -212,50 +298,99 @@ static sa_status line(loader *l, char **f, size_t n, const int *col, size_t line
                                                                           : SA_ERR_OUT_OF_MEMORY;
 }
 
+/* Whether gz has seen an error (not the end of the file). */
+static bool read_failed(gzFile gz) {
+  int code = Z_OK;
+  (void)gzerror(gz, &code);
+  return code != Z_OK && code != Z_STREAM_END;
+}
+
+/* The next line of gz into *buf (grown as needed), without its line end.
+ * Its length; -1 at the end of the file or on a read error (gzerror says
+ * which: a line cut short by the error is not returned); -2 when the buffer
+ * cannot grow. */
+static ssize_t read_line(gzFile gz, char **buf, size_t *cap) {
+  size_t len = 0;
+  for (;;) {
+    if (*cap - len < 2) {
+      size_t ncap = *cap ? 2 * *cap : 4096;
+      char *nbuf = realloc(*buf, ncap);
+      if (nbuf == NULL) return -2;
+      *buf = nbuf;
+      *cap = ncap;
+    }
+    int room = *cap - len > INT_MAX ? INT_MAX : (int)(*cap - len);
+    if (gzgets(gz, *buf + len, room) == NULL) break;
+    len += strlen(*buf + len);
+    if (len > 0 && (*buf)[len - 1] == '\n') break;
+  }
+  bool whole = len > 0 && (*buf)[len - 1] == '\n';
+  if (len == 0 || (!whole && read_failed(gz))) return -1;
+  while (len > 0 && ((*buf)[len - 1] == '\n' || (*buf)[len - 1] == '\r')) (*buf)[--len] = '\0';
+  return (ssize_t)len;
+}
+
+/* Whether gz stopped at a clean end of file; else the reason into err. */
+static bool read_ok(gzFile gz, const char *path, char *err, size_t err_size) {
+  if (!read_failed(gz)) return true;
+  int code = Z_OK;
+  const char *msg = gzerror(gz, &code);
+  snprintf(err, err_size, "%s: read error: %s", path,
+           code == Z_ERRNO ? strerror(errno) : msg);
+  return false;
+}
+
 sa_status trace_load(const char *path, trace *t, char *err, size_t err_size) {
   memset(t, 0, sizeof *t);
-  FILE *f = fopen(path, "r");
-  if (f == NULL) {
-    snprintf(err, err_size, "%s: %s", path, strerror(errno));
+  char full[4096];
+  if (!user_path(path, full, sizeof full)) {
+    snprintf(err, err_size, "%s: path too long", path);
     return SA_ERR_INVALID_ARGUMENT;
   }
+  errno = 0;
+  gzFile gz = gzopen(full, "rb");
+  if (gz == NULL) {
+    snprintf(err, err_size, "%s: %s", full, errno != 0 ? strerror(errno) : "cannot open");
+    return SA_ERR_INVALID_ARGUMENT;
+  }
+  (void)gzbuffer(gz, 1u << 17); /* fewer reads; fails only after the first read */
   loader l = {.t = t};
   char *buf = NULL;
   size_t bufcap = 0, lineno = 0;
   int col[5] = {-1, -1, -1, -1, -1}; /* stream, op, id, size, thread */
   bool header = false;
   sa_status st = SA_OK;
-  ssize_t len;
+  ssize_t len = 0;
   char *fields[MAX_FIELDS];
-  while (st == SA_OK && (len = getline(&buf, &bufcap, f)) >= 0) {
+  while (st == SA_OK && (len = read_line(gz, &buf, &bufcap)) >= 0) {
     lineno++;
-    while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) buf[--len] = '\0';
     if (len == 0 || buf[0] == '#') continue;
     size_t n = split(buf, fields);
     if (!header) {
       col[0] = column(fields, n, "stream", NULL);
       col[1] = column(fields, n, "op", "action");
       col[2] = column(fields, n, "id", "pointer");
+      if (col[2] < 0) col[2] = column(fields, n, "addr", NULL);
       col[3] = column(fields, n, "size", NULL);
       col[4] = column(fields, n, "thread", NULL);
       if (col[0] < 0 || col[1] < 0 || col[2] < 0 || col[3] < 0) {
         snprintf(err, err_size, "%s:%zu: not a trace header (need stream, op|action, "
-                 "id|pointer, size)", path, lineno);
+                 "id|pointer|addr, size)", full, lineno);
         st = SA_ERR_INVALID_ARGUMENT;
         break;
       }
-      t->format = column(fields, n, "action", NULL) >= 0 ? "rmm" : "streamarena";
+      t->format = column(fields, n, "addr", NULL) >= 0     ? "pytorch"
+                  : column(fields, n, "action", NULL) >= 0 ? "rmm"
+                                                           : "streamarena";
       header = true;
       continue;
     }
     st = line(&l, fields, n, col, lineno, err, err_size);
   }
+  if (st == SA_OK && len == -2) st = SA_ERR_OUT_OF_MEMORY;
+  if (st == SA_OK && !read_ok(gz, full, err, err_size)) st = SA_ERR_INVALID_ARGUMENT;
   if (st == SA_OK && !header) {
-    snprintf(err, err_size, "%s: no header line", path);
-    st = SA_ERR_INVALID_ARGUMENT;
-  }
-  if (st == SA_OK && ferror(f)) {
-    snprintf(err, err_size, "%s: read error", path);
+    snprintf(err, err_size, "%s: no header line", full);
     st = SA_ERR_INVALID_ARGUMENT;
   }
   size_t still_live = 0;
@@ -263,9 +398,10 @@ sa_status trace_load(const char *path, trace *t, char *err, size_t err_size) {
     if (l.live.keys[i] != NULL && l.live.keys[i] != (char *)&l.live) still_live++;
   t->never_freed += still_live;
   free(buf);
-  fclose(f);
+  (void)gzclose(gz); /* reading: nothing to flush, and errors were seen above */
   free(l.slot_size);
   smap_fini(&l.live);
+  smap_fini(&l.freeing);
   smap_fini(&l.streams);
   smap_fini(&l.threads);
   if (st != SA_OK) trace_free(t);

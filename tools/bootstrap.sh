@@ -7,9 +7,10 @@
 #   tools/bootstrap.sh --check    only report; exit 1 if anything is missing
 #
 # Needs: Bazel 4 (Debian's bazel-bootstrap), Concurrency Kit (libck-dev),
-# cmocka (libcmocka-dev), gcc with its sanitizer runtimes (asan, tsan, ubsan
-# configs), and the CUDA toolkit headers (cuda.h; no GPU or driver needed:
-# the CUDA backend loads libcuda.so.1 at run time), and clang with libFuzzer
+# cmocka (libcmocka-dev), zlib (zlib1g-dev: the benchmarks read gzipped
+# traces), gcc with its sanitizer runtimes (asan, tsan, ubsan configs), the
+# CUDA toolkit headers (cuda.h; no GPU or driver needed: the CUDA backend
+# loads libcuda.so.1 at run time), and clang with libFuzzer
 # (libclang-rt-N-dev) for fuzz/run.sh.
 set -euo pipefail
 
@@ -27,11 +28,11 @@ have_pkg() {
 if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then
   say "this script installs with apt on Debian/Ubuntu; elsewhere install by hand:"
   say "  Bazel 4.2 (bazel-bootstrap), Concurrency Kit 0.7 (libck-dev), cmocka (libcmocka-dev),"
-  say "  gcc with libasan/libtsan/libubsan, and the CUDA toolkit headers."
+  say "  zlib (zlib1g-dev), gcc with libasan/libtsan/libubsan, and the CUDA toolkit headers."
   exit 1
 fi
 
-for pkg in bazel-bootstrap libck-dev libcmocka-dev; do
+for pkg in bazel-bootstrap libck-dev libcmocka-dev zlib1g-dev; do
   have_pkg "$pkg" || missing+=("$pkg")
 done
 
