@@ -650,7 +650,10 @@ int main(int argc, char **argv) {
     sa_config_init(&cfg);
     char err[200];
     sa_status st = sa_config_parse(&cfg, b.opt.sa_conf, err, sizeof err);
-    if (st == SA_OK) st = sa_arena_create(&cfg, &b.arena);
+    if (st == SA_OK) {
+      st = sa_arena_create(&cfg, &b.arena);
+      if (st == SA_ERR_BAD_CONFIG) (void)sa_config_check(&cfg, err, sizeof err); /* why */
+    }
     if (st != SA_OK) {
       fprintf(stderr, "alloc_bench: arena: %s%s%s\n", sa_status_string(st),
               st == SA_ERR_BAD_CONFIG ? ": " : "", st == SA_ERR_BAD_CONFIG ? err : "");

@@ -138,6 +138,10 @@ static sa_status run_streamarena(const trace *t, size_t capacity, const options 
   }
   sa_arena *a;
   st = sa_arena_create(&cfg, &a);
+  if (st == SA_ERR_BAD_CONFIG && sa_config_check(&cfg, err, sizeof err) != SA_OK) {
+    fprintf(stderr, "replay: configuration: %s\n", err);
+    return st;
+  }
   if (report("sa_arena_create", st) != SA_OK) return st;
   sa_stream *streams = calloc(t->nstreams, sizeof *streams);
   void **ptrs = calloc(t->nslots, sizeof *ptrs);

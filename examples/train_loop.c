@@ -589,6 +589,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_loop: --conf: %s\n", err);
     return 2;
   }
+  if (sa_config_check(&cfg, err, sizeof err) == SA_ERR_BAD_CONFIG) {
+    fprintf(stderr, "train_loop: --conf: %s\n", err);
+    return 2;
+  }
   sa_arena *arena = NULL;
   if (!sa_check(sa_arena_create(&cfg, &arena), "sa_arena_create")) return 1;
   backend = sa_arena_backend(arena);

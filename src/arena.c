@@ -57,29 +57,62 @@ void sa__live_add(sa_arena *a, int64_t delta) {
   }
 }
 
-static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
-
-static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
-
-/* Resolve the configuration's zeros against the device; reject what the
- * arena cannot honour. */
-static sa_status resolve_config(sa_arena *a, size_t total) {
-  sa_config *c = &a->cfg;
-  if (c->superblock_size == 0) c->superblock_size = a->gran;
-  if (c->superblock_size % a->gran != 0 || c->superblock_size > ((size_t)1 << 30))
-    return SA_ERR_BAD_CONFIG;
-  a->large_threshold_explicit = c->large_threshold != 0;
-  if (c->large_threshold == 0) c->large_threshold = c->superblock_size / 2;
-  if (c->large_threshold > SA_CLASS_MAX_SIZE) c->large_threshold = SA_CLASS_MAX_SIZE;
-  if (c->large_threshold < SA_ALIGNMENT || c->large_threshold > c->superblock_size)
-    return SA_ERR_BAD_CONFIG;
-  a->physical_cap = c->max_physical_bytes != 0 ? c->max_physical_bytes : total;
-  if (a->physical_cap < a->gran) return SA_ERR_BAD_CONFIG;
-  size_t va = c->va_reserve_bytes != 0 ? c->va_reserve_bytes : 4 * total;
-  if (va < c->superblock_size || va > ((size_t)1 << 46)) return SA_ERR_BAD_CONFIG;
-  a->va_size = round_up(va, a->gran);
-  return SA_OK;
+/* Open config's backend and device and read what the configuration rules
+ * need: the granularity (a power of two) and the device's memory. */
+static sa_status open_device(const sa_config *c, sa_driver **drv, size_t *gran, size_t *total) {
+  sa_status st = sa_driver_open(c->backend, c->device, drv);
+  if (st != SA_OK) return st;
+  st = (*drv)->ops->granularity(*drv, gran);
+  if (st == SA_OK) st = (*drv)->ops->total_memory(*drv, total);
+  if (st == SA_OK && (*gran == 0 || (*gran & (*gran - 1)) != 0)) st = SA_ERR_INTERNAL;
+  if (st != SA_OK) {
+    sa_driver_close(*drv);
+    *drv = NULL;
+  }
+  return st;
 }
+
+sa_status sa_config_check(const sa_config *config, char *err, size_t err_size) {
+  if (err != NULL && err_size > 0) err[0] = '\0';
+  sa_config c;
+  if (config != NULL)
+    c = *config;
+  else
+    sa_config_init(&c);
+  sa_driver *drv;
+  size_t gran = 0, total = 0;
+  sa_status st = open_device(&c, &drv, &gran, &total);
+  if (st != SA_OK) {
+    const char *name;
+    (void)sa_last_driver_error(&name);
+    if (err != NULL)
+      snprintf(err, err_size, "backend=%s,device=%d: %s%s%s", sa_backend_name(c.backend),
+               c.device, sa_status_string(st), st == SA_ERR_DRIVER ? ": " : "",
+               st == SA_ERR_DRIVER ? name : "");
+    return st;
+  }
+  sa_driver_close(drv);
+  sa_resolved r;
+  st = sa__config_resolve(&c, gran, total, &r, err, err_size);
+  if (st == SA_OK && c.trace_path[0] != '\0') st = sa__trace_check(c.trace_path, err, err_size);
+  return st;
+}
+
+sa_status sa_device_granularity(sa_backend backend, int device, size_t *bytes) {
+  if (bytes == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *bytes = 0;
+  sa_config c;
+  sa_config_init(&c);
+  c.backend = backend;
+  c.device = device;
+  sa_driver *drv;
+  size_t total;
+  sa_status st = open_device(&c, &drv, bytes, &total);
+  if (st == SA_OK) sa_driver_close(drv);
+  return st;
+}
+
+size_t sa_arena_granularity(const sa_arena *a) { return a != NULL ? a->gran : 0; }
 
 static void arena_free(sa_arena *a) {
   pthread_mutex_destroy(&a->lock);
@@ -105,18 +138,21 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
   ck_stack_init(&a->free_superblocks);
   a->id = atomic_fetch_add(&next_arena_id, 1);
 
-  sa_status st = sa_driver_open(a->cfg.backend, a->cfg.device, &a->drv);
+  size_t total = 0;
+  sa_status st = open_device(&a->cfg, &a->drv, &a->gran, &total);
   if (st != SA_OK) {
     arena_free(a);
     return st;
   }
-  size_t total = 0;
-  st = a->drv->ops->granularity(a->drv, &a->gran);
-  if (st == SA_OK) st = a->drv->ops->total_memory(a->drv, &total);
-  if (st == SA_OK && !is_pow2(a->gran)) st = SA_ERR_INTERNAL;
+  a->gran_shift = (unsigned)__builtin_ctzll(a->gran);
+  sa_resolved r;
+  st = sa__config_resolve(&a->cfg, a->gran, total, &r, NULL, 0);
   if (st == SA_OK) {
-    a->gran_shift = (unsigned)__builtin_ctzll(a->gran);
-    st = resolve_config(a, total);
+    a->cfg.superblock_size = r.superblock_size;
+    a->cfg.large_threshold = r.large_threshold;
+    a->large_threshold_explicit = r.large_threshold_explicit;
+    a->physical_cap = r.physical_cap;
+    a->va_size = r.va_size;
   }
   if (st == SA_OK) st = a->drv->ops->va_reserve(a->drv, a->va_size, a->gran, &a->va_base);
   if (st != SA_OK) {
@@ -229,17 +265,20 @@ sa_status sa_arena_destroy(sa_arena *a) {
 }
 
 sa_status sa_set_superblock_size(sa_arena *a, size_t bytes) {
-  if (a == NULL || bytes == 0 || bytes % a->gran != 0 || bytes > ((size_t)1 << 30) ||
-      bytes > a->va_size)
-    return SA_ERR_INVALID_ARGUMENT;
+  if (a == NULL || bytes == 0) return SA_ERR_INVALID_ARGUMENT;
   pthread_mutex_lock(&a->lock);
-  size_t threshold = atomic_load(&a->xlarge_threshold);
-  if (!a->large_threshold_explicit) {
-    threshold = bytes / 2 < SA_CLASS_MAX_SIZE ? bytes / 2 : SA_CLASS_MAX_SIZE;
-  } else if (threshold > bytes) {
+  /* The creation rules, against what the arena resolved then. */
+  sa_config c = a->cfg;
+  c.superblock_size = bytes;
+  c.large_threshold = a->large_threshold_explicit ? a->cfg.large_threshold : 0;
+  c.max_physical_bytes = a->physical_cap;
+  c.va_reserve_bytes = a->va_size;
+  sa_resolved r;
+  if (sa__config_resolve(&c, a->gran, a->physical_cap, &r, NULL, 0) != SA_OK) {
     pthread_mutex_unlock(&a->lock);
-    return SA_ERR_INVALID_ARGUMENT; /* blocks must fit in a superblock */
+    return SA_ERR_INVALID_ARGUMENT;
   }
+  size_t threshold = r.large_threshold;
   /* Grow the threshold last and shrink it first, so no thread ever carves a
    * class larger than the superblock it gets. */
   if (threshold < atomic_load(&a->xlarge_threshold)) atomic_store(&a->xlarge_threshold, threshold);

@@ -1,11 +1,12 @@
-/* Configuration: defaults (sa_config_init) and the key=value parser
- * (sa_config_parse).
+/* Configuration: defaults (sa_config_init), the key=value parser
+ * (sa_config_parse) and the rules a configuration must meet on a device
+ * (sa__config_resolve).
  *
  * Owns nothing beyond the caller's sa_config; calls only libc. Called by
  * users, by the default arenas (STREAMARENA_CONF) and by the examples'
- * --conf options. Range checks that need a driver (superblock_size a
- * multiple of the granularity, say) are the arena's job at creation: this
- * file only checks syntax and what fits in the fields.
+ * --conf options; the arena (arena.c) resolves a configuration against its
+ * device's granularity and memory at creation, in sa_config_check and in
+ * sa_set_superblock_size, so every rule and its message live here once.
  *
  * Parsing writes into a copy and commits it only when every item parsed, so
  * a bad item leaves the caller's config untouched. */
@@ -17,7 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <streamarena/streamarena.h>
+#include "internal.h"
 
 void sa_config_init(sa_config *config) {
   if (config == NULL) return;
@@ -269,5 +270,106 @@ sa_status sa_config_parse(sa_config *config, const char *spec, char *err, size_t
     p = comma + 1;
   }
   *config = work;
+  return SA_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * The rules that need the device
+ * ---------------------------------------------------------------------- */
+
+/* bytes the way sa_config_parse reads them back: the largest unit that
+ * divides them exactly ("3MiB"), else plain bytes. */
+static const char *size_text(char *buf, size_t n, size_t bytes) {
+  static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
+  for (unsigned i = 0; i < 4; i++) {
+    unsigned shift = 40 - 10 * i;
+    if (bytes != 0 && bytes % ((size_t)1 << shift) == 0) {
+      snprintf(buf, n, "%zu%s", bytes >> shift, units[i]);
+      return buf;
+    }
+  }
+  snprintf(buf, n, "%zu", bytes);
+  return buf;
+}
+
+/* The largest small-block threshold a superblock of sb_size bytes can
+ * serve: every request up to it rounds to a class no larger than the
+ * superblock (a 33 MiB request is a 36 MiB block, which a 34 MiB
+ * superblock cannot hold). */
+size_t sa__threshold_limit(size_t sb_size) {
+  if (sb_size < SA_ALIGNMENT) return 0;
+  size_t limit = sb_size < SA_CLASS_MAX_SIZE ? sb_size : SA_CLASS_MAX_SIZE;
+  unsigned cls = sa_size_class(limit);
+  if (sa_class_size(cls) > limit) cls--;
+  return sa_class_size(cls);
+}
+
+sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_resolved *r,
+                             char *err, size_t err_size) {
+  char v[32], w[32], x[32], y[32];
+  if (err != NULL && err_size > 0) err[0] = '\0';
+  size_t sb = c->superblock_size != 0 ? c->superblock_size : gran;
+  if (sb % gran != 0) {
+    set_error(err, err_size,
+              "superblock_size=%s: must be a multiple of the allocation granularity, %s on "
+              "this device",
+              size_text(v, sizeof v, sb), size_text(w, sizeof w, gran));
+    return SA_ERR_BAD_CONFIG;
+  }
+  if (sb > SA_SUPERBLOCK_MAX) {
+    set_error(err, err_size, "superblock_size=%s: above the largest superblock, %s",
+              size_text(v, sizeof v, sb), size_text(w, sizeof w, SA_SUPERBLOCK_MAX));
+    return SA_ERR_BAD_CONFIG;
+  }
+  size_t limit = sa__threshold_limit(sb);
+  size_t lt = c->large_threshold;
+  r->large_threshold_explicit = lt != 0;
+  if (lt == 0) lt = sb / 2;
+  if (lt > SA_CLASS_MAX_SIZE) lt = SA_CLASS_MAX_SIZE; /* larger blocks are spans anyway */
+  if (lt < SA_ALIGNMENT) {
+    set_error(err, err_size, "large_threshold=%s: below the smallest block, %d bytes",
+              size_text(v, sizeof v, lt), SA_ALIGNMENT);
+    return SA_ERR_BAD_CONFIG;
+  }
+  if (lt > limit) {
+    set_error(err, err_size,
+              "large_threshold=%s: requests up to it round to blocks of up to %s, which must "
+              "fit in a superblock (superblock_size=%s); use at most %s or a larger "
+              "superblock_size",
+              size_text(v, sizeof v, c->large_threshold),
+              size_text(w, sizeof w, sa_class_size(sa_size_class(lt))),
+              size_text(x, sizeof x, sb), size_text(y, sizeof y, limit));
+    return SA_ERR_BAD_CONFIG;
+  }
+  size_t cap = c->max_physical_bytes != 0 ? c->max_physical_bytes : total;
+  if (cap < sb) {
+    if (c->max_physical_bytes != 0)
+      set_error(err, err_size,
+                "max_physical=%s: below superblock_size=%s; a superblock must fit under the "
+                "physical cap",
+                size_text(v, sizeof v, cap), size_text(w, sizeof w, sb));
+    else
+      set_error(err, err_size,
+                "superblock_size=%s: above the device's memory, %s", size_text(v, sizeof v, sb),
+                size_text(w, sizeof w, cap));
+    return SA_ERR_BAD_CONFIG;
+  }
+  size_t va = c->va_reserve_bytes;
+  if (va == 0) va = total <= SA_VA_RESERVE_MAX / 4 ? 4 * total : SA_VA_RESERVE_MAX;
+  if (va > SA_VA_RESERVE_MAX) {
+    set_error(err, err_size, "va_reserve=%s: above the largest reservation, %s",
+              size_text(v, sizeof v, va), size_text(w, sizeof w, SA_VA_RESERVE_MAX));
+    return SA_ERR_BAD_CONFIG;
+  }
+  if (va < sb) {
+    set_error(err, err_size,
+              "va_reserve=%s: below superblock_size=%s; the range must hold a superblock",
+              size_text(v, sizeof v, va), size_text(w, sizeof w, sb));
+    return SA_ERR_BAD_CONFIG;
+  }
+  r->superblock_size = sb;
+  r->large_threshold = lt;
+  r->physical_cap = cap;
+  r->va_size = (va + gran - 1) / gran * gran;
   return SA_OK;
 }

@@ -33,6 +33,8 @@ sa_status sa_default_arena(int device, sa_arena **out) {
       cfg.device = device;
       st = sa_arena_create(&cfg, &a);
       if (st == SA_OK) atomic_store_explicit(&defaults[device], a, memory_order_release);
+      if (st == SA_ERR_BAD_CONFIG && sa_config_check(&cfg, err, sizeof err) != SA_OK)
+        fprintf(stderr, "streamarena: STREAMARENA_CONF: %s\n", err);
     }
   }
   pthread_mutex_unlock(&defaults_lock);

@@ -45,6 +45,8 @@
 #define SA_LIVE_FLUSH_BYTES (256u << 10) /* per-thread live-byte slack, plus a block */
 #define SA_BATCH_MAX 64            /* blocks per cross-stream batch */
 #define SA_RECORD_BUCKETS 1024
+#define SA_SUPERBLOCK_MAX ((size_t)1 << 30) /* block offsets stay below 2^32 */
+#define SA_VA_RESERVE_MAX ((size_t)1 << 46) /* 64 TiB */
 
 typedef struct sa_stream_arena_s sa_stream_arena;
 typedef struct sa_tentry_s sa_tentry;
@@ -261,6 +263,19 @@ struct sa_arena_s {
  * Cross-file functions, grouped by the file that defines them.
  * ---------------------------------------------------------------------- */
 
+/* config.c: the rules a configuration must meet on a device */
+typedef struct sa_resolved_s {
+  size_t superblock_size, large_threshold, physical_cap, va_size;
+  bool large_threshold_explicit;
+} sa_resolved;
+/* Resolve c's zeros against a device of granularity gran and total bytes
+ * and check every rule between the sizes; SA_ERR_BAD_CONFIG with a message
+ * naming the key, its value and the rule. */
+sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_resolved *r,
+                             char *err, size_t err_size);
+/* The largest large_threshold whose size class fits in a superblock. */
+size_t sa__threshold_limit(size_t superblock_size);
+
 /* arena.c */
 sa_arena *sa__arena_of(uintptr_t p); /* live arena holding p, or NULL */
 void sa__live_add(sa_arena *a, int64_t delta);
@@ -313,6 +328,7 @@ sa_status sa__superblock_format(sa_superblock *sb, unsigned cls); /* owner lock 
 void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e,
                               sa_stream_arena *from);
 sa_superblock *sa__superblock_pop_global(sa_arena *a);
+sa_status sa__superblock_unmap(sa_arena *a, sa_superblock *sb); /* arena lock held */
 
 /* stream_arena.c */
 sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out);
@@ -417,6 +433,8 @@ void sa__oom_report(sa_arena *a, size_t size, sa_stream stream, FILE *f); /* no 
 
 /* trace.c */
 sa_status sa__trace_open(sa_arena *a, const char *path);
+/* Could path be opened for writing? (sa_config_check; creates nothing) */
+sa_status sa__trace_check(const char *path, char *err, size_t err_size);
 void sa__trace(sa_arena *a, char op, const void *p, size_t size, sa_stream s);
 void sa__trace_locked(sa_arena *a, char op, const void *p, size_t size, sa_stream s);
 void sa__trace_close(sa_arena *a);

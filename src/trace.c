@@ -8,8 +8,12 @@
  * threads at once (alloc.c's slow path) holds the lock across the handover,
  * so its line comes before the next alloc line of that memory.
  */
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -21,6 +25,34 @@ sa_status sa__trace_open(sa_arena *a, const char *path) {
   if (a->trace == NULL) return SA_ERR_BAD_CONFIG;
   fprintf(a->trace, "thread,stream,op,id,size,time_ns\n");
   return SA_OK;
+}
+
+sa_status sa__trace_check(const char *path, char *err, size_t err_size) {
+  /* Without creating the file: a writable file, or a writable folder for a
+   * new one. */
+  struct stat st;
+  int e = 0;
+  if (stat(path, &st) == 0) {
+    if (S_ISDIR(st.st_mode))
+      e = EISDIR;
+    else if (access(path, W_OK) != 0)
+      e = errno;
+  } else if (errno != ENOENT) {
+    e = errno;
+  } else {
+    const char *slash = strrchr(path, '/');
+    char dir[sizeof ((sa_config *)0)->trace_path];
+    size_t n = slash == NULL ? 0 : (size_t)(slash - path);
+    if (slash == path) n = 1; /* "/x": the root */
+    if (n >= sizeof dir) n = sizeof dir - 1;
+    memcpy(dir, slash == NULL ? "." : path, slash == NULL ? 1 : n);
+    dir[slash == NULL ? 1 : n] = '\0';
+    if (access(dir, W_OK | X_OK) != 0) e = errno;
+  }
+  if (e == 0) return SA_OK;
+  if (err != NULL && err_size > 0)
+    snprintf(err, err_size, "trace=%s: cannot be opened for writing: %s", path, strerror(e));
+  return SA_ERR_BAD_CONFIG;
 }
 
 void sa__trace_locked(sa_arena *a, char op, const void *p, size_t size, sa_stream s) {

@@ -349,6 +349,11 @@ static void configuration_out_of_range(void **state) {
   bad_config("max_physical=1MiB", SA_ERR_BAD_CONFIG);      /* below one granule */
   bad_config("va_reserve=1MiB", SA_ERR_BAD_CONFIG);        /* below one superblock */
   bad_config("va_reserve=128TiB", SA_ERR_BAD_CONFIG);      /* above 64 TiB */
+  bad_config("va_reserve=1000TiB", SA_ERR_BAD_CONFIG);
+  /* Classes up to the threshold must fit in a superblock: 33 MiB is a
+   * 36 MiB block. */
+  bad_config("superblock_size=34MiB,large_threshold=34MiB", SA_ERR_BAD_CONFIG);
+  bad_config("superblock_size=8MiB,max_physical=4MiB", SA_ERR_BAD_CONFIG); /* no superblock fits */
   bad_config("device=1", SA_ERR_NO_DEVICE);                /* one simulated device */
   bad_config("device=-1", SA_ERR_BAD_CONFIG);
   bad_config("backend=gpu", SA_ERR_BAD_CONFIG);
@@ -361,6 +366,8 @@ static void configuration_out_of_range(void **state) {
   bad_config("superblock_size=1GiB", SA_OK);
   bad_config("large_threshold=256", SA_OK);
   bad_config("max_physical=2MiB,va_reserve=2MiB", SA_OK);
+  bad_config("superblock_size=34MiB,large_threshold=32MiB", SA_OK);
+  bad_config("superblock_size=8MiB,max_physical=8MiB", SA_OK);
 
   /* Values set in the struct directly, bypassing the parser. */
   sa_config cfg;
@@ -397,6 +404,22 @@ static void tuning_out_of_range(void **state) {
                                 SA_HOST_MANUAL));
   BAD(sa_set_superblock_size(g.arena, 4 * MiB), SA_ERR_INVALID_ARGUMENT);
   sa_assert_ok(sa_set_superblock_size(g.arena, 16 * MiB));
+  still_serving(&g);
+  sa_assert_ok(sa_fixture_teardown(&g));
+
+  /* ... and so must its size class (34 MiB rounds to a 36 MiB block). */
+  sa_assert_ok(sa_fixture_setup(&g, "superblock_size=64MiB,large_threshold=34MiB", 1,
+                                SA_HOST_MANUAL));
+  BAD(sa_set_superblock_size(g.arena, 34 * MiB), SA_ERR_INVALID_ARGUMENT);
+  sa_assert_ok(sa_set_superblock_size(g.arena, 36 * MiB));
+  still_serving(&g);
+  sa_assert_ok(sa_fixture_teardown(&g));
+
+  /* A superblock larger than the physical cap could never be mapped. */
+  sa_assert_ok(sa_fixture_setup(&g, "max_physical=8MiB", 1, SA_HOST_MANUAL));
+  BAD(sa_set_superblock_size(g.arena, 16 * MiB), SA_ERR_INVALID_ARGUMENT);
+  sa_assert_ok(sa_set_superblock_size(g.arena, 8 * MiB));
+  sa_assert_ok(sa_set_superblock_size(g.arena, 2 * MiB));
   still_serving(&g);
   sa_assert_ok(sa_fixture_teardown(&g));
 }

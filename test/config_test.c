@@ -1,5 +1,8 @@
 /* sa_config_init and sa_config_parse: defaults, every key, size suffixes,
- * and that a bad spec names the offender and leaves the config unchanged. */
+ * and that a bad spec names the offender and leaves the config unchanged.
+ * sa_config_check: a configuration that parses but cannot work on its
+ * device gets the status sa_arena_create gives it and a message naming the
+ * key, the value and the rule; the granularity is public. */
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -254,9 +257,97 @@ static void backend_names(void **state) {
   assert_string_equal(sa_backend_name((sa_backend)42), "unknown");
 }
 
+/* spec (on the host backend) must fail sa_config_check and sa_arena_create
+ * alike with want; the check's message must hold each of the needles. */
+static void expect_rule(const char *spec, sa_status want, const char *n1, const char *n2,
+                        const char *n3) {
+  sa_config c;
+  char err[256];
+  sa_config_init(&c);
+  assert_int_equal(sa_config_parse(&c, "backend=host", NULL, 0), SA_OK);
+  if (sa_config_parse(&c, spec, err, sizeof err) != SA_OK) fail_msg("'%s': %s", spec, err);
+  memset(err, 'z', sizeof err);
+  sa_status got = sa_config_check(&c, err, sizeof err);
+  if (got != want)
+    fail_msg("'%s': sa_config_check gave %s (%s), expected %s", spec, sa_status_string(got), err,
+             sa_status_string(want));
+  const char *needles[] = {n1, n2, n3};
+  for (int i = 0; i < 3; i++)
+    if (needles[i] != NULL && strstr(err, needles[i]) == NULL)
+      fail_msg("'%s': message '%s' lacks '%s'", spec, err, needles[i]);
+  sa_arena *a = NULL;
+  got = sa_arena_create(&c, &a);
+  if (got != want) fail_msg("'%s': sa_arena_create gave %s", spec, sa_status_string(got));
+  assert_null(a);
+}
+
+static void check_names_key_value_and_rule(void **state) {
+  (void)state;
+  expect_rule("superblock_size=3MiB", SA_ERR_BAD_CONFIG, "superblock_size=3MiB", "granularity",
+              "2MiB");
+  expect_rule("superblock_size=2GiB", SA_ERR_BAD_CONFIG, "superblock_size=2GiB", "1GiB", NULL);
+  /* A 33 MiB request is a 36 MiB block: no 34 MiB superblock holds one. */
+  expect_rule("superblock_size=34MiB,large_threshold=34MiB", SA_ERR_BAD_CONFIG,
+              "large_threshold=34MiB", "36MiB", "at most 32MiB");
+  expect_rule("large_threshold=100", SA_ERR_BAD_CONFIG, "large_threshold=100", "256", NULL);
+  expect_rule("superblock_size=8MiB,max_physical=4MiB", SA_ERR_BAD_CONFIG, "max_physical=4MiB",
+              "superblock_size=8MiB", "physical cap");
+  expect_rule("va_reserve=1000TiB", SA_ERR_BAD_CONFIG, "va_reserve=1000TiB", "64TiB", NULL);
+  expect_rule("superblock_size=4MiB,va_reserve=2MiB", SA_ERR_BAD_CONFIG, "va_reserve=2MiB",
+              "superblock_size=4MiB", NULL);
+  expect_rule("trace=/nonexistent-dir/trace.csv", SA_ERR_BAD_CONFIG,
+              "trace=/nonexistent-dir/trace.csv", "No such file", NULL);
+  expect_rule("trace=/", SA_ERR_BAD_CONFIG, "trace=/", "directory", NULL);
+  expect_rule("device=7", SA_ERR_NO_DEVICE, "device=7", "host", NULL);
+}
+
+static void check_accepts_what_create_accepts(void **state) {
+  (void)state;
+  const char *good[] = {
+      "",
+      "superblock_size=34MiB,large_threshold=32MiB",
+      "superblock_size=6MiB,large_threshold=6MiB",
+      "superblock_size=2MiB,large_threshold=2MiB,max_physical=2MiB,va_reserve=2MiB",
+      "superblock_size=1GiB,large_threshold=1GiB", /* thresholds stop at 64 MiB */
+  };
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    sa_config c;
+    char err[256] = "unset";
+    sa_config_init(&c);
+    assert_int_equal(sa_config_parse(&c, "backend=host", NULL, 0), SA_OK);
+    assert_int_equal(sa_config_parse(&c, good[i], NULL, 0), SA_OK);
+    if (sa_config_check(&c, err, sizeof err) != SA_OK) fail_msg("'%s': %s", good[i], err);
+    assert_string_equal(err, "");
+    sa_arena *a;
+    assert_int_equal(sa_arena_create(&c, &a), SA_OK);
+    assert_int_equal(sa_arena_destroy(a), SA_OK);
+  }
+  assert_int_equal(sa_config_check(NULL, NULL, 0), SA_OK); /* the defaults */
+}
+
+static void granularity_is_public(void **state) {
+  (void)state;
+  size_t g = 0;
+  assert_int_equal(sa_device_granularity(SA_BACKEND_HOST, 0, &g), SA_OK);
+  assert_int_equal(g, (size_t)2 << 20);
+  assert_int_equal(sa_device_granularity(SA_BACKEND_HOST, 0, NULL), SA_ERR_INVALID_ARGUMENT);
+  assert_int_equal(sa_device_granularity(SA_BACKEND_HOST, 5, &g), SA_ERR_NO_DEVICE);
+  sa_config c;
+  sa_config_init(&c);
+  c.backend = SA_BACKEND_HOST;
+  sa_arena *a;
+  assert_int_equal(sa_arena_create(&c, &a), SA_OK);
+  assert_int_equal(sa_arena_granularity(a), (size_t)2 << 20);
+  assert_int_equal(sa_arena_granularity(NULL), 0);
+  assert_int_equal(sa_arena_destroy(a), SA_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(defaults_are_documented),
+      cmocka_unit_test(check_names_key_value_and_rule),
+      cmocka_unit_test(check_accepts_what_create_accepts),
+      cmocka_unit_test(granularity_is_public),
       cmocka_unit_test(init_accepts_null),
       cmocka_unit_test(every_key_sets_its_field),
       cmocka_unit_test(backend_values),

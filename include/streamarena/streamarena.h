@@ -131,6 +131,29 @@ void sa_config_init(sa_config *config);
 sa_status sa_config_parse(sa_config *config, const char *spec, char *err,
                           size_t err_size);
 
+/* Check config (NULL: the defaults) against its backend and device as
+ * sa_arena_create does, creating nothing. Returns SA_OK or the status
+ * sa_arena_create would return for it; if err is not NULL, a message of at
+ * most err_size bytes (NUL-terminated) names the key, its value and the rule,
+ * e.g. "max_physical=4MiB: below superblock_size=8MiB; a superblock must fit
+ * under the physical cap". The rules:
+ *   superblock_size   a multiple of the granularity (sa_device_granularity),
+ *                     at most 1 GiB;
+ *   large_threshold   at least 256; a request up to it rounds up to a size
+ *                     class (at most 12.5% more) that must fit in a
+ *                     superblock: superblock_size itself when it is a power
+ *                     of two, less for some other sizes (the message names
+ *                     the largest that fits);
+ *   max_physical      (or the device's memory) at least superblock_size;
+ *   va_reserve        at least superblock_size, at most 64 TiB;
+ *   trace             a file that can be opened for writing. */
+sa_status sa_config_check(const sa_config *config, char *err, size_t err_size);
+
+/* The allocation granularity of backend on device, in bytes: the unit of
+ * physical memory and of superblock_size (2 MiB on current GPUs). Errors as
+ * sa_arena_create's for that backend and device. */
+sa_status sa_device_granularity(sa_backend backend, int device, size_t *bytes);
+
 /* ------------------------------------------------------------------------
  * Arenas
  * ---------------------------------------------------------------------- */
@@ -138,8 +161,9 @@ typedef struct sa_arena_s sa_arena;
 
 /* Create an arena on config->device with config->backend (NULL config:
  * defaults). Reserves the virtual range; maps no physical memory yet.
- * Errors: SA_ERR_INVALID_ARGUMENT, SA_ERR_BAD_CONFIG (out of range values),
- * SA_ERR_NO_DEVICE, SA_ERR_DRIVER, SA_ERR_OUT_OF_MEMORY. */
+ * Errors: SA_ERR_INVALID_ARGUMENT, SA_ERR_BAD_CONFIG (a value breaks a rule:
+ * sa_config_check on the same config says which and why), SA_ERR_NO_DEVICE,
+ * SA_ERR_DRIVER, SA_ERR_OUT_OF_MEMORY. */
 sa_status sa_arena_create(const sa_config *config, sa_arena **out);
 
 /* Release everything the arena holds back to the driver, after waiting for
@@ -151,6 +175,9 @@ sa_status sa_arena_destroy(sa_arena *arena);
 
 /* The backend an arena runs on (resolved: never SA_BACKEND_AUTO). */
 sa_backend sa_arena_backend(const sa_arena *arena);
+
+/* The arena's allocation granularity in bytes (0 for NULL). */
+size_t sa_arena_granularity(const sa_arena *arena);
 
 /* ------------------------------------------------------------------------
  * Allocation
@@ -207,10 +234,12 @@ void sa_default_arenas_shutdown(void);
  * Tuning and statistics
  * ---------------------------------------------------------------------- */
 
-/* Superblocks carved after this call have the given size (a multiple of the
- * allocation granularity, at least one granule). Existing ones keep theirs.
- * The large-allocation threshold follows (half the size) unless it was set
- * explicitly. Errors: SA_ERR_INVALID_ARGUMENT. */
+/* Superblocks carved after this call have the given size; existing ones
+ * keep theirs (a size class that needs more than an existing empty
+ * superblock holds gets a new one). The large-allocation threshold follows
+ * (half the size) unless it was set explicitly. The rules of
+ * sa_config_check's superblock_size hold, against the arena's physical cap,
+ * range and explicit threshold. Errors: SA_ERR_INVALID_ARGUMENT. */
 sa_status sa_set_superblock_size(sa_arena *arena, size_t bytes);
 
 /* Give cached physical memory back to the driver until at most keep_bytes
