@@ -12,19 +12,6 @@
 
 #include "internal.h"
 
-/* Unmap a superblock that no stream owns; its descriptor becomes spare.
- * Arena lock held. */
-static sa_status unmap_superblock(sa_arena *a, sa_superblock *sb) {
-  sa_status st = sa__physical_unmap(a, &sb->hdr);
-  if (st != SA_OK) return st;
-  sa__pagemap_set(a, sb->hdr.base, sb->hdr.size, NULL);
-  sa__va_free(a, sb->hdr.base, sb->hdr.size);
-  sb->hdr.base = 0;
-  sb->next = a->spare_superblocks;
-  a->spare_superblocks = sb;
-  return SA_OK;
-}
-
 /* Superblocks on the global stack whose event completed (or, with wait,
  * once it has) are unmapped; the others go back on the stack. */
 static void unmap_free_superblocks(sa_arena *a, bool wait) {
@@ -36,7 +23,7 @@ static void unmap_free_superblocks(sa_arena *a, bool wait) {
       if (st == SA_OK) sb->event = NULL;
     }
     pthread_mutex_lock(&a->lock);
-    if (st == SA_OK) st = unmap_superblock(a, sb);
+    if (st == SA_OK) st = sa__superblock_unmap(a, sb);
     pthread_mutex_unlock(&a->lock);
     if (st != SA_OK) {
       sb->next = keep;

@@ -33,6 +33,7 @@ static sa_status ensure_capacity(sa_superblock *sb, uint32_t n) {
 sa_status sa__superblock_format(sa_superblock *sb, unsigned cls) {
   size_t bs = sa_class_size(cls);
   uint32_t n = (uint32_t)(sb->hdr.size / bs);
+  if (n == 0) return SA_ERR_INTERNAL; /* acquire picks superblocks that fit */
   sa_status st = ensure_capacity(sb, n);
   if (st != SA_OK) return st;
   sb->cls = cls;
@@ -64,9 +65,26 @@ sa_superblock *sa__superblock_pop_global(sa_arena *a) {
   return sb;
 }
 
-/* Carve and map a fresh superblock of the arena's current size. */
-static sa_status carve(sa_arena *a, sa_superblock **out) {
+/* Unmap a superblock that no stream owns and whose work completed: its
+ * chunks go to the cache, its range to the free list, its descriptor to
+ * the spares. Arena lock held. */
+sa_status sa__superblock_unmap(sa_arena *a, sa_superblock *sb) {
+  sa_status st = sa__physical_unmap(a, &sb->hdr);
+  if (st != SA_OK) return st;
+  sa__pagemap_set(a, sb->hdr.base, sb->hdr.size, NULL);
+  sa__va_free(a, sb->hdr.base, sb->hdr.size);
+  sb->hdr.base = 0;
+  sb->next = a->spare_superblocks;
+  a->spare_superblocks = sb;
+  return SA_OK;
+}
+
+/* Carve and map a fresh superblock of the arena's current size, or larger
+ * when a block of need bytes would not fit (a thread that read the large
+ * threshold before sa_set_superblock_size shrank it). */
+static sa_status carve(sa_arena *a, size_t need, sa_superblock **out) {
   size_t size = atomic_load_explicit(&a->xsuperblock_size, memory_order_relaxed);
+  if (size < need) size = (need + a->gran - 1) & ~(a->gran - 1);
   pthread_mutex_lock(&a->lock);
   sa_superblock *sb = a->spare_superblocks;
   if (sb != NULL) {
@@ -106,35 +124,86 @@ static sa_status carve(sa_arena *a, sa_superblock **out) {
   return st;
 }
 
+/* The first of sa's empty superblocks with room for a block of need bytes
+ * (one carved before sa_set_superblock_size grew the size may have none). */
+static sa_superblock *take_local(sa_stream_arena *sa, size_t need) {
+  for (sa_superblock **psb = &sa->empty; *psb != NULL; psb = &(*psb)->next) {
+    sa_superblock *sb = *psb;
+    if (sb->hdr.size < need) continue;
+    *psb = sb->next;
+    sa->nempty--;
+    return sb;
+  }
+  return NULL;
+}
+
+/* Superblocks popped from the global stack and looked at before carving. */
+#define SCAN_GLOBAL 8
+
+/* A superblock from the global stack with room for a block of need bytes,
+ * made safe for sa's stream. Smaller ones whose work completed are unmapped
+ * on the way, so that carving can stitch their chunks; the others go back.
+ * NULL with *st SA_OK: none. */
+static sa_superblock *take_global(sa_stream_arena *sa, size_t need, sa_status *st) {
+  sa_arena *a = sa->arena;
+  sa_superblock *found = NULL, *aside = NULL, *sb;
+  *st = SA_OK;
+  for (int i = 0; i < SCAN_GLOBAL && (sb = sa__superblock_pop_global(a)) != NULL; i++) {
+    if (sb->hdr.size >= need) {
+      found = sb;
+      break;
+    }
+    sa_status done = SA_OK;
+    if (sb->event != NULL && (done = sa__event_retire(a, sb->event, false)) == SA_OK)
+      sb->event = NULL;
+    if (done == SA_OK) {
+      pthread_mutex_lock(&a->lock);
+      done = sa__superblock_unmap(a, sb);
+      pthread_mutex_unlock(&a->lock);
+    }
+    if (done != SA_OK) {
+      sb->next = aside;
+      aside = sb;
+    }
+  }
+  while (aside != NULL) {
+    sb = aside;
+    aside = sb->next;
+    sa__superblock_to_global(a, sb, sb->event, sb->event_owner);
+  }
+  if (found != NULL && found->event != NULL) {
+    /* The same stream arena (not merely the same handle value, which a new
+     * stream may reuse) is ordered by its stream alone. */
+    if (found->event_owner == sa)
+      sa__event_drop(a, found->event);
+    else
+      *st = sa__event_consume(a, found->event, sa->stream);
+    if (*st != SA_OK) {
+      sa__superblock_to_global(a, found, found->event, found->event_owner);
+      return NULL;
+    }
+    found->event = NULL;
+  }
+  return found;
+}
+
 /* Owner lock held. Local empties first (no event: same stream), then the
- * global stack (a device-side wait at most), then fresh memory. */
+ * global stack (a device-side wait at most), then fresh memory. Every one
+ * holds at least one block of cls: a superblock formatted with none would
+ * never empty again, and so never return. */
 sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, sa_superblock **out) {
   sa_arena *a = sa->arena;
-  sa_superblock *sb = sa->empty;
-  if (sb != NULL) {
-    sa->empty = sb->next;
-    sa->nempty--;
-  } else if ((sb = sa__superblock_pop_global(a)) != NULL) {
-    if (sb->event != NULL) {
-      /* The same stream arena (not merely the same handle value, which a
-       * new stream may reuse) is ordered by its stream alone. */
-      sa_status st = SA_OK;
-      if (sb->event_owner == sa)
-        sa__event_drop(a, sb->event);
-      else
-        st = sa__event_consume(a, sb->event, sa->stream);
-      if (st != SA_OK) {
-        sa__superblock_to_global(a, sb, sb->event, sb->event_owner);
-        return st;
-      }
-      sb->event = NULL;
-    }
-  } else {
-    sa_status st = carve(a, &sb);
+  size_t need = sa_class_size(cls);
+  sa_status st = SA_OK;
+  sa_superblock *sb = take_local(sa, need);
+  if (sb == NULL) sb = take_global(sa, need, &st);
+  if (st != SA_OK) return st;
+  if (sb == NULL) {
+    st = carve(a, need, &sb);
     if (st != SA_OK) return st;
   }
   sb->owner = sa;
-  sa_status st = sa__superblock_format(sb, cls);
+  st = sa__superblock_format(sb, cls);
   if (st != SA_OK) {
     sb->next = sa->empty;
     sa->empty = sb;

@@ -1,16 +1,22 @@
 /* Superblock geometry: the block index that the free path computes by
  * multiplication (sa__block_index) is the division it replaces, for every
  * size class and every offset a superblock can have; and frees through the
- * public API find their blocks by it. */
+ * public API find their blocks by it. Superblocks of different sizes
+ * (sa_set_superblock_size): every one a class gets holds at least one of
+ * its blocks, and all of them come back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <pthread.h>
 #include <stdio.h>
 
 #include <cmocka.h>
 
+#include <streamarena/host.h>
 #include <streamarena/streamarena.h>
+
+#include "fixture.h"
 
 #include "internal.h"
 
@@ -85,11 +91,93 @@ static void frees_find_blocks_of_an_odd_class(void **state) {
   assert_int_equal(sa_arena_destroy(a), SA_OK);
 }
 
+/* Allocate and free size on s from a thread that then exits: its cache
+ * gives the block back, and the superblock it emptied stays on s. */
+typedef struct {
+  sa_arena *arena;
+  size_t size;
+  sa_stream stream;
+} churn_arg;
+
+static void *alloc_free_exit(void *arg) {
+  churn_arg *c = arg;
+  void *p;
+  sa_assert_ok(sa_alloc(c->arena, &p, c->size, c->stream));
+  sa_assert_ok(sa_free(p, c->stream));
+  return NULL;
+}
+
+static void alloc_free_on_a_thread(sa_arena *a, size_t size, sa_stream s) {
+  churn_arg c = {a, size, s};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, alloc_free_exit, &c), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+/* After growing the superblock size, a class too large for an older empty
+ * superblock gets a new one; the old one stays reusable and trims away. It
+ * was formatted with 0 blocks and lost: 2 MiB stayed reserved. */
+static void smaller_empty_superblocks_are_not_lost(void **state) {
+  (void)state;
+  sa_fixture f;
+  sa_assert_ok(sa_fixture_setup(&f, NULL, 2, SA_HOST_AUTO));
+  sa_stream s = f.streams[0], t = f.streams[1];
+  /* An empty 2 MiB superblock on s, and one on the global stack (t's,
+   * shed when t is released). */
+  alloc_free_on_a_thread(f.arena, 4096, s);
+  alloc_free_on_a_thread(f.arena, 4096, t);
+  sa_assert_ok(sa_stream_release(f.arena, t));
+  sa_stats st;
+  sa_assert_ok(sa_get_stats(f.arena, &st));
+  assert_int_equal(st.superblocks_total, 2);
+  assert_int_equal(st.superblocks_empty, 2);
+
+  sa_assert_ok(sa_set_superblock_size(f.arena, 8 * MiB)); /* threshold 4 MiB */
+  void *p, *q;
+  sa_assert_ok(sa_alloc(f.arena, &p, 3 * MiB, s)); /* a 3 MiB class: needs 8 MiB */
+  sa_assert_ok(sa_alloc(f.arena, &q, 4096, s));   /* fits the old one */
+  sa_assert_ok(sa_free(p, s));
+  sa_assert_ok(sa_free(q, s));
+  sa_assert_ok(sa_trim(f.arena, 0));
+  sa_assert_ok(sa_get_stats(f.arena, &st));
+  assert_int_equal(st.superblocks_total, 0);
+  assert_int_equal(st.reserved_bytes, 0);
+  sa_assert_ok(sa_fixture_teardown(&f));
+}
+
+/* A thread that read the large threshold before sa_set_superblock_size
+ * shrank it may ask for a class larger than the new superblock size: the
+ * superblock it carves is made large enough. */
+static void a_class_larger_than_the_superblock_size_gets_room(void **state) {
+  (void)state;
+  sa_fixture f;
+  sa_assert_ok(sa_fixture_setup(&f, "superblock_size=8MiB", 1, SA_HOST_AUTO));
+  sa_assert_ok(sa_set_superblock_size(f.arena, 2 * MiB));
+  sa_stream_arena *sa;
+  sa_assert_ok(sa__stream_arena_get(f.arena, f.streams[0], &sa));
+  unsigned cls = sa_size_class(3 * MiB);
+  sa_superblock *sb;
+  pthread_mutex_lock(&sa->lock);
+  sa_status st = sa__superblock_acquire(sa, cls, &sb);
+  if (st == SA_OK) {
+    assert_true(sb->nblocks >= 1);
+    assert_true(sb->hdr.size >= sa_class_size(cls));
+    sb->next = sa->empty; /* give it back empty */
+    sa->empty = sb;
+    sa->nempty++;
+  }
+  pthread_mutex_unlock(&sa->lock);
+  sa_assert_ok(st);
+  sa_assert_ok(sa_fixture_teardown(&f));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(index_is_division_for_every_class),
       cmocka_unit_test(index_is_division_below_2_pow_32),
       cmocka_unit_test(frees_find_blocks_of_an_odd_class),
+      cmocka_unit_test(smaller_empty_superblocks_are_not_lost),
+      cmocka_unit_test(a_class_larger_than_the_superblock_size_gets_room),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
