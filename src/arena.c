@@ -183,6 +183,8 @@ sa_backend sa_arena_backend(const sa_arena *a) {
   return a != NULL ? a->drv->backend : SA_BACKEND_AUTO;
 }
 
+const char *sa_arena_backend_reason(const sa_arena *a) { return a != NULL ? a->drv->why : ""; }
+
 /* Keep the first failure. */
 static void note(sa_status *first, sa_status st) {
   if (*first == SA_OK) *first = st;

@@ -11,6 +11,15 @@
 static pthread_mutex_t defaults_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(sa_arena *) defaults[SA_MAX_DEVICES];
 
+/* A bad STREAMARENA_CONF fails every sa_malloc_async the same way until it
+ * is fixed: say each reason once, not on every call. Under defaults_lock. */
+static void report_conf(const char *err) {
+  static char said[256];
+  if (strcmp(said, err) == 0) return;
+  fprintf(stderr, "streamarena: STREAMARENA_CONF: %s\n", err);
+  snprintf(said, sizeof said, "%s", err);
+}
+
 sa_status sa_default_arena(int device, sa_arena **out) {
   if (out == NULL || device < 0 || device >= SA_MAX_DEVICES) return SA_ERR_INVALID_ARGUMENT;
   sa_arena *a = atomic_load_explicit(&defaults[device], memory_order_acquire);
@@ -28,13 +37,13 @@ sa_status sa_default_arena(int device, sa_arena **out) {
     char err[256];
     if (env != NULL) st = sa_config_parse(&cfg, env, err, sizeof err);
     if (st != SA_OK) {
-      fprintf(stderr, "streamarena: STREAMARENA_CONF: %s\n", err);
+      report_conf(err);
     } else {
       cfg.device = device;
       st = sa_arena_create(&cfg, &a);
       if (st == SA_OK) atomic_store_explicit(&defaults[device], a, memory_order_release);
       if (st == SA_ERR_BAD_CONFIG && sa_config_check(&cfg, err, sizeof err) != SA_OK)
-        fprintf(stderr, "streamarena: STREAMARENA_CONF: %s\n", err);
+        report_conf(err);
     }
   }
   pthread_mutex_unlock(&defaults_lock);

@@ -13,10 +13,12 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "driver/driver.h"
+#include "fixture.h"
 
 static int cuda_present(void) {
   int n = 0;
@@ -156,15 +158,50 @@ static void env_auto_or_empty_means_auto(void **state) {
   }
 }
 
-static void env_bad_value_is_rejected(void **state) {
+static void env_bad_value_is_rejected_with_one_message(void **state) {
   (void)state;
   const char *values[] = {"gpu", "cuda ", "hostt", "1"};
+  sa_fixture_stderr_begin();
   for (size_t i = 0; i < 4; i++) {
     setenv("STREAMARENA_BACKEND", values[i], 1);
     sa_driver *d = (sa_driver *)&d;
-    assert_int_equal(sa_driver_open(SA_BACKEND_AUTO, 0, &d), SA_ERR_INVALID_ARGUMENT);
+    sa_assert_status(sa_driver_open(SA_BACKEND_AUTO, 0, &d), SA_ERR_BAD_CONFIG);
     assert_null(d);
+    const char *name = NULL;
+    assert_int_not_equal(sa_last_driver_error(&name), 0);
+    assert_non_null(strstr(name, "STREAMARENA_BACKEND"));
   }
+  char *err = sa_fixture_stderr_end();
+  assert_non_null(err);
+  /* Names the variable, the value and what it takes; once per process. */
+  assert_int_equal(sa_fixture_count(err, "STREAMARENA_BACKEND"), 1);
+  assert_non_null(strstr(err, "STREAMARENA_BACKEND=gpu: not a backend; it takes auto, cuda or host"));
+  free(err);
+}
+
+static void the_driver_says_why_it_was_chosen(void **state) {
+  (void)state;
+  sa_driver *d = NULL;
+  sa_assert_ok(sa_driver_open(SA_BACKEND_HOST, 0, &d));
+  assert_string_equal(d->why, "backend set in the configuration");
+  sa_driver_close(d);
+  setenv("STREAMARENA_BACKEND", "host", 1);
+  sa_assert_ok(sa_driver_open(SA_BACKEND_AUTO, 0, &d));
+  assert_string_equal(d->why, "STREAMARENA_BACKEND=host");
+  sa_driver_close(d);
+  unsetenv("STREAMARENA_BACKEND");
+  sa_assert_ok(sa_driver_open(SA_BACKEND_AUTO, 0, &d));
+  if (cuda_present()) {
+    assert_string_equal(d->why, "backend auto, CUDA usable");
+  } else { /* the cause CUDA's open left, e.g. "libcuda.so.1 not found" */
+    const char *cause = NULL;
+    (void)sa_last_driver_error(&cause);
+    char want[160];
+    snprintf(want, sizeof want, "backend auto, CUDA not usable: %s", cause);
+    assert_string_equal(d->why, want);
+    assert_true(strlen(cause) > 0 && strcmp(cause, "no error") != 0);
+  }
+  sa_driver_close(d);
 }
 
 static void explicit_backend_ignores_env(void **state) {
@@ -223,7 +260,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(env_cuda_forces_cuda_without_fallback, clear_env,
                                       clear_env),
       cmocka_unit_test_setup_teardown(env_auto_or_empty_means_auto, clear_env, clear_env),
-      cmocka_unit_test_setup_teardown(env_bad_value_is_rejected, clear_env, clear_env),
+      cmocka_unit_test_setup_teardown(env_bad_value_is_rejected_with_one_message, clear_env,
+                                      clear_env),
+      cmocka_unit_test_setup_teardown(the_driver_says_why_it_was_chosen, clear_env, clear_env),
       cmocka_unit_test_setup_teardown(explicit_backend_ignores_env, clear_env, clear_env),
       cmocka_unit_test_setup_teardown(open_rejects_bad_arguments, clear_env, clear_env),
       cmocka_unit_test_setup_teardown(last_driver_error_is_per_thread, clear_env, clear_env),

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -130,4 +131,38 @@ void sa_fixture_assert_status_(sa_status got, sa_status want, const char *expr,
   print_error("%s returned %s (%d), expected %s (%d)\n", expr, sa_status_string(got), (int)got,
               sa_status_string(want), (int)want);
   _fail(file, line);
+}
+
+static FILE *captured;
+static int saved_stderr = -1;
+
+void sa_fixture_stderr_begin(void) {
+  fflush(stderr);
+  captured = tmpfile();
+  saved_stderr = captured != NULL ? dup(STDERR_FILENO) : -1;
+  if (saved_stderr >= 0) dup2(fileno(captured), STDERR_FILENO);
+}
+
+char *sa_fixture_stderr_end(void) {
+  if (saved_stderr < 0) return NULL;
+  fflush(stderr);
+  dup2(saved_stderr, STDERR_FILENO);
+  close(saved_stderr);
+  saved_stderr = -1;
+  off_t n = lseek(fileno(captured), 0, SEEK_END);
+  char *text = n >= 0 ? calloc((size_t)n + 1, 1) : NULL;
+  if (text != NULL && pread(fileno(captured), text, (size_t)n, 0) != n) {
+    free(text);
+    text = NULL;
+  }
+  fclose(captured);
+  captured = NULL;
+  if (text != NULL) fputs(text, stderr); /* still visible in the test log */
+  return text;
+}
+
+size_t sa_fixture_count(const char *haystack, const char *needle) {
+  size_t n = 0, len = strlen(needle);
+  for (const char *p = haystack; len > 0 && (p = strstr(p, needle)) != NULL; p += len) n++;
+  return n;
 }

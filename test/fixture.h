@@ -65,4 +65,12 @@ int sa_fixture_cmocka_teardown(void **state);
 void sa_fixture_assert_status_(sa_status got, sa_status want, const char *expr,
                                const char *file, int line);
 
+/* Messages the library writes to stderr: between begin and end, fd 2 goes
+ * to a temporary file; end restores it and returns what was written (NUL-
+ * terminated; the caller frees it), or NULL if the redirection failed. */
+void sa_fixture_stderr_begin(void);
+char *sa_fixture_stderr_end(void);
+/* Non-overlapping occurrences of needle in haystack. */
+size_t sa_fixture_count(const char *haystack, const char *needle);
+
 #endif /* SA_TEST_FIXTURE_H */

@@ -179,6 +179,13 @@ sa_backend sa_arena_backend(const sa_arena *arena);
 /* The arena's allocation granularity in bytes (0 for NULL). */
 size_t sa_arena_granularity(const sa_arena *arena);
 
+/* Why it runs there, for a program's first log line: "backend set in the
+ * configuration", "STREAMARENA_BACKEND=host", "backend auto, CUDA usable",
+ * or, where SA_BACKEND_AUTO fell back to the host simulator, the cause
+ * ("backend auto, CUDA not usable: libcuda.so.1 not found"). Valid while the
+ * arena lives; "" for NULL. */
+const char *sa_arena_backend_reason(const sa_arena *arena);
+
 /* ------------------------------------------------------------------------
  * Allocation
  * ---------------------------------------------------------------------- */

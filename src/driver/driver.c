@@ -5,6 +5,9 @@
  * offers) and the thread-local record behind sa_last_driver_error. Calls the
  * backend constructors (cuda.c, host.c); called by the arena.
  */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -27,8 +30,11 @@ int sa_last_driver_error(const char **name) {
 }
 
 /* STREAMARENA_BACKEND: unset, empty or "auto" leave AUTO; "cuda" and "host"
- * force that backend; anything else is rejected rather than guessed at. */
+ * force that backend; anything else is rejected rather than guessed at,
+ * with a message (once per process: a program that retries should not fill
+ * its log) and the reason as the thread's last driver error. */
 static sa_status backend_from_env(sa_backend *backend) {
+  static atomic_flag reported = ATOMIC_FLAG_INIT;
   const char *v = getenv("STREAMARENA_BACKEND");
   if (v == NULL || v[0] == '\0' || strcasecmp(v, "auto") == 0) {
     *backend = SA_BACKEND_AUTO;
@@ -37,7 +43,11 @@ static sa_status backend_from_env(sa_backend *backend) {
   } else if (strcasecmp(v, "host") == 0) {
     *backend = SA_BACKEND_HOST;
   } else {
-    return SA_ERR_INVALID_ARGUMENT;
+    if (!atomic_flag_test_and_set(&reported))
+      fprintf(stderr, "streamarena: STREAMARENA_BACKEND=%s: not a backend; it takes auto, cuda "
+                      "or host\n", v);
+    sa_driver_set_error(EINVAL, "STREAMARENA_BACKEND is not auto, cuda or host");
+    return SA_ERR_BAD_CONFIG;
   }
   return SA_OK;
 }
@@ -51,16 +61,15 @@ static sa_status open_auto(int device, sa_driver **out) {
   if (st != SA_ERR_NO_DEVICE) return st;
   int count = 0;
   if (sa_driver_cuda_device_count(&count) != SA_ERR_NO_DEVICE) return st;
-  return sa_driver_host_open(device, out);
+  const char *cause;
+  (void)sa_last_driver_error(&cause); /* left by the failed open: why no CUDA */
+  st = sa_driver_host_open(device, out);
+  if (st == SA_OK)
+    snprintf((*out)->why, sizeof (*out)->why, "backend auto, CUDA not usable: %s", cause);
+  return st;
 }
 
-sa_status sa_driver_open(sa_backend backend, int device, sa_driver **out) {
-  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
-  *out = NULL;
-  if (backend == SA_BACKEND_AUTO) {
-    sa_status st = backend_from_env(&backend);
-    if (st != SA_OK) return st;
-  }
+static sa_status open_backend(sa_backend backend, int device, sa_driver **out) {
   switch (backend) {
     case SA_BACKEND_AUTO:
       return open_auto(device, out);
@@ -71,4 +80,20 @@ sa_status sa_driver_open(sa_backend backend, int device, sa_driver **out) {
     default:
       return SA_ERR_INVALID_ARGUMENT;
   }
+}
+
+sa_status sa_driver_open(sa_backend backend, int device, sa_driver **out) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  const char *why = "backend set in the configuration";
+  if (backend == SA_BACKEND_AUTO) {
+    sa_status st = backend_from_env(&backend);
+    if (st != SA_OK) return st;
+    if (backend == SA_BACKEND_CUDA) why = "STREAMARENA_BACKEND=cuda";
+    if (backend == SA_BACKEND_HOST) why = "STREAMARENA_BACKEND=host";
+    if (backend == SA_BACKEND_AUTO) why = "backend auto, CUDA usable";
+  }
+  sa_status st = open_backend(backend, device, out);
+  if (st == SA_OK && (*out)->why[0] == '\0') snprintf((*out)->why, sizeof (*out)->why, "%s", why);
+  return st;
 }

@@ -79,12 +79,15 @@ struct sa_driver_s {
   const sa_driver_ops *ops;
   sa_backend backend; /* resolved: SA_BACKEND_CUDA or SA_BACKEND_HOST */
   int device;
+  char why[128]; /* why this backend (sa_arena_backend_reason); set by sa_driver_open */
 };
 
 /* Open a driver for device. SA_BACKEND_AUTO: the environment variable
  * STREAMARENA_BACKEND (auto|cuda|host) decides if set, otherwise CUDA when
- * libcuda loads and the device exists, otherwise host.
- * Errors: SA_ERR_NO_DEVICE, SA_ERR_INVALID_ARGUMENT, SA_ERR_DRIVER. */
+ * libcuda loads and the device exists, otherwise host; d->why says which.
+ * Errors: SA_ERR_NO_DEVICE, SA_ERR_BAD_CONFIG (STREAMARENA_BACKEND has
+ * another value: a message on stderr, once), SA_ERR_INVALID_ARGUMENT,
+ * SA_ERR_DRIVER. */
 sa_status sa_driver_open(sa_backend backend, int device, sa_driver **out);
 static inline void sa_driver_close(sa_driver *d) {
   if (d != NULL) d->ops->close(d);
