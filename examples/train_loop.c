@@ -18,15 +18,20 @@
  *
  * Usage: train_loop [--threads N] [--steps N] [--layers N]
  *                   [--min-seq N] [--max-seq N] [--progress N] [--conf SPEC]
- * SPEC is sa_config_parse syntax, e.g. "backend=host,check_stream_order=1".
- * Exits 0 when every call succeeded, no canary mismatched and the arena was
- * destroyed with no block left.
+ * (train_loop --help: what each option does, its range and default, and the
+ * configuration keys). SPEC is sa_config_parse syntax, e.g.
+ * "backend=host,check_stream_order=1". The first line names the backend and
+ * why it was chosen. Exits 0 when every call succeeded, no canary mismatched
+ * and the arena was destroyed with no block left; after a failure every
+ * thread stops, frees what it holds, and the summary still shows the
+ * arena's figures.
  *
  * Streams: on the host backend they come from sa_host_stream_create; on
  * CUDA from cuStreamCreate, loaded from libcuda.so.1 like the library does
  * (so this program, too, builds and runs without the CUDA driver). */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -58,60 +63,122 @@ typedef struct options_s {
   const char *conf;
 } options;
 
+static const options defaults = {.threads = 4, .steps = 200, .layers = 8, .min_seq = 128,
+                                 .max_seq = 1024, .progress = 50, .conf = ""};
+
+/* The numeric options: name, field, range, and what it does (for --help). */
+static const struct int_option_s {
+  const char *name;
+  size_t offset;
+  int min, max;
+  const char *help;
+} int_options[] = {
+    {"--threads", offsetof(options, threads), 1, 256, "worker threads, each on its own stream"},
+    {"--steps", offsetof(options, steps), 1, INT_MAX, "training steps per thread"},
+    {"--layers", offsetof(options, layers), 1, 1024, "layers per step, 5 activations each"},
+    {"--min-seq", offsetof(options, min_seq), 1, 1 << 16, "shortest sequence, in tokens"},
+    {"--max-seq", offsetof(options, max_seq), 1, 1 << 16,
+     "longest sequence; each step draws one in between"},
+    {"--progress", offsetof(options, progress), 0, INT_MAX,
+     "steps between progress lines, 0 for none"},
+};
+enum { INT_OPTIONS = sizeof int_options / sizeof int_options[0] };
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: train_loop [--threads N] [--steps N] [--layers N] [--min-seq N]\n"
-          "                  [--max-seq N] [--progress N] [--conf SPEC]\n"
-          "  SPEC: comma-separated key=value, e.g. backend=host,superblock_size=4MiB\n");
+          "                  [--max-seq N] [--progress N] [--conf SPEC]\n");
 }
 
-static bool parse_int(const char *s, int min, int max, int *out) {
+static void help(void) {
+  usage(stdout);
+  printf("\nA training-loop workload on streamarena. Each thread owns a stream; a step\n"
+         "allocates a transformer's activations in forward order (KiBs to tens of MiB,\n"
+         "with the sequence length), frees them in backward order around short-lived\n"
+         "gradients, and hands a gradient bucket to the next thread, which frees it on\n"
+         "its stream or records its stream (sa_record_stream) and sends it back. Prints\n"
+         "the backend and why, progress lines, and a summary; exits non-zero on any\n"
+         "failed call, overwritten canary, or block left at the end.\n\n"
+         "Options (range, default):\n");
+  for (int i = 0; i < INT_OPTIONS; i++) {
+    const struct int_option_s *io = &int_options[i];
+    char range[32];
+    if (io->max == INT_MAX)
+      snprintf(range, sizeof range, "%d or more", io->min);
+    else
+      snprintf(range, sizeof range, "%d..%d", io->min, io->max);
+    printf("  %-12s %s (%s, default %d)\n", io->name, io->help, range,
+           *(const int *)((const char *)&defaults + io->offset));
+  }
+  printf("  %-12s arena configuration, key=value,... (default: none)\n"
+         "  %-12s this text\n\n",
+         "--conf SPEC", "-h, --help");
+  printf("Configuration keys for --conf (README.md, \"Configuration keys\"):\n"
+         "  device=N                 CUDA device ordinal (0)\n"
+         "  backend=auto|cuda|host   auto: CUDA where usable, else the host simulator;\n"
+         "                           STREAMARENA_BACKEND=cuda|host forces one under auto\n"
+         "  superblock_size=SIZE     small-block superblocks (the granularity, 2 MiB)\n"
+         "  va_reserve=SIZE          virtual range reserved (4 x device memory)\n"
+         "  max_physical=SIZE        physical memory cap (the whole device)\n"
+         "  release_threshold=SIZE   physical bytes trims keep cached (0)\n"
+         "  large_threshold=SIZE     larger requests get their own span (superblock/2)\n"
+         "  check_stream_order=0|1   host backend: verify every handout (0)\n"
+         "  oom_report=0|1           report on stderr at out of memory (0)\n"
+         "  trace=PATH               write an allocation trace (none)\n"
+         "SIZE takes B, KiB, MiB, GiB, TiB (or K, M, G, T), e.g. 4MiB.\n");
+}
+
+/* Parse v into the int option io; a message on a bad value. */
+static bool parse_int_option(const struct int_option_s *io, const char *v, options *o) {
   char *end = NULL;
   errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || v < min || v > max) return false;
-  *out = (int)v;
+  long n = strtol(v, &end, 10);
+  if (end == v || *end != '\0') {
+    fprintf(stderr, "train_loop: %s: '%s' is not a whole number\n", io->name, v);
+    return false;
+  }
+  if (errno != 0 || n < io->min || n > io->max) {
+    if (io->max == INT_MAX)
+      fprintf(stderr, "train_loop: %s: %s is out of range (%d or more)\n", io->name, v, io->min);
+    else
+      fprintf(stderr, "train_loop: %s: %s is out of range (%d..%d)\n", io->name, v, io->min,
+              io->max);
+    return false;
+  }
+  *(int *)((char *)o + io->offset) = (int)n;
   return true;
 }
 
-/* Returns 0 to go on, 1 for --help, -1 on a bad argument. */
+/* Returns 0 to go on, 1 for --help, -1 on a bad argument (after a message). */
 static int parse_options(int argc, char **argv, options *o) {
-  *o = (options){.threads = 4, .steps = 200, .layers = 8, .min_seq = 128, .max_seq = 1024,
-                 .progress = 50, .conf = ""};
+  *o = defaults;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return 1;
+    const struct int_option_s *io = NULL;
+    for (int k = 0; k < INT_OPTIONS; k++)
+      if (strcmp(a, int_options[k].name) == 0) io = &int_options[k];
+    if (io == NULL && strcmp(a, "--conf") != 0) {
+      if (a[0] == '-')
+        fprintf(stderr, "train_loop: unknown option %s\n", a);
+      else
+        fprintf(stderr, "train_loop: unexpected argument '%s' (options start with --)\n", a);
+      return -1;
+    }
     if (i + 1 >= argc) {
       fprintf(stderr, "train_loop: %s needs a value\n", a);
       return -1;
     }
     const char *v = argv[++i];
-    bool ok = true;
-    if (strcmp(a, "--threads") == 0) {
-      ok = parse_int(v, 1, 256, &o->threads);
-    } else if (strcmp(a, "--steps") == 0) {
-      ok = parse_int(v, 1, INT_MAX, &o->steps);
-    } else if (strcmp(a, "--layers") == 0) {
-      ok = parse_int(v, 1, 1024, &o->layers);
-    } else if (strcmp(a, "--min-seq") == 0) {
-      ok = parse_int(v, 1, 1 << 16, &o->min_seq);
-    } else if (strcmp(a, "--max-seq") == 0) {
-      ok = parse_int(v, 1, 1 << 16, &o->max_seq);
-    } else if (strcmp(a, "--progress") == 0) {
-      ok = parse_int(v, 0, INT_MAX, &o->progress);
-    } else if (strcmp(a, "--conf") == 0) {
+    if (io == NULL) {
       o->conf = v;
-    } else {
-      fprintf(stderr, "train_loop: unknown option %s\n", a);
-      return -1;
-    }
-    if (!ok) {
-      fprintf(stderr, "train_loop: bad value '%s' for %s\n", v, a);
+    } else if (!parse_int_option(io, v, o)) {
       return -1;
     }
   }
   if (o->min_seq > o->max_seq) {
-    fprintf(stderr, "train_loop: --min-seq is larger than --max-seq\n");
+    fprintf(stderr, "train_loop: --min-seq %d is larger than --max-seq %d\n", o->min_seq,
+            o->max_seq);
     return -1;
   }
   return 0;
@@ -194,10 +261,23 @@ static void cuda_unload(void) {
   memset(&cu, 0, sizeof cu);
 }
 
-/* Print a failing call and return false: the worker then stops. */
+/* The first failure of the run, for the summary. */
+static pthread_mutex_t first_failure_lock = PTHREAD_MUTEX_INITIALIZER;
+static char first_failure[192];
+
+/* Print a failing call and return false: the worker then stops. Where the
+ * driver said why (no device, a driver error), its reason is added. */
 static bool sa_check(sa_status s, const char *what) {
   if (s == SA_OK) return true;
-  fprintf(stderr, "train_loop: %s: %s\n", what, sa_status_string(s));
+  char line[192];
+  const char *cause = NULL;
+  if (s == SA_ERR_NO_DEVICE || s == SA_ERR_DRIVER) (void)sa_last_driver_error(&cause);
+  snprintf(line, sizeof line, "%s: %s%s%s%s", what, sa_status_string(s), cause ? " (" : "",
+           cause ? cause : "", cause ? ")" : "");
+  fprintf(stderr, "train_loop: %s\n", line);
+  pthread_mutex_lock(&first_failure_lock);
+  if (first_failure[0] == '\0') snprintf(first_failure, sizeof first_failure, "%s", line);
+  pthread_mutex_unlock(&first_failure_lock);
   return false;
 }
 
@@ -361,6 +441,7 @@ typedef struct worker_s {
   sa_stream stream;
   bool has_stream;
   uint64_t rng;
+  int steps_done;
   uint64_t allocs, frees, handoffs, records;
   uint64_t mismatches; /* written by host check kernels; read after drain */
   bool ok;
@@ -382,21 +463,30 @@ typedef struct buffer_s {
 static bool alloc_buffer(worker *w, buffer *b, size_t size, int step, int index) {
   b->size = (size + 255) & ~(size_t)255; /* canaries need whole words */
   b->pattern = pattern_of(w->id, step, index);
-  if (!sa_check(sa_alloc(w->sh->arena, &b->p, b->size, w->stream), "sa_alloc")) return false;
+  sa_status st = sa_alloc(w->sh->arena, &b->p, b->size, w->stream);
+  if (st != SA_OK) {
+    char what[96];
+    snprintf(what, sizeof what, "sa_alloc of %.1f MiB (thread %d, step %d)",
+             (double)b->size / MIB, w->id, step);
+    return sa_check(st, what);
+  }
   w->allocs++;
   return canary_write(w->stream, b->p, b->size, b->pattern);
 }
 
 /* Check on the stream that frees, then free: the check runs before any work
  * that a reuse of the memory on this stream could enqueue. */
-static bool free_buffer(worker *w, const buffer *b) {
+static bool free_buffer(worker *w, buffer *b) {
   if (!canary_check(w->stream, b->p, b->size, b->pattern, &w->mismatches)) return false;
   if (!sa_check(sa_free(b->p, w->stream), "sa_free")) return false;
+  b->p = NULL; /* what a failed step still holds is what is not NULL */
   w->frees++;
   return true;
 }
 
-/* Handle everything in this worker's mailbox. */
+/* Handle everything in this worker's mailbox (after a failure too: the
+ * buckets are freed, so the arena's destroy reports no leak that the
+ * failure did not cause). */
 static bool serve_mailbox(worker *w) {
   shared *sh = w->sh;
   msg *items = NULL;
@@ -441,6 +531,12 @@ static void layer_sizes(size_t seq, size_t out[PER_LAYER]) {
   out[2] = batch * seq * seq * elem;        /* attention scores */
   out[3] = batch * seq * 4 * hidden * elem; /* MLP up-projection */
   out[4] = batch * seq * hidden * elem;     /* layer output */
+}
+
+/* After a failure: free the activations a step still holds. */
+static void free_held(worker *w, buffer *acts) {
+  for (int i = 0; i < w->sh->opt->layers * PER_LAYER; i++)
+    if (acts[i].p != NULL) (void)free_buffer(w, &acts[i]);
 }
 
 static bool run_step(worker *w, int step, buffer *acts) {
@@ -510,17 +606,22 @@ static void *worker_main(void *arg) {
   sync_all(sh);
   for (int step = 1; step <= o->steps && w->ok && !sh->failed; step++) {
     w->ok = run_step(w, step, acts);
+    if (w->ok) w->steps_done = step;
     if (w->id == 0 && o->progress > 0 && step % o->progress == 0) print_progress(w, step);
   }
-  if (!w->ok) sh->failed = 1;
+  if (!w->ok) {
+    sh->failed = 1;
+    if (w->has_stream) free_held(w, acts);
+  }
   /* Drain in phases: every bucket sent is received (phase 1), every bucket
-   * sent back is freed (phase 2). */
+   * sent back is freed (phase 2); after a failure too, so that what is left
+   * at destroy is only what the failure itself stranded. */
   sync_all(sh);
-  if (w->ok && !serve_mailbox(w)) w->ok = false;
+  if (w->has_stream && !serve_mailbox(w)) w->ok = false;
   sync_all(sh);
-  if (w->ok && !serve_mailbox(w)) w->ok = false;
+  if (w->has_stream && !serve_mailbox(w)) w->ok = false;
   sync_all(sh);
-  if (w->ok) w->ok = stream_synchronize(w->stream);
+  if (w->has_stream && !stream_synchronize(w->stream)) w->ok = false;
   /* The stream must go back to the arena before it is destroyed; everyone
    * is done with it only after the last barrier. */
   sync_all(sh);
@@ -545,19 +646,27 @@ static double now_seconds(void) {
 static void print_summary(const options *o, const worker *ws, double seconds, const sa_stats *st,
                           uint64_t mismatches) {
   uint64_t allocs = 0, frees = 0, handoffs = 0, records = 0;
+  int fewest = o->steps, most = 0;
   for (int i = 0; i < o->threads; i++) {
     allocs += ws[i].allocs;
     frees += ws[i].frees;
     handoffs += ws[i].handoffs;
     records += ws[i].records;
+    if (ws[i].steps_done < fewest) fewest = ws[i].steps_done;
+    if (ws[i].steps_done > most) most = ws[i].steps_done;
   }
   double live = (double)st->live_bytes_peak / MIB;
   double reserved = (double)st->reserved_bytes_peak / MIB;
+  uint64_t small = st->alloc_count - st->large_allocs;
   printf("\n");
   printf("%-28s %s\n", "backend", sa_backend_name(backend));
   printf("%-28s %d\n", "threads", o->threads);
   printf("%-28s %d\n", "streams", o->threads);
-  printf("%-28s %d per thread\n", "steps", o->steps);
+  if (fewest == o->steps)
+    printf("%-28s %d per thread\n", "steps", o->steps);
+  else
+    printf("%-28s %d..%d of %d per thread (stopped: %s)\n", "steps completed", fewest, most,
+           o->steps, first_failure[0] ? first_failure : "a thread failed");
   printf("%-28s %d (seq %d..%d)\n", "layers", o->layers, o->min_seq, o->max_seq);
   printf("%-28s %" PRIu64 "\n", "allocations", allocs);
   printf("%-28s %" PRIu64 "\n", "frees", frees);
@@ -568,7 +677,13 @@ static void print_summary(const options *o, const worker *ws, double seconds, co
   printf("%-28s %.1f MiB\n", "peak live", live);
   printf("%-28s %.1f MiB\n", "peak reserved", reserved);
   printf("%-28s %.3f\n", "reserved/live (peak)", live > 0 ? reserved / live : 0.0);
-  printf("%-28s %.3f\n", "fast-path ratio", st->fast_path_ratio);
+  /* The fast path serves small blocks only: say how many were large. */
+  printf("%-28s %" PRIu64 " (%.1f%%: spans, never the fast path)\n", "large allocations",
+         st->large_allocs,
+         st->alloc_count ? 100.0 * (double)st->large_allocs / (double)st->alloc_count : 0.0);
+  printf("%-28s %.1f%% (from the thread cache)\n", "small allocations, fast",
+         small ? 100.0 * (double)st->fast_allocs / (double)small : 0.0);
+  printf("%-28s %.3f (allocations and frees)\n", "fast-path ratio", st->fast_path_ratio);
   printf("%-28s %" PRIu64 "\n", "out-of-memory events", st->oom_events);
   if (backend == SA_BACKEND_HOST) {
     printf("%-28s %" PRIu64 "\n", "canary mismatches", mismatches);
@@ -578,9 +693,14 @@ static void print_summary(const options *o, const worker *ws, double seconds, co
 int main(int argc, char **argv) {
   options o;
   int r = parse_options(argc, argv, &o);
-  if (r != 0) {
-    usage(r > 0 ? stdout : stderr);
-    return r > 0 ? 0 : 2;
+  if (r > 0) {
+    help();
+    return 0;
+  }
+  if (r < 0) {
+    usage(stderr);
+    fprintf(stderr, "train_loop --help lists the options, their ranges and defaults\n");
+    return 2;
   }
   sa_config cfg;
   sa_config_init(&cfg);
@@ -596,6 +716,10 @@ int main(int argc, char **argv) {
   sa_arena *arena = NULL;
   if (!sa_check(sa_arena_create(&cfg, &arena), "sa_arena_create")) return 1;
   backend = sa_arena_backend(arena);
+  /* First, before anything can fail on it: where this runs, and why. */
+  printf("train_loop: backend %s (%s); %d threads, %d steps, %d layers\n",
+         sa_backend_name(backend), sa_arena_backend_reason(arena), o.threads, o.steps, o.layers);
+  fflush(stdout);
   if (backend == SA_BACKEND_CUDA && !cuda_load(cfg.device)) {
     sa_arena_destroy(arena);
     cuda_unload();
@@ -619,8 +743,6 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < o.threads; i++) pthread_mutex_init(&sh.boxes[i].lock, NULL);
 
-  printf("train_loop: %d threads, %d steps, %d layers, backend %s\n", o.threads, o.steps,
-         o.layers, sa_backend_name(backend));
   double t0 = now_seconds();
   int started = 0;
   for (int i = 0; i < o.threads; i++) {
@@ -637,9 +759,10 @@ int main(int argc, char **argv) {
   for (int i = 0; i < o.threads; i++) pthread_join(tids[i], NULL);
   double seconds = now_seconds() - t0;
 
+  /* The figures after a failure too: they say how far it got. */
   sa_stats st;
   memset(&st, 0, sizeof st);
-  ok = !sh.failed && sa_check(sa_get_stats(arena, &st), "sa_get_stats");
+  ok = sa_check(sa_get_stats(arena, &st), "sa_get_stats") && !sh.failed;
   if (backend == SA_BACKEND_HOST) ok = sa_check(sa_host_drain_all(), "sa_host_drain_all") && ok;
   uint64_t mismatches = 0;
   for (int i = 0; i < o.threads; i++) mismatches += ws[i].mismatches;
@@ -661,6 +784,9 @@ int main(int argc, char **argv) {
   free(ws);
   free(tids);
   cuda_unload();
-  printf("%s\n", ok ? "train_loop: ok" : "train_loop: FAILED");
+  if (ok)
+    printf("train_loop: ok\n");
+  else
+    printf("train_loop: FAILED%s%s\n", first_failure[0] ? ": " : "", first_failure);
   return ok ? 0 : 1;
 }

@@ -61,7 +61,10 @@ static sa_status small_alloc(sa_arena *a, sa_tentry *e, size_t size, void **out)
 static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, void **out) {
   if (size > large_threshold(a)) {
     sa_status st = sa__span_alloc(a, e->sarena, size, out);
-    if (st == SA_OK) live_account(e, (int64_t)size, 0);
+    if (st == SA_OK) {
+      live_account(e, (int64_t)size, 0);
+      atomic_fetch_add_explicit(&a->xlarge_allocs, 1, memory_order_relaxed);
+    }
     return st;
   }
   return small_alloc(a, e, size, out);

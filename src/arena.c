@@ -343,6 +343,7 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   out->free_count = fast_frees + atomic_load(&a->xslow_frees);
   out->fast_allocs = fast_allocs;
   out->fast_frees = fast_frees;
+  out->large_allocs = atomic_load(&a->xlarge_allocs);
   uint64_t ops = out->alloc_count + out->free_count;
   out->fast_path_ratio = ops ? (double)(fast_allocs + fast_frees) / (double)ops : 0.0;
   out->deferred_frees = atomic_load(&a->xdeferred_blocks);

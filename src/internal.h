@@ -250,6 +250,7 @@ struct sa_arena_s {
   _Atomic int64_t xlive_bytes;
   _Atomic int64_t xlive_peak;
   _Atomic uint64_t xslow_allocs, xslow_frees; /* not served by a thread cache */
+  _Atomic uint64_t xlarge_allocs;              /* of the slow allocations, spans */
   _Atomic uint64_t xretired_fast_allocs, xretired_fast_frees; /* exited threads */
   _Atomic size_t xdeferred_blocks;
   _Atomic uint64_t xoom_events, xdefrags;

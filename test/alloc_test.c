@@ -260,6 +260,24 @@ static void mixed_random_single_thread(void **state) {
   destroy_clean(a);
 }
 
+/* large_allocs counts the allocations that took a span, and only those:
+ * with it, fast_path_ratio says how the small ones fared. */
+static void large_allocs_counts_spans(void **state) {
+  (void)state;
+  sa_arena *a = make_arena("superblock_size=2MiB,max_physical=64MiB");
+  void *small[3], *large[2], *none = NULL;
+  for (int i = 0; i < 3; i++) assert_int_equal(sa_alloc(a, &small[i], 4096, NULL), SA_OK);
+  for (int i = 0; i < 2; i++) assert_int_equal(sa_alloc(a, &large[i], 8 * MiB, NULL), SA_OK);
+  assert_int_equal(sa_alloc(a, &none, 128 * MiB, NULL), SA_ERR_OUT_OF_MEMORY); /* not counted */
+  sa_stats st;
+  assert_int_equal(sa_get_stats(a, &st), SA_OK);
+  assert_int_equal(st.large_allocs, 2);
+  assert_int_equal(st.alloc_count, 5);
+  for (int i = 0; i < 3; i++) assert_int_equal(sa_free(small[i], NULL), SA_OK);
+  for (int i = 0; i < 2; i++) assert_int_equal(sa_free(large[i], NULL), SA_OK);
+  destroy_clean(a);
+}
+
 static void run_threads(sa_arena *a, int nthreads, bool own_streams, bool shared_stream) {
   pthread_t t[8];
   mix_arg m[8];
@@ -702,6 +720,7 @@ int main(void) {
       cmocka_unit_test(random_allocations_default_stream),
       cmocka_unit_test(random_allocations_created_stream),
       cmocka_unit_test(mixed_random_single_thread),
+      cmocka_unit_test(large_allocs_counts_spans),
       cmocka_unit_test(four_threads_own_streams),
       cmocka_unit_test(four_threads_default_stream),
       cmocka_unit_test(four_threads_one_created_stream),

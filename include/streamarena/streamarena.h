@@ -267,6 +267,8 @@ typedef struct sa_stats_s {
   uint64_t alloc_count, free_count;
   uint64_t fast_allocs, fast_frees; /* served from the thread cache */
   double fast_path_ratio;     /* (fast_allocs + fast_frees) / (allocs + frees) */
+  uint64_t large_allocs;      /* allocations above large_threshold: spans, never
+                                 the fast path (so they bound fast_path_ratio) */
   size_t superblocks_total;   /* carved and mapped */
   size_t superblocks_active;  /* owned by a stream, some blocks in use */
   size_t superblocks_empty;   /* mapped, no block in use */
