@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the test and benchmark binaries and the main job (train_loop) here
+# Builds the test and benchmark binaries and the examples (train_loop, hello) here
 # (Bazel, optimised) and stages
 # them for the GPU machine, which has CUDA 13 and a driver but no Bazel, ck
 # or cmocka: binaries, the shared libraries they need beyond the C runtime,
@@ -36,7 +36,7 @@ bench_flags=(-c opt)
 # library's thread-local model when dlopened) does not depend on the device.
 tests=$(bazel query --noshow_progress 'kind(cc_test, //test/...) except //test:dlopen_test' \
   2>/dev/null || true)
-benches=$(bazel query --noshow_progress 'kind(cc_binary, //bench/...) + //examples:train_loop' \
+benches=$(bazel query --noshow_progress 'kind(cc_binary, //bench/...) + //examples:train_loop + //examples:hello' \
   2>/dev/null || true)
 if [ $build -eq 1 ]; then
   [ -n "$tests" ] && bazel build "${test_flags[@]}" $tests

@@ -7,8 +7,9 @@
 #   4b. bazel test --config=ubsan //...  UBSan with the system allocator
 #                                        (ASan's allocator hides misalignment)
 #   5. fuzz/run.sh                       libFuzzer (clang), bounded time
-#   6. examples/bazel_consumer           streamarena used as an external
-#                                        Bazel dependency, built and run
+#   6. tools/newcomer-check.sh           a fresh clone used as a Bazel
+#                                        dependency by a workspace written
+#                                        from README.md, built offline, run
 # Every step runs even after a failure, so one run shows everything that is
 # broken. The last line counts tests over all steps:
 #   tests: N passed, M failed
@@ -61,19 +62,15 @@ else
   echo "=== fuzz: FAILED"
 fi
 
-# The consumer workspace: its own Bazel output base; shut its server down
-# afterwards so two servers do not hold memory on a small machine.
-if [[ -f examples/bazel_consumer/WORKSPACE ]]; then
-  echo "=== consumer: examples/bazel_consumer"
-  if (cd examples/bazel_consumer &&
-      bazel run "${bazel_flags[@]}" --symlink_prefix=/ //:consumer); then
-    passed=$((passed + 1))
-    echo "=== consumer: passed"
-  else
-    failed=$((failed + 1))
-    echo "=== consumer: FAILED"
-  fi
-  (cd examples/bazel_consumer && bazel shutdown) || true
+# The README's consumer, from a fresh clone, offline (its own output base;
+# the script shuts that server down).
+echo "=== newcomer: tools/newcomer-check.sh"
+if bash tools/newcomer-check.sh; then
+  passed=$((passed + 1))
+  echo "=== newcomer: passed"
+else
+  failed=$((failed + 1))
+  echo "=== newcomer: FAILED"
 fi
 
 cd "$root"
