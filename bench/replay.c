@@ -452,20 +452,22 @@ int main(int argc, char **argv) {
   size_t n = (size_t)(argc - first);
   trace *traces = calloc(n, sizeof *traces);
   result *rs = calloc(n, sizeof *rs);
-  if (traces == NULL || rs == NULL) return 1;
-  int failed = 0;
+  bool broken = traces == NULL || rs == NULL; /* a trace could not be replayed */
+  int failed = 0;                             /* a check failed */
   bool ff_only_oom = false;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n && !broken; i++) {
     const char *path = argv[first + (int)i];
     char err[512];
     if (trace_load(path, &traces[i], err, sizeof err) != SA_OK) {
       fprintf(stderr, "replay: %s\n", err);
-      return 1;
+      broken = true;
+      break;
     }
     if (traces[i].peak_live == 0) { /* nothing to size the device or a ratio by */
       fprintf(stderr, "replay: %s: the trace allocates nothing (%zu operations read)\n", path,
               traces[i].nops);
-      return 1;
+      broken = true;
+      break;
     }
     result *r = &rs[i];
     r->name = base_name(path);
@@ -476,7 +478,8 @@ int main(int argc, char **argv) {
     if (run_streamarena(r->t, r->capacity, &o, r) != SA_OK ||
         run_first_fit(r->t, r->capacity, r) != SA_OK) {
       fprintf(stderr, "replay: %s: replay failed\n", r->name);
-      return 1;
+      broken = true;
+      break;
     }
     print_summary(r);
     fflush(stdout);
@@ -494,14 +497,14 @@ int main(int argc, char **argv) {
     }
     if (r->ff_oom_count > 0 && r->oom_count == 0) ff_only_oom = true;
   }
-  print_table(rs, n);
-  if (o.expect_ff_oom && !ff_only_oom) {
+  if (!broken) print_table(rs, n);
+  if (!broken && o.expect_ff_oom && !ff_only_oom) {
     printf("CHECK FAILED: no trace where first-fit runs out of memory and streamarena "
            "does not\n");
     failed = 1;
   }
-  for (size_t i = 0; i < n; i++) trace_free(&traces[i]);
+  for (size_t i = 0; traces != NULL && i < n; i++) trace_free(&traces[i]);
   free(traces);
   free(rs);
-  return failed;
+  return broken ? 1 : failed;
 }
