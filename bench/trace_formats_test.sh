@@ -9,6 +9,10 @@ dir="${TEST_TMPDIR:-$(mktemp -d)}/cwd"
 mkdir -p "$dir"
 gzip -c "$pt" > "$dir/pt.csv.gz"
 
+# The run starts in /: the sanitizer settings' relative suppressions path
+# (.bazelrc) must point at this test's runfiles from there.
+export TSAN_OPTIONS="${TSAN_OPTIONS:-}"
+TSAN_OPTIONS="${TSAN_OPTIONS//suppressions=tools\//suppressions=$PWD/tools/}"
 out="$(cd / && BUILD_WORKING_DIRECTORY="$dir" "$replay" --capacity=64MiB pt.csv.gz)"
 echo "$out"
 # 4, 8 and 1 MiB live before the first free
