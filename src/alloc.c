@@ -234,7 +234,7 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
       d = NULL;
     }
     if (d == NULL) {
-      d = calloc(1, sizeof *d);
+      d = sa__deferred_new(1);
       if (d == NULL) return SA_ERR_OUT_OF_MEMORY;
       d->owner = sb->owner;
       d->freer = e->sarena;
@@ -246,35 +246,30 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
     d->n++;
     return SA_OK;
   }
-  /* Recorded: one batch of its own, with an event on every stream. */
-  sa_stream *streams;
-  unsigned n;
-  sa__record_take(a, (uintptr_t)p, &streams, &n);
-  sa_deferred *d = calloc(1, sizeof *d);
+  /* Recorded: one batch of its own, with an event on every stream that
+   * does not order the reuse by itself; the host waits for none of them.
+   * On failure the block and its record stay as they were. */
+  sa_stream_arena *owner = sb->owner;
+  sa_record *r = sa__record_take(a, (uintptr_t)p);
+  unsigned n = r != NULL ? r->n : 0;
+  bool own = owner == e->sarena;
+  bool owner_orders = !sa__stream_arena_released(owner); /* it gets the block back */
+  sa_deferred *d = sa__deferred_new(n + 1);
   sa_status st = d == NULL ? SA_ERR_OUT_OF_MEMORY : SA_OK;
-  bool own = sb->owner == e->sarena;
   for (unsigned i = 0; st == SA_OK && i <= n; i++) {
-    sa_stream t = i < n ? streams[i] : s;
+    sa_stream t = i < n ? r->streams[i] : s;
     if (i == n && own) break; /* the owner's own stream orders itself */
-    if (t == sb->owner->stream && !sb->owner->released) continue;
-    sa_event ev;
-    st = sa__event_record_new(a, t, &ev);
-    if (st != SA_OK) break;
-    if (d->nevents < sizeof d->events / sizeof d->events[0]) {
-      d->events[d->nevents++] = ev;
-    } else { /* more streams than a batch holds: wait for this one now */
-      st = sa__event_retire(a, ev, true);
-    }
+    if (t == owner->stream && owner_orders) continue;
+    st = sa__event_record_new(a, t, &d->events[d->nevents]);
+    if (st == SA_OK) d->nevents++;
   }
   if (st != SA_OK) {
-    if (d != NULL)
-      for (unsigned i = 0; i < d->nevents; i++) sa__event_drop(a, d->events[i]);
-    free(d);
-    for (unsigned i = 0; i < n; i++) (void)sa__record_add(a, (uintptr_t)p, streams[i]);
-    free(streams);
+    for (unsigned i = 0; d != NULL && i < d->nevents; i++) sa__event_drop(a, d->events[i]);
+    sa__deferred_free(d);
+    sa__record_restore(a, r);
     return st;
   }
-  free(streams);
+  sa__record_free(r);
   d->owner = sb->owner;
   d->freer = e->sarena;
   atomic_store_explicit(state, SA_BLOCK_DEFERRED, memory_order_relaxed);
@@ -399,7 +394,8 @@ sa_status sa_record_stream(void *ptr, sa_stream other) {
   /* A small block always comes back through its own stream, which orders
    * its reuse after that stream's work. A span freed on another stream may
    * go to any stream: its own stream must be recorded like any other. */
-  if (d->kind == SA_DESC_SUPERBLOCK && owner->stream == other && !owner->released)
+  if (d->kind == SA_DESC_SUPERBLOCK && owner->stream == other &&
+      !sa__stream_arena_released(owner))
     return SA_OK; /* ordered already */
   st = a->drv->ops->stream_validate(a->drv, other);
   if (st != SA_OK) return st;

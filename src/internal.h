@@ -148,10 +148,31 @@ typedef struct sa_deferred_s {
   sa_stream_arena *owner;
   sa_stream_arena *freer;           /* the stream arena it was freed on */
   unsigned nevents;
-  sa_event events[4];               /* more streams: see stream_arena.c */
+  sa_event *events;                 /* inline_events, or more (sa__deferred_new) */
+  sa_event inline_events[4];
   uint32_t n;
   sa_cached_block blocks[SA_BATCH_MAX];
 } sa_deferred;
+
+/* A batch with room for max_events events (a recorded block needs one per
+ * stream); NULL when out of memory. Free with sa__deferred_free. */
+static inline sa_deferred *sa__deferred_new(unsigned max_events) {
+  sa_deferred *d = calloc(1, sizeof *d);
+  if (d == NULL) return NULL;
+  d->events = d->inline_events;
+  if (max_events > sizeof d->inline_events / sizeof d->inline_events[0]) {
+    d->events = malloc(max_events * sizeof *d->events);
+    if (d->events == NULL) {
+      free(d);
+      return NULL;
+    }
+  }
+  return d;
+}
+static inline void sa__deferred_free(sa_deferred *d) {
+  if (d != NULL && d->events != d->inline_events) free(d->events);
+  free(d);
+}
 
 /* ------------------------------------------------------------------------
  * Stream arena: one per (arena, stream).
@@ -340,6 +361,7 @@ void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d);
 void sa__stream_arena_drain(sa_stream_arena *sa, bool force); /* owner lock held */
 void sa__stream_arena_shed(sa_stream_arena *sa); /* empties and spans to global */
 void sa__stream_arena_destroy(sa_stream_arena *sa);
+bool sa__stream_arena_released(sa_stream_arena *sa); /* takes its lock */
 sa_status sa__release_stream(sa_arena *a, sa_stream s);
 
 /* span.c */
@@ -352,9 +374,18 @@ size_t sa__span_unmap_free(sa_arena *a, bool wait);
 void sa__span_fini(sa_arena *a); /* destroy: settle every free span's events */
 
 /* record.c */
+typedef struct sa_record_s { /* the streams recorded for the block at p */
+  uintptr_t p;
+  unsigned n, cap;
+  sa_stream *streams;
+  struct sa_record_s *next;
+} sa_record;
 sa_status sa__record_add(sa_arena *a, uintptr_t p, sa_stream s);
-/* Take the streams recorded for p (malloc'd array, *n entries). */
-void sa__record_take(sa_arena *a, uintptr_t p, sa_stream **streams, unsigned *n);
+/* Detach p's record (NULL if none); the caller frees it or, when the free
+ * fails, puts it back with sa__record_restore, which allocates nothing. */
+sa_record *sa__record_take(sa_arena *a, uintptr_t p);
+void sa__record_restore(sa_arena *a, sa_record *r);
+void sa__record_free(sa_record *r);
 /* s was released (its work is done): no block needs an event on it. */
 void sa__record_forget_stream(sa_arena *a, sa_stream s);
 bool sa__record_names_stream(sa_arena *a, sa_stream s);

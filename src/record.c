@@ -6,13 +6,6 @@
 
 #include "internal.h"
 
-typedef struct sa_record_s {
-  uintptr_t p;
-  unsigned n, cap;
-  sa_stream *streams;
-  struct sa_record_s *next;
-} sa_record;
-
 static size_t bucket_of(uintptr_t p) {
   return (size_t)((p >> 8) * 0x9E3779B97F4A7C15ull >> 54) % SA_RECORD_BUCKETS;
 }
@@ -57,22 +50,34 @@ out:
   return st;
 }
 
-void sa__record_take(sa_arena *a, uintptr_t p, sa_stream **streams, unsigned *n) {
-  *streams = NULL;
-  *n = 0;
+sa_record *sa__record_take(sa_arena *a, uintptr_t p) {
+  sa_record *found = NULL;
   pthread_mutex_lock(&a->record_lock);
   if (a->records != NULL) {
     for (sa_record **pr = &a->records[bucket_of(p)]; *pr != NULL; pr = &(*pr)->next) {
-      sa_record *r = *pr;
-      if (r->p != p) continue;
-      *pr = r->next;
-      *streams = r->streams;
-      *n = r->n;
-      free(r);
+      if ((*pr)->p != p) continue;
+      found = *pr;
+      *pr = found->next;
       break;
     }
   }
   pthread_mutex_unlock(&a->record_lock);
+  return found;
+}
+
+void sa__record_restore(sa_arena *a, sa_record *r) {
+  if (r == NULL) return;
+  pthread_mutex_lock(&a->record_lock); /* the table exists: r came from it */
+  sa_record **head = &a->records[bucket_of(r->p)];
+  r->next = *head;
+  *head = r;
+  pthread_mutex_unlock(&a->record_lock);
+}
+
+void sa__record_free(sa_record *r) {
+  if (r == NULL) return;
+  free(r->streams);
+  free(r);
 }
 
 bool sa__record_names_stream(sa_arena *a, sa_stream s) {

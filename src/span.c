@@ -363,26 +363,25 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, void **o
 }
 
 sa_status sa__span_free(sa_arena *a, sa_span *sp, sa_stream_arena *freer) {
-  sa_stream *recorded = NULL;
-  unsigned nrec = 0;
+  sa_record *r = NULL;
   if (atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_RECORDED)
-    sa__record_take(a, sp->hdr.base, &recorded, &nrec);
+    r = sa__record_take(a, sp->hdr.base);
+  unsigned nrec = r != NULL ? r->n : 0;
   /* Events on the freeing stream and on every recorded one. */
   sa_event *ev = malloc((nrec + 1) * sizeof *ev);
   sa_status st = ev == NULL ? SA_ERR_OUT_OF_MEMORY : SA_OK;
   unsigned n = 0;
   for (unsigned i = 0; st == SA_OK && i <= nrec; i++) {
-    st = sa__event_record_new(a, i == 0 ? freer->stream : recorded[i - 1], &ev[n]);
+    st = sa__event_record_new(a, i == 0 ? freer->stream : r->streams[i - 1], &ev[n]);
     if (st == SA_OK) n++;
   }
-  if (st != SA_OK) { /* nothing changes: the span stays allocated */
+  if (st != SA_OK) { /* nothing changes: the span stays allocated, its record too */
     for (unsigned i = 0; i < n; i++) sa__event_drop(a, ev[i]);
     free(ev);
-    for (unsigned i = 0; i < nrec; i++) (void)sa__record_add(a, sp->hdr.base, recorded[i]);
-    free(recorded);
+    sa__record_restore(a, r);
     return st;
   }
-  free(recorded);
+  sa__record_free(r);
   pthread_mutex_lock(&a->lock);
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
   sp->events = ev;

@@ -77,7 +77,7 @@ void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, u
 static void deferred_release(sa_stream_arena *sa, sa_deferred *d) {
   for (uint32_t i = 0; i < d->n; i++) block_return(sa, d->blocks[i].p);
   atomic_fetch_sub_explicit(&sa->arena->xdeferred_blocks, d->n, memory_order_relaxed);
-  free(d);
+  sa__deferred_free(d);
 }
 
 /* Are all of d's events complete? Completed ones go back to the pool. With
@@ -250,6 +250,15 @@ sa_status sa__release_stream(sa_arena *a, sa_stream s) {
   return SA_OK;
 }
 
+/* Written under the stream arena's lock by sa_stream_release; read under it
+ * by the free paths, which do not otherwise hold it. */
+bool sa__stream_arena_released(sa_stream_arena *sa) {
+  pthread_mutex_lock(&sa->lock);
+  bool released = sa->released;
+  pthread_mutex_unlock(&sa->lock);
+  return released;
+}
+
 void sa__stream_arena_destroy(sa_stream_arena *sa) {
   pthread_mutex_lock(&sa->lock);
   sa__stream_arena_drain(sa, false);
@@ -261,7 +270,7 @@ void sa__stream_arena_destroy(sa_stream_arena *sa) {
         (void)sa->arena->drv->ops->event_destroy(sa->arena->drv, d->events[i]);
     }
     atomic_fetch_sub_explicit(&sa->arena->xdeferred_blocks, d->n, memory_order_relaxed);
-    free(d);
+    sa__deferred_free(d);
   }
   pthread_mutex_unlock(&sa->lock);
   pthread_mutex_destroy(&sa->lock);

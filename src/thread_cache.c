@@ -88,7 +88,7 @@ static void entry_flush_all(sa_tentry *e) {
 
 static void entry_free(sa_tentry *e) {
   for (unsigned c = 0; c < SA_CLASS_COUNT; c++) free(e->bins[c].slots);
-  free(e->out);
+  sa__deferred_free(e->out);
   free(e);
 }
 
