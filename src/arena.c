@@ -226,7 +226,7 @@ sa_status sa_arena_destroy(sa_arena *a) {
   /* Everything mapped goes, live or not; then the chunks and the range. */
   sa_superblock *sb;
   while ((sb = sa__superblock_pop_global(a)) != NULL)
-    if (sb->event != NULL) note(&first, sa__event_retire(a, sb->event, true));
+    if (sb->event != NULL) note(&first, sa__event_settle(a, sb->event));
   sa__span_fini(a);
   for (sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
     if (sb->hdr.chunks != NULL) note(&first, sa__physical_unmap(a, &sb->hdr));

@@ -81,6 +81,15 @@ sa_status sa__event_retire(sa_arena *a, sa_event e, bool wait) {
   return SA_OK;
 }
 
+sa_status sa__event_settle(sa_arena *a, sa_event e) {
+  sa_status st = sa__event_retire(a, e, true);
+  if (st != SA_OK) {
+    atomic_fetch_sub_explicit(&a->xevents_in_flight, 1, memory_order_relaxed);
+    (void)a->drv->ops->event_destroy(a->drv, e); /* freed once its work completes */
+  }
+  return st;
+}
+
 void sa__event_drop(sa_arena *a, sa_event e) {
   atomic_fetch_sub_explicit(&a->xevents_in_flight, 1, memory_order_relaxed);
   sa__event_put(a, e);

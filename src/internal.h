@@ -339,6 +339,9 @@ sa_status sa__event_consume(sa_arena *a, sa_event e, sa_stream stream);
 /* Retire e into the pool if it completed (with wait: once it has);
  * SA_ERR_NOT_READY leaves e with the caller. */
 sa_status sa__event_retire(sa_arena *a, sa_event e, bool wait);
+/* Destroy paths: wait for e and pool it; if the wait fails, destroy e
+ * rather than lose it. Returns the wait's status. */
+sa_status sa__event_settle(sa_arena *a, sa_event e);
 /* Back to the pool without waiting: stream order already covers it (a pending
  * event may be re-recorded; waits enqueued earlier keep their target). */
 void sa__event_drop(sa_arena *a, sa_event e);

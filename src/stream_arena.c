@@ -265,10 +265,7 @@ void sa__stream_arena_destroy(sa_stream_arena *sa) {
   while (sa->pending != NULL) { /* the arena is going: wait for the rest */
     sa_deferred *d = sa->pending;
     sa->pending = d->next;
-    for (unsigned i = 0; i < d->nevents; i++) {
-      if (sa__event_retire(sa->arena, d->events[i], true) != SA_OK)
-        (void)sa->arena->drv->ops->event_destroy(sa->arena->drv, d->events[i]);
-    }
+    for (unsigned i = 0; i < d->nevents; i++) (void)sa__event_settle(sa->arena, d->events[i]);
     atomic_fetch_sub_explicit(&sa->arena->xdeferred_blocks, d->n, memory_order_relaxed);
     sa__deferred_free(d);
   }

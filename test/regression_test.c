@@ -2,6 +2,7 @@
  * (stress, fuzzing, fault sweep). One test per bug, named after the
  * behaviour it pins down; each failed before its fix.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -113,6 +114,56 @@ static void destroy_reports_an_event_it_could_not_destroy(void **state) {
   sa_assert_ok(sa_host_stream_destroy(s));
 }
 
+/* Free one block of size on s from a thread that exits, so its cache gives
+ * the block back at once. */
+typedef struct {
+  sa_arena *arena;
+  sa_stream stream;
+  size_t size;
+  int count;
+} churn_arg;
+
+static void *alloc_free_exit(void *arg) {
+  churn_arg *c = arg;
+  void *p[8];
+  for (int i = 0; i < c->count; i++) sa_assert_ok(sa_alloc(c->arena, &p[i], c->size, c->stream));
+  for (int i = 0; i < c->count; i++) sa_assert_ok(sa_free(p[i], c->stream));
+  return NULL;
+}
+
+/* A superblock on the global stack carries the event recorded when it left
+ * its stream. Destroy waits for it; when that wait fails, the event must
+ * still go back to the driver (it was neither pooled nor destroyed). */
+static void destroy_returns_an_event_whose_wait_failed(void **state) {
+  (void)state;
+  sa_host_counters before, after;
+  sa_host_get_counters(&before);
+  sa_config cfg;
+  sa_config_init(&cfg);
+  sa_assert_ok(sa_config_parse(&cfg, "backend=host", NULL, 0));
+  sa_arena *a;
+  sa_stream s;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_AUTO, &s));
+  sa_assert_ok(sa_arena_create(&cfg, &a));
+  /* Three superblocks of two 1 MiB blocks empty on s: two stay on s, the
+   * third goes to the global stack behind an event on s. */
+  churn_arg c = {a, s, MiB, 6};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, alloc_free_exit, &c), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  sa_stats st;
+  sa_assert_ok(sa_get_stats(a, &st));
+  assert_int_equal(st.superblocks_empty, 3);
+  assert_int_equal(st.events_in_flight, 1);
+  sa_assert_ok(sa_host_fault_inject(SA_HOST_FN_EVENT_SYNCHRONIZE, 1, 1));
+  sa_assert_status(sa_arena_destroy(a), SA_ERR_DRIVER);
+  sa_host_fault_clear();
+  sa_host_get_counters(&after);
+  assert_int_equal(after.events, before.events);
+  assert_int_equal(after.chunks, before.chunks);
+  sa_assert_ok(sa_host_stream_destroy(s));
+}
+
 /* Blocks freed on stream B (allocated on A) wait in the thread's open
  * cross-stream batch. B is then released and destroyed, as the API asks.
  * Flushing the batch must not record an event on the dead stream (on CUDA
@@ -194,6 +245,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test(destroy_releases_every_chunk_the_driver_does_not_refuse),
       cmocka_unit_test(destroy_reports_an_event_it_could_not_destroy),
+      cmocka_unit_test(destroy_returns_an_event_whose_wait_failed),
       cmocka_unit_test(batch_freed_on_a_released_stream_needs_no_event),
       cmocka_unit_test_setup_teardown(free_after_a_recorded_stream_was_released, setup3,
                                       teardown),
