@@ -303,7 +303,7 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   sa__tentry_publish_own(a); /* exact for the calling thread */
   uint64_t fast_allocs = atomic_load(&a->xretired_fast_allocs);
   uint64_t fast_frees = atomic_load(&a->xretired_fast_frees);
-  size_t empty_local = 0, empty_local_bytes = 0, streams = 0;
+  size_t streams = 0;
   pthread_mutex_lock(&a->lock);
   for (sa_tentry *e = a->entries; e != NULL; e = e->arena_next) {
     fast_allocs += atomic_load_explicit(&e->xfast_allocs, memory_order_relaxed);
@@ -311,31 +311,24 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   }
   sa_stream_arena *head = a->streams;
   pthread_mutex_unlock(&a->lock);
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
-    pthread_mutex_lock(&sa->lock);
-    empty_local += sa->nempty;
-    for (const sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next)
-      empty_local_bytes += sb->hdr.size;
-    streams += !sa->released;
-    pthread_mutex_unlock(&sa->lock);
-  }
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) streams += !sa__stream_arena_released(sa);
   pthread_mutex_lock(&a->lock);
-  size_t sb_total = 0;
-  for (sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
-    if (sb->hdr.chunks != NULL) sb_total++;
-  size_t global_free = atomic_load(&a->xfree_superblocks);
+  /* Counted as superblocks move (superblock.c): each is in exactly one
+   * count, so active + empty is the total. Counting each stream's empties
+   * and then the global stack's counted one that moved in between twice. */
+  out->superblocks_active = atomic_load(&a->xsuperblocks_active);
+  out->superblocks_empty = atomic_load(&a->xsuperblocks_empty);
+  out->superblocks_total = out->superblocks_active + out->superblocks_empty;
   out->reserved_bytes = a->physical_bytes;
   out->reserved_bytes_peak = a->physical_peak;
-  out->cached_bytes = a->chunk_cache_bytes + atomic_load(&a->xfree_superblock_bytes) +
-                      empty_local_bytes + a->free_span_bytes;
+  out->cached_bytes =
+      a->chunk_cache_bytes + atomic_load(&a->xsuperblock_empty_bytes) + a->free_span_bytes;
   out->va_used_bytes = a->va_used;
   out->va_reserved_bytes = a->va_size;
-  out->superblocks_total = sb_total;
-  out->superblocks_empty = global_free + empty_local;
-  out->superblocks_active = sb_total - out->superblocks_empty;
   out->large_spans = a->live_spans;
   out->chunks_total = a->nchunks;
   pthread_mutex_unlock(&a->lock);
+  out->streams = streams;
   int64_t live = atomic_load(&a->xlive_bytes);
   out->live_bytes = live > 0 ? (size_t)live : 0;
   out->live_bytes_peak = (size_t)atomic_load(&a->xlive_peak);
@@ -348,7 +341,6 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   out->fast_path_ratio = ops ? (double)(fast_allocs + fast_frees) / (double)ops : 0.0;
   out->deferred_frees = atomic_load(&a->xdeferred_blocks);
   out->events_in_flight = atomic_load(&a->xevents_in_flight);
-  out->streams = streams;
   out->oom_events = atomic_load(&a->xoom_events);
   out->defragmentations = atomic_load(&a->xdefrags);
   return SA_OK;

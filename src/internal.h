@@ -252,8 +252,9 @@ struct sa_arena_s {
   size_t live_spans;
 
   CK_CC_CACHELINE ck_stack_t free_superblocks; /* empty, mapped */
-  _Atomic size_t xfree_superblocks;
-  _Atomic size_t xfree_superblock_bytes; /* sizes differ after sa_set_superblock_size */
+  /* Mapped superblocks, each counted in exactly one of these as it moves
+   * (superblock.c), so that statistics add up without a snapshot. */
+  _Atomic size_t xsuperblocks_active, xsuperblocks_empty, xsuperblock_empty_bytes;
 
   sa_stream_arena *streams;     /* every stream arena (lock) */
   _Atomic uint64_t xstream_epoch;
@@ -354,6 +355,7 @@ void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e,
                               sa_stream_arena *from);
 sa_superblock *sa__superblock_pop_global(sa_arena *a);
 sa_status sa__superblock_unmap(sa_arena *a, sa_superblock *sb); /* arena lock held */
+void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb); /* its last block came back */
 
 /* stream_arena.c */
 sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out);

@@ -38,6 +38,7 @@ static void bin_remove(sa_stream_arena *sa, sa_superblock *sb) {
  * waited for it), so its superblocks go without an event. */
 static void retire_empty(sa_stream_arena *sa, sa_superblock *sb) {
   sa_arena *a = sa->arena;
+  sa__superblock_emptied(a, sb);
   if (sb->in_bin) bin_remove(sa, sb);
   if (!sa->released && sa->nempty < SA_KEEP_EMPTY_SUPERBLOCKS) {
     sb->next = sa->empty;

@@ -44,13 +44,28 @@ sa_status sa__superblock_format(sa_superblock *sb, unsigned cls) {
   return SA_OK;
 }
 
+/* The statistics' counts: sb leaves (-1) or joins (+1) the empty ones, and
+ * the other way for the active ones (active 0: it appears or goes). */
+static void count(sa_arena *a, const sa_superblock *sb, int empty, int active) {
+  if (empty > 0) {
+    atomic_fetch_add_explicit(&a->xsuperblocks_empty, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&a->xsuperblock_empty_bytes, sb->hdr.size, memory_order_relaxed);
+  }
+  if (active > 0) atomic_fetch_add_explicit(&a->xsuperblocks_active, 1, memory_order_relaxed);
+  if (empty < 0) {
+    atomic_fetch_sub_explicit(&a->xsuperblocks_empty, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&a->xsuperblock_empty_bytes, sb->hdr.size, memory_order_relaxed);
+  }
+  if (active < 0) atomic_fetch_sub_explicit(&a->xsuperblocks_active, 1, memory_order_relaxed);
+}
+
+void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb) { count(a, sb, +1, -1); }
+
 void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e,
                               sa_stream_arena *from) {
   sb->owner = NULL;
   sb->event = e;
   sb->event_owner = from;
-  atomic_fetch_add_explicit(&a->xfree_superblocks, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&a->xfree_superblock_bytes, sb->hdr.size, memory_order_relaxed);
   sa__handoff_publish(&sb->xhandoff);
   ck_stack_push_mpmc(&a->free_superblocks, &sb->link);
 }
@@ -58,10 +73,8 @@ void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e,
 sa_superblock *sa__superblock_pop_global(sa_arena *a) {
   ck_stack_entry_t *e = ck_stack_pop_mpmc(&a->free_superblocks);
   if (e == NULL) return NULL;
-  atomic_fetch_sub_explicit(&a->xfree_superblocks, 1, memory_order_relaxed);
   sa_superblock *sb = (sa_superblock *)((char *)e - offsetof(sa_superblock, link));
   sa__handoff_accept(&sb->xhandoff);
-  atomic_fetch_sub_explicit(&a->xfree_superblock_bytes, sb->hdr.size, memory_order_relaxed);
   return sb;
 }
 
@@ -71,6 +84,7 @@ sa_superblock *sa__superblock_pop_global(sa_arena *a) {
 sa_status sa__superblock_unmap(sa_arena *a, sa_superblock *sb) {
   sa_status st = sa__physical_unmap(a, &sb->hdr);
   if (st != SA_OK) return st;
+  count(a, sb, -1, 0);
   sa__pagemap_set(a, sb->hdr.base, sb->hdr.size, NULL);
   sa__va_free(a, sb->hdr.base, sb->hdr.size);
   sb->hdr.base = 0;
@@ -201,6 +215,7 @@ sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, sa_superbloc
   if (sb == NULL) {
     st = carve(a, need, &sb);
     if (st != SA_OK) return st;
+    count(a, sb, +1, 0); /* a new empty one */
   }
   sb->owner = sa;
   st = sa__superblock_format(sb, cls);
@@ -210,6 +225,7 @@ sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, sa_superbloc
     sa->nempty++;
     return st;
   }
+  count(a, sb, -1, +1);
   sb->next = sb->prev = NULL;
   sb->in_bin = false;
   *out = sb;

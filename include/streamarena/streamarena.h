@@ -259,9 +259,13 @@ sa_status sa_trim(sa_arena *arena, size_t keep_bytes);
 sa_status sa_defragment(sa_arena *arena);
 
 typedef struct sa_stats_s {
-  size_t live_bytes, live_bytes_peak;         /* requested bytes held by users */
+  size_t live_bytes, live_bytes_peak; /* bytes of live allocations: a small block
+                                         counts its size class (300 B counts 512),
+                                         a large one the bytes requested */
   size_t reserved_bytes, reserved_bytes_peak; /* physical bytes held from the driver */
-  size_t cached_bytes;        /* physical bytes held but not backing live blocks */
+  size_t cached_bytes;        /* physical bytes reusable without the driver: the
+                                 chunk cache, empty superblocks and free large
+                                 spans (not free blocks in partly used superblocks) */
   size_t va_used_bytes;       /* reserved virtual range in use (spans + superblocks) */
   size_t va_reserved_bytes;   /* the whole reserved virtual range */
   uint64_t alloc_count, free_count;
@@ -269,21 +273,27 @@ typedef struct sa_stats_s {
   double fast_path_ratio;     /* (fast_allocs + fast_frees) / (allocs + frees) */
   uint64_t large_allocs;      /* allocations above large_threshold: spans, never
                                  the fast path (so they bound fast_path_ratio) */
-  size_t superblocks_total;   /* carved and mapped */
-  size_t superblocks_active;  /* owned by a stream, some blocks in use */
-  size_t superblocks_empty;   /* mapped, no block in use */
+  size_t superblocks_total;   /* carved and mapped: active + empty */
+  size_t superblocks_active;  /* owned by a stream and not empty: some blocks live,
+                                 in a thread's cache or waiting for an event (so
+                                 nonzero with nothing live while threads cache
+                                 blocks; sa_trim gives back the caller's) */
+  size_t superblocks_empty;   /* mapped, every block free: kept by a stream or on
+                                 the global stack */
   size_t large_spans;         /* live large allocations */
   size_t chunks_total;        /* physical chunks held */
-  size_t deferred_frees;      /* blocks waiting for an event */
+  size_t deferred_frees;      /* blocks freed on another stream (or recorded) that
+                                 reached their stream, waiting for an event */
   size_t events_in_flight;    /* recorded, completion not yet observed */
-  size_t streams;             /* stream arenas alive */
+  size_t streams;             /* stream arenas alive (not released) */
   uint64_t oom_events;        /* allocations that failed for lack of memory */
   uint64_t defragmentations;  /* sa_defragment runs, explicit or automatic */
 } sa_stats;
 
 /* A consistent-enough snapshot: counters kept by other threads are read
  * without stopping them, so a concurrent run may be off by its in-flight
- * operations. Each thread publishes its live bytes once they stray more
+ * operations (superblocks_active + superblocks_empty is superblocks_total
+ * all the same). Each thread publishes its live bytes once they stray more
  * than 256 KiB plus the block just counted from what it published: live_bytes
  * is exact for the calling thread's own allocations and within 256 KiB plus
  * the largest small block (the large-allocation threshold) per other thread;

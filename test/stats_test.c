@@ -1,0 +1,146 @@
+/* sa_get_stats: the numbers mean what streamarena.h says they mean, and a
+ * snapshot taken while other threads move superblocks adds up
+ * (superblocks_active + superblocks_empty == superblocks_total).
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include <streamarena/host.h>
+#include <streamarena/streamarena.h>
+
+#include "fixture.h"
+#include "internal.h"
+
+#define MiB ((size_t)1 << 20)
+
+static int setup(void **state) { return sa_fixture_cmocka_setup(state); }
+static int teardown(void **state) { return sa_fixture_cmocka_teardown(state); }
+
+static sa_stats stats_of(sa_arena *a) {
+  sa_stats st;
+  sa_assert_ok(sa_get_stats(a, &st));
+  assert_int_equal(st.superblocks_active + st.superblocks_empty, st.superblocks_total);
+  return st;
+}
+
+/* live_bytes: small blocks count their size class, large allocations the
+ * bytes asked for. superblocks_active counts superblocks whose blocks a
+ * thread cache holds, though nothing is live; a trim gives them back. */
+static void live_bytes_and_superblocks_mean_what_the_header_says(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s = f->streams[0];
+  void *small, *large;
+  sa_assert_ok(sa_alloc(f->arena, &small, 300, s));
+  assert_int_equal(stats_of(f->arena).live_bytes, 512); /* the 512-byte class */
+  sa_assert_ok(sa_alloc(f->arena, &large, 3 * MiB + 1, s));
+  sa_stats st = stats_of(f->arena);
+  assert_int_equal(st.live_bytes, 512 + 3 * MiB + 1);
+  assert_int_equal(st.large_spans, 1);
+  assert_int_equal(st.superblocks_active, 1);
+  sa_assert_ok(sa_free(small, s));
+  sa_assert_ok(sa_free(large, s));
+  st = stats_of(f->arena);
+  assert_int_equal(st.live_bytes, 0);
+  assert_int_equal(st.live_bytes_peak, 512 + 3 * MiB + 1);
+  assert_int_equal(st.large_spans, 0);
+  assert_int_equal(st.superblocks_active, 1); /* its blocks are in this thread's cache */
+  sa_assert_ok(sa_trim(f->arena, 0));
+  st = stats_of(f->arena);
+  assert_int_equal(st.superblocks_total, 0);
+  assert_int_equal(st.superblocks_active, 0);
+  assert_int_equal(st.reserved_bytes, 0);
+  assert_int_equal(st.cached_bytes, 0);
+}
+
+static void *alloc_free_exit(void *arg) {
+  void **args = arg;
+  void *p;
+  sa_assert_ok(sa_alloc(args[0], &p, 4096, args[1]));
+  sa_assert_ok(sa_free(p, args[1]));
+  return NULL;
+}
+
+/* An empty superblock on stream s: a thread allocates, frees and exits. */
+static void empty_superblock_on(sa_arena *a, sa_stream s) {
+  void *args[2] = {a, s};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, alloc_free_exit, args), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+typedef struct {
+  sa_arena *arena;
+  sa_stats stats;
+  int done;
+} reader_arg;
+
+static void *get_stats(void *arg) {
+  reader_arg *r = arg;
+  sa_assert_ok(sa_get_stats(r->arena, &r->stats));
+  __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Until the reader is done or blocked on m. glibc: the word of a locked
+ * normal mutex turns 2 once a thread blocks on it. Deterministic, where a
+ * sleep would only make it likely. Returns whether it blocked. */
+static int wait_until_done_or_blocked_on(reader_arg *r, pthread_mutex_t *m) {
+  for (;;) {
+    if (__atomic_load_n(&r->done, __ATOMIC_ACQUIRE)) return 0;
+    if (__atomic_load_n(&m->__data.__lock, __ATOMIC_ACQUIRE) == 2) return 1;
+    sched_yield();
+  }
+}
+
+/* Stats counted each stream's empty superblocks under its lock, then the
+ * global stack's: a superblock that moved from a stream already counted
+ * to the global stack in between was counted twice, and
+ * superblocks_active (total - empty) wrapped around to SIZE_MAX - 0. Here
+ * the reader is held on the second stream while the first one's empty
+ * superblock goes global. */
+static void stats_never_count_a_superblock_twice(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s1 = f->streams[0], s2 = f->streams[1];
+  empty_superblock_on(f->arena, s1); /* s1's stream arena first: stats reads s2 first */
+  empty_superblock_on(f->arena, s2);
+  sa_stream_arena *sa1, *sa2;
+  sa_assert_ok(sa__stream_arena_get(f->arena, s1, &sa1));
+  sa_assert_ok(sa__stream_arena_get(f->arena, s2, &sa2));
+  assert_ptr_equal(f->arena->streams, sa2);
+
+  reader_arg r = {f->arena, {0}, 0};
+  pthread_t reader;
+  pthread_mutex_lock(&sa1->lock);
+  assert_int_equal(pthread_create(&reader, NULL, get_stats, &r), 0);
+  /* A reader that takes the streams' locks one by one is past s2 when it
+   * blocks on s1: move s2's empty superblock to the global stack then. */
+  if (wait_until_done_or_blocked_on(&r, &sa1->lock) &&
+      pthread_mutex_trylock(&sa2->lock) == 0) {
+    pthread_mutex_unlock(&sa2->lock);
+    sa__stream_arena_shed(sa2);
+  }
+  pthread_mutex_unlock(&sa1->lock);
+  assert_int_equal(pthread_join(reader, NULL), 0);
+  sa_stats st = r.stats;
+  assert_int_equal(st.superblocks_total, 2);
+  assert_int_equal(st.superblocks_empty, 2);
+  assert_int_equal(st.superblocks_active, 0);
+  assert_int_equal(st.cached_bytes, 4 * MiB);
+}
+
+int main(void) {
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+  const struct CMUnitTest tests[] = {
+      T(live_bytes_and_superblocks_mean_what_the_header_says),
+      T(stats_never_count_a_superblock_twice),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
