@@ -101,9 +101,12 @@ typedef struct sa_superblock_s {
   unsigned cls;                     /* size class, valid while owned */
   size_t block_size;
   uint64_t block_inv;               /* ceil(2^64 / block_size): sa__block_index */
-  uint32_t nblocks, used, bump, nfree, capacity;
+  uint32_t nblocks, used, bump, nfree, capacity; /* capacity: of free_idx */
   uint32_t *free_idx;               /* free block indices (owner lock) */
-  _Atomic uint8_t *state;           /* per block SA_BLOCK_* */
+  _Atomic uint8_t *state;           /* per block SA_BLOCK_*; never moves (a racing
+                                       double free may read it): nstate bytes,
+                                       one per smallest block of hdr.size */
+  uint32_t nstate;
   bool in_bin;                      /* on its bin's partial list */
 } sa_superblock;
 

@@ -14,16 +14,13 @@
 
 #include "internal.h"
 
-/* Grow the per-block arrays to n entries; new state bytes are FREE. */
+/* Grow the free index stack to n entries (read under the owner lock only,
+ * so it may move). */
 static sa_status ensure_capacity(sa_superblock *sb, uint32_t n) {
   if (n <= sb->capacity) return SA_OK;
   uint32_t *idx = realloc(sb->free_idx, (size_t)n * sizeof *idx);
   if (idx == NULL) return SA_ERR_OUT_OF_MEMORY;
   sb->free_idx = idx;
-  _Atomic uint8_t *state = realloc((void *)sb->state, n);
-  if (state == NULL) return SA_ERR_OUT_OF_MEMORY;
-  memset((void *)(state + sb->capacity), SA_BLOCK_FREE, n - sb->capacity);
-  sb->state = state;
   sb->capacity = n;
   return SA_OK;
 }
@@ -33,7 +30,7 @@ static sa_status ensure_capacity(sa_superblock *sb, uint32_t n) {
 sa_status sa__superblock_format(sa_superblock *sb, unsigned cls) {
   size_t bs = sa_class_size(cls);
   uint32_t n = (uint32_t)(sb->hdr.size / bs);
-  if (n == 0) return SA_ERR_INTERNAL; /* acquire picks superblocks that fit */
+  if (n == 0 || n > sb->nstate) return SA_ERR_INTERNAL; /* acquire and carve see to it */
   sa_status st = ensure_capacity(sb, n);
   if (st != SA_OK) return st;
   sb->cls = cls;
@@ -99,17 +96,26 @@ sa_status sa__superblock_unmap(sa_arena *a, sa_superblock *sb) {
 static sa_status carve(sa_arena *a, size_t need, sa_superblock **out) {
   size_t size = atomic_load_explicit(&a->xsuperblock_size, memory_order_relaxed);
   if (size < need) size = (need + a->gran - 1) & ~(a->gran - 1);
+  uint32_t nstate = (uint32_t)(size / SA_ALIGNMENT);
   pthread_mutex_lock(&a->lock);
-  sa_superblock *sb = a->spare_superblocks;
-  if (sb != NULL) {
-    a->spare_superblocks = sb->next;
+  /* A spare descriptor whose state bytes cover this size, else a new one:
+   * state arrays never move or shrink (see sa_superblock.state). */
+  sa_superblock **psb = &a->spare_superblocks, *sb;
+  while (*psb != NULL && (*psb)->nstate < nstate) psb = &(*psb)->next;
+  if ((sb = *psb) != NULL) {
+    *psb = sb->next;
   } else {
     sb = calloc(1, sizeof *sb);
-    if (sb == NULL) {
+    _Atomic uint8_t *state = calloc(nstate, 1); /* SA_BLOCK_FREE */
+    if (sb == NULL || state == NULL) {
+      free(sb);
+      free((void *)state);
       pthread_mutex_unlock(&a->lock);
       return SA_ERR_OUT_OF_MEMORY;
     }
     sb->hdr.kind = SA_DESC_SUPERBLOCK;
+    sb->state = state;
+    sb->nstate = nstate;
     sb->all_next = a->all_superblocks;
     a->all_superblocks = sb;
   }

@@ -171,6 +171,31 @@ static void a_class_larger_than_the_superblock_size_gets_room(void **state) {
   sa_assert_ok(sa_fixture_teardown(&f));
 }
 
+/* A free of a block that is free already may read the block's state byte
+ * while another thread reformats its (empty) superblock for a class with
+ * more blocks. The state array grew by realloc there, so that free read
+ * freed memory; it must stay where it is for the descriptor's life. */
+static void state_bytes_never_move(void **state) {
+  (void)state;
+  sa_fixture f;
+  sa_assert_ok(sa_fixture_setup(&f, NULL, 1, SA_HOST_AUTO));
+  sa_stream s = f.streams[0];
+  void *p, *q;
+  sa_assert_ok(sa_alloc(f.arena, &p, MiB, s)); /* two blocks a superblock */
+  sa_superblock *sb = (sa_superblock *)sa__pagemap_get(f.arena, (uintptr_t)p);
+  assert_non_null(sb);
+  const _Atomic uint8_t *before = sb->state;
+  sa_assert_ok(sa_free(p, s));
+  sa_assert_ok(sa_trim(f.arena, SIZE_MAX)); /* this thread's cache back: sb empties */
+  sa_assert_ok(sa_alloc(f.arena, &q, 256, s)); /* 8192 blocks in the same superblock */
+  assert_ptr_equal(sa__pagemap_get(f.arena, (uintptr_t)q), &sb->hdr);
+  assert_int_equal(sb->nblocks, 8192);
+  assert_ptr_equal(sb->state, before);
+  sa_assert_status(sa_free(p, s), SA_ERR_DOUBLE_FREE); /* p is block 0 again: q */
+  sa_assert_ok(sa_free(q, s));
+  sa_assert_ok(sa_fixture_teardown(&f));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(index_is_division_for_every_class),
@@ -178,6 +203,7 @@ int main(void) {
       cmocka_unit_test(frees_find_blocks_of_an_odd_class),
       cmocka_unit_test(smaller_empty_superblocks_are_not_lost),
       cmocka_unit_test(a_class_larger_than_the_superblock_size_gets_room),
+      cmocka_unit_test(state_bytes_never_move),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
