@@ -57,12 +57,16 @@ void sa__live_add(sa_arena *a, int64_t delta) {
   }
 }
 
-/* Open config's backend and device and read what the configuration rules
- * need: the granularity (a power of two) and the device's memory. */
+/* Open config's backend and device, grant its peers, and read what the
+ * configuration rules need: the granularity (a power of two) and the
+ * device's memory. The access list lives in the driver from here on: every
+ * set_access of every mapping (growth, stitching, remapping) grants it,
+ * whoever maps. */
 static sa_status open_device(const sa_config *c, sa_driver **drv, size_t *gran, size_t *total) {
   sa_status st = sa_driver_open(c->backend, c->device, drv);
   if (st != SA_OK) return st;
-  st = (*drv)->ops->granularity(*drv, gran);
+  if (c->peer_access != 0) st = (*drv)->ops->set_peer_access(*drv, c->peer_access);
+  if (st == SA_OK) st = (*drv)->ops->granularity(*drv, gran);
   if (st == SA_OK) st = (*drv)->ops->total_memory(*drv, total);
   if (st == SA_OK && (*gran == 0 || (*gran & (*gran - 1)) != 0)) st = SA_ERR_INTERNAL;
   if (st != SA_OK) {
@@ -85,10 +89,12 @@ sa_status sa_config_check(const sa_config *config, char *err, size_t err_size) {
   if (st != SA_OK) {
     const char *name;
     (void)sa_last_driver_error(&name);
+    /* A refused peer_access names the device in the driver error. */
+    bool why = st == SA_ERR_DRIVER || (c.peer_access != 0 && (st == SA_ERR_NO_DEVICE ||
+                                                              st == SA_ERR_NOT_SUPPORTED));
     if (err != NULL)
       snprintf(err, err_size, "backend=%s,device=%d: %s%s%s", sa_backend_name(c.backend),
-               c.device, sa_status_string(st), st == SA_ERR_DRIVER ? ": " : "",
-               st == SA_ERR_DRIVER ? name : "");
+               c.device, sa_status_string(st), why ? ": " : "", why ? name : "");
     return st;
   }
   sa_driver_close(drv);

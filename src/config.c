@@ -121,7 +121,7 @@ static size_result parse_size(span s, size_t *out) {
   return SIZE_SYNTAX;
 }
 
-typedef enum key_kind_e { KEY_SIZE, KEY_DEVICE, KEY_BACKEND, KEY_FLAG, KEY_PATH } key_kind;
+typedef enum key_kind_e { KEY_SIZE, KEY_DEVICE, KEY_BACKEND, KEY_PEERS, KEY_FLAG, KEY_PATH } key_kind;
 
 /* One row per key: how to parse it and where it goes. */
 typedef struct key_desc_s {
@@ -134,6 +134,7 @@ typedef struct key_desc_s {
 static const key_desc keys[] = {
     {"device", KEY_DEVICE, 0, 0},
     {"backend", KEY_BACKEND, 0, 0},
+    {"peer_access", KEY_PEERS, 0, 0},
     {"superblock_size", KEY_SIZE, offsetof(sa_config, superblock_size), 0},
     {"va_reserve", KEY_SIZE, offsetof(sa_config, va_reserve_bytes), 0},
     {"max_physical", KEY_SIZE, offsetof(sa_config, max_physical_bytes), 0},
@@ -143,6 +144,33 @@ static const key_desc keys[] = {
     {"oom_report", KEY_FLAG, 0, SA_FLAG_OOM_REPORT},
     {"trace", KEY_PATH, 0, 0},
 };
+
+/* "all", "none", or device ordinals 0-63 joined by '+' (the item separator
+ * ',' is taken): "1", "0+2+3". */
+static bool parse_peers(span value, uint64_t *out) {
+  if (span_is(value, "all")) {
+    *out = SA_PEER_ACCESS_ALL;
+    return true;
+  }
+  if (span_is(value, "none")) {
+    *out = 0;
+    return true;
+  }
+  uint64_t peers = 0;
+  for (span rest = value;;) {
+    const char *plus = memchr(rest.begin, '+', span_len(rest));
+    span item = span_trim((span){rest.begin, plus != NULL ? plus : rest.end});
+    uint64_t dev;
+    size_t digits;
+    if (!parse_digits(item, &dev, &digits) || digits == 0 || digits != span_len(item) || dev > 63)
+      return false;
+    peers |= (uint64_t)1 << dev;
+    if (plus == NULL) break;
+    rest.begin = plus + 1;
+  }
+  *out = peers;
+  return true;
+}
 
 /* Apply one key's value to *c. Returns false after writing a message. */
 static bool apply(sa_config *c, const key_desc *k, span value, char *err, size_t err_size) {
@@ -192,6 +220,13 @@ static bool apply(sa_config *c, const key_desc *k, span value, char *err, size_t
         return false;
       }
       return true;
+    case KEY_PEERS:
+      if (parse_peers(value, &c->peer_access)) return true;
+      set_error(err, err_size,
+                "bad value '%.*s' for key 'peer_access': expected all, none or device "
+                "ordinals 0..63 joined by '+' (e.g. 1+2)",
+                vlen, value.begin);
+      return false;
     case KEY_FLAG:
       if (span_is(value, "1")) {
         c->flags |= k->flag;

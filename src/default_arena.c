@@ -1,6 +1,8 @@
 /* Default arenas: one per device, created at first use, configured by the
  * environment variable STREAMARENA_CONF. They back the drop-in calls
- * sa_malloc_async / sa_free_async.
+ * sa_malloc_async / sa_free_async; sa_malloc_async picks the arena of the
+ * calling thread's current device (sa_driver_current_device), read at every
+ * call, so a thread that switches devices switches arenas.
  */
 #include <stdlib.h>
 
@@ -42,7 +44,8 @@ sa_status sa_default_arena(int device, sa_arena **out) {
       cfg.device = device;
       st = sa_arena_create(&cfg, &a);
       if (st == SA_OK) atomic_store_explicit(&defaults[device], a, memory_order_release);
-      if (st == SA_ERR_BAD_CONFIG && sa_config_check(&cfg, err, sizeof err) != SA_OK)
+      bool peers_refused = cfg.peer_access != 0 && (st == SA_ERR_NO_DEVICE || st == SA_ERR_NOT_SUPPORTED);
+      if ((st == SA_ERR_BAD_CONFIG || peers_refused) && sa_config_check(&cfg, err, sizeof err) != SA_OK)
         report_conf(err);
     }
   }
@@ -51,17 +54,10 @@ sa_status sa_default_arena(int device, sa_arena **out) {
   return st;
 }
 
-/* The calling thread's current CUDA device, or 0 (host, or none current). */
-static int current_device(void) {
-  int dev = 0;
-  if (sa_driver_cuda_current_device(&dev) != SA_OK) dev = 0;
-  return dev;
-}
-
 sa_status sa_malloc_async(void **out, size_t size, sa_stream stream) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   sa_arena *a;
-  sa_status st = sa_default_arena(current_device(), &a);
+  sa_status st = sa_default_arena(sa_driver_current_device(), &a);
   if (st != SA_OK) {
     *out = NULL;
     return st;

@@ -282,6 +282,21 @@ static void unknown_streams(void **state) {
   BAD(sa_free(r, gone), SA_ERR_UNKNOWN_STREAM);
   sa_assert_ok(sa_free(r, f->streams[1]));
 
+  /* A stream of another device (the fixture's arena is device 0's). */
+  sa_stream other;
+  sa_assert_ok(sa_host_set_device_count(2));
+  sa_assert_ok(sa_host_set_device(1));
+  sa_assert_ok(sa_host_stream_create(SA_HOST_AUTO, &other));
+  sa_assert_ok(sa_host_set_device(0));
+  BAD(sa_alloc(f->arena, &none, 64, other), SA_ERR_UNKNOWN_STREAM);
+  assert_null(none);
+  BAD(sa_alloc(f->arena, &none, 5 * MiB, other), SA_ERR_UNKNOWN_STREAM);
+  BAD(sa_free(p, other), SA_ERR_UNKNOWN_STREAM);
+  BAD(sa_free(q, other), SA_ERR_UNKNOWN_STREAM);
+  BAD(sa_record_stream(p, other), SA_ERR_UNKNOWN_STREAM);
+  sa_assert_ok(sa_host_stream_destroy(other));
+  sa_assert_ok(sa_host_set_device_count(1));
+
   /* Nothing changed for the blocks the bad calls named. */
   sa_assert_ok(sa_free(p, f->streams[0]));
   sa_assert_ok(sa_free(q, f->streams[0]));
@@ -355,6 +370,8 @@ static void configuration_out_of_range(void **state) {
   bad_config("superblock_size=34MiB,large_threshold=34MiB", SA_ERR_BAD_CONFIG);
   bad_config("superblock_size=8MiB,max_physical=4MiB", SA_ERR_BAD_CONFIG); /* no superblock fits */
   bad_config("device=1", SA_ERR_NO_DEVICE);                /* one simulated device */
+  bad_config("peer_access=1", SA_ERR_NO_DEVICE);
+  bad_config("peer_access=0+63", SA_ERR_NO_DEVICE);
   bad_config("device=-1", SA_ERR_BAD_CONFIG);
   bad_config("backend=gpu", SA_ERR_BAD_CONFIG);
   bad_config("superblock=2MiB", SA_ERR_BAD_CONFIG);        /* unknown key */
@@ -368,6 +385,16 @@ static void configuration_out_of_range(void **state) {
   bad_config("max_physical=2MiB,va_reserve=2MiB", SA_OK);
   bad_config("superblock_size=34MiB,large_threshold=32MiB", SA_OK);
   bad_config("superblock_size=8MiB,max_physical=8MiB", SA_OK);
+  bad_config("peer_access=all", SA_OK); /* one device: no peer to grant */
+  bad_config("peer_access=0", SA_OK);   /* the arena's own device */
+  /* A device that cannot access the arena's device (cuDeviceCanAccessPeer). */
+  sa_assert_ok(sa_host_set_device_count(2));
+  sa_assert_ok(sa_host_set_can_access_peer(1, 0, 0));
+  bad_config("peer_access=1", SA_ERR_NOT_SUPPORTED);
+  bad_config("peer_access=all", SA_ERR_NOT_SUPPORTED);
+  sa_assert_ok(sa_host_set_can_access_peer(1, 0, 1));
+  bad_config("peer_access=1", SA_OK);
+  sa_assert_ok(sa_host_set_device_count(1));
 
   /* Values set in the struct directly, bypassing the parser. */
   sa_config cfg;

@@ -37,6 +37,7 @@ static void defaults_are_documented(void **state) {
   sa_config_init(&c);
   assert_int_equal(c.device, 0);
   assert_int_equal(c.backend, SA_BACKEND_AUTO);
+  assert_int_equal(c.peer_access, 0);
   assert_int_equal(c.superblock_size, 0);
   assert_int_equal(c.va_reserve_bytes, 0);
   assert_int_equal(c.max_physical_bytes, 0);
@@ -60,12 +61,13 @@ static void every_key_sets_its_field(void **state) {
   assert_int_equal(parse(&c,
                          "device=3,backend=host,superblock_size=4MiB,va_reserve=1TiB,"
                          "max_physical=8GiB,release_threshold=1GiB,large_threshold=512KiB,"
-                         "check_stream_order=1,oom_report=1,trace=/tmp/sa.trace",
+                         "check_stream_order=1,oom_report=1,trace=/tmp/sa.trace,peer_access=1+2",
                          err, sizeof err),
                    SA_OK);
   assert_string_equal(err, "");
   assert_int_equal(c.device, 3);
   assert_int_equal(c.backend, SA_BACKEND_HOST);
+  assert_int_equal(c.peer_access, 6);
   assert_int_equal(c.superblock_size, (size_t)4 << 20);
   assert_int_equal(c.va_reserve_bytes, (size_t)1 << 40);
   assert_int_equal(c.max_physical_bytes, (size_t)8 << 30);
@@ -82,6 +84,20 @@ static void backend_values(void **state) {
   assert_int_equal(c.backend, SA_BACKEND_CUDA);
   assert_int_equal(parse(&c, "backend=host,backend=auto", NULL, 0), SA_OK);
   assert_int_equal(c.backend, SA_BACKEND_AUTO);
+}
+
+static void peer_access_values(void **state) {
+  (void)state;
+  sa_config c;
+  assert_int_equal(parse(&c, "peer_access=1", NULL, 0), SA_OK);
+  assert_int_equal(c.peer_access, 2);
+  assert_int_equal(parse(&c, "peer_access=0+2 + 63,device=1", NULL, 0), SA_OK);
+  assert_int_equal(c.peer_access, 1 | 4 | (uint64_t)1 << 63);
+  assert_int_equal(c.device, 1);
+  assert_int_equal(parse(&c, "peer_access=all", NULL, 0), SA_OK);
+  assert_true(c.peer_access == SA_PEER_ACCESS_ALL);
+  assert_int_equal(parse(&c, "peer_access=all,peer_access=none", NULL, 0), SA_OK);
+  assert_int_equal(c.peer_access, 0);
 }
 
 static void flags_turn_off_again(void **state) {
@@ -178,6 +194,15 @@ static void bad_numbers(void **state) {
   expect_bad("oom_report=yes", "oom_report");
   expect_bad("backend=gpu", "gpu");
   expect_bad("backend=HOST", "backend");
+  expect_bad("peer_access=64", "peer_access");
+  expect_bad("peer_access=1+", "peer_access");
+  expect_bad("peer_access=+1", "peer_access");
+  expect_bad("peer_access=1++2", "peer_access");
+  expect_bad("peer_access=-1", "peer_access");
+  expect_bad("peer_access=ALL", "peer_access");
+  expect_bad("peer_access=1x", "1x");
+  /* ',' separates items: "0,1" is peer_access=0 and an item "1". */
+  expect_bad("peer_access=0,1", "missing '='");
 }
 
 static void overflow(void **state) {
@@ -351,6 +376,7 @@ int main(void) {
       cmocka_unit_test(init_accepts_null),
       cmocka_unit_test(every_key_sets_its_field),
       cmocka_unit_test(backend_values),
+      cmocka_unit_test(peer_access_values),
       cmocka_unit_test(flags_turn_off_again),
       cmocka_unit_test(size_suffixes),
       cmocka_unit_test(largest_sizes_fit),

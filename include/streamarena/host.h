@@ -9,7 +9,12 @@
  * which lets a test run streams in an adversarial order and see any reuse the
  * stream-ordered contract forbids.
  *
- * The simulator is one process-wide "device". All functions are thread-safe.
+ * The simulator is one process-wide set of devices: one by default, more
+ * through sa_host_set_device_count or STREAMARENA_HOST_DEVICES. Each has its
+ * own memory; streams belong to a device; a mapping is accessible to the
+ * devices set_access granted it to, and a kernel on a stream of another
+ * device does not run (it counts as a violation, as a GPU would fault).
+ * All functions are thread-safe.
  */
 #ifndef STREAMARENA_HOST_H
 #define STREAMARENA_HOST_H
@@ -28,8 +33,33 @@ typedef enum sa_host_mode_e {
   SA_HOST_MANUAL = 1  /* work completes only through sa_host_stream_step/drain */
 } sa_host_mode;
 
-/* Streams. NULL is the default stream; its mode is AUTO unless changed. */
+/* Devices. At most SA_HOST_MAX_DEVICES; 1 unless set here or by the
+ * environment variable STREAMARENA_HOST_DEVICES (read at the simulator's
+ * first use). Lowering the count below a device that still holds chunks or
+ * streams fails with SA_ERR_INVALID_ARGUMENT. */
+#define SA_HOST_MAX_DEVICES 64
+sa_status sa_host_set_device_count(int count);
+int sa_host_device_count(void);
+/* The calling thread's current device (cudaSetDevice's counterpart), 0 until
+ * set: streams it creates belong to that device, and sa_malloc_async on the
+ * host backend uses that device's default arena. SA_ERR_NO_DEVICE for a
+ * device the simulator does not have. */
+sa_status sa_host_set_device(int device);
+int sa_host_get_device(void);
+/* Whether peer access to device's memory may be granted to peer (the answer
+ * of cuDeviceCanAccessPeer(peer, device)); every pair may by default. */
+sa_status sa_host_set_can_access_peer(int peer, int device, int can);
+/* The device whose physical memory backs p (mapped simulator memory), as
+ * CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL says; SA_ERR_INVALID_POINTER if none. */
+sa_status sa_host_pointer_device(const void *p, int *device);
+
+/* Streams. NULL is the default stream, one queue shared by every device (its
+ * kernels run as work of the device current on the thread that enqueued
+ * them); its mode is AUTO unless changed. A stream made here belongs to the
+ * calling thread's current device. */
 sa_status sa_host_stream_create(sa_host_mode mode, sa_stream *out);
+/* The device a stream belongs to (-1 for the default stream). */
+sa_status sa_host_stream_device(sa_stream stream, int *device);
 /* Destroying a stream with pending work first runs that work (as CUDA does). */
 sa_status sa_host_stream_destroy(sa_stream stream);
 sa_status sa_host_set_default_stream_mode(sa_host_mode mode);
@@ -45,7 +75,7 @@ sa_status sa_host_drain_all(void);
 /* Number of operations queued and not yet complete on stream. */
 size_t sa_host_stream_pending(sa_stream stream);
 
-/* Simulated kernels. fill writes the 32-bit pattern over [p, p + size)
+/* Simulated kernels, work of the stream's device. fill writes the 32-bit pattern over [p, p + size)
  * (size a multiple of 4) when the operation completes. check compares
  * [p, p + size) with the pattern when it completes and adds the number of
  * mismatching words to *mismatches (which must stay valid until then). */
@@ -53,10 +83,11 @@ sa_status sa_host_fill(sa_stream stream, void *p, size_t size, uint32_t pattern)
 sa_status sa_host_check(sa_stream stream, const void *p, size_t size,
                         uint32_t pattern, uint64_t *mismatches);
 
-/* Simulated device memory (default 16 GiB; also the environment variable
- * STREAMARENA_HOST_DEVICE_BYTES). Only chunks actually created use memory,
- * and only their touched pages. Takes effect for chunks created afterwards;
- * fails with SA_ERR_INVALID_ARGUMENT below what is already in use. */
+/* Simulated memory of each device (default 16 GiB; also the environment
+ * variable STREAMARENA_HOST_DEVICE_BYTES). Only chunks actually created use
+ * memory, and only their touched pages. Takes effect for chunks created
+ * afterwards; fails with SA_ERR_INVALID_ARGUMENT below what a device already
+ * uses. */
 sa_status sa_host_set_device_memory(size_t bytes);
 
 /* The driver functions, for fault injection and call counting. */

@@ -46,7 +46,8 @@ typedef enum sa_status_e {
   SA_ERR_OUT_OF_MEMORY,     /* nothing left after reclaiming, or impossible size */
   SA_ERR_INVALID_POINTER,   /* not a block start of any live arena */
   SA_ERR_DOUBLE_FREE,       /* the block is already free */
-  SA_ERR_UNKNOWN_STREAM,    /* the backend does not know this stream */
+  SA_ERR_UNKNOWN_STREAM,    /* the backend does not know this stream, or it
+                               belongs to another device than the arena's */
   SA_ERR_NO_DEVICE,         /* no usable device (or driver) for this backend */
   SA_ERR_DRIVER,            /* the driver failed a call; see sa_last_driver_error */
   SA_ERR_NOT_READY,         /* queried work has not completed yet */
@@ -92,6 +93,9 @@ const char *sa_backend_name(sa_backend backend);
 #define SA_FLAG_CHECK_STREAM_ORDER 0x1u /* host backend: verify every handout */
 #define SA_FLAG_OOM_REPORT 0x2u         /* write a report to stderr on OOM */
 
+/* sa_config.peer_access: every device of the backend. */
+#define SA_PEER_ACCESS_ALL UINT64_MAX
+
 struct sa_arena_s;
 
 /* Called when an allocation cannot be satisfied after the allocator has
@@ -104,6 +108,9 @@ typedef int (*sa_oom_callback)(struct sa_arena_s *arena, size_t size,
 typedef struct sa_config_s {
   int device;                     /* CUDA device ordinal; default 0 */
   sa_backend backend;             /* default SA_BACKEND_AUTO */
+  uint64_t peer_access;           /* devices that may also read and write the
+                                     arena's memory: bit i = device i (0-63),
+                                     SA_PEER_ACCESS_ALL = all; default 0 */
   size_t superblock_size;         /* default: allocation granularity (2 MiB) */
   size_t va_reserve_bytes;        /* default: 0 = 4 x device memory */
   size_t max_physical_bytes;      /* default: 0 = the whole device */
@@ -121,9 +128,10 @@ void sa_config_init(sa_config *config);
 
 /* Apply a comma-separated list of key=value pairs to *config, e.g.
  * "backend=host,superblock_size=4MiB,release_threshold=1GiB".
- * Keys: device, backend (auto|cuda|host), superblock_size, va_reserve,
- * max_physical, release_threshold, large_threshold, check_stream_order
- * (0|1), oom_report (0|1), trace (a file path).
+ * Keys: device, backend (auto|cuda|host), peer_access (all|none|devices
+ * joined by '+', e.g. 1+2), superblock_size, va_reserve, max_physical,
+ * release_threshold, large_threshold, check_stream_order (0|1), oom_report
+ * (0|1), trace (a file path).
  * Sizes take an optional suffix: B, KiB, MiB, GiB, TiB (also K, M, G, T).
  * On SA_ERR_BAD_CONFIG, *config is unchanged and, if err is not NULL, a
  * message naming the offending key or value is written to err (at most
@@ -161,9 +169,14 @@ typedef struct sa_arena_s sa_arena;
 
 /* Create an arena on config->device with config->backend (NULL config:
  * defaults). Reserves the virtual range; maps no physical memory yet.
+ * Every mapping it makes (growth, remapping) is readable and writable by its
+ * device and by the devices of config->peer_access.
  * Errors: SA_ERR_INVALID_ARGUMENT, SA_ERR_BAD_CONFIG (a value breaks a rule:
- * sa_config_check on the same config says which and why), SA_ERR_NO_DEVICE,
- * SA_ERR_DRIVER, SA_ERR_OUT_OF_MEMORY. */
+ * sa_config_check on the same config says which and why), SA_ERR_NO_DEVICE
+ * (also a peer_access device the backend does not have),
+ * SA_ERR_NOT_SUPPORTED (a peer_access device cannot access this device's
+ * memory; sa_last_driver_error names it), SA_ERR_DRIVER,
+ * SA_ERR_OUT_OF_MEMORY. */
 sa_status sa_arena_create(const sa_config *config, sa_arena **out);
 
 /* Release everything the arena holds back to the driver, after waiting for
@@ -226,8 +239,11 @@ sa_status sa_stream_release(sa_arena *arena, sa_stream stream);
 /* ------------------------------------------------------------------------
  * Default arenas: drop-in calls mirroring cudaMallocAsync/cudaFreeAsync.
  * One arena per device, created at first use with the configuration in the
- * environment variable STREAMARENA_CONF (sa_config_parse syntax) on the
- * calling thread's current device (device 0 when none is current).
+ * environment variable STREAMARENA_CONF (sa_config_parse syntax; its device
+ * key is ignored). sa_malloc_async uses the calling thread's current device:
+ * the one of the current CUDA context (cudaSetDevice, cuCtxSetCurrent), else
+ * the host simulator's (sa_host_set_device), else 0. Its stream must belong
+ * to that device: a stream of another device is SA_ERR_UNKNOWN_STREAM.
  * ---------------------------------------------------------------------- */
 sa_status sa_malloc_async(void **out, size_t size, sa_stream stream);
 sa_status sa_free_async(void *p, sa_stream stream);

@@ -22,6 +22,12 @@
  *     their own): ours is made current for the call and theirs restored.
  * Calls on an explicit stream or event handle need no current context
  * (the handle names it) and skip the check.
+ *
+ * Several devices. A driver is one device; its memory is mapped read-write
+ * for that device and for the peers set_peer_access named (checked with
+ * cuDeviceCanAccessPeer), one access descriptor each, at every
+ * cuMemSetAccess. No cuCtxEnablePeerAccess is needed for VMM memory: the
+ * descriptors are the grant.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -46,11 +52,14 @@
   X(DeviceGetCount, v2000)              \
   X(DeviceGetAttribute, v2000)          \
   X(DeviceTotalMem, v3020)              \
+  X(DeviceCanAccessPeer, v4000)         \
   X(DevicePrimaryCtxRetain, v7000)      \
   X(DevicePrimaryCtxRelease, v11000)    \
   X(CtxGetCurrent, v4000)               \
   X(CtxSetCurrent, v4000)               \
   X(CtxGetDevice, v2000)                \
+  X(CtxPushCurrent, v4000)              \
+  X(CtxPopCurrent, v4000)               \
   X(MemGetAllocationGranularity, v10020) \
   X(MemAddressReserve, v10020)          \
   X(MemAddressFree, v10020)             \
@@ -183,7 +192,8 @@ typedef struct cuda_driver_s {
   CUcontext ctx;           /* the retained primary context of dev */
   size_t granularity;      /* minimum chunk/map unit, queried at open */
   CUmemAllocationProp prop; /* pinned device memory on dev */
-  CUmemAccessDesc access;   /* read-write for dev */
+  CUmemAccessDesc access[64]; /* read-write for dev, then its peers */
+  size_t naccess;
 } cuda_driver;
 
 static cuda_driver *as_cuda(sa_driver *d) { return (cuda_driver *)d; }
@@ -313,7 +323,41 @@ static sa_status cuda_unmap(sa_driver *d, uintptr_t va, size_t size) {
 
 static sa_status cuda_set_access(sa_driver *d, uintptr_t va, size_t size) {
   cuda_driver *cd = as_cuda(d);
-  CU_IN_CTX(cd, g_cu.MemSetAccess((CUdeviceptr)va, size, &cd->access, 1));
+  CU_IN_CTX(cd, g_cu.MemSetAccess((CUdeviceptr)va, size, cd->access, cd->naccess));
+}
+
+static sa_status cuda_set_peer_access(sa_driver *d, uint64_t peers) {
+  cuda_driver *cd = as_cuda(d);
+  int count = 0;
+  CU_CHECK(g_cu.DeviceGetCount(&count));
+  if (count > 64) count = 64;
+  if (peers == SA_PEER_ACCESS_ALL) peers = count < 64 ? ((uint64_t)1 << count) - 1 : UINT64_MAX;
+  peers &= ~((uint64_t)1 << d->device);
+  size_t n = 1;
+  for (int ordinal = 0; ordinal < 64; ordinal++) {
+    if (!(peers >> ordinal & 1)) continue;
+    if (ordinal >= count) {
+      sa_driver_set_errorf(CUDA_ERROR_INVALID_DEVICE,
+                           "peer_access names device %d; this machine has %d", ordinal, count);
+      return SA_ERR_NO_DEVICE;
+    }
+    CUdevice peer;
+    int can = 0;
+    CU_CHECK(g_cu.DeviceGet(&peer, ordinal));
+    CU_CHECK(g_cu.DeviceCanAccessPeer(&can, peer, cd->dev));
+    if (!can) {
+      sa_driver_set_errorf(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+                           "device %d cannot access the memory of device %d (cuDeviceCanAccessPeer)",
+                           ordinal, d->device);
+      return SA_ERR_NOT_SUPPORTED;
+    }
+    cd->access[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    cd->access[n].location.id = peer;
+    cd->access[n].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    n++;
+  }
+  cd->naccess = n;
+  return SA_OK;
 }
 
 static sa_status cuda_event_create(sa_driver *d, sa_event *out) {
@@ -366,6 +410,19 @@ static sa_status cuda_stream_synchronize(sa_driver *d, sa_stream stream) {
   CU_ON_STREAM(as_cuda(d), stream, g_cu.StreamSynchronize((CUstream)stream));
 }
 
+/* Why a stream of context ctx is not ours, for sa_last_driver_error: it
+ * belongs to another device, or to another context of ours. An error path
+ * only: it pushes ctx to ask for its device. */
+static const char *stream_owner(CUcontext ctx, CUdevice ours) {
+  CUdevice dev = ours;
+  CUcontext popped = NULL;
+  if (g_cu.CtxPushCurrent(ctx) != CUDA_SUCCESS) return "stream of another context";
+  CUresult r = g_cu.CtxGetDevice(&dev);
+  if (g_cu.CtxPopCurrent(&popped) != CUDA_SUCCESS || r != CUDA_SUCCESS)
+    return "stream of another context";
+  return dev != ours ? "stream of another device" : "stream of another context on this device";
+}
+
 static sa_status cuda_stream_validate(sa_driver *d, sa_stream stream) {
   if (stream_is_implicit(stream)) return SA_OK; /* resolved in our context */
   CUcontext ctx = NULL;
@@ -379,7 +436,7 @@ static sa_status cuda_stream_validate(sa_driver *d, sa_stream stream) {
   /* Events we record on it live in our context: cuEventRecord needs the
    * stream in the same one. */
   if (ctx != as_cuda(d)->ctx) {
-    sa_driver_set_error(CUDA_ERROR_INVALID_CONTEXT, "stream of another context");
+    sa_driver_set_error(CUDA_ERROR_INVALID_CONTEXT, stream_owner(ctx, as_cuda(d)->dev));
     return SA_ERR_UNKNOWN_STREAM;
   }
   return SA_OK;
@@ -442,6 +499,7 @@ static const sa_driver_ops cuda_ops = {
     .stream_wait_event = cuda_stream_wait_event,
     .stream_synchronize = cuda_stream_synchronize,
     .stream_validate = cuda_stream_validate,
+    .set_peer_access = cuda_set_peer_access,
     .check_handout = NULL, /* no shadow state of device work on a real GPU */
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
@@ -478,8 +536,9 @@ static sa_status describe_device(cuda_driver *cd) {
   cd->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   cd->prop.location.id = cd->dev;
   cd->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
-  cd->access.location = cd->prop.location;
-  cd->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  cd->access[0].location = cd->prop.location;
+  cd->access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  cd->naccess = 1;
   /* MINIMUM, not RECOMMENDED: the interface promises the smallest legal
    * unit; the arena picks larger chunks itself (both are 2 MiB on H200). */
   CU_CHECK(g_cu.MemGetAllocationGranularity(&cd->granularity, &cd->prop,

@@ -1,4 +1,5 @@
-/* Backend selection and the per-thread last driver error.
+/* Backend selection, the calling thread's device and the per-thread last
+ * driver error.
  *
  * Owns the choice of backend for sa_driver_open (explicit, or AUTO through
  * the environment variable STREAMARENA_BACKEND and then what the machine
@@ -6,22 +7,41 @@
  * backend constructors (cuda.c, host.c); called by the arena.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include <streamarena/host.h>
+
 #include "driver.h"
 
-/* The last failing driver call of this thread. name is always a static
- * string (cuGetErrorName's, or a literal), so storing the pointer is safe. */
+/* The last failing driver call of this thread. name is a static string
+ * (cuGetErrorName's, or a literal) or this thread's sa_driver_set_errorf
+ * buffer, so storing the pointer is safe. */
 static _Thread_local int tl_error_code;
 static _Thread_local const char *tl_error_name;
 
 void sa_driver_set_error(int code, const char *name) {
   tl_error_code = code;
   tl_error_name = name;
+}
+
+void sa_driver_set_errorf(int code, const char *fmt, ...) {
+  static _Thread_local char text[160];
+  va_list ap;
+  va_start(ap, fmt);
+  if (vsnprintf(text, sizeof text, fmt, ap) < 0) text[0] = '\0';
+  va_end(ap);
+  sa_driver_set_error(code, text);
+}
+
+int sa_driver_current_device(void) {
+  int dev = 0;
+  if (sa_driver_cuda_current_device(&dev) == SA_OK) return dev;
+  return sa_host_get_device();
 }
 
 int sa_last_driver_error(const char **name) {

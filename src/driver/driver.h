@@ -43,8 +43,15 @@ typedef struct sa_driver_ops_s {
   /* Unmap [va, va + size), which may cover several mapped chunks. Does NOT wait
    * for queued work (as on the real device). */
   sa_status (*unmap)(sa_driver *d, uintptr_t va, size_t size);
-  /* Make [va, va + size) readable and writable by the device (host: the CPU). */
+  /* Make [va, va + size) readable and writable by the device and by the
+   * peers set_peer_access named (host: also by the CPU). */
   sa_status (*set_access)(sa_driver *d, uintptr_t va, size_t size);
+  /* From now on set_access also grants each device of peers (bit i: device
+   * i; SA_PEER_ACCESS_ALL: every device the backend has; the driver's own
+   * bit is ignored). Called before anything is mapped. Errors, with the
+   * device named in sa_last_driver_error: SA_ERR_NO_DEVICE (no such device),
+   * SA_ERR_NOT_SUPPORTED (it cannot access this device's memory). */
+  sa_status (*set_peer_access)(sa_driver *d, uint64_t peers);
 
   /* Streams and events. An event never recorded counts as complete. */
   sa_status (*event_create)(sa_driver *d, sa_event *out);
@@ -54,7 +61,8 @@ typedef struct sa_driver_ops_s {
   sa_status (*event_synchronize)(sa_driver *d, sa_event event);
   sa_status (*stream_wait_event)(sa_driver *d, sa_stream stream, sa_event event);
   sa_status (*stream_synchronize)(sa_driver *d, sa_stream stream);
-  /* SA_OK when stream is usable on this device, else SA_ERR_UNKNOWN_STREAM. */
+  /* SA_OK when stream is usable on this device, else SA_ERR_UNKNOWN_STREAM
+   * (a stream of another device is too, named so in sa_last_driver_error). */
   sa_status (*stream_validate)(sa_driver *d, sa_stream stream);
 
   /* Optional (NULL when the backend cannot check): the stream-order checker.
@@ -101,8 +109,14 @@ sa_status sa_driver_host_open(int device, sa_driver **out);
 sa_status sa_driver_cuda_device_count(int *count);
 /* The calling thread's current CUDA device; SA_ERR_NO_DEVICE if none. */
 sa_status sa_driver_cuda_current_device(int *device);
+/* The calling thread's current device: the CUDA one when a CUDA context is
+ * current, else the host simulator's (sa_host_set_device; 0 by default). */
+int sa_driver_current_device(void);
 
-/* Per-thread last driver error (driver.c). */
+/* Per-thread last driver error (driver.c). name must be a static string. */
 void sa_driver_set_error(int code, const char *name);
+/* The same with a formatted description, kept in a per-thread buffer until
+ * the thread's next driver error. */
+void sa_driver_set_errorf(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif /* SA_DRIVER_H */

@@ -1,8 +1,10 @@
 /* The host backend of the driver interface (src/driver/driver.h): every op takes the
  * simulator lock, counts the call and applies injected faults
  * (sim/fault.c), then runs the simulator (sim/vmm.c, sim/stream.c,
- * sim/checker.c). Several drivers may be open at once; they all share the
- * one simulated device. Called through sa_driver_open (driver.c). */
+ * sim/checker.c). A driver is one simulated device: its chunks, events and
+ * streams are that device's, and its set_access grants the device itself
+ * and the peers set_peer_access named. Several drivers may be open at once,
+ * on one device or several. Called through sa_driver_open (driver.c). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +13,11 @@
 #include "../sim/sim.h"
 
 typedef struct host_driver_s {
-  sa_driver base; /* first: the sa_driver * is a host_driver * */
+  sa_driver base;        /* first: the sa_driver * is a host_driver * */
+  sa_sim_devices access; /* what set_access grants: the device and its peers */
 } host_driver;
+
+static host_driver *as_host(sa_driver *d) { return (host_driver *)d; }
 
 /* Counted, fault-injectable entry: run `call` only if no fault fires. */
 #define HOST_OP(fn, call)                   \
@@ -53,8 +58,7 @@ static sa_status host_va_release(sa_driver *d, uintptr_t va, size_t size) {
 }
 
 static sa_status host_chunk_create(sa_driver *d, size_t size, sa_chunk_handle *out) {
-  (void)d;
-  HOST_OP(SA_HOST_FN_CHUNK_CREATE, sa_sim_chunk_create(size, out));
+  HOST_OP(SA_HOST_FN_CHUNK_CREATE, sa_sim_chunk_create(d->device, size, out));
 }
 
 static sa_status host_chunk_release(sa_driver *d, sa_chunk_handle chunk) {
@@ -73,13 +77,11 @@ static sa_status host_unmap(sa_driver *d, uintptr_t va, size_t size) {
 }
 
 static sa_status host_set_access(sa_driver *d, uintptr_t va, size_t size) {
-  (void)d;
-  HOST_OP(SA_HOST_FN_SET_ACCESS, sa_sim_set_access(va, size));
+  HOST_OP(SA_HOST_FN_SET_ACCESS, sa_sim_set_access(va, size, as_host(d)->access));
 }
 
 static sa_status host_event_create(sa_driver *d, sa_event *out) {
-  (void)d;
-  HOST_OP(SA_HOST_FN_EVENT_CREATE, sa_sim_event_create(out));
+  HOST_OP(SA_HOST_FN_EVENT_CREATE, sa_sim_event_create(d->device, out));
 }
 
 static sa_status host_event_destroy(sa_driver *d, sa_event event) {
@@ -113,9 +115,41 @@ static sa_status host_stream_synchronize(sa_driver *d, sa_stream stream) {
 }
 
 static sa_status host_stream_validate(sa_driver *d, sa_stream stream) {
-  (void)d;
   sa_sim_lock();
-  sa_status st = sa_sim_stream_lookup(stream) != NULL ? SA_OK : SA_ERR_UNKNOWN_STREAM;
+  const sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  sa_status st = SA_OK;
+  if (s == NULL) {
+    st = SA_ERR_UNKNOWN_STREAM;
+  } else if (!sa_sim_stream_on_device(s, d->device)) {
+    /* As on CUDA, where it is a stream of another context. */
+    st = sa_sim_fail(SA_ERR_UNKNOWN_STREAM, EXDEV, "host: stream of another device");
+  }
+  sa_sim_unlock();
+  return st;
+}
+
+/* Peers must exist and be able to access this device's memory, as
+ * cuDeviceCanAccessPeer says on CUDA. */
+static sa_status host_set_peer_access(sa_driver *d, uint64_t peers) {
+  host_driver *h = as_host(d);
+  sa_sim_lock();
+  int n = sa_sim_device_count();
+  if (peers == SA_PEER_ACCESS_ALL) peers = n < 64 ? ((uint64_t)1 << n) - 1 : UINT64_MAX;
+  peers &= ~((uint64_t)1 << d->device);
+  sa_status st = SA_OK;
+  for (int peer = 0; peer < 64 && st == SA_OK; peer++) {
+    if (!(peers >> peer & 1)) continue;
+    if (peer >= n) {
+      sa_driver_set_errorf(ENODEV, "host: peer_access names device %d, which does not exist (%d simulated)",
+                           peer, n);
+      st = SA_ERR_NO_DEVICE;
+    } else if (!sa_sim_can_access_peer(peer, d->device)) {
+      sa_driver_set_errorf(EPERM, "host: device %d cannot access the memory of device %d", peer,
+                           d->device);
+      st = SA_ERR_NOT_SUPPORTED;
+    }
+  }
+  if (st == SA_OK) h->access = peers | (sa_sim_devices)1 << d->device;
   sa_sim_unlock();
   return st;
 }
@@ -129,8 +163,10 @@ static sa_status host_check_handout(sa_driver *d, uintptr_t p, size_t size, sa_s
 }
 
 static sa_status host_stream_create(sa_driver *d, sa_stream *out) {
-  (void)d;
-  return sa_host_stream_create(SA_HOST_AUTO, out);
+  sa_sim_lock();
+  sa_status st = sa_sim_stream_create(d->device, SA_HOST_AUTO, out);
+  sa_sim_unlock();
+  return st;
 }
 
 static sa_status host_stream_destroy(sa_driver *d, sa_stream stream) {
@@ -140,28 +176,27 @@ static sa_status host_stream_destroy(sa_driver *d, sa_stream stream) {
 
 static sa_status host_memset32_async(sa_driver *d, uintptr_t dst, uint32_t value, size_t count,
                                      sa_stream stream) {
-  (void)d;
   if (count > SIZE_MAX / 4) return SA_ERR_INVALID_ARGUMENT;
   size_t size = count * 4;
   sa_sim_lock();
   sa_status st;
   /* Like a kernel launch, it must name device memory the device may touch. */
-  if (dst % 4 != 0 || !sa_sim_vmm_is_device(dst, size) || !sa_sim_vmm_accessible(dst, size)) {
-    st = sa_sim_fail(SA_ERR_DRIVER, EFAULT, "host: memset32_async of memory that is not mapped device memory");
+  if (dst % 4 != 0 || !sa_sim_vmm_is_device(dst, size) ||
+      !sa_sim_vmm_accessible(dst, size, d->device)) {
+    st = sa_sim_fail(SA_ERR_DRIVER, EFAULT, "host: memset32_async of memory that is not mapped device memory this device may access");
   } else {
-    st = sa_sim_enqueue_kernel(stream, SA_SIM_OP_FILL, dst, size, value, NULL);
+    st = sa_sim_enqueue_kernel(stream, d->device, SA_SIM_OP_FILL, dst, size, value, NULL);
   }
   sa_sim_unlock();
   return st;
 }
 
 static sa_status host_copy_to_host(sa_driver *d, void *dst, uintptr_t src, size_t size) {
-  (void)d;
   if (dst == NULL && size != 0) return SA_ERR_INVALID_ARGUMENT;
   sa_sim_lock();
   sa_status st = SA_OK;
-  if (!sa_sim_vmm_is_device(src, size) || !sa_sim_vmm_accessible(src, size)) {
-    st = sa_sim_fail(SA_ERR_DRIVER, EFAULT, "host: copy_to_host from memory that is not mapped device memory");
+  if (!sa_sim_vmm_is_device(src, size) || !sa_sim_vmm_accessible(src, size, d->device)) {
+    st = sa_sim_fail(SA_ERR_DRIVER, EFAULT, "host: copy_to_host from memory that is not mapped device memory this device may access");
   } else if (size != 0) {
     memcpy(dst, (const void *)src, size);
   }
@@ -189,6 +224,7 @@ static const sa_driver_ops host_ops = {
     .stream_wait_event = host_stream_wait_event,
     .stream_synchronize = host_stream_synchronize,
     .stream_validate = host_stream_validate,
+    .set_peer_access = host_set_peer_access,
     .check_handout = host_check_handout,
     .stream_create = host_stream_create,
     .stream_destroy = host_stream_destroy,
@@ -199,12 +235,19 @@ static const sa_driver_ops host_ops = {
 sa_status sa_driver_host_open(int device, sa_driver **out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   *out = NULL;
-  if (device != 0) return SA_ERR_NO_DEVICE; /* one simulated device */
+  sa_sim_lock();
+  int n = sa_sim_device_count();
+  sa_sim_unlock();
+  if (device < 0 || device >= n) {
+    sa_driver_set_error(ENODEV, "host: no such simulated device (STREAMARENA_HOST_DEVICES)");
+    return SA_ERR_NO_DEVICE;
+  }
   host_driver *h = calloc(1, sizeof *h);
   if (h == NULL) return SA_ERR_OUT_OF_MEMORY;
   h->base.ops = &host_ops;
   h->base.backend = SA_BACKEND_HOST;
-  h->base.device = 0;
+  h->base.device = device;
+  h->access = (sa_sim_devices)1 << device;
   *out = &h->base;
   return SA_OK;
 }

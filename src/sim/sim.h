@@ -1,8 +1,9 @@
-/* The host simulator's internals: one process-wide simulated device.
+/* The host simulator's internals: the process-wide simulated devices.
  *
  * Modules of src/sim/ (each owns its state, all guarded by the one
  * simulator lock):
- *   device.c       the lock, configuration (device memory), counters
+ *   device.c       the lock, configuration (devices, device memory), each
+ *                  thread's current device, peer capability, counters
  *   fault.c        call counting and fault injection per sa_host_fn
  *   ptrset.c       a pointer set: which handles are live
  *   vmm.c          reservations, chunks (ranges of one memfd), mappings
@@ -27,8 +28,13 @@
 
 /* Allocation granularity of the simulated device (as on the H200). */
 #define SA_SIM_GRANULARITY ((size_t)2 << 20)
-/* Simulated device memory unless configured otherwise. */
+/* Simulated memory of each device unless configured otherwise. */
 #define SA_SIM_DEFAULT_DEVICE_BYTES ((size_t)16 << 30)
+#define SA_SIM_MAX_DEVICES SA_HOST_MAX_DEVICES
+/* As a device argument of sa_sim_vmm_accessible: any device at all. */
+#define SA_SIM_ANY_DEVICE (-1)
+/* A set of devices: bit i is device i. */
+typedef uint64_t sa_sim_devices;
 
 /* ---- device.c ----------------------------------------------------------- */
 /* Take / drop the simulator lock (the first call also reads the
@@ -41,6 +47,9 @@ sa_status sa_sim_fail(sa_status status, int code, const char *name);
 /* The checker (or a kernel touching unmapped memory) found a violation. */
 void sa_sim_note_violation(void);
 uint64_t sa_sim_violations(void);
+int sa_sim_device_count(void);
+/* 1 if peer may be granted access to device's memory (always for itself). */
+int sa_sim_can_access_peer(int peer, int device);
 
 /* ---- fault.c ------------------------------------------------------------ */
 /* Entry of a driver op: counts the call and fails it (SA_ERR_DRIVER, after
@@ -68,16 +77,25 @@ int sa_sim_ptrset_remove(sa_sim_ptrset *set, const void *p);
 /* ---- vmm.c -------------------------------------------------------------- */
 sa_status sa_sim_va_reserve(size_t size, size_t alignment, uintptr_t *out);
 sa_status sa_sim_va_release(uintptr_t va, size_t size);
-sa_status sa_sim_chunk_create(size_t size, uint64_t *out);
+/* Physical memory of device (an existing one). */
+sa_status sa_sim_chunk_create(int device, size_t size, uint64_t *out);
 sa_status sa_sim_chunk_release(uint64_t chunk);
 sa_status sa_sim_map(uintptr_t va, size_t size, uint64_t chunk);
 sa_status sa_sim_unmap(uintptr_t va, size_t size);
-sa_status sa_sim_set_access(uintptr_t va, size_t size);
+/* Grant read-write access to devices (besides what was granted before), as
+ * cuMemSetAccess with one descriptor per device; each must be allowed to
+ * access the memory's device (sa_sim_can_access_peer). */
+sa_status sa_sim_set_access(uintptr_t va, size_t size, sa_sim_devices devices);
 /* 1 if [p, p + size) lies inside one reserved range (device memory). */
 int sa_sim_vmm_is_device(uintptr_t p, size_t size);
-/* 1 if work may touch [p, p + size) now: mapped and accessible device
- * memory, or memory outside every reserved range (plain host memory). */
-int sa_sim_vmm_accessible(uintptr_t p, size_t size);
+/* 1 if work of device (SA_SIM_ANY_DEVICE: of some device) may touch
+ * [p, p + size) now: mapped device memory that device was granted access
+ * to, or memory outside every reserved range (plain host memory). */
+int sa_sim_vmm_accessible(uintptr_t p, size_t size, int device);
+/* The device whose chunk is mapped at p, or -1. */
+int sa_sim_vmm_device_of(uintptr_t p);
+/* Bytes of the chunks of device (released-but-mapped ones included). */
+size_t sa_sim_vmm_device_bytes_used(int device);
 size_t sa_sim_device_bytes(void);
 sa_status sa_sim_set_device_bytes(size_t bytes);
 void sa_sim_vmm_counters(sa_host_counters *out);
@@ -116,6 +134,7 @@ typedef enum sa_sim_op_kind_e {
 
 typedef struct sa_sim_op_s {
   sa_sim_op_kind kind;
+  int device;           /* FILL, CHECK: whose work it is (access rights) */
   uint32_t pattern;
   uintptr_t p;
   size_t size;
@@ -128,6 +147,7 @@ typedef struct sa_sim_op_s {
 typedef struct sa_sim_stream_s {
   uint64_t sid;       /* unique for the process lifetime; never reused */
   uint32_t slot;      /* index in the stream table */
+  int device;         /* the device it belongs to; -1: the default stream */
   sa_host_mode mode;
   uint64_t enqueued;  /* ticket of the last op enqueued (tickets start at 1) */
   uint64_t completed; /* ticket of the last op completed */
@@ -145,14 +165,24 @@ sa_sim_stream *sa_sim_stream_lookup(sa_stream handle);
 sa_stream sa_sim_stream_handle(const sa_sim_stream *s);
 void sa_sim_stream_counters(sa_host_counters *out);
 
-/* Driver-level stream and event operations (lock held). */
-sa_status sa_sim_stream_create(sa_host_mode mode, sa_stream *out);
+/* User streams alive on device. */
+size_t sa_sim_streams_on(int device);
+/* 1 if work of device may be enqueued on s: s is the default stream or one
+ * of device's streams. */
+int sa_sim_stream_on_device(const sa_sim_stream *s, int device);
+
+/* Driver-level stream and event operations (lock held). Streams and events
+ * belong to a device (an existing one); an event is recorded only on a
+ * stream of its device or the default stream, as cuEventRecord requires the
+ * same context; any stream may wait for any event. Kernels are work of
+ * device: it must be the stream's (or the stream is the default stream). */
+sa_status sa_sim_stream_create(int device, sa_host_mode mode, sa_stream *out);
 sa_status sa_sim_stream_destroy(sa_stream stream);
 sa_status sa_sim_stream_synchronize(sa_stream stream);
 sa_status sa_sim_stream_wait_event(sa_stream stream, void *event);
-sa_status sa_sim_enqueue_kernel(sa_stream stream, sa_sim_op_kind kind, uintptr_t p,
+sa_status sa_sim_enqueue_kernel(sa_stream stream, int device, sa_sim_op_kind kind, uintptr_t p,
                                 size_t size, uint32_t pattern, uint64_t *mismatches);
-sa_status sa_sim_event_create(void **out);
+sa_status sa_sim_event_create(int device, void **out);
 sa_status sa_sim_event_destroy(void *event);
 sa_status sa_sim_event_record(void *event, sa_stream stream);
 sa_status sa_sim_event_query(void *event);

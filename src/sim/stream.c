@@ -15,6 +15,13 @@
  * wait itself was enqueued, so the dependencies form no cycle and driving
  * always finishes.
  *
+ * Devices: a user stream belongs to one device, and so does an event; an
+ * event is recorded only on its device's streams or on the default stream
+ * (cuEventRecord wants the stream in the event's context), any stream may
+ * wait for any event (cuStreamWaitEvent crosses devices). Kernels carry
+ * their device, which must have access to what they touch when they run.
+ * The default stream is one queue shared by every device.
+ *
  * Streams live in a slot table (slot 0: the default stream, handle NULL);
  * a wait op or event names its stream by (slot, sid) so that a destroyed
  * stream, whose work has all completed, simply reads as complete.
@@ -31,6 +38,7 @@
 #include "sim.h"
 
 typedef struct sim_event_s {
+  int device;          /* whose event it is */
   int recorded;
   uint32_t slot;       /* the stream it was last recorded on */
   uint64_t sid;
@@ -38,7 +46,7 @@ typedef struct sim_event_s {
   sa_sim_clock clock;  /* the recorder's clock, with the marker itself */
 } sim_event;
 
-static sa_sim_stream default_stream = {.sid = 1, .slot = 0, .mode = SA_HOST_AUTO};
+static sa_sim_stream default_stream = {.sid = 1, .slot = 0, .device = -1, .mode = SA_HOST_AUTO};
 
 static struct {
   sa_sim_stream **slots; /* slots[0] unused: slot 0 is default_stream */
@@ -74,6 +82,16 @@ static sa_sim_stream *stream_ref(uint32_t slot, uint64_t sid) {
   return s != NULL && s->sid == sid ? s : NULL;
 }
 
+size_t sa_sim_streams_on(int device) {
+  size_t n = 0;
+  for (size_t slot = 1; slot < tab.nslots; slot++) n += tab.slots[slot] != NULL && tab.slots[slot]->device == device;
+  return n;
+}
+
+int sa_sim_stream_on_device(const sa_sim_stream *s, int device) {
+  return s->slot == 0 || s->device == device;
+}
+
 void sa_sim_stream_counters(sa_host_counters *out) {
   out->events = tab.nevents;
   out->streams = tab.user_streams;
@@ -81,7 +99,7 @@ void sa_sim_stream_counters(sa_host_counters *out) {
 
 static void stream_describe(const sa_sim_stream *s, char *buf, size_t len) {
   if (s->slot == 0) snprintf(buf, len, "the default stream");
-  else snprintf(buf, len, "stream %p (#%" PRIu64 ")", (void *)s, s->sid);
+  else snprintf(buf, len, "stream %p (#%" PRIu64 ", device %d)", (void *)s, s->sid, s->device);
 }
 
 /* ---- op queues ---------------------------------------------------------- */
@@ -117,14 +135,24 @@ static int op_ready(const sa_sim_op *op) {
 /* A kernel touches memory when it completes. Memory unmapped while the work
  * was queued is a contract violation (allocator bug): report, don't crash. */
 static void run_kernel(const sa_sim_stream *s, const sa_sim_op *op) {
-  if (!sa_sim_vmm_accessible(op->p, op->size)) {
-    char name[64];
+  if (!sa_sim_vmm_accessible(op->p, op->size, op->device)) {
+    char name[96];
     stream_describe(s, name, sizeof name);
-    fprintf(stderr,
-            "streamarena host: %s on %s reached [%p, %p), which is no longer mapped and "
-            "accessible: memory was unmapped or released while work using it was queued\n",
-            op->kind == SA_SIM_OP_FILL ? "fill" : "check", name, (void *)op->p,
-            (void *)(op->p + op->size));
+    const char *kind = op->kind == SA_SIM_OP_FILL ? "fill" : "check";
+    if (sa_sim_vmm_accessible(op->p, op->size, SA_SIM_ANY_DEVICE)) {
+      /* Mapped for other devices only: a GPU faults on peer memory it was
+       * not granted (cuMemSetAccess). */
+      fprintf(stderr,
+              "streamarena host: %s of device %d on %s reached [%p, %p), which device %d "
+              "has no access to (memory of device %d, peer access not granted)\n",
+              kind, op->device, name, (void *)op->p, (void *)(op->p + op->size), op->device,
+              sa_sim_vmm_device_of(op->p));
+    } else {
+      fprintf(stderr,
+              "streamarena host: %s on %s reached [%p, %p), which is no longer mapped and "
+              "accessible: memory was unmapped or released while work using it was queued\n",
+              kind, name, (void *)op->p, (void *)(op->p + op->size));
+    }
     sa_sim_note_violation();
     return;
   }
@@ -202,10 +230,11 @@ static void drive(sa_sim_stream *s, uint64_t ticket) {
 
 /* ---- streams ------------------------------------------------------------ */
 
-sa_status sa_sim_stream_create(sa_host_mode mode, sa_stream *out) {
+sa_status sa_sim_stream_create(int device, sa_host_mode mode, sa_stream *out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   *out = NULL;
   if (mode != SA_HOST_AUTO && mode != SA_HOST_MANUAL) return SA_ERR_INVALID_ARGUMENT;
+  if (device < 0 || device >= sa_sim_device_count()) return SA_ERR_NO_DEVICE;
   size_t slot = 1;
   while (slot < tab.nslots && tab.slots[slot] != NULL) slot++;
   if (slot == tab.nslots && slot >= tab.cap) {
@@ -224,6 +253,7 @@ sa_status sa_sim_stream_create(sa_host_mode mode, sa_stream *out) {
   }
   s->sid = tab.next_sid++;
   s->slot = (uint32_t)slot;
+  s->device = device;
   s->mode = mode;
   tab.slots[slot] = s;
   if (slot == tab.nslots) tab.nslots++;
@@ -290,12 +320,16 @@ sa_status sa_sim_stream_wait_event(sa_stream handle, void *event) {
   return SA_OK;
 }
 
-sa_status sa_sim_enqueue_kernel(sa_stream handle, sa_sim_op_kind kind, uintptr_t p, size_t size,
-                                uint32_t pattern, uint64_t *mismatches) {
+sa_status sa_sim_enqueue_kernel(sa_stream handle, int device, sa_sim_op_kind kind, uintptr_t p,
+                                size_t size, uint32_t pattern, uint64_t *mismatches) {
   sa_sim_stream *s = sa_sim_stream_lookup(handle);
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
+  if (!sa_sim_stream_on_device(s, device)) {
+    return sa_sim_fail(SA_ERR_UNKNOWN_STREAM, EINVAL, "host: kernel of one device on a stream of another");
+  }
   if (ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
-  sa_sim_op op = {.kind = kind, .pattern = pattern, .p = p, .size = size, .mismatches = mismatches};
+  sa_sim_op op = {.kind = kind, .device = device, .pattern = pattern, .p = p, .size = size,
+                  .mismatches = mismatches};
   ops_push(s, &op);
   settle();
   return SA_OK;
@@ -303,14 +337,16 @@ sa_status sa_sim_enqueue_kernel(sa_stream handle, sa_sim_op_kind kind, uintptr_t
 
 /* ---- events ------------------------------------------------------------- */
 
-sa_status sa_sim_event_create(void **out) {
+sa_status sa_sim_event_create(int device, void **out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   *out = NULL;
+  if (device < 0 || device >= sa_sim_device_count()) return SA_ERR_NO_DEVICE;
   sim_event *e = calloc(1, sizeof *e);
   if (e == NULL || sa_sim_ptrset_reserve(&tab.events, 1) != SA_OK) {
     free(e);
     return sa_sim_fail(SA_ERR_OUT_OF_MEMORY, ENOMEM, "host: out of host memory");
   }
+  e->device = device;
   sa_sim_ptrset_insert(&tab.events, e);
   tab.nevents++;
   *out = e;
@@ -333,6 +369,9 @@ sa_status sa_sim_event_record(void *event, sa_stream handle) {
   if (e == NULL) return bad_event();
   sa_sim_stream *s = sa_sim_stream_lookup(handle);
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
+  if (!sa_sim_stream_on_device(s, e->device)) {
+    return sa_sim_fail(SA_ERR_DRIVER, EINVAL, "host: event recorded on a stream of another device");
+  }
   if (ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
   uint64_t ticket = s->enqueued + 1;
   sa_sim_clock clock, none = {NULL, 0};
@@ -342,7 +381,7 @@ sa_status sa_sim_event_record(void *event, sa_stream handle) {
   sa_sim_op op = {.kind = SA_SIM_OP_RECORD};
   ops_push(s, &op);
   sa_sim_clock_free(&e->clock);
-  *e = (sim_event){1, s->slot, s->sid, ticket, clock};
+  *e = (sim_event){e->device, 1, s->slot, s->sid, ticket, clock};
   settle();
   return SA_OK;
 }
@@ -375,9 +414,18 @@ sa_status sa_sim_event_synchronize(void *event) {
 
 sa_status sa_host_stream_create(sa_host_mode mode, sa_stream *out) {
   sa_sim_lock();
-  sa_status st = sa_sim_stream_create(mode, out);
+  sa_status st = sa_sim_stream_create(sa_host_get_device(), mode, out);
   sa_sim_unlock();
   return st;
+}
+
+sa_status sa_host_stream_device(sa_stream stream, int *device) {
+  if (device == NULL) return SA_ERR_INVALID_ARGUMENT;
+  sa_sim_lock();
+  sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  if (s != NULL) *device = s->device;
+  sa_sim_unlock();
+  return s == NULL ? SA_ERR_UNKNOWN_STREAM : SA_OK;
 }
 
 sa_status sa_host_stream_destroy(sa_stream stream) {
@@ -446,6 +494,13 @@ size_t sa_host_stream_pending(sa_stream stream) {
   return n;
 }
 
+/* A kernel of the public API is work of its stream's device, or on the
+ * default stream of the calling thread's current device (lock held). */
+static int kernel_device(sa_stream stream) {
+  sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  return s != NULL && s->slot != 0 ? s->device : sa_host_get_device();
+}
+
 static sa_status kernel_args(const void *p, size_t size) {
   if (size % 4 != 0 || (p == NULL && size != 0)) return SA_ERR_INVALID_ARGUMENT;
   if ((uintptr_t)p > UINTPTR_MAX - size) return SA_ERR_INVALID_ARGUMENT;
@@ -456,7 +511,8 @@ sa_status sa_host_fill(sa_stream stream, void *p, size_t size, uint32_t pattern)
   sa_status st = kernel_args(p, size);
   if (st != SA_OK) return st;
   sa_sim_lock();
-  st = sa_sim_enqueue_kernel(stream, SA_SIM_OP_FILL, (uintptr_t)p, size, pattern, NULL);
+  st = sa_sim_enqueue_kernel(stream, kernel_device(stream), SA_SIM_OP_FILL, (uintptr_t)p, size,
+                             pattern, NULL);
   sa_sim_unlock();
   return st;
 }
@@ -467,7 +523,8 @@ sa_status sa_host_check(sa_stream stream, const void *p, size_t size, uint32_t p
   if (st != SA_OK) return st;
   if (mismatches == NULL) return SA_ERR_INVALID_ARGUMENT;
   sa_sim_lock();
-  st = sa_sim_enqueue_kernel(stream, SA_SIM_OP_CHECK, (uintptr_t)p, size, pattern, mismatches);
+  st = sa_sim_enqueue_kernel(stream, kernel_device(stream), SA_SIM_OP_CHECK, (uintptr_t)p, size,
+                             pattern, mismatches);
   sa_sim_unlock();
   return st;
 }

@@ -9,6 +9,11 @@
  * an anonymous PROT_NONE range back. Remapping a chunk elsewhere keeps its
  * bytes, as on the GPU.
  *
+ * Each chunk is memory of one device, counted against that device's
+ * memory. A mapping records which devices set_access granted access to
+ * (the CPU may touch it once any device may); a kernel of a device outside
+ * that set does not run (sim/stream.c), as a GPU would fault.
+ *
  * Validation follows CUDA: maps never over a mapping, exactly the chunk's
  * size, granularity-aligned; unmap and set_access never of part of a
  * mapping; va_release only of a whole reservation with nothing mapped in it.
@@ -50,6 +55,7 @@ typedef struct va_range_s {
 typedef struct sim_chunk_s {
   uint64_t off;     /* file offset in the memfd */
   size_t size;
+  int device;       /* whose memory it is */
   size_t map_count; /* live mappings of this chunk */
   int released;     /* handle released; memory freed at the last unmap */
 } sim_chunk;
@@ -58,7 +64,7 @@ typedef struct mapping_s {
   uintptr_t va;
   size_t size; /* == chunk->size */
   sim_chunk *chunk;
-  int accessible; /* set_access done */
+  sa_sim_devices access; /* devices set_access granted; 0: none yet */
 } mapping;
 
 static struct {
@@ -73,7 +79,8 @@ static struct {
   sa_sim_ptrset chunks; /* live chunk handles */
   size_t nchunks;       /* chunks holding memory (released-but-mapped included) */
   size_t chunk_bytes;
-  size_t device_bytes;
+  size_t device_chunk_bytes[SA_SIM_MAX_DEVICES]; /* the same, per device */
+  size_t device_bytes;  /* of each device */
   /* Successful calls' bytes since the process started (sa_host_totals). */
   uint64_t bytes_created, bytes_released, bytes_mapped, bytes_unmapped, bytes_access;
 } vmm = {.fd = -1, .device_bytes = SA_SIM_DEFAULT_DEVICE_BYTES};
@@ -214,6 +221,7 @@ static void chunk_free(sim_chunk *c) {
   offsets_free(c->off, c->size);
   vmm.nchunks--;
   vmm.chunk_bytes -= c->size;
+  vmm.device_chunk_bytes[c->device] -= c->size;
   free(c);
 }
 
@@ -264,10 +272,10 @@ sa_status sa_sim_va_release(uintptr_t va, size_t size) {
 
 /* ---- chunks ------------------------------------------------------------- */
 
-sa_status sa_sim_chunk_create(size_t size, uint64_t *out) {
+sa_status sa_sim_chunk_create(int device, size_t size, uint64_t *out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   if (size == 0 || size % G != 0) return einval("host: chunk size not a multiple of the granularity");
-  if (size > vmm.device_bytes - vmm.chunk_bytes) {
+  if (size > vmm.device_bytes - vmm.device_chunk_bytes[device]) {
     return sa_sim_fail(SA_ERR_OUT_OF_MEMORY, ENOMEM, "host: out of simulated device memory");
   }
   if (vmm.fd < 0) {
@@ -287,10 +295,12 @@ sa_status sa_sim_chunk_create(size_t size, uint64_t *out) {
     return st;
   }
   c->size = size;
+  c->device = device;
   sa_sim_ptrset_insert(&vmm.chunks, c);
   vmm.nchunks++;
   vmm.chunk_bytes += size;
   vmm.bytes_created += size;
+  vmm.device_chunk_bytes[device] += size;
   *out = (uint64_t)(uintptr_t)c;
   return SA_OK;
 }
@@ -362,15 +372,23 @@ sa_status sa_sim_unmap(uintptr_t va, size_t size) {
   return SA_OK;
 }
 
-sa_status sa_sim_set_access(uintptr_t va, size_t size) {
+sa_status sa_sim_set_access(uintptr_t va, size_t size, sa_sim_devices devices) {
   size_t first, end;
   if (size == 0 || !whole_mappings(va, size, &first, &end)) {
     return einval("host: set_access of a range that is not exactly whole mappings");
   }
+  int n = sa_sim_device_count();
+  if (devices == 0 || (n < 64 && devices >> n != 0)) {
+    return sa_sim_fail(SA_ERR_DRIVER, ENODEV, "host: set_access for no device or a device that does not exist");
+  }
+  for (size_t k = first; k < end; k++)
+    for (int dev = 0; dev < n; dev++)
+      if ((devices >> dev & 1) && !sa_sim_can_access_peer(dev, vmm.maps[k].chunk->device))
+        return sa_sim_fail(SA_ERR_DRIVER, EPERM, "host: set_access for a device that cannot access the memory's device");
   if (mprotect((void *)va, size, PROT_READ | PROT_WRITE) != 0) {
     return sa_sim_fail(SA_ERR_DRIVER, errno, "host: mprotect failed");
   }
-  for (size_t k = first; k < end; k++) vmm.maps[k].accessible = 1;
+  for (size_t k = first; k < end; k++) vmm.maps[k].access |= devices;
   vmm.bytes_access += size;
   return SA_OK;
 }
@@ -379,7 +397,7 @@ sa_status sa_sim_set_access(uintptr_t va, size_t size) {
 
 int sa_sim_vmm_is_device(uintptr_t p, size_t size) { return range_holding(p, size) != NULL; }
 
-int sa_sim_vmm_accessible(uintptr_t p, size_t size) {
+int sa_sim_vmm_accessible(uintptr_t p, size_t size, int device) {
   if (size == 0) return 1;
   if (p > UINTPTR_MAX - size) return 0;
   uintptr_t end = p + size;
@@ -395,16 +413,27 @@ int sa_sim_vmm_accessible(uintptr_t p, size_t size) {
   for (k--; at < end; k++) {
     if (k >= vmm.nmaps) return 0;
     const mapping *m = &vmm.maps[k];
-    if (m->va > at || at - m->va >= m->size || !m->accessible) return 0;
+    if (m->va > at || at - m->va >= m->size || m->access == 0) return 0;
+    if (device != SA_SIM_ANY_DEVICE && !(m->access >> device & 1)) return 0;
     at = m->va + m->size;
   }
   return 1;
 }
 
+int sa_sim_vmm_device_of(uintptr_t p) {
+  size_t k = maps_upto(p);
+  if (k == 0 || p - vmm.maps[k - 1].va >= vmm.maps[k - 1].size) return -1;
+  return vmm.maps[k - 1].chunk->device;
+}
+
+size_t sa_sim_vmm_device_bytes_used(int device) { return vmm.device_chunk_bytes[device]; }
+
 size_t sa_sim_device_bytes(void) { return vmm.device_bytes; }
 
 sa_status sa_sim_set_device_bytes(size_t bytes) {
-  if (bytes < G || bytes < vmm.chunk_bytes) return SA_ERR_INVALID_ARGUMENT;
+  if (bytes < G) return SA_ERR_INVALID_ARGUMENT;
+  for (int dev = 0; dev < SA_SIM_MAX_DEVICES; dev++)
+    if (bytes < vmm.device_chunk_bytes[dev]) return SA_ERR_INVALID_ARGUMENT;
   vmm.device_bytes = bytes;
   return SA_OK;
 }
@@ -422,4 +451,12 @@ void sa_sim_vmm_totals(sa_host_totals *out) {
   out->bytes_mapped = vmm.bytes_mapped;
   out->bytes_unmapped = vmm.bytes_unmapped;
   out->bytes_access = vmm.bytes_access;
+}
+
+sa_status sa_host_pointer_device(const void *p, int *device) {
+  if (device == NULL) return SA_ERR_INVALID_ARGUMENT;
+  sa_sim_lock();
+  *device = sa_sim_vmm_device_of((uintptr_t)p);
+  sa_sim_unlock();
+  return *device < 0 ? SA_ERR_INVALID_POINTER : SA_OK;
 }
