@@ -2,7 +2,12 @@
  * that every backend must pass it. The backend comes from the environment:
  * STREAMARENA_BACKEND=cuda runs it on a GPU, unset (or host) on the host
  * simulator. Device memory is never touched from the CPU here: writes go
- * through memset32_async and reads through copy_to_host. */
+ * through memset32_async and reads through copy_to_host.
+ *
+ * The peer case needs two devices: the simulator is given a second one; on
+ * CUDA it skips, saying so, where the machine has fewer than two GPUs, and
+ * there it also runs a PTX kernel on device 1 over device 0's memory
+ * (cuda_loader.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +18,9 @@
 
 #include <cmocka.h>
 
+#include <streamarena/host.h>
+
+#include "cuda_loader.h"
 #include "driver/driver.h"
 
 static sa_driver *d;
@@ -271,6 +279,123 @@ static void streams_are_created_validated_and_destroyed(void **state) {
   }
 }
 
+/* Device 1 runs its kernel (PTX mad_words: every word read, times 3 plus
+ * 1, written back) over [va, va + bytes) of device 0 on its stream s1, in
+ * its primary context; and cuMemGetAccess agrees with the grants: device 1
+ * may read and write va, not plain (mapped for device 0 alone). */
+static void cuda_peer_kernel(uintptr_t va, size_t bytes, sa_stream s1, uintptr_t plain) {
+  if (sa_cu_load() != 0) fail_msg("the backend runs on CUDA but libcuda.so.1 did not load here");
+  CUdevice dev1;
+  CUcontext ctx1 = NULL, saved = NULL;
+  CUmodule module = NULL;
+  CUfunction mad;
+  assert_int_equal(sa_cu.DeviceGet(&dev1, 1), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.CtxGetCurrent(&saved), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.DevicePrimaryCtxRetain(&ctx1, dev1), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.CtxSetCurrent(ctx1), CUDA_SUCCESS);
+  unsigned long long flags = 0;
+  CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1};
+  assert_int_equal(sa_cu.MemGetAccess(&flags, &loc, (CUdeviceptr)va), CUDA_SUCCESS);
+  assert_int_equal(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  assert_int_equal(sa_cu.MemGetAccess(&flags, &loc, (CUdeviceptr)plain), CUDA_SUCCESS);
+  assert_int_equal(flags, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+  loc.id = 0;
+  assert_int_equal(sa_cu.MemGetAccess(&flags, &loc, (CUdeviceptr)plain), CUDA_SUCCESS);
+  assert_int_equal(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  CUresult r = sa_cu.ModuleLoadData(&module, sa_cu_mad_words_ptx);
+  if (r != CUDA_SUCCESS) fail_msg("loading the PTX kernel on device 1: %s", sa_cu_error_name(r));
+  assert_int_equal(sa_cu.ModuleGetFunction(&mad, module, "mad_words"), CUDA_SUCCESS);
+  CUdeviceptr p = (CUdeviceptr)va;
+  unsigned n = (unsigned)(bytes / 4), mul = 3, add = 1;
+  void *args[] = {&p, &n, &mul, &add};
+  r = sa_cu.LaunchKernel(mad, 120, 1, 1, 256, 1, 1, 0, (CUstream)s1, args, NULL);
+  if (r != CUDA_SUCCESS) fail_msg("launching on device 1: %s", sa_cu_error_name(r));
+  r = sa_cu.StreamSynchronize((CUstream)s1);
+  if (r != CUDA_SUCCESS) fail_msg("the kernel of device 1 failed: %s", sa_cu_error_name(r));
+  assert_int_equal(sa_cu.ModuleUnload(module), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.CtxSetCurrent(saved), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.DevicePrimaryCtxRelease(dev1), CUDA_SUCCESS);
+}
+
+static void peer_reads_and_writes_memory_of_device_0(void **state) {
+  (void)state;
+  int devices = 0;
+  if (d->backend == SA_BACKEND_HOST) {
+    assert_int_equal(sa_host_set_device_count(2), SA_OK);
+    devices = 2;
+  } else if (sa_driver_cuda_device_count(&devices) != SA_OK || devices < 2) {
+    printf("driver_contract_test: peer case skipped: this machine has %d CUDA device(s), the "
+           "case needs 2\n", devices);
+    skip();
+  }
+  sa_driver *d0 = NULL, *d1 = NULL;
+  assert_int_equal(sa_driver_open(d->backend, 0, &d0), SA_OK);
+  assert_int_equal(sa_driver_open(d->backend, 1, &d1), SA_OK);
+  if (devices < 64) {
+    assert_int_equal(d0->ops->set_peer_access(d0, (uint64_t)1 << devices), SA_ERR_NO_DEVICE);
+  }
+  assert_int_equal(d0->ops->set_peer_access(d0, (uint64_t)1 << 1), SA_OK);
+  sa_stream s0 = NULL, s1 = NULL;
+  assert_int_equal(d0->ops->stream_create(d0, &s0), SA_OK);
+  assert_int_equal(d1->ops->stream_create(d1, &s1), SA_OK);
+  assert_int_equal(d0->ops->stream_validate(d0, s1), SA_ERR_UNKNOWN_STREAM);
+  const char *why = NULL;
+  (void)sa_last_driver_error(&why);
+  assert_non_null(strstr(why, "stream of another device"));
+  assert_int_equal(d1->ops->stream_validate(d1, s1), SA_OK);
+
+  /* va: device 0's memory granted to device 1; plain: device 0's alone. */
+  uintptr_t va, plain;
+  sa_chunk_handle c, cp;
+  assert_int_equal(d0->ops->va_reserve(d0, 2 * g, 0, &va), SA_OK);
+  assert_int_equal(d0->ops->chunk_create(d0, 2 * g, &c), SA_OK);
+  assert_int_equal(d0->ops->map(d0, va, 2 * g, c), SA_OK);
+  assert_int_equal(d0->ops->set_access(d0, va, 2 * g), SA_OK);
+  assert_int_equal(d->ops->va_reserve(d, g, 0, &plain), SA_OK);
+  assert_int_equal(d->ops->chunk_create(d, g, &cp), SA_OK);
+  map_rw(plain, g, cp);
+
+  /* Device 0 writes it all, device 1 the second half; both read it. */
+  assert_int_equal(d0->ops->memset32_async(d0, va, 0x1000u, 2 * g / 4, s0), SA_OK);
+  assert_int_equal(d0->ops->stream_synchronize(d0, s0), SA_OK);
+  assert_int_equal(d1->ops->memset32_async(d1, va + g, 0x2222u, g / 4, s1), SA_OK);
+  assert_int_equal(d1->ops->stream_synchronize(d1, s1), SA_OK);
+  uint32_t *host = malloc(2 * g);
+  assert_non_null(host);
+  assert_int_equal(d1->ops->copy_to_host(d1, host, va, 2 * g), SA_OK);
+  size_t bad = 0;
+  for (size_t i = 0; i < 2 * g / 4; i++) bad += host[i] != (i < g / 4 ? 0x1000u : 0x2222u);
+  assert_int_equal(bad, 0);
+  uint32_t m0 = 0x1000u, m1 = 0x2222u;
+  if (d->backend == SA_BACKEND_HOST) {
+    /* Device 1 may not touch plain: the simulator refuses the work. */
+    assert_int_equal(d1->ops->memset32_async(d1, plain, 1, 16, s1), SA_ERR_DRIVER);
+  } else {
+    cuda_peer_kernel(va, 2 * g, s1, plain);
+    m0 = m0 * 3 + 1;
+    m1 = m1 * 3 + 1;
+  }
+  assert_int_equal(d0->ops->copy_to_host(d0, host, va, 2 * g), SA_OK);
+  for (size_t i = 0; i < 2 * g / 4; i++) bad += host[i] != (i < g / 4 ? m0 : m1);
+  free(host);
+  printf("driver_contract_test: peer case on %s: device 1 wrote %zu and read %zu bytes of device "
+         "0's memory%s, %zu words wrong\n", d->ops->name, g, 2 * g,
+         d->backend == SA_BACKEND_CUDA ? ", its kernel read and rewrote every word" : "", bad);
+  assert_int_equal(bad, 0);
+
+  assert_int_equal(d->ops->unmap(d, plain, g), SA_OK);
+  assert_int_equal(d->ops->chunk_release(d, cp), SA_OK);
+  assert_int_equal(d->ops->va_release(d, plain, g), SA_OK);
+  assert_int_equal(d0->ops->unmap(d0, va, 2 * g), SA_OK);
+  assert_int_equal(d0->ops->chunk_release(d0, c), SA_OK);
+  assert_int_equal(d0->ops->va_release(d0, va, 2 * g), SA_OK);
+  assert_int_equal(d0->ops->stream_destroy(d0, s0), SA_OK);
+  assert_int_equal(d1->ops->stream_destroy(d1, s1), SA_OK);
+  sa_driver_close(d0);
+  sa_driver_close(d1);
+  if (d->backend == SA_BACKEND_HOST) assert_int_equal(sa_host_set_device_count(1), SA_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(granularity_is_a_power_of_two_within_device_memory),
@@ -284,6 +409,7 @@ int main(void) {
       cmocka_unit_test(stream_wait_event_orders_work_across_streams),
       cmocka_unit_test(destroyed_stream_still_completes_its_work),
       cmocka_unit_test(streams_are_created_validated_and_destroyed),
+      cmocka_unit_test(peer_reads_and_writes_memory_of_device_0),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -15,11 +15,13 @@
  *
  * The allocator runs through the public API with backend=cuda; the extra
  * driver calls the test needs (modules, launches, its own streams, copies)
- * go through libcuda.so.1, opened here with dlopen, in the same primary
- * context of device 0.
+ * go through libcuda.so.1 (cuda_loader.h), in the same primary context of
+ * the device under test: STREAMARENA_TEST_DEVICE (an ordinal, default 0).
+ * A device the machine does not have skips every case, saying so.
  *
  * On the GPU machine (after tools/gpu-check.sh staged .gpu/):
  *   bash .gpu/run.sh --only=gpu_torture_test --sanitize=gpu_torture_test
+ *   STREAMARENA_TEST_DEVICE=1 bash .gpu/run.sh --only=gpu_torture_test
  * Under compute-sanitizer the streams may not overlap; the test then says
  * so ("ordering observable no") and checks contents and accesses only.
  */
@@ -34,12 +36,9 @@
 
 #include <cmocka.h>
 
-#include <dlfcn.h>
-
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <streamarena/streamarena.h>
+
+#include "cuda_loader.h"
 
 #define MiB ((size_t)1 << 20)
 #define PATTERN_X 0x58585858u /* the slow writer's */
@@ -89,35 +88,11 @@ static const char spin_ptx[] =
     "  ret;\n"
     "}\n";
 
-/* The driver entry points the test calls itself. */
-#define CU_ENTRY_POINTS(X)            \
-  X(GetErrorName, v6000)              \
-  X(Init, v2000)                      \
-  X(DeviceGet, v2000)                 \
-  X(DevicePrimaryCtxRetain, v7000)    \
-  X(DevicePrimaryCtxRelease, v11000)  \
-  X(CtxSetCurrent, v4000)             \
-  X(ModuleLoadData, v2000)            \
-  X(ModuleGetFunction, v2000)         \
-  X(ModuleUnload, v2000)              \
-  X(LaunchKernel, v4000)              \
-  X(StreamCreate, v2000)              \
-  X(StreamDestroy, v4000)             \
-  X(StreamSynchronize, v2000)         \
-  X(StreamQuery, v2000)               \
-  X(MemsetD32Async, v3020)            \
-  X(MemcpyDtoH, v3020)
-
-#define CU_FIELD(name, ver) PFN_cu##name##_##ver name;
-
 typedef enum slow_kind_e { SLOW_SPIN, SLOW_CHAIN } slow_kind;
 
 static struct {
   const char *skip_reason; /* non-NULL: no usable device, every test skips */
-  void *lib;
-  struct {
-    CU_ENTRY_POINTS(CU_FIELD)
-  } cu;
+  int ordinal;             /* STREAMARENA_TEST_DEVICE */
   CUdevice dev;
   CUcontext ctx;
   CUmodule module;   /* NULL if the PTX did not load: memset chains only */
@@ -129,19 +104,12 @@ static struct {
   unsigned long long words_checked, words_wrong;
 } g;
 
-static const char *cu_name(CUresult r) {
-  const char *name = NULL;
-  if (g.cu.GetErrorName == NULL || g.cu.GetErrorName(r, &name) != CUDA_SUCCESS || name == NULL)
-    return "unknown CUresult";
-  return name;
-}
-
 /* Every driver call is checked: a failure names the call and fails the test. */
 #define CK(call)                                                                    \
   do {                                                                              \
     CUresult r_ = (call);                                                           \
     if (r_ != CUDA_SUCCESS) {                                                       \
-      print_error("%s failed: %s (%d)\n", #call, cu_name(r_), (int)r_);             \
+      print_error("%s failed: %s (%d)\n", #call, sa_cu_error_name(r_), (int)r_);      \
       fail();                                                                       \
     }                                                                               \
   } while (0)
@@ -157,29 +125,6 @@ static const char *cu_name(CUresult r) {
     }                                                                               \
   } while (0)
 
-/* Resolve our entry points through cuGetProcAddress, as the backend does. */
-static int load_driver(void) {
-  g.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (g.lib == NULL) return -1;
-  PFN_cuGetProcAddress_v12000 get;
-  *(void **)&get = dlsym(g.lib, "cuGetProcAddress_v2");
-  if (get == NULL) return -1;
-  int ok = 1;
-#define CU_RESOLVE(name, ver)                                                             \
-  {                                                                                       \
-    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;          \
-    if (get("cu" #name, (void **)&g.cu.name, 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM,    \
-            &found) != CUDA_SUCCESS ||                                                    \
-        found != CU_GET_PROC_ADDRESS_SUCCESS || g.cu.name == NULL) {                      \
-      fprintf(stderr, "gpu_torture: cannot resolve cu" #name "\n");                      \
-      ok = 0;                                                                             \
-    }                                                                                     \
-  }
-  CU_ENTRY_POINTS(CU_RESOLVE)
-#undef CU_RESOLVE
-  return ok ? 0 : -1;
-}
-
 static sa_status make_arena(sa_arena **out) {
   sa_config cfg;
   sa_config_init(&cfg);
@@ -187,20 +132,38 @@ static sa_status make_arena(sa_arena **out) {
   /* 2 MiB blocks fill a superblock each (large_threshold = superblock):
    * every small handout is a whole superblock, so reuse is predictable. */
   sa_status st = sa_config_parse(
-      &cfg, "backend=cuda,device=0,superblock_size=2MiB,large_threshold=2MiB,va_reserve=64GiB",
-      err, sizeof err);
+      &cfg, "backend=cuda,superblock_size=2MiB,large_threshold=2MiB,va_reserve=64GiB", err,
+      sizeof err);
   if (st != SA_OK) return st;
+  cfg.device = g.ordinal;
   return sa_arena_create(&cfg, out);
+}
+
+/* STREAMARENA_TEST_DEVICE: the ordinal under test (0 when unset). */
+static int test_device(void) {
+  const char *v = getenv("STREAMARENA_TEST_DEVICE");
+  if (v == NULL || v[0] == '\0') return 0;
+  char *end = NULL;
+  long n = strtol(v, &end, 10);
+  if (end == v || *end != '\0' || n < 0 || n > 1023) {
+    fprintf(stderr, "gpu_torture: STREAMARENA_TEST_DEVICE=\"%s\" is not a device ordinal\n", v);
+    return -1;
+  }
+  return (int)n;
 }
 
 static int group_setup(void **state) {
   (void)state;
+  g.ordinal = test_device();
+  if (g.ordinal < 0) return -1;
   sa_arena *probe = NULL;
   sa_status st = make_arena(&probe);
   if (st == SA_ERR_NO_DEVICE) {
-    const char *why;
-    (void)sa_last_driver_error(&why);
-    g.skip_reason = why != NULL ? why : "no CUDA device";
+    static char why[192];
+    const char *name;
+    (void)sa_last_driver_error(&name);
+    snprintf(why, sizeof why, "device %d: %s", g.ordinal, name != NULL ? name : "no CUDA device");
+    g.skip_reason = why;
     return 0;
   }
   if (st != SA_OK) {
@@ -208,24 +171,24 @@ static int group_setup(void **state) {
     return -1;
   }
   if (sa_arena_destroy(probe) != SA_OK) return -1;
-  if (load_driver() != 0) {
+  if (sa_cu_load() != 0) {
     fprintf(stderr, "gpu_torture: the backend opened but libcuda.so.1 did not load here\n");
     return -1;
   }
-  if (g.cu.Init(0) != CUDA_SUCCESS || g.cu.DeviceGet(&g.dev, 0) != CUDA_SUCCESS ||
-      g.cu.DevicePrimaryCtxRetain(&g.ctx, g.dev) != CUDA_SUCCESS ||
-      g.cu.CtxSetCurrent(g.ctx) != CUDA_SUCCESS)
+  if (sa_cu.DeviceGet(&g.dev, g.ordinal) != CUDA_SUCCESS ||
+      sa_cu.DevicePrimaryCtxRetain(&g.ctx, g.dev) != CUDA_SUCCESS ||
+      sa_cu.CtxSetCurrent(g.ctx) != CUDA_SUCCESS)
     return -1;
-  CUresult r = g.cu.ModuleLoadData(&g.module, spin_ptx);
-  if (r == CUDA_SUCCESS) r = g.cu.ModuleGetFunction(&g.spin, g.module, "spin_fill");
+  CUresult r = sa_cu.ModuleLoadData(&g.module, spin_ptx);
+  if (r == CUDA_SUCCESS) r = sa_cu.ModuleGetFunction(&g.spin, g.module, "spin_fill");
   if (r != CUDA_SUCCESS) {
     fprintf(stderr, "gpu_torture: spin kernel unavailable (%s): memset chains only\n",
-            cu_name(r));
-    if (g.module != NULL) (void)g.cu.ModuleUnload(g.module);
+            sa_cu_error_name(r));
+    if (g.module != NULL) (void)sa_cu.ModuleUnload(g.module);
     g.module = NULL;
   }
   for (int i = 0; i < 3; i++)
-    if (g.cu.StreamCreate(&g.s[i], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return -1;
+    if (sa_cu.StreamCreate(&g.s[i], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return -1;
   return 0;
 }
 
@@ -233,9 +196,9 @@ static int group_teardown(void **state) {
   (void)state;
   if (g.skip_reason != NULL) return 0;
   int bad = 0;
-  for (int i = 0; i < 3; i++) bad |= g.cu.StreamDestroy(g.s[i]) != CUDA_SUCCESS;
-  if (g.module != NULL) bad |= g.cu.ModuleUnload(g.module) != CUDA_SUCCESS;
-  bad |= g.cu.DevicePrimaryCtxRelease(g.dev) != CUDA_SUCCESS;
+  for (int i = 0; i < 3; i++) bad |= sa_cu.StreamDestroy(g.s[i]) != CUDA_SUCCESS;
+  if (g.module != NULL) bad |= sa_cu.ModuleUnload(g.module) != CUDA_SUCCESS;
+  bad |= sa_cu.DevicePrimaryCtxRelease(g.dev) != CUDA_SUCCESS;
   return bad ? -1 : 0;
 }
 
@@ -258,7 +221,7 @@ static bool under_sanitizer(void) {
 
 static void need_device(void) {
   if (g.skip_reason != NULL) skip();
-  if (g.cu.CtxSetCurrent(g.ctx) != CUDA_SUCCESS) fail();
+  if (sa_cu.CtxSetCurrent(g.ctx) != CUDA_SUCCESS) fail();
 }
 
 /* Enqueue the slow writer: X lands on [p, p + bytes) long after this call
@@ -273,19 +236,19 @@ static void slow_write(slow_kind kind, CUstream s, void *p, size_t bytes, void *
     /* One block on one SM: a grid that filled the GPU would keep the other
      * stream's work from running beside it, so the control could not show
      * the race (seen on the H200: most of a 1024-block writer landed first). */
-    CK(g.cu.LaunchKernel(g.spin, 1, 1, 1, 256, 1, 1, 0, s, args, NULL));
+    CK(sa_cu.LaunchKernel(g.spin, 1, 1, 1, 256, 1, 1, 0, s, args, NULL));
     return;
   }
   for (unsigned i = 0; i < CHAIN_LENGTH; i++)
-    CK(g.cu.MemsetD32Async((CUdeviceptr)(uintptr_t)scratch, i, SCRATCH_BYTES / 4, s));
-  CK(g.cu.MemsetD32Async((CUdeviceptr)(uintptr_t)p, PATTERN_X, n, s));
+    CK(sa_cu.MemsetD32Async((CUdeviceptr)(uintptr_t)scratch, i, SCRATCH_BYTES / 4, s));
+  CK(sa_cu.MemsetD32Async((CUdeviceptr)(uintptr_t)p, PATTERN_X, n, s));
 }
 
 /* The new owner writes Y at once; the slow writer must still be running
  * (else this scenario proved nothing). */
 static void fast_write(CUstream writer, CUstream slow, void *q, size_t bytes) {
-  CK(g.cu.MemsetD32Async((CUdeviceptr)(uintptr_t)q, PATTERN_Y, bytes / 4, writer));
-  CUresult r = g.cu.StreamQuery(slow);
+  CK(sa_cu.MemsetD32Async((CUdeviceptr)(uintptr_t)q, PATTERN_Y, bytes / 4, writer));
+  CUresult r = sa_cu.StreamQuery(slow);
   if (r == CUDA_ERROR_NOT_READY) {
     g.busy++;
   } else {
@@ -303,10 +266,10 @@ static void fast_write(CUstream writer, CUstream slow, void *q, size_t bytes) {
 /* Wait for everything and count the words of [q, q + bytes) that are not
  * want. */
 static unsigned long long wrong_words(void *q, size_t bytes, uint32_t want) {
-  for (int i = 0; i < 3; i++) CK(g.cu.StreamSynchronize(g.s[i]));
+  for (int i = 0; i < 3; i++) CK(sa_cu.StreamSynchronize(g.s[i]));
   uint32_t *host = malloc(bytes);
   assert_non_null(host);
-  CK(g.cu.MemcpyDtoH(host, (CUdeviceptr)(uintptr_t)q, bytes));
+  CK(sa_cu.MemcpyDtoH(host, (CUdeviceptr)(uintptr_t)q, bytes));
   unsigned long long bad = 0;
   for (size_t i = 0; i < bytes / 4; i++) bad += host[i] != want;
   free(host);
@@ -438,10 +401,10 @@ int main(void) {
            "failures %d\n",
            g.skip_reason, failed);
   } else {
-    printf("gpu_torture: scenarios %u (same block reused %u, slow writer still busy at handout "
-           "%u), controls late %u, ordering observable %s, words checked %llu, words "
+    printf("gpu_torture: device %d, scenarios %u (same block reused %u, slow writer still busy "
+           "at handout %u), controls late %u, ordering observable %s, words checked %llu, words "
            "clobbered %llu, threads 1, streams 3, failures %d\n",
-           g.scenarios, g.reused, g.busy, g.controls_late,
+           g.ordinal, g.scenarios, g.reused, g.busy, g.controls_late,
            g.serialized ? "no (serialized under the sanitizer)" : "yes", g.words_checked,
            g.words_wrong, failed);
   }
