@@ -27,6 +27,8 @@
 #define MiB ((size_t)1 << 20)
 
 static sa_host_counters before;
+/* Figures for the summary line. */
+static unsigned long long total_allocs, peer_fills, refused_fills;
 
 static int two_devices(void **state) {
   (void)state;
@@ -401,6 +403,7 @@ static void default_arena_follows_the_current_device(void **state) {
   assert_int_equal(wrong, 0);
   assert_int_equal(foreign, 0);
   assert_int_equal(failures, 0);
+  total_allocs += allocs[0] + allocs[1];
   assert_int_equal(allocs[0], SWITCH_THREADS * SWITCH_ROUNDS / 2);
   assert_int_equal(allocs[1], SWITCH_THREADS * SWITCH_ROUNDS / 2 + 1);
   sa_default_arenas_shutdown();
@@ -497,6 +500,8 @@ static void peer_access_covers_growth_stitching_and_trim(void **state) {
          without.kernels, (unsigned long long)without.violations,
          (unsigned long long)without.mismatches, (unsigned long long)without.words);
   assert_int_equal(without.violations, without.kernels);
+  peer_fills += with.kernels + without.kernels;
+  refused_fills += without.violations;
   assert_int_equal(without.mismatches, without.words);
 }
 
@@ -583,5 +588,9 @@ int main(void) {
       T(refused_peers_fail_at_create),
   };
 #undef T
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  printf("multi_device: devices 2-3, threads %d, default-arena allocations %llu, peer fills %llu "
+         "(refused without access %llu), failures %d\n",
+         SWITCH_THREADS, total_allocs, peer_fills, refused_fills, failed);
+  return failed;
 }
