@@ -543,6 +543,14 @@ static void refused_peers_fail_at_create(void **state) {
   assert_driver_error_says("device 1 cannot access the memory of device 0");
   sa_assert_status(arena_on(0, "peer_access=all", &a), SA_ERR_NOT_SUPPORTED);
   assert_null(a);
+  /* sa_config_check says the same, and why. */
+  sa_config cfg;
+  char err[256];
+  sa_config_init(&cfg);
+  sa_assert_ok(sa_config_parse(&cfg, "backend=host,peer_access=1", err, sizeof err));
+  sa_assert_status(sa_config_check(&cfg, err, sizeof err), SA_ERR_NOT_SUPPORTED);
+  if (strstr(err, "device 1 cannot access the memory of device 0") == NULL)
+    fail_msg("sa_config_check: '%s'", err);
   /* One way only: device 0 may still access device 1's memory; naming the
    * arena's own device is no request at all. */
   sa_assert_ok(arena_on(1, "peer_access=0+1", &a));
