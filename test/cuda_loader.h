@@ -57,6 +57,18 @@ int sa_cu_load(void);
 /* cuGetErrorName's name for r, or a fixed text. */
 const char *sa_cu_error_name(CUresult r);
 
+/* In a cmocka test (cmocka.h included first): fail it, naming the call and
+ * its CUresult, unless call succeeds. */
+#define SA_CU_OK(call)                                                              \
+  do {                                                                              \
+    CUresult sa_cu_ok_r_ = (call);                                                  \
+    if (sa_cu_ok_r_ != CUDA_SUCCESS) {                                              \
+      print_error("%s failed: %s (%d)\n", #call, sa_cu_error_name(sa_cu_ok_r_),    \
+                  (int)sa_cu_ok_r_);                                                \
+      fail();                                                                       \
+    }                                                                               \
+  } while (0)
+
 /* mad_words(p, n, mul, add): p[i] = p[i] * mul + add for i < n, a
  * grid-stride loop that reads and writes every word (PTX for sm_75 and
  * newer, loaded with cuModuleLoadData). */

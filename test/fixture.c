@@ -3,6 +3,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,8 +129,13 @@ int sa_fixture_cmocka_teardown(void **state) {
 void sa_fixture_assert_status_(sa_status got, sa_status want, const char *expr,
                                const char *file, int line) {
   if (got == want) return;
-  print_error("%s returned %s (%d), expected %s (%d)\n", expr, sa_status_string(got), (int)got,
+  const char *name = NULL;
+  int code = sa_last_driver_error(&name);
+  bool from_driver = got == SA_ERR_DRIVER || got == SA_ERR_NO_DEVICE || got == SA_ERR_NOT_SUPPORTED;
+  print_error("%s returned %s (%d), expected %s (%d)", expr, sa_status_string(got), (int)got,
               sa_status_string(want), (int)want);
+  if (from_driver) print_error("; driver: %s (%d)", name, code);
+  print_error("\n");
   _fail(file, line);
 }
 
@@ -165,4 +171,24 @@ size_t sa_fixture_count(const char *haystack, const char *needle) {
   size_t n = 0, len = strlen(needle);
   for (const char *p = haystack; len > 0 && (p = strstr(p, needle)) != NULL; p += len) n++;
   return n;
+}
+
+sa_status sa_fixture_arena_create(sa_arena **out, const char *fmt, ...) {
+  char spec[512], err[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(spec, sizeof spec, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= sizeof spec) fail_msg("fixture: arena spec too long");
+  sa_config cfg;
+  sa_config_init(&cfg);
+  if (sa_config_parse(&cfg, spec, err, sizeof err) != SA_OK) fail_msg("fixture: '%s': %s", spec, err);
+  return sa_arena_create(&cfg, out);
+}
+
+void sa_fixture_assert_driver_error(const char *needle) {
+  const char *name = NULL;
+  (void)sa_last_driver_error(&name);
+  if (name == NULL || strstr(name, needle) == NULL)
+    fail_msg("the last driver error '%s' lacks '%s'", name != NULL ? name : "(none)", needle);
 }

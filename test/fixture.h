@@ -56,8 +56,20 @@ sa_status sa_fixture_teardown(sa_fixture *f);
 int sa_fixture_cmocka_setup(void **state);
 int sa_fixture_cmocka_teardown(void **state);
 
+/* An arena from the defaults and spec (a printf format; sa_config_parse
+ * syntax), without streams or leak check: for tests that need several
+ * arenas, or one on another backend or device. A spec that does not parse
+ * fails the current cmocka test; otherwise sa_arena_create's status. */
+sa_status sa_fixture_arena_create(sa_arena **out, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Fail the current cmocka test unless the calling thread's last driver error
+ * (sa_last_driver_error) contains needle. */
+void sa_fixture_assert_driver_error(const char *needle);
+
 /* Fail the current cmocka test unless expr returns want, naming both
- * statuses (cmocka's assert_int_equal would print bare numbers). */
+ * statuses (cmocka's assert_int_equal would print bare numbers), and the
+ * driver's error where the status comes from the driver. */
 #define sa_assert_status(expr, want) \
   sa_fixture_assert_status_((expr), (want), #expr, __FILE__, __LINE__)
 #define sa_assert_ok(expr) sa_assert_status((expr), SA_OK)

@@ -15,7 +15,6 @@
  * On a machine with two GPUs, after tools/gpu-check.sh staged .gpu/:
  *   bash .gpu/run.sh --only=gpu_multi_device_test
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -30,8 +29,12 @@
 #include <streamarena/streamarena.h>
 
 #include "cuda_loader.h"
+#include "device_switch.h"
+#include "fixture.h"
 
 #define MiB ((size_t)1 << 20)
+/* Arena specs (sa_fixture_arena_create) start with this. */
+#define ON_CUDA "backend=cuda,"
 
 static struct {
   const char *skip_reason;
@@ -42,26 +45,6 @@ static struct {
   unsigned switches, allocations, peer_kernels;
   unsigned long long peer_words;
 } g;
-
-#define CK(call)                                                               \
-  do {                                                                         \
-    CUresult r_ = (call);                                                      \
-    if (r_ != CUDA_SUCCESS) {                                                  \
-      print_error("%s failed: %s (%d)\n", #call, sa_cu_error_name(r_), (int)r_); \
-      fail();                                                                  \
-    }                                                                          \
-  } while (0)
-
-#define SA(call)                                                                        \
-  do {                                                                                  \
-    sa_status s_ = (call);                                                              \
-    if (s_ != SA_OK) {                                                                  \
-      const char *dn;                                                                   \
-      int dc = sa_last_driver_error(&dn);                                               \
-      print_error("%s failed: %s (driver: %s, %d)\n", #call, sa_status_string(s_), dn, dc); \
-      fail();                                                                           \
-    }                                                                                   \
-  } while (0)
 
 static int group_setup(void **state) {
   (void)state;
@@ -107,7 +90,7 @@ static void need_devices(void) {
 
 static int ordinal_of(const void *p) {
   int ordinal = -1;
-  CK(sa_cu.PointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+  SA_CU_OK(sa_cu.PointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                (CUdeviceptr)(uintptr_t)p));
   return ordinal;
 }
@@ -115,135 +98,90 @@ static int ordinal_of(const void *p) {
 /* A non-blocking stream of device dev's primary context. */
 static CUstream stream_of(int dev) {
   CUstream s = NULL;
-  CK(sa_cu.CtxSetCurrent(g.ctx[dev]));
-  CK(sa_cu.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  SA_CU_OK(sa_cu.CtxSetCurrent(g.ctx[dev]));
+  SA_CU_OK(sa_cu.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
   return s;
-}
-
-static sa_status arena_on(int dev, const char *extra, sa_arena **out) {
-  char spec[256];
-  snprintf(spec, sizeof spec, "backend=cuda,device=%d,%s", dev, extra);
-  sa_config cfg;
-  sa_config_init(&cfg);
-  char err[128];
-  if (sa_config_parse(&cfg, spec, err, sizeof err) != SA_OK) fail_msg("%s: %s", spec, err);
-  return sa_arena_create(&cfg, out);
-}
-
-static void assert_driver_error_says(const char *needle) {
-  const char *name = NULL;
-  (void)sa_last_driver_error(&name);
-  if (name == NULL || strstr(name, needle) == NULL)
-    fail_msg("driver error '%s' lacks '%s'", name != NULL ? name : "(none)", needle);
 }
 
 /* ---- per-device arenas ------------------------------------------------- */
 
 enum { SWITCH_THREADS = 2, SWITCH_ROUNDS = 200 };
 
-typedef struct switcher_s {
-  int id;
-  unsigned wrong_device, failures, foreign_stream_ok, allocations;
-} switcher;
-
-static void *switch_devices(void *arg) {
-  switcher *w = arg;
-  static const size_t sizes[] = {256, 4096, 100000, 1536 * 1024, 9 * MiB};
-  CUstream s[2] = {NULL, NULL};
-  for (int dev = 0; dev < 2; dev++) {
-    if (sa_cu.CtxSetCurrent(g.ctx[dev]) != CUDA_SUCCESS ||
-        sa_cu.StreamCreate(&s[dev], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-      w->failures++;
-      return NULL;
-    }
-  }
-  for (int r = 0; r < SWITCH_ROUNDS; r++) {
-    int dev = (w->id + r) % 2;
-    void *p = NULL, *q = NULL;
-    if (sa_cu.CtxSetCurrent(g.ctx[dev]) != CUDA_SUCCESS ||
-        sa_malloc_async(&p, sizes[(size_t)r % 5], (sa_stream)s[dev]) != SA_OK || p == NULL) {
-      w->failures++;
-      continue;
-    }
-    w->allocations++;
-    int ordinal = -1;
-    if (sa_cu.PointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                  (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS ||
-        ordinal != dev)
-      w->wrong_device++;
-    if (sa_malloc_async(&q, 256, (sa_stream)s[1 - dev]) != SA_ERR_UNKNOWN_STREAM) {
-      w->foreign_stream_ok++;
-      if (q != NULL) (void)sa_free_async(q, (sa_stream)s[1 - dev]);
-    }
-    if (sa_free_async(p, (sa_stream)s[dev]) != SA_OK) w->failures++;
-  }
-  for (int dev = 0; dev < 2; dev++) {
-    sa_arena *a = NULL;
-    if (sa_default_arena(dev, &a) != SA_OK || sa_stream_release(a, (sa_stream)s[dev]) != SA_OK ||
-        sa_cu.StreamDestroy(s[dev]) != CUDA_SUCCESS)
-      w->failures++;
-  }
-  return NULL;
+static sa_status cuda_set_device(int dev) {
+  return sa_cu.CtxSetCurrent(g.ctx[dev]) == CUDA_SUCCESS ? SA_OK : SA_ERR_DRIVER;
 }
+
+static sa_status cuda_stream_create(sa_stream *out) {
+  CUstream s = NULL;
+  if (sa_cu.StreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return SA_ERR_DRIVER;
+  *out = (sa_stream)s;
+  return SA_OK;
+}
+
+static sa_status cuda_stream_destroy(sa_stream s) {
+  return sa_cu.StreamDestroy((CUstream)s) == CUDA_SUCCESS ? SA_OK : SA_ERR_DRIVER;
+}
+
+static int cuda_pointer_device(const void *p) {
+  int ordinal = -1;
+  if (sa_cu.PointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
+    return -1;
+  return ordinal;
+}
+
+static const sa_switch_ops cuda_switch = {cuda_set_device, cuda_stream_create,
+                                          cuda_stream_destroy, cuda_pointer_device};
 
 static void default_arena_follows_the_current_context(void **state) {
   (void)state;
   need_devices();
-  pthread_t t[SWITCH_THREADS];
-  switcher w[SWITCH_THREADS];
-  for (int i = 0; i < SWITCH_THREADS; i++) {
-    w[i] = (switcher){.id = i};
-    assert_int_equal(pthread_create(&t[i], NULL, switch_devices, &w[i]), 0);
-  }
-  unsigned wrong = 0, failures = 0, foreign = 0;
-  for (int i = 0; i < SWITCH_THREADS; i++) {
-    assert_int_equal(pthread_join(t[i], NULL), 0);
-    wrong += w[i].wrong_device;
-    failures += w[i].failures;
-    foreign += w[i].foreign_stream_ok;
-    g.allocations += w[i].allocations;
-  }
+  static const size_t sizes[] = {256, 4096, 100000, 1536 * 1024, 9 * MiB};
+  sa_switch_result r;
+  sa_switch_run(&cuda_switch, SWITCH_THREADS, SWITCH_ROUNDS, sizes, 5, &r);
+  g.allocations = r.allocations;
   g.switches = SWITCH_THREADS * SWITCH_ROUNDS;
   for (int dev = 0; dev < 2; dev++) {
     sa_arena *a = NULL;
-    SA(sa_default_arena(dev, &a));
+    sa_assert_ok(sa_default_arena(dev, &a));
     assert_int_equal(sa_arena_backend(a), SA_BACKEND_CUDA);
   }
   printf("gpu_multi_device: default arenas, %d threads switching devices, allocations %u, from "
          "the wrong device %u, foreign streams accepted %u, failures %u\n",
-         SWITCH_THREADS, g.allocations, wrong, foreign, failures);
+         SWITCH_THREADS, g.allocations, r.wrong_device, r.foreign_taken, r.failures);
   sa_default_arenas_shutdown();
-  assert_int_equal(wrong, 0);
-  assert_int_equal(foreign, 0);
-  assert_int_equal(failures, 0);
+  assert_int_equal(r.wrong_device, 0);
+  assert_int_equal(r.foreign_taken, 0);
+  assert_int_equal(r.failures, 0);
+  assert_int_equal(r.allocations, SWITCH_THREADS * SWITCH_ROUNDS);
 }
 
 static void arena_refuses_streams_of_another_device(void **state) {
   (void)state;
   need_devices();
   sa_arena *a0 = NULL, *a1 = NULL;
-  SA(arena_on(0, "", &a0));
-  SA(arena_on(1, "", &a1));
+  sa_assert_ok(sa_fixture_arena_create(&a0, ON_CUDA "device=0"));
+  sa_assert_ok(sa_fixture_arena_create(&a1, ON_CUDA "device=1"));
   CUstream s0 = stream_of(0), s1 = stream_of(1);
   void *p0 = NULL, *p1 = NULL, *q = &q;
-  SA(sa_alloc(a0, &p0, 5 * MiB, (sa_stream)s0));
-  SA(sa_alloc(a1, &p1, 4096, (sa_stream)s1));
+  sa_assert_ok(sa_alloc(a0, &p0, 5 * MiB, (sa_stream)s0));
+  sa_assert_ok(sa_alloc(a1, &p1, 4096, (sa_stream)s1));
   assert_int_equal(ordinal_of(p0), 0);
   assert_int_equal(ordinal_of(p1), 1);
   assert_int_equal(sa_alloc(a0, &q, 4096, (sa_stream)s1), SA_ERR_UNKNOWN_STREAM);
   assert_null(q);
-  assert_driver_error_says("stream of another device");
+  sa_fixture_assert_driver_error("stream of another device");
   assert_int_equal(sa_alloc(a1, &q, 4096, (sa_stream)s0), SA_ERR_UNKNOWN_STREAM);
   assert_int_equal(sa_free(p1, (sa_stream)s0), SA_ERR_UNKNOWN_STREAM); /* still live */
   assert_int_equal(sa_record_stream(p0, (sa_stream)s1), SA_ERR_UNKNOWN_STREAM);
-  SA(sa_free(p0, (sa_stream)s0));
-  SA(sa_free(p1, (sa_stream)s1));
-  SA(sa_stream_release(a0, (sa_stream)s0));
-  SA(sa_stream_release(a1, (sa_stream)s1));
-  SA(sa_arena_destroy(a0));
-  SA(sa_arena_destroy(a1));
-  CK(sa_cu.StreamDestroy(s0));
-  CK(sa_cu.StreamDestroy(s1));
+  sa_assert_ok(sa_free(p0, (sa_stream)s0));
+  sa_assert_ok(sa_free(p1, (sa_stream)s1));
+  sa_assert_ok(sa_stream_release(a0, (sa_stream)s0));
+  sa_assert_ok(sa_stream_release(a1, (sa_stream)s1));
+  sa_assert_ok(sa_arena_destroy(a0));
+  sa_assert_ok(sa_arena_destroy(a1));
+  SA_CU_OK(sa_cu.StreamDestroy(s0));
+  SA_CU_OK(sa_cu.StreamDestroy(s1));
 }
 
 /* ---- peer access ------------------------------------------------------- */
@@ -262,19 +200,19 @@ typedef struct peer_s {
 static void peer_touch(peer *t, void *p, size_t bytes, uint32_t seed) {
   unsigned long long flags = 0;
   CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1};
-  CK(sa_cu.MemGetAccess(&flags, &loc, (CUdeviceptr)(uintptr_t)p));
+  SA_CU_OK(sa_cu.MemGetAccess(&flags, &loc, (CUdeviceptr)(uintptr_t)p));
   assert_int_equal(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
-  CK(sa_cu.CtxSetCurrent(g.ctx[0]));
-  CK(sa_cu.MemsetD32Async((CUdeviceptr)(uintptr_t)p, seed, bytes / 4, t->s0));
-  CK(sa_cu.StreamSynchronize(t->s0));
-  CK(sa_cu.CtxSetCurrent(g.ctx[1]));
+  SA_CU_OK(sa_cu.CtxSetCurrent(g.ctx[0]));
+  SA_CU_OK(sa_cu.MemsetD32Async((CUdeviceptr)(uintptr_t)p, seed, bytes / 4, t->s0));
+  SA_CU_OK(sa_cu.StreamSynchronize(t->s0));
+  SA_CU_OK(sa_cu.CtxSetCurrent(g.ctx[1]));
   CUdeviceptr dp = (CUdeviceptr)(uintptr_t)p;
   unsigned n = (unsigned)(bytes / 4), mul = 3, add = 1;
   void *args[] = {&dp, &n, &mul, &add};
-  CK(sa_cu.LaunchKernel(g.mad, 264, 1, 1, 256, 1, 1, 0, t->s1, args, NULL));
-  CK(sa_cu.StreamSynchronize(t->s1));
-  CK(sa_cu.CtxSetCurrent(g.ctx[0]));
-  CK(sa_cu.MemcpyDtoH(t->host, dp, bytes));
+  SA_CU_OK(sa_cu.LaunchKernel(g.mad, 264, 1, 1, 256, 1, 1, 0, t->s1, args, NULL));
+  SA_CU_OK(sa_cu.StreamSynchronize(t->s1));
+  SA_CU_OK(sa_cu.CtxSetCurrent(g.ctx[0]));
+  SA_CU_OK(sa_cu.MemcpyDtoH(t->host, dp, bytes));
   for (size_t i = 0; i < bytes / 4; i++) t->wrong += t->host[i] != seed * 3 + 1;
   g.peer_kernels++;
   g.peer_words += bytes / 4;
@@ -284,7 +222,8 @@ static void peer_kernel_after_growth_stitching_and_trim(void **state) {
   (void)state;
   need_devices();
   peer t = {0};
-  SA(arena_on(0, "peer_access=1,max_physical=64MiB,superblock_size=2MiB", &t.a));
+  sa_assert_ok(sa_fixture_arena_create(
+      &t.a, ON_CUDA "device=0,peer_access=1,max_physical=64MiB,superblock_size=2MiB"));
   t.s0 = stream_of(0);
   t.s1 = stream_of(1);
   t.host = malloc(48 * MiB);
@@ -295,41 +234,41 @@ static void peer_kernel_after_growth_stitching_and_trim(void **state) {
   /* Growth: 16 small blocks (4 superblocks) and 3 spans of 8 MiB. */
   for (int i = 0; i < N; i++) {
     size[i] = i < 16 ? 512 << 10 : 8 * MiB;
-    SA(sa_alloc(t.a, &p[i], size[i], (sa_stream)t.s0));
+    sa_assert_ok(sa_alloc(t.a, &p[i], size[i], (sa_stream)t.s0));
     peer_touch(&t, p[i], size[i], 0x100u + (unsigned)i);
   }
-  for (int i = 0; i < N; i++) SA(sa_free(p[i], (sa_stream)t.s0));
+  for (int i = 0; i < N; i++) sa_assert_ok(sa_free(p[i], (sa_stream)t.s0));
   /* Stitching: 48 MiB under a 64 MiB cap with 32 MiB held comes from the
    * freed memory's chunks, unmapped and mapped again. */
-  SA(sa_defragment(t.a));
+  sa_assert_ok(sa_defragment(t.a));
   void *big = NULL;
-  SA(sa_alloc(t.a, &big, 48 * MiB, (sa_stream)t.s0));
+  sa_assert_ok(sa_alloc(t.a, &big, 48 * MiB, (sa_stream)t.s0));
   sa_stats st;
-  SA(sa_get_stats(t.a, &st));
+  sa_assert_ok(sa_get_stats(t.a, &st));
   assert_true(st.reserved_bytes <= 64 * MiB);
   peer_touch(&t, big, 48 * MiB, 0x200u);
-  SA(sa_free(big, (sa_stream)t.s0));
+  sa_assert_ok(sa_free(big, (sa_stream)t.s0));
   /* Everything back to the device, then growth again. */
-  SA(sa_trim(t.a, 0));
-  SA(sa_get_stats(t.a, &st));
+  sa_assert_ok(sa_trim(t.a, 0));
+  sa_assert_ok(sa_get_stats(t.a, &st));
   assert_int_equal(st.reserved_bytes, 0);
-  SA(sa_alloc(t.a, &big, 6 * MiB, (sa_stream)t.s0));
+  sa_assert_ok(sa_alloc(t.a, &big, 6 * MiB, (sa_stream)t.s0));
   peer_touch(&t, big, 6 * MiB, 0x300u);
-  SA(sa_free(big, (sa_stream)t.s0));
+  sa_assert_ok(sa_free(big, (sa_stream)t.s0));
   /* Superblocks of another size. */
-  SA(sa_set_superblock_size(t.a, 4 * MiB));
+  sa_assert_ok(sa_set_superblock_size(t.a, 4 * MiB));
   for (int i = 0; i < 4; i++) {
-    SA(sa_alloc(t.a, &p[i], 1536 << 10, (sa_stream)t.s0));
+    sa_assert_ok(sa_alloc(t.a, &p[i], 1536 << 10, (sa_stream)t.s0));
     peer_touch(&t, p[i], 1536 << 10, 0x400u + (unsigned)i);
   }
-  for (int i = 0; i < 4; i++) SA(sa_free(p[i], (sa_stream)t.s0));
+  for (int i = 0; i < 4; i++) sa_assert_ok(sa_free(p[i], (sa_stream)t.s0));
   printf("gpu_multi_device: peer_access=1: %u kernels of device 1 read and rewrote %llu words "
          "of device 0's memory, %llu wrong\n",
          g.peer_kernels, g.peer_words, t.wrong);
-  SA(sa_stream_release(t.a, (sa_stream)t.s0));
-  SA(sa_arena_destroy(t.a));
-  CK(sa_cu.StreamDestroy(t.s0));
-  CK(sa_cu.StreamDestroy(t.s1));
+  sa_assert_ok(sa_stream_release(t.a, (sa_stream)t.s0));
+  sa_assert_ok(sa_arena_destroy(t.a));
+  SA_CU_OK(sa_cu.StreamDestroy(t.s0));
+  SA_CU_OK(sa_cu.StreamDestroy(t.s1));
   free(t.host);
   assert_int_equal(t.wrong, 0);
 }
@@ -341,23 +280,22 @@ static void peer_access_checks_at_create(void **state) {
   (void)state;
   need_devices();
   int n = 0;
-  CK(sa_cu.DeviceGetCount(&n));
+  SA_CU_OK(sa_cu.DeviceGetCount(&n));
   sa_arena *a = NULL;
   if (n < 64) {
-    char spec[32];
-    snprintf(spec, sizeof spec, "peer_access=%d", n);
-    assert_int_equal(arena_on(0, spec, &a), SA_ERR_NO_DEVICE);
+    sa_assert_status(sa_fixture_arena_create(&a, ON_CUDA "device=0,peer_access=%d", n),
+                     SA_ERR_NO_DEVICE);
     assert_null(a);
-    assert_driver_error_says("peer_access names device");
+    sa_fixture_assert_driver_error("peer_access names device");
   }
-  sa_status st = arena_on(1, "peer_access=all", &a);
+  sa_status st = sa_fixture_arena_create(&a, ON_CUDA "device=1,peer_access=all");
   if (st == SA_ERR_NOT_SUPPORTED) {
-    assert_driver_error_says("cannot access");
+    sa_fixture_assert_driver_error("cannot access");
     printf("gpu_multi_device: peer_access=all refused on this machine (no peer path)\n");
     return;
   }
-  SA(st);
-  SA(sa_arena_destroy(a));
+  sa_assert_ok(st);
+  sa_assert_ok(sa_arena_destroy(a));
 }
 
 int main(void) {

@@ -104,16 +104,7 @@ static struct {
   unsigned long long words_checked, words_wrong;
 } g;
 
-/* Every driver call is checked: a failure names the call and fails the test. */
-#define CK(call)                                                                    \
-  do {                                                                              \
-    CUresult r_ = (call);                                                           \
-    if (r_ != CUDA_SUCCESS) {                                                       \
-      print_error("%s failed: %s (%d)\n", #call, sa_cu_error_name(r_), (int)r_);      \
-      fail();                                                                       \
-    }                                                                               \
-  } while (0)
-
+/* Every driver call is checked (SA_CU_OK): a failure names the call and fails the test. */
 #define SA(call)                                                                    \
   do {                                                                              \
     sa_status s_ = (call);                                                          \
@@ -236,23 +227,23 @@ static void slow_write(slow_kind kind, CUstream s, void *p, size_t bytes, void *
     /* One block on one SM: a grid that filled the GPU would keep the other
      * stream's work from running beside it, so the control could not show
      * the race (seen on the H200: most of a 1024-block writer landed first). */
-    CK(sa_cu.LaunchKernel(g.spin, 1, 1, 1, 256, 1, 1, 0, s, args, NULL));
+    SA_CU_OK(sa_cu.LaunchKernel(g.spin, 1, 1, 1, 256, 1, 1, 0, s, args, NULL));
     return;
   }
   for (unsigned i = 0; i < CHAIN_LENGTH; i++)
-    CK(sa_cu.MemsetD32Async((CUdeviceptr)(uintptr_t)scratch, i, SCRATCH_BYTES / 4, s));
-  CK(sa_cu.MemsetD32Async((CUdeviceptr)(uintptr_t)p, PATTERN_X, n, s));
+    SA_CU_OK(sa_cu.MemsetD32Async((CUdeviceptr)(uintptr_t)scratch, i, SCRATCH_BYTES / 4, s));
+  SA_CU_OK(sa_cu.MemsetD32Async((CUdeviceptr)(uintptr_t)p, PATTERN_X, n, s));
 }
 
 /* The new owner writes Y at once; the slow writer must still be running
  * (else this scenario proved nothing). */
 static void fast_write(CUstream writer, CUstream slow, void *q, size_t bytes) {
-  CK(sa_cu.MemsetD32Async((CUdeviceptr)(uintptr_t)q, PATTERN_Y, bytes / 4, writer));
+  SA_CU_OK(sa_cu.MemsetD32Async((CUdeviceptr)(uintptr_t)q, PATTERN_Y, bytes / 4, writer));
   CUresult r = sa_cu.StreamQuery(slow);
   if (r == CUDA_ERROR_NOT_READY) {
     g.busy++;
   } else {
-    CK(r);
+    SA_CU_OK(r);
     if (under_sanitizer()) {
       g.serialized = true; /* see under_sanitizer */
       return;
@@ -266,10 +257,10 @@ static void fast_write(CUstream writer, CUstream slow, void *q, size_t bytes) {
 /* Wait for everything and count the words of [q, q + bytes) that are not
  * want. */
 static unsigned long long wrong_words(void *q, size_t bytes, uint32_t want) {
-  for (int i = 0; i < 3; i++) CK(sa_cu.StreamSynchronize(g.s[i]));
+  for (int i = 0; i < 3; i++) SA_CU_OK(sa_cu.StreamSynchronize(g.s[i]));
   uint32_t *host = malloc(bytes);
   assert_non_null(host);
-  CK(sa_cu.MemcpyDtoH(host, (CUdeviceptr)(uintptr_t)q, bytes));
+  SA_CU_OK(sa_cu.MemcpyDtoH(host, (CUdeviceptr)(uintptr_t)q, bytes));
   unsigned long long bad = 0;
   for (size_t i = 0; i < bytes / 4; i++) bad += host[i] != want;
   free(host);

@@ -7,7 +7,6 @@
  *
  * The same bookkeeping on two real GPUs: driver_contract_test (peer case)
  * and gpu_torture_test with STREAMARENA_TEST_DEVICE=1. */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,9 +21,12 @@
 #include <streamarena/streamarena.h>
 
 #include "driver/driver.h"
+#include "device_switch.h"
 #include "fixture.h"
 
 #define MiB ((size_t)1 << 20)
+/* Arena specs (sa_fixture_arena_create) start with this. */
+#define ON_HOST "backend=host,check_stream_order=1,"
 
 static sa_host_counters before;
 /* Figures for the summary line. */
@@ -69,16 +71,6 @@ static sa_stream stream_on(int device, sa_host_mode mode) {
   return s;
 }
 
-static sa_status arena_on(int device, const char *extra, sa_arena **out) {
-  char spec[256];
-  snprintf(spec, sizeof spec, "backend=host,check_stream_order=1,device=%d,%s", device, extra);
-  sa_config cfg;
-  sa_config_init(&cfg);
-  char err[128];
-  if (sa_config_parse(&cfg, spec, err, sizeof err) != SA_OK) fail_msg("%s: %s", spec, err);
-  return sa_arena_create(&cfg, out);
-}
-
 static int device_of(const void *p) {
   int dev = -1;
   sa_assert_ok(sa_host_pointer_device(p, &dev));
@@ -89,17 +81,6 @@ static uint64_t violations(void) {
   sa_host_counters c;
   sa_host_get_counters(&c);
   return c.order_violations;
-}
-
-static const char *driver_error(void) {
-  const char *name = NULL;
-  (void)sa_last_driver_error(&name);
-  return name;
-}
-
-static void assert_driver_error_says(const char *needle) {
-  const char *name = driver_error();
-  if (strstr(name, needle) == NULL) fail_msg("driver error '%s' lacks '%s'", name, needle);
 }
 
 /* ---- the simulator ----------------------------------------------------- */
@@ -180,7 +161,7 @@ static void streams_and_events_belong_to_a_device(void **state) {
   sa_assert_ok(d0->ops->stream_validate(d0, NULL));
   sa_assert_ok(d1->ops->stream_validate(d1, NULL));
   sa_assert_status(d0->ops->stream_validate(d0, s1), SA_ERR_UNKNOWN_STREAM);
-  assert_driver_error_says("stream of another device");
+  sa_fixture_assert_driver_error("stream of another device");
   sa_assert_ok(d1->ops->stream_validate(d1, s1));
   sa_assert_ok(d1->ops->stream_create(d1, &made)); /* the driver's device, not the thread's */
   sa_assert_ok(d1->ops->stream_validate(d1, made));
@@ -275,8 +256,8 @@ static void kernel_of_a_peer_runs_only_with_access(void **state) {
 static void arena_takes_only_its_device(void **state) {
   (void)state;
   sa_arena *a0 = NULL, *a1 = NULL;
-  sa_assert_ok(arena_on(0, "", &a0));
-  sa_assert_ok(arena_on(1, "", &a1));
+  sa_assert_ok(sa_fixture_arena_create(&a0, ON_HOST "device=0"));
+  sa_assert_ok(sa_fixture_arena_create(&a1, ON_HOST "device=1"));
   sa_stream s0 = stream_on(0, SA_HOST_AUTO), s1 = stream_on(1, SA_HOST_AUTO);
   static const size_t sizes[] = {256, 4096, 300000, 3 * MiB, 40 * MiB};
   void *p0[5], *p1[5], *q = &q;
@@ -289,7 +270,7 @@ static void arena_takes_only_its_device(void **state) {
   }
   sa_assert_status(sa_alloc(a0, &q, 4096, s1), SA_ERR_UNKNOWN_STREAM);
   assert_null(q);
-  assert_driver_error_says("stream of another device");
+  sa_fixture_assert_driver_error("stream of another device");
   sa_assert_status(sa_alloc(a1, &q, 4096, s0), SA_ERR_UNKNOWN_STREAM);
   sa_assert_status(sa_free(p0[1], s1), SA_ERR_UNKNOWN_STREAM); /* still live */
   sa_assert_status(sa_free(p1[4], s0), SA_ERR_UNKNOWN_STREAM);
@@ -311,47 +292,20 @@ static void arena_takes_only_its_device(void **state) {
 
 /* sa_malloc_async follows the thread's current device at every call: T
  * threads switch devices between calls and each allocation comes from the
- * default arena of the device current at that moment. */
+ * default arena of the device current at that moment (device_switch.h). */
 enum { SWITCH_THREADS = 4, SWITCH_ROUNDS = 300 };
 
-typedef struct switcher_s {
-  int id;
-  unsigned wrong_device, failures, foreign_stream_ok;
-} switcher;
-
-static void *switch_devices(void *arg) {
-  switcher *w = arg;
-  static const size_t sizes[] = {256, 2048, 65536, 700000, 5 * MiB};
-  sa_stream s[2];
-  for (int dev = 0; dev < 2; dev++) {
-    if (sa_host_set_device(dev) != SA_OK || sa_host_stream_create(SA_HOST_AUTO, &s[dev]) != SA_OK) {
-      w->failures++;
-      return NULL;
-    }
-  }
-  for (int r = 0; r < SWITCH_ROUNDS; r++) {
-    int dev = (w->id + r) % 2;
-    void *p = NULL;
-    if (sa_host_set_device(dev) != SA_OK ||
-        sa_malloc_async(&p, sizes[(size_t)r % 5], s[dev]) != SA_OK || p == NULL) {
-      w->failures++;
-      continue;
-    }
-    int got = -1;
-    if (sa_host_pointer_device(p, &got) != SA_OK || got != dev) w->wrong_device++;
-    void *q = NULL;
-    /* The other device's stream is not this device's arena's. */
-    if (sa_malloc_async(&q, 256, s[1 - dev]) != SA_ERR_UNKNOWN_STREAM) w->foreign_stream_ok++;
-    if (sa_free_async(p, s[dev]) != SA_OK) w->failures++;
-  }
-  for (int dev = 0; dev < 2; dev++) {
-    sa_arena *a = NULL;
-    if (sa_default_arena(dev, &a) != SA_OK || sa_stream_release(a, s[dev]) != SA_OK ||
-        sa_host_stream_destroy(s[dev]) != SA_OK)
-      w->failures++;
-  }
-  return NULL;
+static sa_status host_stream_create(sa_stream *out) {
+  return sa_host_stream_create(SA_HOST_AUTO, out);
 }
+
+static int host_pointer_device(const void *p) {
+  int dev = -1;
+  return sa_host_pointer_device(p, &dev) == SA_OK ? dev : -1;
+}
+
+static const sa_switch_ops host_switch = {sa_host_set_device, host_stream_create,
+                                          sa_host_stream_destroy, host_pointer_device};
 
 static void default_arena_follows_the_current_device(void **state) {
   (void)state;
@@ -374,19 +328,9 @@ static void default_arena_follows_the_current_device(void **state) {
   sa_assert_ok(sa_stream_release(a1, s1));
   sa_assert_ok(sa_host_stream_destroy(s1));
 
-  pthread_t t[SWITCH_THREADS];
-  switcher w[SWITCH_THREADS];
-  for (int i = 0; i < SWITCH_THREADS; i++) {
-    w[i] = (switcher){.id = i};
-    assert_int_equal(pthread_create(&t[i], NULL, switch_devices, &w[i]), 0);
-  }
-  unsigned wrong = 0, failures = 0, foreign = 0;
-  for (int i = 0; i < SWITCH_THREADS; i++) {
-    assert_int_equal(pthread_join(t[i], NULL), 0);
-    wrong += w[i].wrong_device;
-    failures += w[i].failures;
-    foreign += w[i].foreign_stream_ok;
-  }
+  static const size_t sizes[] = {256, 2048, 65536, 700000, 5 * MiB};
+  sa_switch_result r;
+  sa_switch_run(&host_switch, SWITCH_THREADS, SWITCH_ROUNDS, sizes, 5, &r);
   uint64_t allocs[2];
   for (int dev = 0; dev < 2; dev++) {
     sa_arena *a = NULL;
@@ -398,11 +342,12 @@ static void default_arena_follows_the_current_device(void **state) {
   printf("multi_device: default arenas, threads %d switching devices, allocations on device 0 "
          "%llu, on device 1 %llu, from the wrong device %u, foreign streams accepted %u, "
          "failures %u\n",
-         SWITCH_THREADS, (unsigned long long)allocs[0], (unsigned long long)allocs[1], wrong,
-         foreign, failures);
-  assert_int_equal(wrong, 0);
-  assert_int_equal(foreign, 0);
-  assert_int_equal(failures, 0);
+         SWITCH_THREADS, (unsigned long long)allocs[0], (unsigned long long)allocs[1],
+         r.wrong_device, r.foreign_taken, r.failures);
+  assert_int_equal(r.wrong_device, 0);
+  assert_int_equal(r.foreign_taken, 0);
+  assert_int_equal(r.failures, 0);
+  assert_int_equal(r.allocations, SWITCH_THREADS * SWITCH_ROUNDS);
   total_allocs += allocs[0] + allocs[1];
   assert_int_equal(allocs[0], SWITCH_THREADS * SWITCH_ROUNDS / 2);
   assert_int_equal(allocs[1], SWITCH_THREADS * SWITCH_ROUNDS / 2 + 1);
@@ -425,7 +370,7 @@ static peer_result peer_scenario(const char *peers) {
   char extra[128];
   snprintf(extra, sizeof extra, "%s,max_physical=32MiB,superblock_size=2MiB", peers);
   sa_arena *a = NULL;
-  sa_assert_ok(arena_on(0, extra, &a));
+  sa_assert_ok(sa_fixture_arena_create(&a, ON_HOST "device=0,%s", extra));
   sa_stream s0 = stream_on(0, SA_HOST_AUTO), s1 = stream_on(1, SA_HOST_AUTO);
   uint64_t v = violations();
   enum { N = 19 };
@@ -510,7 +455,7 @@ static void peer_access_all_grants_every_device(void **state) {
   (void)state;
   sa_assert_ok(sa_host_set_device_count(3));
   sa_arena *a = NULL;
-  sa_assert_ok(arena_on(1, "peer_access=all", &a));
+  sa_assert_ok(sa_fixture_arena_create(&a, ON_HOST "device=1,peer_access=all"));
   sa_stream s[3];
   for (int dev = 0; dev < 3; dev++) s[dev] = stream_on(dev, SA_HOST_AUTO);
   void *p = NULL;
@@ -535,13 +480,16 @@ static void peer_access_all_grants_every_device(void **state) {
 static void refused_peers_fail_at_create(void **state) {
   (void)state;
   sa_arena *a = NULL;
-  sa_assert_status(arena_on(0, "peer_access=2", &a), SA_ERR_NO_DEVICE);
+  sa_assert_status(sa_fixture_arena_create(&a, ON_HOST "device=0,peer_access=2"),
+                   SA_ERR_NO_DEVICE);
   assert_null(a);
-  assert_driver_error_says("device 2");
+  sa_fixture_assert_driver_error("device 2");
   sa_assert_ok(sa_host_set_can_access_peer(1, 0, 0));
-  sa_assert_status(arena_on(0, "peer_access=1", &a), SA_ERR_NOT_SUPPORTED);
-  assert_driver_error_says("device 1 cannot access the memory of device 0");
-  sa_assert_status(arena_on(0, "peer_access=all", &a), SA_ERR_NOT_SUPPORTED);
+  sa_assert_status(sa_fixture_arena_create(&a, ON_HOST "device=0,peer_access=1"),
+                   SA_ERR_NOT_SUPPORTED);
+  sa_fixture_assert_driver_error("device 1 cannot access the memory of device 0");
+  sa_assert_status(sa_fixture_arena_create(&a, ON_HOST "device=0,peer_access=all"),
+                   SA_ERR_NOT_SUPPORTED);
   assert_null(a);
   /* sa_config_check says the same, and why. */
   sa_config cfg;
@@ -553,9 +501,9 @@ static void refused_peers_fail_at_create(void **state) {
     fail_msg("sa_config_check: '%s'", err);
   /* One way only: device 0 may still access device 1's memory; naming the
    * arena's own device is no request at all. */
-  sa_assert_ok(arena_on(1, "peer_access=0+1", &a));
+  sa_assert_ok(sa_fixture_arena_create(&a, ON_HOST "device=1,peer_access=0+1"));
   sa_assert_ok(sa_arena_destroy(a));
-  sa_assert_ok(arena_on(0, "peer_access=0", &a));
+  sa_assert_ok(sa_fixture_arena_create(&a, ON_HOST "device=0,peer_access=0"));
   sa_assert_ok(sa_arena_destroy(a));
   /* The simulator's set_access refuses such a grant too (cuMemSetAccess
    * would): a driver that obtained it before the pair was refused. */
@@ -571,7 +519,7 @@ static void refused_peers_fail_at_create(void **state) {
   sa_assert_ok(d->ops->chunk_create(d, 2 * MiB, &c));
   sa_assert_ok(d->ops->map(d, va, 2 * MiB, c));
   sa_assert_status(d->ops->set_access(d, va, 2 * MiB), SA_ERR_DRIVER);
-  assert_driver_error_says("cannot access");
+  sa_fixture_assert_driver_error("cannot access");
   sa_assert_ok(d->ops->unmap(d, va, 2 * MiB));
   sa_assert_ok(d->ops->chunk_release(d, c));
   sa_assert_ok(d->ops->va_release(d, va, 2 * MiB));
