@@ -117,6 +117,7 @@ static void help(void) {
          "  device=N                 CUDA device ordinal (0)\n"
          "  backend=auto|cuda|host   auto: CUDA where usable, else the host simulator;\n"
          "                           STREAMARENA_BACKEND=cuda|host forces one under auto\n"
+         "  peer_access=all|none|1+2 devices that may also use the memory (none)\n"
          "  superblock_size=SIZE     small-block superblocks (the granularity, 2 MiB)\n"
          "  va_reserve=SIZE          virtual range reserved (4 x device memory)\n"
          "  max_physical=SIZE        physical memory cap (the whole device)\n"
