@@ -12,21 +12,43 @@
 #                                        from README.md, built offline, run
 # Every step runs even after a failure, so one run shows everything that is
 # broken. The last line counts tests over all steps:
-#   tests: N passed, M failed
+#   tests: N passed, K skipped, M failed
+# A test whose every case skipped (cmocka's skip(): the CUDA tests on a
+# machine without a GPU) counts as skipped, not passed; cases skipped inside
+# a passing test are listed. While a step runs, a line every 30 s says how
+# many of its tests have finished.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 
-bash tools/bootstrap.sh || { echo "bootstrap failed"; echo "tests: 0 passed, 1 failed"; exit 1; }
+bash tools/bootstrap.sh || { echo "bootstrap failed"; echo "tests: 0 passed, 0 skipped, 1 failed"; exit 1; }
 
 passed=0
+skipped=0
 failed=0
 logdir="$(mktemp -d)"
 trap 'rm -rf "$logdir"' EXIT
 
 # CI logs are files, not terminals.
 bazel_flags=(--color=no --curses=no --show_progress_rate_limit=30)
+
+# Every 30 s while a step runs: how long, and how many of its tests have
+# written their log (cached results write none).
+ticker() { # name, start marker, number of tests
+  local start=$SECONDS n
+  while sleep 30; do
+    n="$(find "$root/bazel-out/" -path '*/testlogs/*' -name test.log -newer "$2" 2>/dev/null | wc -l)"
+    echo "=== $1: $((SECONDS - start)) s, $n of $3 tests run so far"
+  done
+}
+
+# Sum of the N in cmocka's "[  WORD ] N test(s)" lines of a test log.
+cases() { # log, PASSED or SKIPPED
+  sed -nE "s/^\[  $2 +\] ([0-9]+) test\(s\).*/\1/p" "$1" 2>/dev/null | awk '{ n += $1 } END { print n + 0 }'
+}
+
+ntests="$(bazel query --noshow_progress 'tests(//...)' 2>/dev/null | wc -l)"
 
 # Runs one `bazel test` and adds its per-test result lines to the counts.
 # A run that fails before testing (a build error) counts as one failure.
@@ -35,15 +57,35 @@ run_tests() {
   shift
   echo "=== $name: bazel test $* //..."
   local log="$logdir/$name.log"
+  : >"$logdir/$name.start"
+  ticker "$name" "$logdir/$name.start" "$ntests" &
+  local tick=$!
   bazel test "${bazel_flags[@]}" "$@" //... 2>&1 | tee "$log"
   local rc="${PIPESTATUS[0]}"
-  local p f
-  p="$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")"
+  kill "$tick" 2>/dev/null
+  wait "$tick" 2>/dev/null
+  # The logs of the run just made (the link follows the last command).
+  local testlogs p=0 k=0 f label tlog cp cs
+  testlogs="$(readlink -f bazel-testlogs)"
+  for label in $(sed -nE 's/^(\/\/[^ ]+) +(\(cached\) )?PASSED.*/\1/p' "$log"); do
+    tlog="$testlogs/${label#//}"
+    tlog="${tlog/://}/test.log"
+    cp="$(cases "$tlog" PASSED)"
+    cs="$(cases "$tlog" SKIPPED)"
+    if ((cs > 0 && cp == 0)); then
+      k=$((k + 1))
+      echo "=== $name: $label SKIPPED: all $cs cases skipped"
+    else
+      p=$((p + 1))
+      if ((cs > 0)); then echo "=== $name: $label passed, $cs of $((cp + cs)) cases skipped"; fi
+    fi
+  done
   f="$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|INCOMPLETE|FLAKY|REMOTE FAILURE)' "$log")"
   if ((rc != 0 && f == 0)); then f=1; fi
   passed=$((passed + p))
+  skipped=$((skipped + k))
   failed=$((failed + f))
-  echo "=== $name: $p passed, $f failed (bazel exit $rc)"
+  echo "=== $name: $p passed, $k skipped, $f failed (bazel exit $rc)"
 }
 
 run_tests opt
@@ -76,6 +118,6 @@ fi
 cd "$root"
 # A CI machine keeps nothing: free the server's memory at once.
 if [[ "${CI:-}" == true ]]; then bazel shutdown || true; fi
-echo "tests: $passed passed, $failed failed"
+echo "tests: $passed passed, $skipped skipped, $failed failed"
 if ((failed > 0 || passed == 0)); then exit 1; fi
 exit 0
