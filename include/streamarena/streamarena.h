@@ -182,7 +182,9 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out);
 /* Release everything the arena holds back to the driver, after waiting for
  * the work that may still use it. Blocks still allocated are released too;
  * the return value is then SA_ERR_LIVE_BLOCKS (and the count is written to
- * stderr), otherwise SA_OK. The arena must not be used concurrently with or
+ * stderr), otherwise SA_OK. That status reports a leak in the caller, not a
+ * failed destroy: nothing could free those blocks later (their arena is
+ * gone), so keeping their memory would only leak it for good. The arena must not be used concurrently with or
  * after this call. NULL is a no-op returning SA_OK. */
 sa_status sa_arena_destroy(sa_arena *arena);
 
@@ -211,7 +213,11 @@ const char *sa_arena_backend_reason(const sa_arena *arena);
 sa_status sa_alloc(sa_arena *arena, void **out, size_t size, sa_stream stream);
 
 /* Free p in stream order on stream (see the contract at the top). The arena
- * is found from the address. NULL is a no-op returning SA_OK.
+ * is found from the address (arenas own disjoint reserved ranges): like
+ * free() and cudaFreeAsync, a free needs nothing the code that frees (a
+ * deleter, another thread) may not have; only an allocation must say which
+ * arena, i.e. which device and configuration, the memory comes from.
+ * NULL is a no-op returning SA_OK.
  * Errors: SA_ERR_INVALID_POINTER (not the start of a block of a live arena:
  * foreign, interior, or after its arena was destroyed), SA_ERR_DOUBLE_FREE,
  * SA_ERR_UNKNOWN_STREAM, SA_ERR_DRIVER. On error nothing changes.
