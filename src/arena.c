@@ -11,7 +11,6 @@
 
 #include "internal.h"
 
-pthread_mutex_t sa__registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_rwlock_t registry_rw = PTHREAD_RWLOCK_INITIALIZER;
 static sa_arena *registry[SA_MAX_ARENAS];
 static _Atomic uint64_t next_arena_id = 1;
@@ -46,15 +45,6 @@ static void registry_remove(sa_arena *a) {
   for (size_t i = 0; i < SA_MAX_ARENAS; i++)
     if (registry[i] == a) registry[i] = NULL;
   pthread_rwlock_unlock(&registry_rw);
-}
-
-void sa__live_add(sa_arena *a, int64_t delta) {
-  int64_t now = atomic_fetch_add_explicit(&a->xlive_bytes, delta, memory_order_relaxed) + delta;
-  int64_t peak = atomic_load_explicit(&a->xlive_peak, memory_order_relaxed);
-  while (now > peak && !atomic_compare_exchange_weak_explicit(&a->xlive_peak, &peak, now,
-                                                              memory_order_relaxed,
-                                                              memory_order_relaxed)) {
-  }
 }
 
 /* Open config's backend and device, grant its peers, and read what the
@@ -212,10 +202,8 @@ sa_status sa_arena_destroy(sa_arena *a) {
   sa_stats stats;
   (void)sa_get_stats(a, &stats); /* before the entries and their counts go */
   uint64_t live = stats.alloc_count - stats.free_count;
-  pthread_mutex_lock(&sa__registry_lock);
   registry_remove(a);
   sa__entries_detach(a);
-  pthread_mutex_unlock(&sa__registry_lock);
 
   /* Wait for the work of every stream still alive, then drop the streams. */
   for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next) {
@@ -310,11 +298,8 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   uint64_t fast_allocs = atomic_load(&a->xretired_fast_allocs);
   uint64_t fast_frees = atomic_load(&a->xretired_fast_frees);
   size_t streams = 0;
+  sa__tentry_fast_counts(a, &fast_allocs, &fast_frees);
   pthread_mutex_lock(&a->lock);
-  for (sa_tentry *e = a->entries; e != NULL; e = e->arena_next) {
-    fast_allocs += atomic_load_explicit(&e->xfast_allocs, memory_order_relaxed);
-    fast_frees += atomic_load_explicit(&e->xfast_frees, memory_order_relaxed);
-  }
   sa_stream_arena *head = a->streams;
   pthread_mutex_unlock(&a->lock);
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) streams += !sa__stream_arena_released(sa);

@@ -2,6 +2,7 @@
  *
  * Layers, top to bottom (each calls only the ones below it):
  *   alloc.c          public sa_alloc / sa_free / sa_record_stream, fast paths
+ *   arena.c          arena life cycle, registry, tuning, statistics
  *   thread_cache.c   per-thread caches keyed by (arena, stream)
  *   stream_arena.c   per-stream arenas: size-class bins, inbox, deferred frees
  *   superblock.c     carving superblocks into blocks; the global free stack
@@ -11,7 +12,7 @@
  *   physical.c       physical chunks: cache, stitching, map and unmap
  *   va_space.c       the reserved virtual range and the page map
  *   event_pool.c     pooled driver events
- *   arena.c          arena life cycle, registry, tuning, statistics
+ *   hook.c           test hooks (pause points on slow paths)
  *   driver/driver.h  the device (src/driver/), the simulator behind it (src/sim/)
  *
  * Naming: sa_ is public, sa__ is internal across files, static functions
@@ -267,7 +268,7 @@ struct sa_arena_s {
   size_t event_pool_n, event_pool_cap;
   _Atomic size_t xevents_in_flight;
 
-  sa_tentry *entries;           /* thread cache entries (lock) */
+  sa_tentry *entries;           /* thread cache entries (thread_cache.c's lock) */
   pthread_mutex_t record_lock;  /* sa_record_stream side table */
   struct sa_record_s **records; /* hash buckets, SA_RECORD_BUCKETS */
 
@@ -302,10 +303,29 @@ sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_r
 /* The largest large_threshold whose size class fits in a superblock. */
 size_t sa__threshold_limit(size_t superblock_size);
 
+/* hook.c: points where a test may pause (test/ sets sa__test_hook). */
+typedef enum sa_hook_point_e {
+  SA_HOOK_ENTRY_DETACHED, /* arena destroy handed a thread's cache entry back to its owner */
+} sa_hook_point;
+typedef void (*sa_hook_fn)(sa_hook_point point, void *arg);
+extern _Atomic(sa_hook_fn) sa__test_hook;
+static inline void sa__hook(sa_hook_point point, void *arg) {
+  sa_hook_fn h = atomic_load_explicit(&sa__test_hook, memory_order_acquire);
+  if (sa_unlikely(h != NULL)) h(point, arg);
+}
+
 /* arena.c */
 sa_arena *sa__arena_of(uintptr_t p); /* live arena holding p, or NULL */
-void sa__live_add(sa_arena *a, int64_t delta);
-extern pthread_mutex_t sa__registry_lock; /* arena registry and entries */
+
+/* The arena's live-byte count and its peak (thread caches publish theirs). */
+static inline void sa__live_add(sa_arena *a, int64_t delta) {
+  int64_t now = atomic_fetch_add_explicit(&a->xlive_bytes, delta, memory_order_relaxed) + delta;
+  int64_t peak = atomic_load_explicit(&a->xlive_peak, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(&a->xlive_peak, &peak, now,
+                                                              memory_order_relaxed,
+                                                              memory_order_relaxed)) {
+  }
+}
 
 /* va_space.c */
 sa_status sa__va_init(sa_arena *a);
@@ -423,7 +443,11 @@ sa_status sa__tbin_init(sa_tbin *b, unsigned cls);
 void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep);
 void sa__tentry_flush_out(sa_tentry *e);
 void sa__tentry_publish_live(sa_tentry *e);
-void sa__entries_detach(sa_arena *a); /* arena destroy: registry lock held */
+/* Arena destroy: hand every entry of a back to its owner thread, which
+ * frees it; a is never reached through them again. */
+void sa__entries_detach(sa_arena *a);
+/* Add the fast-path counts of a's entries to *allocs and *frees. */
+void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees);
 void sa__tentry_flush_own(sa_arena *a); /* calling thread's entries of a */
 void sa__tentry_publish_own(sa_arena *a); /* their live-byte deltas */
 

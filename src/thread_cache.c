@@ -7,9 +7,16 @@
  * flushed with one event (flush_out). An entry is bound to a stream arena
  * and the arena's stream epoch; sa_stream_release bumps the epoch, and the
  * next slow path here gives the blocks of a released stream back.
- * A thread that exits gives everything back (tcache_exit). An arena that is
- * destroyed detaches the entries; their owners discard them later.
- * Entries are found through the arena registry lock on teardown paths only.
+ * A thread that exits gives everything back (tcache_exit).
+ *
+ * Who frees an entry: its owner thread, always. An arena that is destroyed
+ * detaches its entries (sa__entries_detach): it unlinks them and clears
+ * each one's arena with a release store, after which it never touches the
+ * entry again; the owner, seeing the cleared arena (acquire) on its next
+ * slow path, frees it. entries_lock orders detach against an owner that
+ * retires an entry (exit, eviction) while its arena lives.
+ *
+ * Calls stream_arena.c below it; called by alloc.c, arena.c, reclaim.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +25,8 @@
 
 _Thread_local struct sa_tcache_s *sa__tl_cache SA_TLS_FAST;
 
+/* Every arena's entry list, and entry retirement against arena destroy. */
+static pthread_mutex_t entries_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t tcache_key;
 static pthread_once_t tcache_once = PTHREAD_ONCE_INIT;
 
@@ -94,7 +103,7 @@ static void entry_free(sa_tentry *e) {
 
 /* Flush e and unlink it from its arena, if the arena still lives. */
 static void entry_retire(sa_tentry *e) {
-  pthread_mutex_lock(&sa__registry_lock);
+  pthread_mutex_lock(&entries_lock);
   sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
   if (a != NULL) {
     entry_flush_all(e);
@@ -104,15 +113,13 @@ static void entry_retire(sa_tentry *e) {
     atomic_fetch_add_explicit(&a->xretired_fast_frees,
                               atomic_load_explicit(&e->xfast_frees, memory_order_relaxed),
                               memory_order_relaxed);
-    pthread_mutex_lock(&a->lock);
     if (e->arena_prev != NULL)
       e->arena_prev->arena_next = e->arena_next;
     else
       a->entries = e->arena_next;
     if (e->arena_next != NULL) e->arena_next->arena_prev = e->arena_prev;
-    pthread_mutex_unlock(&a->lock);
   }
-  pthread_mutex_unlock(&sa__registry_lock);
+  pthread_mutex_unlock(&entries_lock);
   entry_free(e);
 }
 
@@ -123,13 +130,27 @@ static void tcache_exit(void *arg) {
   free(tc);
 }
 
-/* Called by arena destroy with the registry lock held. */
 void sa__entries_detach(sa_arena *a) {
-  pthread_mutex_lock(&a->lock);
-  for (sa_tentry *e = a->entries; e != NULL; e = e->arena_next)
-    atomic_store_explicit(&e->xarena, NULL, memory_order_relaxed);
+  pthread_mutex_lock(&entries_lock);
+  sa_tentry *e = a->entries;
   a->entries = NULL;
-  pthread_mutex_unlock(&a->lock);
+  while (e != NULL) {
+    sa_tentry *next = e->arena_next;
+    /* From this store on the entry is its owner's to free at any moment. */
+    atomic_store_explicit(&e->xarena, NULL, memory_order_release);
+    sa__hook(SA_HOOK_ENTRY_DETACHED, a);
+    e = next;
+  }
+  pthread_mutex_unlock(&entries_lock);
+}
+
+void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees) {
+  pthread_mutex_lock(&entries_lock);
+  for (sa_tentry *e = a->entries; e != NULL; e = e->arena_next) {
+    *allocs += atomic_load_explicit(&e->xfast_allocs, memory_order_relaxed);
+    *frees += atomic_load_explicit(&e->xfast_frees, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&entries_lock);
 }
 
 static struct sa_tcache_s *tcache_get(void) {
@@ -174,11 +195,11 @@ static sa_status entry_create(sa_arena *a, sa_stream s, sa_tentry **out) {
   e->sarena = sa;
   e->epoch = atomic_load_explicit(&a->xstream_epoch, memory_order_acquire);
   atomic_store_explicit(&e->xarena, a, memory_order_relaxed);
-  pthread_mutex_lock(&a->lock);
+  pthread_mutex_lock(&entries_lock);
   e->arena_next = a->entries;
   if (a->entries != NULL) a->entries->arena_prev = e;
   a->entries = e;
-  pthread_mutex_unlock(&a->lock);
+  pthread_mutex_unlock(&entries_lock);
   *out = e;
   return SA_OK;
 }
@@ -189,7 +210,9 @@ sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
   sa_tentry *e = NULL;
   for (unsigned i = 0; i < tc->n;) {
     sa_tentry *x = tc->entries[i];
-    sa_arena *xa = atomic_load_explicit(&x->xarena, memory_order_relaxed);
+    /* Acquire: pairs with detach's release, after which detach is done
+     * with the entry and it is ours to free. */
+    sa_arena *xa = atomic_load_explicit(&x->xarena, memory_order_acquire);
     if (xa == NULL) { /* its arena is gone: drop it */
       entry_free(x);
       tc->entries[i] = tc->entries[--tc->n];
