@@ -31,3 +31,19 @@ SA_TEST_COPTS = SA_DEFAULT_COPTS + ["-Wno-missing-prototypes"]
 
 # Examples, benchmarks and tools: same as tests.
 SA_EXAMPLE_COPTS = SA_TEST_COPTS
+
+# The peer benchmark (bench/peers) is C++20: it calls RMM's and PyTorch's C++
+# allocators through plug-ins and shares their interface header.
+SA_BENCH_CXX_COPTS = [
+    "-std=c++20",
+    "-D_GNU_SOURCE",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wshadow",
+    "-Wpointer-arith",
+    "-Wundef",
+    "-Wvla",
+    "-Wimplicit-fallthrough",
+    "-Wno-unused-parameter",
+]

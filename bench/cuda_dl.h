@@ -15,6 +15,10 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* X(name without "cu", PFN version suffix), the newest at or below ABI 12000. */
 #define BENCH_CU_ENTRY_POINTS(X)         \
   X(GetErrorName, v6000)                 \
@@ -33,7 +37,12 @@
   X(MemAllocAsync, v11020)               \
   X(MemFreeAsync, v11020)                \
   X(DeviceGetDefaultMemPool, v11020)     \
-  X(MemPoolSetAttribute, v11020)
+  X(MemPoolSetAttribute, v11020)         \
+  X(MemPoolGetAttribute, v11020)         \
+  X(MemPoolCreate, v11020)               \
+  X(MemPoolDestroy, v11020)              \
+  X(MemAllocFromPoolAsync, v11020)       \
+  X(MemGetInfo, v3020)
 
 #define BENCH_CU_FIELD(name, ver) PFN_cu##name##_##ver name;
 
@@ -57,5 +66,9 @@ void bench_cu_close(bench_cu *cu);
 
 /* The driver's name for r ("CUDA_ERROR_OUT_OF_MEMORY"). */
 const char *bench_cu_error(const bench_cu *cu, CUresult r);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* SA_BENCH_CUDA_DL_H */

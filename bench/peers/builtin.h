@@ -1,0 +1,21 @@
+// The backends built into the peer benchmark (the others are plug-ins).
+#ifndef SA_BENCH_PEERS_BUILTIN_H
+#define SA_BENCH_PEERS_BUILTIN_H
+
+#include "bench/cuda_dl.h"
+#include "bench/peers/backend.h"
+
+namespace peers {
+
+// streamarena through its public API, one arena per instance, on the CUDA
+// backend on a GPU and on the host simulator elsewhere.
+const peer_backend *streamarena_backend();
+
+// cudaMallocAsync's pools through the driver API (cuMemAllocFromPoolAsync /
+// cuMemFreeAsync, the calls cudaMallocAsync makes), one pool per instance;
+// cu is NULL without a GPU (the backend then says it needs one).
+const peer_backend *cuda_async_backend(const bench_cu *cu);
+
+}  // namespace peers
+
+#endif  // SA_BENCH_PEERS_BUILTIN_H

@@ -1,0 +1,154 @@
+// RMM's random-allocations benchmark, on every backend: 2N steps on one
+// stream; a step allocates (probability 73 %, while fewer than N were
+// allocated and the live bytes stay under the cap) a size drawn uniformly
+// from [1, max], or frees a live block drawn uniformly; a failed allocation
+// frees instead, as RMM's loop does. Two cases as RMM runs them: N=100000
+// up to 1 MiB and N=1000 up to 4 GiB, live capped at 16000 MiB. Timed: the
+// loop, the frees of what is left, a stream synchronisation; reported per
+// allocation. Each case gets a fresh instance and runs on it `random_runs`
+// times (the first pays for growing the pool). A run that passes
+// random_max_s stops and is marked truncated.
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <utility>
+
+#include "bench/peers/team.h"
+#include "bench/peers/workload.h"
+
+namespace peers {
+namespace {
+
+constexpr size_t MiB = size_t{1} << 20;
+constexpr size_t LIVE_CAP = 16000 * MiB;
+constexpr int ALLOC_PERCENT = 73;
+
+struct Run {
+  uint64_t allocs = 0, frees = 0, failed = 0;
+  size_t peak_live = 0;
+  double seconds = 0;
+  bool truncated = false;
+};
+
+bool one_run(const Ctx &c, Instance &in, void *s, size_t n, size_t max_size, Run *r,
+             std::string *err) {
+  std::mt19937_64 gen(12345); // the same sequence for every backend and run
+  std::uniform_int_distribution<size_t> size_d(1, max_size);
+  std::uniform_int_distribution<int> op_d(0, 99);
+  std::uniform_int_distribution<size_t> index_d(0, n - 1);
+  std::vector<std::pair<void *, size_t>> live;
+  live.reserve(n);
+  size_t live_bytes = 0;
+  const uint64_t t0 = now_ns();
+  const uint64_t limit = static_cast<uint64_t>(c.opt.random_max_s * 1e9);
+  bool ok = true;
+  for (size_t i = 0; ok && i < 2 * n; i++) {
+    if ((i & 63) == 0 && now_ns() - t0 > limit) {
+      r->truncated = true;
+      break;
+    }
+    size_t size = size_d(gen);
+    bool do_alloc = true;
+    if (!live.empty())
+      do_alloc = op_d(gen) < ALLOC_PERCENT && r->allocs < n && live_bytes + size < LIVE_CAP;
+    if (do_alloc) {
+      void *p;
+      int rc = in.alloc(&p, size, s);
+      if (rc == PEER_OK) {
+        live.emplace_back(p, size);
+        r->allocs++;
+        live_bytes += size;
+        r->peak_live = std::max(r->peak_live, live_bytes);
+        continue;
+      }
+      if (rc != PEER_OOM) {
+        *err = in.failed("alloc", size);
+        ok = false;
+        break;
+      }
+      r->failed++;
+    }
+    if (live.empty()) continue;
+    size_t k = index_d(gen) % live.size();
+    std::swap(live[k], live.back());
+    auto [p, psize] = live.back();
+    live.pop_back();
+    live_bytes -= psize;
+    r->frees++;
+    if (in.free(p, psize, s, s) != PEER_OK) {
+      *err = in.failed("free", psize);
+      ok = false;
+    }
+  }
+  for (auto [p, psize] : live) {
+    if (in.free(p, psize, s, s) != PEER_OK && ok) {
+      *err = in.failed("free", psize);
+      ok = false;
+    }
+  }
+  if (ok && !c.dev.sync(s, err)) ok = false;
+  r->seconds = static_cast<double>(now_ns() - t0) * 1e-9;
+  return ok;
+}
+
+}  // namespace
+
+bool run_random(Ctx &c) {
+  static const size_t max_sizes[2] = {MiB, size_t{4} << 30};
+  static const char *const names[2] = {"random-1MiB", "random-4GiB"};
+  bool all_ok = true;
+  for (int k = 0; k < 2; k++) {
+    size_t n = c.opt.random_n[k];
+    if (n == 0) continue;
+    std::string err;
+    Instance in(c);
+    Streams streams(c.dev, in);
+    bool ok = in.create(&err) && streams.create(1, &err);
+    for (unsigned run = 1; ok && run <= c.opt.random_runs; run++) {
+      Run r;
+      ok = one_run(c, in, streams[0], n, max_sizes[k], &r, &err);
+      peer_stats st;
+      if (ok) ok = in.stats(&st, &err);
+      if (!ok) break;
+      double us = r.seconds * 1e6 / static_cast<double>(r.allocs ? r.allocs : 1);
+      char row[256];
+      std::snprintf(row, sizeof row, "%-20s %-13s %3u %8llu %7llu %10.2f %7.2f %s", c.b->name,
+                    names[k], run, static_cast<unsigned long long>(r.allocs),
+                    static_cast<unsigned long long>(r.failed), us, r.seconds,
+                    r.truncated ? "yes" : "no");
+      c.report.result("random", Json()
+                                    .str("backend", c.b->name)
+                                    .str("workload", "random")
+                                    .str("case", names[k])
+                                    .count("n", n)
+                                    .count("max_size", max_sizes[k])
+                                    .count("live_cap", LIVE_CAP)
+                                    .count("run", run)
+                                    .count("allocs", r.allocs)
+                                    .count("frees", r.frees)
+                                    .count("failed", r.failed)
+                                    .num("seconds", r.seconds)
+                                    .num("us_per_alloc", us)
+                                    .flag("truncated", r.truncated)
+                                    .count("peak_live", r.peak_live)
+                                    .count("reserved_peak", st.reserved_peak),
+                      row);
+    }
+    std::string finish_err;
+    if (!streams.finish(&finish_err) && ok) {
+      ok = false;
+      err = finish_err;
+    }
+    if (!in.destroy(&finish_err) && ok) {
+      ok = false;
+      err = finish_err;
+    }
+    if (!ok) {
+      c.report.error(c.b->name, "random", std::string(names[k]) + ": " + err);
+      all_ok = false;
+    }
+  }
+  return all_ok;
+}
+
+}  // namespace peers

@@ -1,0 +1,110 @@
+// streamarena as a peer backend (builtin.h): sa_alloc/sa_free on an arena of
+// its own per instance; sa_stream_release before the program destroys a
+// stream, as a user of the library does.
+#include <cstdio>
+
+#include <streamarena/host.h>
+#include <streamarena/streamarena.h>
+
+#include "bench/peers/builtin.h"
+
+#define PEERS_STR_(x) #x
+#define PEERS_STR(x) PEERS_STR_(x)
+#define SA_VERSION_TEXT \
+  PEERS_STR(SA_VERSION_MAJOR) "." PEERS_STR(SA_VERSION_MINOR) "." PEERS_STR(SA_VERSION_PATCH)
+
+namespace peers {
+namespace {
+
+thread_local char last_error[256];
+
+int fail(const char *what, sa_status st, int code) {
+  std::snprintf(last_error, sizeof last_error, "%s: %s", what, sa_status_string(st));
+  return code;
+}
+
+int sa_create(const peer_env *env, void **self, char *err, size_t err_size) {
+  sa_config cfg;
+  sa_config_init(&cfg);
+  cfg.device = env->device;
+  cfg.backend = env->gpu ? SA_BACKEND_CUDA : SA_BACKEND_HOST;
+  char why[256] = "";
+  if (env->conf != nullptr && sa_config_parse(&cfg, env->conf, why, sizeof why) != SA_OK) {
+    std::snprintf(err, err_size, "configuration '%s': %s", env->conf, why);
+    return PEER_ERROR;
+  }
+  if (cfg.backend == SA_BACKEND_HOST) {
+    // A simulated device the size of an H200, so traces recorded on one fit
+    // (only chunks actually created take host memory, and none is touched).
+    sa_status st = sa_host_set_device_memory(static_cast<size_t>(141) << 30);
+    if (st != SA_OK) {
+      std::snprintf(err, err_size, "sa_host_set_device_memory: %s", sa_status_string(st));
+      return PEER_ERROR;
+    }
+  }
+  sa_arena *a = nullptr;
+  sa_status st = sa_arena_create(&cfg, &a);
+  if (st != SA_OK) {
+    std::snprintf(err, err_size, "sa_arena_create: %s", sa_status_string(st));
+    return PEER_ERROR;
+  }
+  *self = a;
+  return PEER_OK;
+}
+
+int sa_alloc_op(void *self, void **p, size_t size, void *stream) {
+  sa_status st = sa_alloc(static_cast<sa_arena *>(self), p, size, stream);
+  if (st == SA_OK) [[likely]]
+    return PEER_OK;
+  return fail("sa_alloc", st, st == SA_ERR_OUT_OF_MEMORY ? PEER_OOM : PEER_ERROR);
+}
+
+int sa_free_op(void *, void *p, size_t, void *stream, void *) {
+  sa_status st = sa_free(p, stream);
+  if (st == SA_OK) [[likely]]
+    return PEER_OK;
+  return fail("sa_free", st, PEER_ERROR);
+}
+
+int sa_stream_done(void *self, void *stream) {
+  sa_status st = sa_stream_release(static_cast<sa_arena *>(self), stream);
+  return st == SA_OK ? PEER_OK : fail("sa_stream_release", st, PEER_ERROR);
+}
+
+int sa_stats_op(void *self, peer_stats *out) {
+  sa_stats s;
+  sa_status st = sa_get_stats(static_cast<sa_arena *>(self), &s);
+  if (st != SA_OK) return fail("sa_get_stats", st, PEER_ERROR);
+  out->reserved_peak = s.reserved_bytes_peak;
+  out->reserved_now = s.reserved_bytes;
+  return PEER_OK;
+}
+
+int sa_destroy(void *self, char *err, size_t err_size) {
+  sa_status st = sa_arena_destroy(static_cast<sa_arena *>(self));
+  if (st == SA_OK) return PEER_OK;
+  std::snprintf(err, err_size, "sa_arena_destroy: %s", sa_status_string(st));
+  return PEER_ERROR;
+}
+
+const char *sa_error(void *) { return last_error; }
+
+const peer_backend backend = {
+    "streamarena",
+    "streamarena " SA_VERSION_TEXT ": sa_alloc/sa_free, one arena per instance, "
+    "default configuration",
+    "sa_get_stats reserved_bytes_peak (physical memory mapped)",
+    sa_create,
+    sa_alloc_op,
+    sa_free_op,
+    sa_stream_done,
+    sa_stats_op,
+    sa_destroy,
+    sa_error,
+};
+
+}  // namespace
+
+const peer_backend *streamarena_backend() { return &backend; }
+
+}  // namespace peers

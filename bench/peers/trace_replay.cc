@@ -1,0 +1,138 @@
+// Trace replay: every trace (bench/trace_read.h reads streamarena's, RMM's
+// and PyTorch's CSV, gzipped or not) on a fresh instance, since a reserved
+// peak is a lifetime peak. One thread in file order; each stream of the
+// trace becomes a stream of the device; a free goes to the stream the
+// trace frees on (with the allocation's stream given too, for allocators
+// that free on that one and record the other). Timed: the operations only.
+// Reported: us per operation, peak live (the trace's highest sum of
+// requested sizes) and the allocator's own peak reserved, their ratio, and
+// allocations that ran out of memory (skipped, with their frees).
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "bench/peers/team.h"
+#include "bench/peers/workload.h"
+#include "bench/trace_read.h"
+
+namespace peers {
+namespace {
+
+const char *base_name(const std::string &path) {
+  const char *s = std::strrchr(path.c_str(), '/');
+  return s != nullptr ? s + 1 : path.c_str();
+}
+
+struct Replay {
+  double seconds = 0;
+  uint64_t ooms = 0;
+  peer_stats stats{};
+};
+
+bool replay(const Ctx &c, const trace &t, Replay *r, std::string *err) {
+  Instance in(c);
+  Streams streams(c.dev, in);
+  if (!in.create(err) || !streams.create(static_cast<unsigned>(t.nstreams), err)) return false;
+  std::vector<void *> ptrs(t.nslots, nullptr);
+  std::vector<uint16_t> alloc_stream(t.nslots, 0);
+  std::vector<size_t> size_of(t.nslots, 0); // RMM's frees need the size
+  bool ok = true;
+  const uint64_t t0 = now_ns();
+  for (size_t i = 0; i < t.nops; i++) {
+    const trace_op &op = t.ops[i];
+    void *s = streams[op.stream];
+    if (op.is_free) {
+      void *&p = ptrs[op.slot];
+      if (p == nullptr) continue; // its allocation ran out of memory
+      if (in.free(p, op.size, s, streams[alloc_stream[op.slot]]) != PEER_OK) {
+        *err = in.failed("free", op.size);
+        ok = false;
+        break;
+      }
+      p = nullptr;
+      continue;
+    }
+    int rc = in.alloc(&ptrs[op.slot], op.size, s);
+    if (rc == PEER_OOM) {
+      ptrs[op.slot] = nullptr;
+      r->ooms++;
+    } else if (rc != PEER_OK) {
+      *err = in.failed("alloc", op.size);
+      ok = false;
+      break;
+    }
+    alloc_stream[op.slot] = op.stream;
+    size_of[op.slot] = op.size;
+  }
+  r->seconds = static_cast<double>(now_ns() - t0) * 1e-9;
+  for (size_t slot = 0; slot < t.nslots; slot++) { // what the trace never freed
+    void *s = streams[alloc_stream[slot]];
+    if (ptrs[slot] != nullptr && in.free(ptrs[slot], size_of[slot], s, s) != PEER_OK && ok) {
+      *err = in.failed("free", size_of[slot]);
+      ok = false;
+    }
+  }
+  // The figures before the streams end: a user's program ends them last.
+  if (ok) ok = in.stats(&r->stats, err);
+  std::string e;
+  if (!streams.finish(&e) && ok) {
+    *err = e;
+    ok = false;
+  }
+  if (!in.destroy(&e) && ok) {
+    *err = e;
+    ok = false;
+  }
+  return ok;
+}
+
+}  // namespace
+
+bool run_trace(Ctx &c) {
+  bool all_ok = true;
+  for (const std::string &path : c.opt.traces) {
+    trace t;
+    char why[1024];
+    if (trace_load(path.c_str(), &t, why, sizeof why) != SA_OK) {
+      c.report.error(c.b->name, "trace", why);
+      all_ok = false;
+      continue;
+    }
+    const char *name = base_name(path);
+    Replay r;
+    std::string err;
+    if (t.nops == 0) {
+      c.report.error(c.b->name, "trace", std::string(name) + ": no operations");
+      all_ok = false;
+    } else if (!replay(c, t, &r, &err)) {
+      c.report.error(c.b->name, "trace", std::string(name) + ": " + err);
+      all_ok = false;
+    } else {
+      double us = r.seconds * 1e6 / static_cast<double>(t.nops);
+      double ratio = static_cast<double>(r.stats.reserved_peak) / static_cast<double>(t.peak_live);
+      char row[256];
+      std::snprintf(row, sizeof row, "%-20s %-22s %8zu %9.3f %9s %13s %6.3f %5llu", c.b->name,
+                    name, t.nops, us, mib(t.peak_live).c_str(),
+                    mib(r.stats.reserved_peak).c_str(), ratio,
+                    static_cast<unsigned long long>(r.ooms));
+      c.report.result("trace", Json()
+                                   .str("backend", c.b->name)
+                                   .str("workload", "trace")
+                                   .str("case", name)
+                                   .str("format", t.format)
+                                   .count("ops", t.nops)
+                                   .count("streams", t.nstreams)
+                                   .num("seconds", r.seconds)
+                                   .num("us_per_op", us)
+                                   .count("peak_live", t.peak_live)
+                                   .count("reserved_peak", r.stats.reserved_peak)
+                                   .num("ratio", ratio)
+                                   .count("ooms", r.ooms),
+                       row);
+    }
+    trace_free(&t);
+  }
+  return all_ok;
+}
+
+}  // namespace peers
