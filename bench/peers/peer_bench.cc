@@ -19,7 +19,8 @@
 //
 // Output: a line per result as it comes, JSON lines with --json=FILE (what
 // bench/peers/plot.py reads), a table of everything last. Exit status 1 if
-// anything failed.
+// anything failed. Relative paths (traces, --plugin, --json) are from where
+// `bazel run` was typed.
 #include <unistd.h>
 
 #include <cerrno>
@@ -35,6 +36,7 @@
 #include "bench/peers/registry.h"
 #include "bench/peers/report.h"
 #include "bench/peers/workload.h"
+#include "bench/user_path.h"
 
 namespace peers {
 namespace {
@@ -76,6 +78,12 @@ std::vector<std::string> split(const std::string &s) {
     b = e + 1;
   }
   return out;
+}
+
+// A path the user typed, from where `bazel run` was typed (user_path.h).
+std::string users(const std::string &path) {
+  std::vector<char> buf(path.size() + 4096);
+  return user_path(path.c_str(), buf.data(), buf.size()) ? std::string(buf.data()) : path;
 }
 
 bool to_u64(const std::string &s, uint64_t lo, uint64_t hi, uint64_t *out) {
@@ -122,7 +130,7 @@ int parse(int argc, char **argv, Args *a) {
     if (name == "--backends") {
       a->backends = split(v);
     } else if (name == "--plugin") {
-      a->plugins.push_back(v);
+      a->plugins.push_back(users(v));
     } else if (name == "--workloads") {
       a->workloads = split(v);
     } else if (name == "--threads") {
@@ -155,7 +163,7 @@ int parse(int argc, char **argv, Args *a) {
       a->sa_conf = v;
       a->sa_conf_set = true;
     } else if (name == "--json") {
-      a->json = v;
+      a->json = users(v);
     } else if (name == "--require-gpu") {
       a->require_gpu = true;
     } else if (name == "--quick") {

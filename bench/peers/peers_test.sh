@@ -6,23 +6,26 @@
 # same random sequence; and plot.py turns the output into RESULTS.md tables.
 #   peers_test.sh PEER_BENCH TEST_PLUGIN PLOT_PY PYTORCH_TRACE TRACE...
 set -euo pipefail
-bench="$1" plugin="$2" plot="$3"
+bench="$(realpath "$1")" plugin="$(realpath "$2")" plot="$3"
 shift 3
 out="${TEST_TMPDIR:-$(mktemp -d)}"
-json="$out/results.jsonl"
-rm -f "$json"
+rm -f "$out/cwd/results.jsonl"
 
-"$bench" --list --plugin="$plugin" | grep -q '^test-malloc ' ||
-  { echo "the plug-in's backend is not listed"; exit 1; }
+"$bench" --list --plugin="$plugin" > "$out/list" 2>&1
+grep -q '^test-malloc ' "$out/list" || { echo "the plug-in's backend is not listed"; exit 1; }
 if "$bench" --no-such-option 2>/dev/null; then echo "a bad option must fail"; exit 1; fi
 
-# The relative PyTorch trace and --json path are the user's (BUILD_WORKING_DIRECTORY).
+# Relative paths are the user's (BUILD_WORKING_DIRECTORY): the gzipped
+# PyTorch trace and the JSON file.
 mkdir -p "$out/cwd"
 gzip -c "$1" > "$out/cwd/pt.csv.gz"
 shift
-BUILD_WORKING_DIRECTORY="$out/cwd" "$bench" --quick --threads=1,2 --random-n=2000,20 \
-  --reps=1 --rep-ms=1 --plugin="$plugin" --json="$json" "$@" pt.csv.gz \
-  > "$out/log" 2> "$out/err"
+traces=()
+for t in "$@"; do traces+=("$(realpath "$t")"); done
+(cd / && BUILD_WORKING_DIRECTORY="$out/cwd" "$bench" --quick --threads=1,2 \
+  --random-n=2000,20 --reps=1 --rep-ms=1 --plugin="$plugin" --json=results.jsonl \
+  "${traces[@]}" pt.csv.gz > "$out/log" 2> "$out/err")
+json="$out/cwd/results.jsonl"
 cat "$out/log"
 grep -q 'host simulator' "$out/err" || { echo "expected the no-GPU notice"; exit 1; }
 

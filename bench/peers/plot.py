@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""bench/RESULTS.md and its plots, from peer_bench's JSON lines.
+
+    python3 bench/peers/plot.py [--out DIR] [--no-plots] RESULTS.jsonl...
+
+Reads every file given (bench/peers/run.sh writes one results.jsonl for all
+backends) and writes DIR/RESULTS.md (default DIR: bench/) with the machine,
+date, commit, command and a table per workload, and, with matplotlib,
+DIR/peers_pairs.png (ns per pair by size), DIR/peers_threads.png (Mpairs/s
+by threads) and DIR/peers_traces.png (trace us/op against peak reserved
+over peak live). Also prints the tables. Nothing in RESULTS.md is written
+by hand: regenerate it from the raw output.
+"""
+import argparse
+import json
+import os
+import sys
+
+ORDER = ["streamarena", "cudaMallocAsync", "rmm-pool", "rmm-arena", "rmm-async", "torch",
+         "torch-expandable"]
+PAIR_CASES = ["256B", "1KiB", "4KiB", "16KiB", "64KiB", "256KiB", "1MiB", "4MiB", "16MiB",
+              "mixed", "mixed-16MiB"]
+PAIR_BYTES = {c: 256 << (2 * i) for i, c in enumerate(PAIR_CASES[:9])}
+
+
+def load(paths):
+    rows = []
+    for p in paths:
+        with open(p) as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    sys.exit(f"plot.py: {p}:{n}: not JSON: {e}")
+    return rows
+
+
+def backends_of(rows):
+    seen = []
+    for r in rows:
+        b = r.get("backend")
+        if r.get("type") in ("result", "backend") and b and b not in seen:
+            seen.append(b)
+    return sorted(seen, key=lambda b: (ORDER.index(b) if b in ORDER else len(ORDER), b))
+
+
+def table(header, body):
+    out = ["| " + " | ".join(header) + " |",
+           "| " + " | ".join(["---"] + ["---:"] * (len(header) - 1)) + " |"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+    return "\n".join(out)
+
+
+def fmt(v, digits=1):
+    return "–" if v is None else f"{v:,.{digits}f}"
+
+
+def result(res, backend, workload, case, **match):
+    for r in res:
+        if r["backend"] == backend and r["workload"] == workload and r["case"] == case and all(
+                r.get(k) == v for k, v in match.items()):
+            return r
+    return None
+
+
+def sections(rows):
+    res = [r for r in rows if r.get("type") == "result"]
+    bks = backends_of(rows)
+    out = []
+
+    pairs = [c for c in PAIR_CASES if any(r["workload"] == "pairs" and r["case"] == c for r in res)]
+    if pairs:
+        body = []
+        for c in pairs:
+            cells = [result(res, b, "pairs", c) for b in bks]
+            body.append([c] + [fmt(r and r["ns_per_pair"]) for r in cells])
+        out.append(("alloc+free pairs, one thread: ns per alloc+free pair (median; lower is "
+                    "better)", table(["size"] + bks, body), "peers_pairs.png"))
+
+    thr = sorted({(r["case"], r["threads"]) for r in res if r["workload"] == "threads"},
+                 key=lambda k: (k[0] != "4KiB", k[1]))
+    if thr:
+        body = []
+        for c, t in thr:
+            cells = [result(res, b, "threads", c, threads=t) for b in bks]
+            body.append([c, t] + [fmt(r and r["mpairs_per_s"], 2) for r in cells])
+        out.append(("T threads, each on its own stream: Mpairs/s, all threads together (higher "
+                    "is better)", table(["case", "threads"] + bks, body), "peers_threads.png"))
+
+    rnd = sorted({(r["case"], r["run"]) for r in res if r["workload"] == "random"})
+    if rnd:
+        body = []
+        for c, run in rnd:
+            cells = []
+            for b in bks:
+                r = result(res, b, "random", c, run=run)
+                cell = fmt(r and r["us_per_alloc"], 2)
+                if r and r.get("truncated"):
+                    cell += f" (stopped after {r['allocs']} allocs)"
+                cells.append(cell)
+            body.append([c, "cold" if run == 1 else f"warm ({run})"] + cells)
+        out.append(("RMM's random allocations (N=100000 up to 1 MiB, N=1000 up to 4 GiB, live "
+                    "capped at 16000 MiB): us per allocation (lower is better)",
+                    table(["case", "run"] + bks, body), None))
+
+    pc = [result(res, b, "prodcons", "mixed") for b in bks]
+    if any(pc):
+        body = [["ns per pair"] + [fmt(r and r["ns_per_pair"]) for r in pc],
+                ["Mpairs/s"] + [fmt(r and r["mpairs_per_s"], 3) for r in pc]]
+        out.append(("producer/consumer: allocated on one thread and stream, freed on another "
+                    "(sizes 256 B..1 MiB)", table([""] + bks, body), None))
+
+    traces = []
+    for r in res:
+        if r["workload"] == "trace" and r["case"] not in traces:
+            traces.append(r["case"])
+    if traces:
+        body = []
+        for t in traces:
+            cells = [result(res, b, "trace", t) for b in bks]
+            any_r = next(r for r in cells if r)
+            row = [t, f"{any_r['ops']:,}", f"{any_r['peak_live'] / 2**30:.2f}"]
+            for r in cells:
+                if r is None:
+                    row.append("–")
+                    continue
+                cell = f"{r['us_per_op']:.2f} / {r['ratio']:.3f}"
+                if r["ooms"]:
+                    cell += f" ({r['ooms']} OOM)"
+                row.append(cell)
+            body.append(row)
+        out.append(("trace replay, a fresh allocator per trace: us per op / peak reserved over "
+                    "peak live (lower is better for both)",
+                    table(["trace", "ops", "peak live GiB"] + bks, body), "peers_traces.png"))
+
+    fails = [r for r in rows if r.get("type") == "error"]
+    skips = [r for r in rows if r.get("type") == "skip"]
+    if fails or skips:
+        body = [[r["backend"], r["workload"], "FAILED: " + r["error"]] for r in fails]
+        body += [[r["backend"], r["workload"], "skipped: " + r["why"]] for r in skips]
+        out.append(("failures and skips", table(["backend", "workload", "what"], body), None))
+    return out
+
+
+def header(rows):
+    run = next((r for r in rows if r.get("type") == "run"), {})
+    meta = next((r for r in rows if r.get("type") == "meta"), {})
+    about = {}
+    for r in rows:
+        if r.get("type") == "backend":
+            about.setdefault(r["backend"], r)
+    lines = []
+    if run.get("quick"):
+        lines.append("> **Smoke run (`--quick`): small counts on a shared machine, to check "
+                     "that everything runs; not figures to compare.**\n")
+    info = [
+        ("machine", run.get("machine") or f"{meta.get('device', '?')}; {meta.get('cpu', '?')}, "
+         f"{meta.get('cpus', '?')} CPUs"),
+        ("date", run.get("date") or meta.get("date", "?")),
+        ("commit", run.get("commit", "?")),
+        ("command", f"`{run['command']}`" if run.get("command") else f"`{meta.get('command', '?')}`"),
+    ]
+    if run.get("torch"):
+        info.append(("torch", run["torch"]))
+    lines.append(table(["", ""], info))
+    lines.append("\nBackends, as run (peak reserved is each allocator's own figure):\n")
+    lines.append(table(["backend", "what runs", "peak reserved from"],
+                       [[b, about[b]["about"], about[b]["reserved"]] for b in backends_of(rows)
+                        if b in about]))
+    return "\n".join(lines)
+
+
+def plots(rows, out_dir):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot.py: no matplotlib: tables only", file=sys.stderr)
+        return []
+    res = [r for r in rows if r.get("type") == "result"]
+    bks = backends_of(rows)
+    made = []
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for b in bks:
+        pts = [(PAIR_BYTES[r["case"]], r["ns_per_pair"]) for r in res
+               if r["backend"] == b and r["workload"] == "pairs" and r["case"] in PAIR_BYTES]
+        if pts:
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=b)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("ns per alloc+free pair (one thread)")
+    ax.set_title("alloc+free pair cost by size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "peers_pairs.png"), dpi=120)
+    made.append("peers_pairs.png")
+    plt.close(fig)
+
+    cases = sorted({r["case"] for r in res if r["workload"] == "threads"})
+    if cases:
+        fig, axes = plt.subplots(1, len(cases), figsize=(6 * len(cases), 4.5), squeeze=False)
+        for ax, c in zip(axes[0], cases):
+            for b in bks:
+                pts = sorted((r["threads"], r["mpairs_per_s"]) for r in res if r["backend"] == b
+                             and r["workload"] == "threads" and r["case"] == c)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=b)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("threads (each on its own stream)")
+            ax.set_ylabel("Mpairs/s, all threads")
+            ax.set_title(f"throughput by threads: {c}")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "peers_threads.png"), dpi=120)
+        made.append("peers_threads.png")
+        plt.close(fig)
+
+    tr = [r for r in res if r["workload"] == "trace"]
+    if tr:
+        traces = list(dict.fromkeys(r["case"] for r in tr))
+        markers = "osD^v<>ph*"
+        fig, ax = plt.subplots(figsize=(7.5, 5))
+        colors = {b: f"C{i}" for i, b in enumerate(bks)}
+        for r in tr:
+            ax.scatter(r["ratio"], r["us_per_op"], color=colors[r["backend"]],
+                       marker=markers[traces.index(r["case"]) % len(markers)], s=40)
+        for b in bks:
+            ax.scatter([], [], color=colors[b], marker="s", label=b)
+        for i, t in enumerate(traces):
+            ax.scatter([], [], color="gray", marker=markers[i % len(markers)], label=t)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("peak reserved / peak live (footprint)")
+        ax.set_ylabel("us per operation")
+        ax.set_title("trace replay: time against footprint (lower left is better)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "peers_traces.png"), dpi=120)
+        made.append("peers_traces.png")
+        plt.close(fig)
+    return made
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+", help="peer_bench --json output (JSON lines)")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."),
+                    help="folder for RESULTS.md and the PNGs (default: bench/)")
+    ap.add_argument("--no-plots", action="store_true", help="tables only")
+    args = ap.parse_args()
+    rows = load(args.files)
+    if not any(r.get("type") == "result" for r in rows):
+        sys.exit("plot.py: no results in " + ", ".join(args.files))
+    os.makedirs(args.out, exist_ok=True)
+    made = [] if args.no_plots else plots(rows, args.out)
+    doc = ["# streamarena and its peers: results", "",
+           "<!-- Generated by bench/peers/plot.py from the JSON lines of bench/peers/run.sh; "
+           "regenerate, do not edit. -->", "", header(rows), ""]
+    for title, tab, png in sections(rows):
+        doc += [f"## {title}", "", tab, ""]
+        if png in made:
+            doc += [f"![{title}]({png})", ""]
+        print(f"\n{title}\n{tab}")
+    doc += ["## How to run", "",
+            "On a machine with a GPU (CUDA 13, python3 with torch for the PyTorch rows), from "
+            "a checkout where `bench/peers/build.sh` staged the program and its plug-ins:", "",
+            "```sh",
+            "bash .gpu/peers/run.sh            # writes results.jsonl, RESULTS.md and the plots",
+            "python3 bench/peers/plot.py results.jsonl   # this page again, from the raw output",
+            "```", "",
+            "Without a GPU, `bazel run //bench/peers:peer_bench -- --quick bench/traces/*.csv` "
+            "runs streamarena on the host simulator.", ""]
+    with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
+        f.write("\n".join(doc))
+    print(f"\nwrote {os.path.join(args.out, 'RESULTS.md')}"
+          + (f" and {', '.join(made)}" if made else ""))
+
+
+if __name__ == "__main__":
+    main()
