@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The peer benchmark on a machine with a GPU (CUDA 13, python3 with torch,
+# g++; no Bazel), from what bench/peers/build.sh staged. Staged as
+# .gpu/peers/run.sh; run from anywhere:
+#
+#   bash .gpu/peers/run.sh [--quick] [--backends=a,b] [--no-record] [--steps=N]
+#                          [--per-backend-s=S] [TRACE...]
+#   --quick          small counts (a smoke run, not figures to report)
+#   --backends       default: streamarena,cudaMallocAsync,rmm-pool,rmm-arena,
+#                    rmm-async,torch,torch-expandable
+#   --no-record      do not record a PyTorch trace (it is replayed with the
+#                    shipped traces and any TRACE given)
+#   --steps          training steps of the recorded trace (default 30; 8 quick)
+#   --per-backend-s  time limit of one backend's process (default 75; 45 quick)
+#
+# One process per backend: each allocator starts fresh, and PyTorch's
+# settings (expandable segments) are fixed per process. Writes under $OUT
+# (default /tmp/peers-out): machine.txt, torch_trace.csv.gz, a log per
+# backend, results.jsonl (every result), RESULTS.md and peers_*.png (by
+# plot.py); prints the tables last. Exit 1 if a backend failed.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-/tmp/peers-out}
+mkdir -p "$OUT"
+
+quick=0 record=1 steps="" per_s="" backends="streamarena,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,torch,torch-expandable"
+extra=()
+for a in "$@"; do
+  case "$a" in
+    --quick) quick=1 ;;
+    --no-record) record=0 ;;
+    --backends=*) backends=${a#*=} ;;
+    --steps=*) steps=${a#*=} ;;
+    --per-backend-s=*) per_s=${a#*=} ;;
+    -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    --*) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
+    *) extra+=("$(realpath "$a")") ;;
+  esac
+done
+[ -n "$steps" ] || steps=$([ $quick -eq 1 ] && echo 8 || echo 30)
+[ -n "$per_s" ] || per_s=$([ $quick -eq 1 ] && echo 45 || echo 75)
+bench_args=(--require-gpu)
+[ $quick -eq 1 ] && bench_args+=(--quick) || bench_args+=(--random-max-s=15)
+export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+results=$OUT/results.jsonl
+rm -f "$results"
+
+# --- the machine, and PyTorch's libraries ---------------------------------
+torch_info=$(python3 -c 'import os, torch; print(torch.__version__, os.path.join(os.path.dirname(torch.__file__), "lib"), os.path.dirname(torch.__file__), torch.version.cuda)' 2>/dev/null | tail -1)
+read -r torch_version torch_lib torch_dir torch_cuda <<<"${torch_info:-none none none none}"
+machine="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs"
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "staged: $(head -1 "$here/MANIFEST" 2>/dev/null)"
+  echo "machine: $machine"
+  nvidia-smi 2>&1 | head -15
+  uname -srm
+  echo "torch: $torch_version (CUDA $torch_cuda), libraries in $torch_lib"
+  echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  for so in "$here"/plugins/*.so; do # what a plug-in would load, or lack
+    echo "ldd $(basename "$so"):"
+    LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib" ldd "$so" 2>&1 | grep -E 'rmm|rapids|c10|cudart|not found' | sed 's/^/  /'
+  done
+} > "$OUT/machine.txt"
+cat "$OUT/machine.txt"
+
+# The torch plug-in must match this torch: the staged one if it was built
+# against this version, else one built here from the staged source.
+torch_plugin=""
+built_for=$(sed -n 's/^torch_version //p' "$here/MANIFEST" 2>/dev/null)
+if [ "$torch_version" = none ]; then
+  echo "run.sh: no importable torch: the torch backends are left out"
+elif [ -f "$here/plugins/peer_torch.so" ] && [ "$built_for" = "$torch_version" ]; then
+  torch_plugin=$here/plugins/peer_torch.so
+else
+  echo "run.sh: the staged torch plug-in is for torch ${built_for:-none}, this is $torch_version: building it here"
+  mkdir -p "$OUT/build"
+  if timeout 300 g++ -std=c++17 -O2 -DNDEBUG -fPIC -shared -fvisibility=hidden \
+    -D_GLIBCXX_USE_CXX11_ABI="$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')" \
+    -I"$here/src" -isystem "$torch_dir/include" -isystem /usr/local/cuda/include \
+    "$here/src/bench/peers/torch_backends.cc" -o "$OUT/build/peer_torch.so" \
+    -L"$torch_lib" -lc10_cuda -lc10 > "$OUT/build/torch_plugin.log" 2>&1; then
+    torch_plugin=$OUT/build/peer_torch.so
+  else
+    echo "run.sh: the torch plug-in did not build (build/torch_plugin.log): torch backends left out"
+    tail -5 "$OUT/build/torch_plugin.log"
+  fi
+fi
+
+# --- a PyTorch trace of its own ------------------------------------------
+traces=("$here"/traces/*.csv)
+if [ $record -eq 1 ] && [ "$torch_version" != none ]; then
+  echo "== recording a PyTorch trace ($steps steps)"
+  if timeout -k 10 180 python3 "$here/record_torch_trace.py" --steps "$steps" \
+    "$OUT/torch_trace.csv.gz" > "$OUT/record_torch_trace.log" 2>&1; then
+    traces+=("$OUT/torch_trace.csv.gz")
+  else
+    echo "run.sh: recording failed (record_torch_trace.log)"
+  fi
+  tail -2 "$OUT/record_torch_trace.log"
+fi
+traces+=("${extra[@]}")
+
+python3 - "$results" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(head -1 "$here/MANIFEST" 2>/dev/null | cut -d' ' -f2)" \
+  "$machine" "bash .gpu/peers/run.sh $*" "$torch_version (CUDA $torch_cuda)" "$quick" <<'PY'
+import json, sys
+f, date, commit, machine, command, torch, quick = sys.argv[1:]
+with open(f, "a") as out:
+    out.write(json.dumps({"type": "run", "date": date, "commit": commit, "machine": machine,
+                          "command": command, "torch": torch, "quick": quick == "1"}) + "\n")
+PY
+
+# --- one process per backend ----------------------------------------------
+declare -A rc
+IFS=, read -r -a list <<<"$backends"
+for b in "${list[@]}"; do
+  plugin=() env=()
+  case "$b" in
+    rmm-*) plugin=(--plugin="$here/plugins/peer_rmm.so") ;;
+    torch|torch-expandable)
+      if [ -z "$torch_plugin" ]; then rc[$b]=skipped; continue; fi
+      plugin=(--plugin="$torch_plugin")
+      # torch's libraries find its CUDA runtime through their own rpath;
+      # the toolkit's is the fallback.
+      env=(LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib:/usr/local/cuda/lib64")
+      [ "$b" = torch-expandable ] && env+=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
+  esac
+  echo "== $b"
+  t0=$(date +%s)
+  env "${env[@]}" timeout -k 10 "$per_s" "$here/peer_bench" "${bench_args[@]}" --backends="$b" \
+    "${plugin[@]}" --json="$results" "${traces[@]}" > "$OUT/peer_bench-$b.log" 2>&1
+  r=$?
+  rc[$b]=$r
+  echo "$b: exit $r in $(($(date +%s) - t0)) s"
+  if [ $r -eq 124 ] || [ $r -eq 137 ]; then
+    echo "{\"type\": \"error\", \"backend\": \"$b\", \"workload\": \"all\", \"error\": \"stopped after $per_s s (what it measured before is kept)\"}" >> "$results"
+  fi
+  [ $r -eq 0 ] || tail -n 15 "$OUT/peer_bench-$b.log"
+done
+
+# --- the tables, RESULTS.md and plots --------------------------------------
+echo
+python3 "$here/plot.py" --out "$OUT" "$results" 2>&1 | tee "$OUT/plot.log" | tail -n 80
+echo
+failed=0
+for b in "${list[@]}"; do
+  echo "backend $b: exit ${rc[$b]}"
+  case "${rc[$b]}" in 0|skipped) ;; *) failed=1 ;; esac
+done
+exit $failed
