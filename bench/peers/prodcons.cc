@@ -97,15 +97,7 @@ bool run_prodcons(Ctx &c) {
     });
     ok = measure(team, 1, MIXED_N, c.opt.reps, c.opt.rep_ms, &s, &err);
   }
-  std::string finish_err;
-  if (!streams.finish(&finish_err) && ok) {
-    ok = false;
-    err = finish_err;
-  }
-  if (!in.destroy(&finish_err) && ok) {
-    ok = false;
-    err = finish_err;
-  }
+  ok = wind_up(streams, in, ok, &err);
   if (!ok) {
     c.report.error(c.b->name, "prodcons", err);
     return false;

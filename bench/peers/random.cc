@@ -134,15 +134,7 @@ bool run_random(Ctx &c) {
                                     .count("reserved_peak", st.reserved_peak),
                       row);
     }
-    std::string finish_err;
-    if (!streams.finish(&finish_err) && ok) {
-      ok = false;
-      err = finish_err;
-    }
-    if (!in.destroy(&finish_err) && ok) {
-      ok = false;
-      err = finish_err;
-    }
+    ok = wind_up(streams, in, ok, &err);
     if (!ok) {
       c.report.error(c.b->name, "random", std::string(names[k]) + ": " + err);
       all_ok = false;

@@ -74,16 +74,7 @@ bool replay(const Ctx &c, const trace &t, Replay *r, std::string *err) {
   }
   // The figures before the streams end: a user's program ends them last.
   if (ok) ok = in.stats(&r->stats, err);
-  std::string e;
-  if (!streams.finish(&e) && ok) {
-    *err = e;
-    ok = false;
-  }
-  if (!in.destroy(&e) && ok) {
-    *err = e;
-    ok = false;
-  }
-  return ok;
+  return wind_up(streams, in, ok, err);
 }
 
 }  // namespace

@@ -77,6 +77,19 @@ bool Streams::finish(std::string *err) {
   return ok;
 }
 
+bool wind_up(Streams &streams, Instance &in, bool ok, std::string *err) {
+  std::string e;
+  if (!streams.finish(&e) && ok) {
+    ok = false;
+    *err = e;
+  }
+  if (!in.destroy(&e) && ok) {
+    ok = false;
+    *err = e;
+  }
+  return ok;
+}
+
 std::vector<size_t> mixed_sizes(unsigned max_bits) {
   std::vector<size_t> sizes(MIXED_N);
   uint64_t x = 0x9E3779B97F4A7C15u;

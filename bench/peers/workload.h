@@ -84,6 +84,11 @@ class Streams {
   std::vector<void *> s_;
 };
 
+// The end of a workload's allocator: its streams ended, then the instance
+// destroyed. ok is what the workload got so far; false if it or either step
+// failed, with the first failure's message in err.
+bool wind_up(Streams &streams, Instance &in, bool ok, std::string *err);
+
 // Log-uniform sizes in (256 B, 2^max_bits], unaligned, fixed seed: a
 // framework's tensors. max_bits 20 gives alloc_bench's "mixed" table, bit
 // for bit.
