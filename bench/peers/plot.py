@@ -47,9 +47,12 @@ def backends_of(rows):
     return sorted(seen, key=lambda b: (ORDER.index(b) if b in ORDER else len(ORDER), b))
 
 
-def table(header, body):
+def table(header, body, text=False):
+    """A Markdown table: the first column left-aligned, the others right
+    (numbers) or, with text, left."""
+    rest = "---" if text else "---:"
     out = ["| " + " | ".join(header) + " |",
-           "| " + " | ".join(["---"] + ["---:"] * (len(header) - 1)) + " |"]
+           "| " + " | ".join(["---"] + [rest] * (len(header) - 1)) + " |"]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
     return "\n".join(out)
 
@@ -139,9 +142,10 @@ def sections(rows):
     fails = [r for r in rows if r.get("type") == "error"]
     skips = [r for r in rows if r.get("type") == "skip"]
     if fails or skips:
-        body = [[r["backend"], r["workload"], "FAILED: " + r["error"]] for r in fails]
+        body = [[r["backend"], r["workload"], "FAILED: " + r["error"].split("\n")[0]] for r in fails]
         body += [[r["backend"], r["workload"], "skipped: " + r["why"]] for r in skips]
-        out.append(("failures and skips", table(["backend", "workload", "what"], body), None))
+        out.append(("failures and skips", table(["backend", "workload", "what"], body, text=True),
+                    None))
     return out
 
 
@@ -165,11 +169,11 @@ def header(rows):
     ]
     if run.get("torch"):
         info.append(("torch", run["torch"]))
-    lines.append(table(["", ""], info))
+    lines.append(table(["", ""], info, text=True))
     lines.append("\nBackends, as run (peak reserved is each allocator's own figure):\n")
     lines.append(table(["backend", "what runs", "peak reserved from"],
                        [[b, about[b]["about"], about[b]["reserved"]] for b in backends_of(rows)
-                        if b in about]))
+                        if b in about], text=True))
     return "\n".join(lines)
 
 

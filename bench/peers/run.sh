@@ -14,14 +14,16 @@
 #   --per-backend-s  time limit of one backend's process (default 75; 45 quick)
 #
 # One process per backend: each allocator starts fresh, and PyTorch's
-# settings (expandable segments) are fixed per process. Writes under $OUT
-# (default /tmp/peers-out): machine.txt, torch_trace.csv.gz, a log per
-# backend, results.jsonl (every result), RESULTS.md and peers_*.png (by
-# plot.py); prints the tables last. Exit 1 if a backend failed.
+# settings (expandable segments) are fixed per process. Writes three files
+# under $OUT (default /tmp/peers-out): results.jsonl (every result, what
+# plot.py reads), RESULTS.md, and peers.tar.gz with the rest: the plots
+# peers_*.png, machine.txt, the recorded torch_trace.csv.gz, a log per
+# backend. Prints the tables last. Exit 1 if a backend failed.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-OUT=${OUT:-/tmp/peers-out}
-mkdir -p "$OUT"
+FINAL=${OUT:-/tmp/peers-out}
+mkdir -p "$FINAL"
+OUT=$(mktemp -d /tmp/peers-run.XXXXXX) # the work folder; bundled at the end
 
 quick=0 record=1 steps="" per_s="" backends="streamarena,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,torch,torch-expandable"
 extra=()
@@ -141,6 +143,10 @@ done
 # --- the tables, RESULTS.md and plots --------------------------------------
 echo
 python3 "$here/plot.py" --out "$OUT" "$results" 2>&1 | tee "$OUT/plot.log" | tail -n 80
+cp "$results" "$FINAL/results.jsonl"
+[ -f "$OUT/RESULTS.md" ] && cp "$OUT/RESULTS.md" "$FINAL/RESULTS.md"
+tar -C "$OUT" -czf "$FINAL/peers.tar.gz" --exclude=results.jsonl --exclude=RESULTS.md .
+echo "run.sh: $FINAL/results.jsonl, RESULTS.md, peers.tar.gz (plots, logs, the recorded trace)"
 echo
 failed=0
 for b in "${list[@]}"; do

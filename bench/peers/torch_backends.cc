@@ -13,7 +13,11 @@
 // one process per backend). An instance is the allocator with its cache
 // emptied and its peaks reset, so reserved peaks are that instance's. A free
 // on a stream other than the allocation's is recordStream on that stream,
-// then the free: how PyTorch code hands a block to another stream.
+// then the free: how PyTorch code hands a block to another stream. Before
+// the program destroys a stream the cache is emptied, as a PyTorch program
+// that destroys its own streams must: an expandable segment belongs to a
+// stream and is synchronised with it when it is unmapped (emptying it after
+// the stream is gone failed with cudaErrorContextIsDestroyed on the H200).
 #include <c10/core/AllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -28,6 +32,14 @@
 #include <string>
 
 #include "bench/peers/backend.h"
+
+// libc10_cuda's hook for "does this device have a primary context"; libtorch
+// installs it, the allocator asks it when it records events for a block used
+// on several streams, and without it the answer is an exception ("Should
+// never been called"). Exported by libc10_cuda, declared in no header.
+namespace c10::cuda::_internal {
+C10_CUDA_API void setHasPrimaryContext(bool (*func)(c10::DeviceIndex));
+}  // namespace c10::cuda::_internal
 
 namespace {
 
@@ -50,6 +62,10 @@ bool expandable_now() {
   return c10::CachingAllocator::AcceleratorAllocatorConfig::use_expandable_segments();
 }
 
+// The program retains the device's primary context for its whole run
+// (bench/peers/device.cc), so that device has one.
+bool has_primary_context(c10::DeviceIndex i) { return i == device; }
+
 int start(int kind, const peer_env *env, char *err, size_t err_size) {
   std::lock_guard<std::mutex> lock(started_mutex);
   if (started_kind >= 0 && started_kind != kind) {
@@ -59,6 +75,7 @@ int start(int kind, const peer_env *env, char *err, size_t err_size) {
   }
   if (started_kind < 0) {
     device = static_cast<c10::DeviceIndex>(env->device);
+    c10::cuda::_internal::setHasPrimaryContext(has_primary_context);
     // Before the allocator's first use: it reads the setting when it makes
     // a segment. PYTORCH_CUDA_ALLOC_CONF in the environment was read already.
     if (kind == 1) alloc::setAllocatorSettings("expandable_segments:True");
@@ -117,6 +134,15 @@ int torch_free(void *, void *p, size_t, void *s, void *alloc_s) {
   }
 }
 
+int torch_stream_done(void *, void *) {
+  try {
+    alloc::emptyCache();
+    return PEER_OK;
+  } catch (const std::exception &e) {
+    return failed("emptyCache", e, PEER_ERROR);
+  }
+}
+
 int torch_stats(void *, peer_stats *out) {
   try {
     auto st = alloc::getDeviceStats(device);
@@ -150,10 +176,11 @@ const char *torch_error(void *) { return last_error; }
 
 const peer_backend backends[] = {
     {"torch", TORCH_ABOUT "default settings)", "getDeviceStats reserved_bytes peak",
-     create<0>, torch_alloc, torch_free, nullptr, torch_stats, torch_destroy, torch_error},
+     create<0>, torch_alloc, torch_free, torch_stream_done, torch_stats, torch_destroy,
+     torch_error},
     {"torch-expandable", TORCH_ABOUT "expandable_segments:True)",
-     "getDeviceStats reserved_bytes peak", create<1>, torch_alloc, torch_free, nullptr,
-     torch_stats, torch_destroy, torch_error},
+     "getDeviceStats reserved_bytes peak", create<1>, torch_alloc, torch_free,
+     torch_stream_done, torch_stats, torch_destroy, torch_error},
 };
 
 }  // namespace
