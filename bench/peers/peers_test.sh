@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The peer benchmark on the host simulator: streamarena and the test
 # plug-in through every workload, small counts. Checks what is exact: each
-# workload has a result per backend, the replays of a malloc-backed
+# workload has a result per backend, the replays of a counting
 # allocator reserve exactly the trace's peak live, both backends see the
 # same random sequence; and plot.py turns the output into RESULTS.md tables.
 #   peers_test.sh PEER_BENCH TEST_PLUGIN PLOT_PY PYTORCH_TRACE TRACE...
@@ -12,7 +12,7 @@ out="${TEST_TMPDIR:-$(mktemp -d)}"
 rm -f "$out/cwd/results.jsonl"
 
 "$bench" --list --plugin="$plugin" > "$out/list" 2>&1
-grep -q '^test-malloc ' "$out/list" || { echo "the plug-in's backend is not listed"; exit 1; }
+grep -q '^test-count ' "$out/list" || { echo "the plug-in's backend is not listed"; exit 1; }
 if "$bench" --no-such-option 2>/dev/null; then echo "a bad option must fail"; exit 1; fi
 
 # Relative paths are the user's (BUILD_WORKING_DIRECTORY): the gzipped
@@ -22,9 +22,13 @@ gzip -c "$1" > "$out/cwd/pt.csv.gz"
 shift
 traces=()
 for t in "$@"; do traces+=("$(realpath "$t")"); done
-(cd / && BUILD_WORKING_DIRECTORY="$out/cwd" "$bench" --quick --threads=1,2 \
+if ! (BUILD_WORKING_DIRECTORY="$out/cwd" "$bench" --quick --threads=1,2 \
   --random-n=2000,20 --reps=1 --rep-ms=1 --plugin="$plugin" --json=results.jsonl \
-  "${traces[@]}" pt.csv.gz > "$out/log" 2> "$out/err")
+  "${traces[@]}" pt.csv.gz > "$out/log" 2> "$out/err"); then
+  tail -n 30 "$out/log" "$out/err"
+  echo "peer_bench failed"
+  exit 1
+fi
 json="$out/cwd/results.jsonl"
 cat "$out/log"
 grep -q 'host simulator' "$out/err" || { echo "expected the no-GPU notice"; exit 1; }
@@ -36,7 +40,7 @@ ntraces = int(sys.argv[2]) + 1
 res = [r for r in rows if r["type"] == "result"]
 assert not [r for r in rows if r["type"] == "error"], [r for r in rows if r["type"] == "error"]
 assert any(r["type"] == "skip" and r["backend"] == "cudaMallocAsync" for r in rows), "cudaMallocAsync not skipped"
-for b in ("streamarena", "test-malloc"):
+for b in ("streamarena", "test-count"):
     mine = [r for r in res if r["backend"] == b]
     count = lambda w: len([r for r in mine if r["workload"] == w])
     assert count("pairs") == 11, (b, count("pairs"))
@@ -50,20 +54,20 @@ for b in ("streamarena", "test-malloc"):
         if r["workload"] == "trace":
             assert r["ooms"] == 0 and r["reserved_peak"] >= r["peak_live"] > 0, r
 for r in res:
-    if r["backend"] == "test-malloc" and r["workload"] == "trace":
+    if r["backend"] == "test-count" and r["workload"] == "trace":
         assert r["reserved_peak"] == r["peak_live"], r
 pt = [r for r in res if r["workload"] == "trace" and r["case"] == "pt.csv.gz"]
 assert len(pt) == 2 and all(r["format"] == "pytorch" and r["ops"] == 8 for r in pt), pt
 rnd = {(r["backend"], r["case"]): r for r in res if r["workload"] == "random"}
 for case in ("random-1MiB", "random-4GiB"):
-    a, b = rnd[("streamarena", case)], rnd[("test-malloc", case)]
+    a, b = rnd[("streamarena", case)], rnd[("test-count", case)]
     assert a["failed"] == b["failed"] == 0 and a["allocs"] == b["allocs"] > 0, (a, b)
     assert a["peak_live"] == b["peak_live"] <= 16000 << 20, (a, b)
 print("results: ok")
 PY
 
 python3 "$plot" --no-plots --out "$out/md" "$json" > "$out/plot.log"
-for want in "ns per alloc+free pair" "trace replay" "streamarena" "test-malloc" "pt.csv.gz"; do
+for want in "ns per alloc+free pair" "trace replay" "streamarena" "test-count" "pt.csv.gz"; do
   grep -qF -- "$want" "$out/md/RESULTS.md" || { echo "RESULTS.md lacks: $want"; exit 1; }
 done
 echo PASS

@@ -5,6 +5,7 @@
 // with team.h's calibrated repetitions; a pair is one block through.
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <thread>
 
 #include "bench/peers/team.h"
@@ -61,7 +62,8 @@ bool run_prodcons(Ctx &c) {
   Sample s;
   if (ok) {
     const std::vector<size_t> sizes = mixed_sizes(20);
-    Ring ring;
+    auto ring_owner = std::make_unique<Ring>(); // over-aligned: not on the stack
+    Ring &ring = *ring_owner;
     void *a = streams[0], *b = streams[1];
     Team team(c.dev, 2, [&](unsigned i, uint64_t pairs, std::string *e) {
       if (i == 0) { // producer
