@@ -1,0 +1,181 @@
+/* The PyTorch plugin: PyTorch's pluggable-allocator hooks over the default
+ * arenas (streamarena_torch.h lists them and what calls them).
+ *
+ * Owns per-device bookkeeping PyTorch reports (bytes requested, counts) and
+ * the check mode (check.c). Calls the public API and, for check mode, the
+ * driver interface; called by PyTorch through function pointers.
+ *
+ * PyTorch passes the allocation's stream to the free hook, so a free is
+ * always on the block's own stream: its reuse there is ordered by the stream
+ * and elsewhere waits for an event, and work on other streams is covered only
+ * by record_stream, exactly the rule of PyTorch's caching allocator. The
+ * free hook's size is the allocation's, which keeps the byte count exact
+ * without a lookup.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plugins/torch/plugin.h"
+
+/* Full messages for the first failures; later ones are only counted. */
+#define REPORT_LIMIT 8
+
+typedef struct device_s {
+  _Alignas(64) _Atomic(sa_arena *) xarena; /* NULL until its first allocation */
+  _Atomic int64_t xrequested, xrequested_peak;
+  _Atomic uint64_t xallocs, xfrees, xrecords, xerrors;
+} device;
+
+static device devices[SA_TORCH_MAX_DEVICES];
+static _Atomic uint64_t xreported;
+static _Atomic int xwarned_fraction;
+
+static void report(int dev, const char *what, void *ptr, size_t size, sa_status st) {
+  atomic_fetch_add_explicit(&devices[dev].xerrors, 1, memory_order_relaxed);
+  if (atomic_fetch_add_explicit(&xreported, 1, memory_order_relaxed) >= REPORT_LIMIT) return;
+  const char *drv_name;
+  int drv = sa_last_driver_error(&drv_name);
+  fprintf(stderr, "streamarena torch: %s(%p, %zu bytes, device %d): %s", what, ptr, size, dev,
+          sa_status_string(st));
+  if (st == SA_ERR_DRIVER) fprintf(stderr, " (driver error %d, %s)", drv, drv_name);
+  fprintf(stderr, "%s\n",
+          st == SA_ERR_OUT_OF_MEMORY ? "; oom_report=1 in STREAMARENA_CONF describes the arena"
+                                     : "");
+}
+
+static bool valid_device(int dev) { return dev >= 0 && dev < SA_TORCH_MAX_DEVICES; }
+
+sa_status sa__torch_arena(int dev, sa_arena **out) {
+  if (!valid_device(dev)) return SA_ERR_INVALID_ARGUMENT;
+  sa_arena *a = atomic_load_explicit(&devices[dev].xarena, memory_order_acquire);
+  if (sa_likely(a != NULL)) {
+    *out = a;
+    return SA_OK;
+  }
+  sa_status st = sa_default_arena(dev, &a);
+  if (st != SA_OK) return st;
+  atomic_store_explicit(&devices[dev].xarena, a, memory_order_release);
+  *out = a;
+  return SA_OK;
+}
+
+bool sa__torch_started(void) {
+  for (int i = 0; i < SA_TORCH_MAX_DEVICES; i++)
+    if (atomic_load_explicit(&devices[i].xarena, memory_order_acquire) != NULL) return true;
+  return false;
+}
+
+static void requested_add(device *d, int64_t delta) {
+  int64_t now =
+      atomic_fetch_add_explicit(&d->xrequested, delta, memory_order_relaxed) + delta;
+  int64_t peak = atomic_load_explicit(&d->xrequested_peak, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(&d->xrequested_peak, &peak, now,
+                                                              memory_order_relaxed,
+                                                              memory_order_relaxed)) {
+  }
+}
+
+void *sa_torch_malloc(size_t size, int dev, sa_stream stream) {
+  sa_arena *a;
+  void *p = NULL;
+  sa_status st = sa__torch_arena(dev, &a);
+  if (st == SA_OK) st = sa_alloc(a, &p, size, stream);
+  if (sa_unlikely(st != SA_OK)) {
+    report(valid_device(dev) ? dev : 0, "malloc", NULL, size, st);
+    return NULL;
+  }
+  device *d = &devices[dev];
+  atomic_fetch_add_explicit(&d->xallocs, 1, memory_order_relaxed);
+  requested_add(d, (int64_t)size);
+  return p;
+}
+
+void sa_torch_free(void *ptr, size_t size, int dev, sa_stream stream) {
+  if (ptr == NULL) return;
+  int at = valid_device(dev) ? dev : 0;
+  sa_status st = sa__torch_check_fill(at, ptr, size, stream);
+  if (sa_unlikely(st != SA_OK)) report(at, "check fill", ptr, size, st); /* still freed */
+  st = sa_free(ptr, stream);
+  if (sa_unlikely(st != SA_OK)) {
+    report(at, "free", ptr, size, st);
+    return;
+  }
+  device *d = &devices[at];
+  atomic_fetch_add_explicit(&d->xfrees, 1, memory_order_relaxed);
+  requested_add(d, -(int64_t)size);
+}
+
+void sa_torch_record_stream(void *ptr, sa_stream stream) {
+  sa_status st = sa_record_stream(ptr, stream);
+  if (st == SA_OK) st = sa__torch_check_record(ptr, stream);
+  /* PyTorch does not say the device: count it on the current one. */
+  int dev = 0;
+  if (sa_driver_cuda_current_device(&dev) != SA_OK || !valid_device(dev)) dev = 0;
+  if (st != SA_OK) {
+    report(dev, "record_stream", ptr, 0, st);
+    return;
+  }
+  atomic_fetch_add_explicit(&devices[dev].xrecords, 1, memory_order_relaxed);
+}
+
+void sa_torch_empty_cache(void) {
+  for (int i = 0; i < SA_TORCH_MAX_DEVICES; i++) {
+    sa_arena *a = atomic_load_explicit(&devices[i].xarena, memory_order_acquire);
+    if (a == NULL) continue;
+    sa_status st = sa_trim(a, 0);
+    if (st != SA_OK) report(i, "empty_cache", NULL, 0, st);
+  }
+}
+
+void sa_torch_set_memory_fraction(double fraction, int dev) {
+  if (atomic_exchange(&xwarned_fraction, 1) == 0)
+    fprintf(stderr,
+            "streamarena torch: set_per_process_memory_fraction(%g, device %d) is not "
+            "supported; cap the arena with max_physical in STREAMARENA_CONF\n",
+            fraction, dev);
+}
+
+sa_status sa_torch_get_stats(int dev, sa_torch_stats *out, size_t size) {
+  if (!valid_device(dev) || out == NULL || size != sizeof *out) return SA_ERR_INVALID_ARGUMENT;
+  memset(out, 0, sizeof *out);
+  device *d = &devices[dev];
+  int64_t req = atomic_load_explicit(&d->xrequested, memory_order_relaxed);
+  out->requested_bytes = req > 0 ? (uint64_t)req : 0;
+  out->requested_bytes_peak = (uint64_t)atomic_load_explicit(&d->xrequested_peak,
+                                                             memory_order_relaxed);
+  out->alloc_count = atomic_load_explicit(&d->xallocs, memory_order_relaxed);
+  out->free_count = atomic_load_explicit(&d->xfrees, memory_order_relaxed);
+  out->record_count = atomic_load_explicit(&d->xrecords, memory_order_relaxed);
+  out->errors = atomic_load_explicit(&d->xerrors, memory_order_relaxed);
+  out->check_fills = sa__torch_check_fills(dev);
+  sa_arena *a = atomic_load_explicit(&d->xarena, memory_order_acquire);
+  if (a == NULL) return SA_OK;
+  sa_stats s;
+  sa_status st = sa_get_stats(a, &s);
+  if (st != SA_OK) return st;
+  out->reserved_bytes = s.reserved_bytes;
+  out->reserved_bytes_peak = s.reserved_bytes_peak;
+  out->live_bytes = s.live_bytes;
+  out->live_bytes_peak = s.live_bytes_peak;
+  out->cached_bytes = s.cached_bytes;
+  out->oom_events = s.oom_events;
+  out->fast_path_ratio = s.fast_path_ratio;
+  return SA_OK;
+}
+
+sa_status sa_torch_reset_peak(int dev) {
+  if (!valid_device(dev)) return SA_ERR_INVALID_ARGUMENT;
+  device *d = &devices[dev];
+  atomic_store_explicit(&d->xrequested_peak,
+                        atomic_load_explicit(&d->xrequested, memory_order_relaxed),
+                        memory_order_relaxed);
+  return SA_OK;
+}
+
+uint64_t sa_torch_error_count(void) {
+  uint64_t n = 0;
+  for (int i = 0; i < SA_TORCH_MAX_DEVICES; i++)
+    n += atomic_load_explicit(&devices[i].xerrors, memory_order_relaxed);
+  return n;
+}

@@ -1,0 +1,329 @@
+#!/usr/bin/env python3
+"""The PyTorch plugin without PyTorch: libstreamarena_torch.so loaded through
+ctypes (python/streamarena/torch.py's Plugin, as install() loads it) and its
+hooks called the way PyTorch calls them, on the host simulator.
+
+    plugin_test.py PATH/libstreamarena_torch.so
+
+Each case runs in a fresh process (the plugin's arenas and check mode are
+per process). The stream-order checker is on in every case, and a case fails
+on any finding it did not provoke. Prints one summary line.
+"""
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SA_HOST_AUTO, SA_HOST_MANUAL = 0, 1
+PATTERN_A, PATTERN_B = 0x11223344, 0x55667788
+MiB = 1 << 20
+
+
+class Counters(ctypes.Structure):
+    _fields_ = [("va_ranges", ctypes.c_size_t), ("chunks", ctypes.c_size_t),
+                ("chunk_bytes", ctypes.c_size_t), ("mappings", ctypes.c_size_t),
+                ("events", ctypes.c_size_t), ("streams", ctypes.c_size_t),
+                ("order_violations", ctypes.c_uint64)]
+
+
+class Host:
+    """The simulator's API (include/streamarena/host.h), which the plugin exports."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        vp, sz = ctypes.c_void_p, ctypes.c_size_t
+        for name, args in [("sa_host_stream_create", [ctypes.c_int, ctypes.POINTER(vp)]),
+                           ("sa_host_stream_step", [vp, sz, ctypes.POINTER(sz)]),
+                           ("sa_host_stream_drain", [vp]),
+                           ("sa_host_drain_all", []),
+                           ("sa_host_fill", [vp, vp, sz, ctypes.c_uint32]),
+                           ("sa_host_check", [vp, vp, sz, ctypes.c_uint32,
+                                              ctypes.POINTER(ctypes.c_uint64)])]:
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, ctypes.c_int
+        lib.sa_host_get_counters.argtypes = [ctypes.POINTER(Counters)]
+        lib.sa_host_get_counters.restype = None
+        self._keep = []  # check counters must outlive their kernels
+
+    def stream(self, mode):
+        s = ctypes.c_void_p()
+        expect(self.lib.sa_host_stream_create(mode, ctypes.byref(s)) == 0, "stream_create")
+        return s.value
+
+    def step(self, s, n=1 << 30):
+        done = ctypes.c_size_t()
+        expect(self.lib.sa_host_stream_step(s, n, ctypes.byref(done)) == 0, "stream_step")
+        return done.value
+
+    def drain_all(self):
+        expect(self.lib.sa_host_drain_all() == 0, "drain_all")
+
+    def fill(self, s, p, size, pattern):
+        expect(self.lib.sa_host_fill(s, p, size, pattern) == 0, "fill")
+
+    def check(self, s, p, size, pattern):
+        """A pending read of [p, p + size) on s; the counter fills in when it runs."""
+        mismatches = ctypes.c_uint64(0)
+        self._keep.append(mismatches)
+        expect(self.lib.sa_host_check(s, p, size, pattern, ctypes.byref(mismatches)) == 0,
+               "check")
+        return mismatches
+
+    def violations(self):
+        c = Counters()
+        self.lib.sa_host_get_counters(ctypes.byref(c))
+        return c.order_violations
+
+
+def expect(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def words(p, size):
+    return (ctypes.c_uint32 * (size // 4)).from_address(p)
+
+
+def write(p, size, value):
+    ctypes.memmove(p, value.to_bytes(4, "little") * (size // 4), size // 4 * 4)
+
+
+def reads(p, size, value):
+    return ctypes.string_at(p, size // 4 * 4) == value.to_bytes(4, "little") * (size // 4)
+
+
+def setup(check=False, checker=True):
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+    import streamarena.torch as sat
+
+    os.environ["STREAMARENA_CONF"] = f"backend=host,check_stream_order={int(checker)}"
+    plugin = sat.Plugin(LIB)
+    if check:
+        plugin.set_check(True, PATTERN_B)
+    return plugin, Host(plugin.lib)
+
+
+# ---------------------------------------------------------------------------
+# Cases: each returns the number of operations it made.
+
+def case_malloc_free_counts_requested_bytes():
+    plugin, host = setup()
+    s = host.stream(SA_HOST_AUTO)
+    sizes = [1, 1000, 4096, 3 * MiB + 5, 64 * MiB]
+    ptrs = [plugin.malloc(n, 0, s) for n in sizes]
+    expect(all(p and p % 256 == 0 for p in ptrs), "aligned, non-NULL pointers")
+    for p, n in zip(ptrs, sizes):
+        if n >= 4:
+            write(p, n - n % 4, 0xABCD0000 + n % 0xFFFF)
+    for p, n in zip(ptrs, sizes):
+        expect(n < 4 or reads(p, n - n % 4, 0xABCD0000 + n % 0xFFFF), "contents kept")
+    st = plugin.stats(0)
+    expect(st["requested_bytes"] == sum(sizes), f"requested {st['requested_bytes']}")
+    expect(st["reserved_bytes"] >= sum(sizes), "reserved covers the blocks")
+    expect(st["alloc_count"] == len(sizes), "alloc count")
+    for p, n in zip(ptrs, sizes):
+        plugin.free(p, n, 0, s)
+    st = plugin.stats(0)
+    expect(st["requested_bytes"] == 0 and st["requested_bytes_peak"] == sum(sizes), "peak")
+    expect(st["free_count"] == len(sizes) and st["errors"] == 0, "free count, no error")
+    plugin.reset_peak(0)
+    expect(plugin.stats(0)["requested_bytes_peak"] == 0, "reset_peak")
+    expect(plugin.malloc(0, 0, s) is None, "size 0 is NULL")
+    expect(plugin.stats(1)["alloc_count"] == 0, "an unused device reads zero")
+    expect(host.violations() == 0, "no stream-order finding")
+    return 2 * len(sizes)
+
+
+def case_threads_allocate_on_their_streams():
+    plugin, host = setup()
+    ops = 2000
+
+    def worker(out, i):
+        s = host.stream(SA_HOST_AUTO)
+        try:
+            for k in range(ops):  # ctypes drops the GIL: the calls overlap
+                n = 256 + (k * 7919 + i * 104729) % (2 * MiB)
+                p = plugin.malloc(n, 0, s)
+                expect(p is not None, "malloc in a thread")
+                plugin.free(p, n, 0, s)
+        except AssertionError as e:
+            out.append(e)
+
+    errors = []
+    threads = [threading.Thread(target=worker, args=(errors, i)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expect(not errors, f"threads failed: {errors}")
+    st = plugin.stats(0)
+    expect(st["alloc_count"] == 4 * ops and st["free_count"] == 4 * ops, "counts")
+    expect(st["requested_bytes"] == 0 and plugin.errors() == 0, "balanced, no error")
+    expect(host.violations() == 0, "no stream-order finding")
+    return 8 * ops
+
+
+def recorded_reuse(record, checker=True):
+    """A block allocated on s1 is read by pending work on s2 (a batch the
+    data stream made, read by the compute stream), freed on s1, and its size
+    is then asked for again and written on s1 (the next batch). Returns the
+    words the reader on s2 saw changed, the host, and whether the block came
+    back."""
+    plugin, host = setup(checker=checker)
+    s1, s2 = host.stream(SA_HOST_MANUAL), host.stream(SA_HOST_MANUAL)
+    n = 64 * 1024
+    p = plugin.malloc(n, 0, s1)
+    write(p, n, PATTERN_A)
+    if record:
+        plugin.record_stream(p, s2)
+    seen = host.check(s2, p, n, PATTERN_A)
+    plugin.free(p, n, 0, s1)
+    host.step(s1)
+    again = [plugin.malloc(n, 0, s1) for _ in range(64)]
+    for q in again:
+        host.fill(s1, q, n, PATTERN_B)
+    host.step(s1)   # stops at a wait for s2, if the allocator made one
+    host.step(s2)   # the reader
+    host.drain_all()
+    for q in again:
+        plugin.free(q, n, 0, s1)
+    host.drain_all()
+    expect(plugin.errors() == 0, "no failed hook")
+    return seen.value, host, p in again
+
+
+def case_record_stream_delays_reuse():
+    seen, host, reused = recorded_reuse(record=True)
+    expect(seen == 0, f"the reader on s2 saw {seen} words overwritten")
+    expect(host.violations() == 0, "no stream-order finding")
+    return 3 + 64 * 2
+
+
+def case_without_record_stream_the_reader_is_overwritten():
+    """The control: the same program without record_stream, and without the
+    stream-order checker (which would refuse the handout), overwrites what
+    the reader reads. So the case above can fail."""
+    seen, host, reused = recorded_reuse(record=False, checker=False)
+    expect(reused, "the block came back at once")
+    expect(seen > 0, "premature reuse went unnoticed")
+    return 2 + 64 * 2
+
+
+def case_empty_cache_gives_memory_back():
+    plugin, host = setup()
+    sizes = [512, 70000, 5 * MiB, 40 * MiB]
+    ptrs = [plugin.malloc(n, 0, None) for n in sizes]
+    for p, n in zip(ptrs, sizes):
+        plugin.free(p, n, 0, None)
+    before = plugin.stats(0)["reserved_bytes"]
+    expect(before > 0, "memory stays cached after the frees")
+    plugin.empty_cache()
+    after = plugin.stats(0)
+    expect(after["reserved_bytes"] == 0, f"reserved {after['reserved_bytes']} after empty_cache")
+    expect(after["reserved_bytes_peak"] >= before, "the peak stays")
+    p = plugin.malloc(MiB, 0, None)
+    expect(p is not None, "allocates after empty_cache")
+    plugin.free(p, MiB, 0, None)
+    return 2 * len(sizes) + 3
+
+
+def case_bad_calls_are_counted_not_fatal():
+    plugin, host = setup()
+    junk = ctypes.create_string_buffer(4096)
+    plugin.free(ctypes.addressof(junk), 4096, 0, None)  # not ours
+    expect(plugin.errors() == 1, "a foreign free is an error")
+    expect(plugin.malloc(1 << 62, 0, None) is None, "an impossible size is NULL")
+    expect(plugin.errors() == 2, "and an error")
+    p = plugin.malloc(4096, 0, None)
+    plugin.free(p, 4096, 0, None)
+    plugin.free(p, 4096, 0, None)  # double free
+    plugin.record_stream(p, None)  # of a freed block
+    expect(plugin.errors() == 4, f"{plugin.errors()} errors")
+    expect(plugin.stats(0)["requested_bytes"] == 0, "a refused free subtracts nothing")
+    expect(plugin.malloc(4096, 99, None) is None, "a device the host backend lacks")
+    try:
+        plugin.set_check(True)
+        raise AssertionError("check mode after the first allocation")
+    except RuntimeError:
+        pass
+    return 8
+
+
+def case_check_mode_fills_after_recorded_streams():
+    """Check mode: the fill waits for the freeing stream and the recorded one,
+    and then the memory holds the pattern."""
+    plugin, host = setup(check=True)
+    s1, s2 = host.stream(SA_HOST_MANUAL), host.stream(SA_HOST_MANUAL)
+    n = 4096
+    p = plugin.malloc(n, 0, s1)
+    write(p, n, PATTERN_A)
+    plugin.record_stream(p, s2)
+    seen = host.check(s2, p, n, PATTERN_A)
+    plugin.free(p, n, 0, s1)
+    host.step(s1)
+    expect(reads(p, n, PATTERN_A), "not filled while s2 may still read it")
+    host.step(s2)
+    host.drain_all()
+    expect(seen.value == 0, "the recorded reader saw its data")
+    expect(reads(p, n, PATTERN_B), "filled once s1 and s2 are done")
+    st = plugin.stats(0)
+    expect(st["check_fills"] == 1 and st["errors"] == 0, "one fill, no error")
+    q = plugin.malloc(n, 0, s1)  # reuse is ordered after the fill
+    host.fill(s1, q, n, PATTERN_A)
+    host.drain_all()
+    expect(reads(q, n, PATTERN_A), "the next owner's data is not overwritten by the fill")
+    plugin.free(q, n, 0, s1)
+    host.drain_all()
+    expect(host.violations() == 0, "no stream-order finding")
+    return 6
+
+
+def case_check_mode_catches_a_missing_record_stream():
+    """Check mode finds what a program that forgot record_stream reads: the
+    pattern, where PyTorch's own allocator would silently hand it stale data."""
+    plugin, host = setup(check=True)
+    s1, s2 = host.stream(SA_HOST_MANUAL), host.stream(SA_HOST_MANUAL)
+    n = 4096
+    p = plugin.malloc(n, 0, s1)
+    write(p, n, PATTERN_A)
+    seen = host.check(s2, p, n, PATTERN_A)  # used on s2, never recorded
+    plugin.free(p, n, 0, s1)
+    host.step(s1)
+    host.drain_all()
+    expect(seen.value > 0, "the unrecorded reader saw the fill")
+    return 3
+
+
+CASES = {name[len("case_"):]: fn for name, fn in sorted(globals().items())
+         if name.startswith("case_")}
+
+
+def main():
+    global LIB
+    if len(sys.argv) == 3:  # one case, in this process
+        LIB = os.path.abspath(sys.argv[1])
+        print(CASES[sys.argv[2]]())
+        return 0
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    failed, ops = 0, 0
+    for name in CASES:
+        r = subprocess.run([sys.executable, __file__, sys.argv[1], name], capture_output=True,
+                           text=True)
+        ok = r.returncode == 0
+        failed += not ok
+        if ok:
+            ops += int(r.stdout.strip().splitlines()[-1])
+        print(f"[{'ok' if ok else 'FAILED'}] {name}")
+        if not ok:
+            sys.stdout.write(r.stdout + r.stderr)
+    print(f"plugin_test: {len(CASES)} cases, {ops} hook calls, {failed} failed")
+    return 1 if failed else 0
+
+
+LIB = None
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""streamarena as PyTorch's CUDA allocator.
+
+    import streamarena.torch
+    streamarena.torch.install(conf="superblock_size=4MiB")
+
+``install`` must run before PyTorch allocates CUDA memory (before CUDA is
+initialized in the process). It loads libstreamarena_torch.so, hands its
+malloc and free to ``torch.cuda.memory.CUDAPluggableAllocator``, and wires
+the other hooks PyTorch's pluggable allocator offers:
+
+    tensor.record_stream(s)             -> sa_torch_record_stream (reuse waits for s)
+    torch.cuda.empty_cache()            -> sa_torch_empty_cache (sa_trim of each arena)
+    set_per_process_memory_fraction()   -> a warning: use max_physical in the conf
+
+PyTorch answers ``memory_stats`` and everything built on it
+(``memory_allocated``, ``max_memory_reserved``, ...) with an error under a
+pluggable allocator; ``install`` replaces ``torch.cuda.memory``'s
+``memory_stats_as_nested_dict`` and ``reset_peak_memory_stats`` with ones that
+read the plugin (``patch_stats=False`` leaves PyTorch alone). ``memory_stats()``
+here returns the plugin's own figures. docs/TORCH.md lists every hook and its
+limits (CUDA graphs, IPC, memory history).
+
+The ``Plugin`` class drives the library through ctypes and needs no PyTorch.
+"""
+
+import ctypes
+import os
+import pathlib
+
+# A NaN in fp32, bf16 and fp16 alike: memory reused too early poisons the loss.
+CHECK_PATTERN = 0x7FC07FC0
+LIB_NAME = "libstreamarena_torch.so"
+MAX_DEVICES = 64
+
+_STATUS_OK = 0
+
+
+class _Stats(ctypes.Structure):
+    """sa_torch_stats (plugins/torch/streamarena_torch.h), field for field."""
+
+    _fields_ = [
+        ("requested_bytes", ctypes.c_uint64),
+        ("requested_bytes_peak", ctypes.c_uint64),
+        ("alloc_count", ctypes.c_uint64),
+        ("free_count", ctypes.c_uint64),
+        ("record_count", ctypes.c_uint64),
+        ("check_fills", ctypes.c_uint64),
+        ("errors", ctypes.c_uint64),
+        ("reserved_bytes", ctypes.c_uint64),
+        ("reserved_bytes_peak", ctypes.c_uint64),
+        ("live_bytes", ctypes.c_uint64),
+        ("live_bytes_peak", ctypes.c_uint64),
+        ("cached_bytes", ctypes.c_uint64),
+        ("oom_events", ctypes.c_uint64),
+        ("fast_path_ratio", ctypes.c_double),
+    ]
+
+
+def find_library(lib=None):
+    """The plugin's path: lib, $STREAMARENA_TORCH_LIB, beside this package, or
+    the checkout's Bazel output (bazel build //:streamarena_torch)."""
+    here = pathlib.Path(__file__).resolve().parent
+    candidates = [lib, os.environ.get("STREAMARENA_TORCH_LIB"), here / LIB_NAME,
+                  here.parent.parent / "bazel-bin" / "plugins" / "torch" / LIB_NAME]
+    tried = []
+    for c in candidates:
+        if not c:
+            continue
+        if pathlib.Path(c).is_file():
+            return str(pathlib.Path(c).resolve())
+        tried.append(str(c))
+    raise FileNotFoundError(
+        f"{LIB_NAME} not found (tried: {', '.join(tried)}); build it with "
+        "`bazel build //:streamarena_torch`, or pass lib= or set STREAMARENA_TORCH_LIB")
+
+
+class Plugin:
+    """libstreamarena_torch.so through ctypes: the hooks PyTorch calls, and
+    statistics. Loading it creates nothing; the arena of a device is created
+    at its first allocation, from $STREAMARENA_CONF."""
+
+    def __init__(self, lib=None):
+        self.path = find_library(lib)
+        try:
+            self.lib = ctypes.CDLL(self.path)
+        except OSError as e:
+            hint = ""
+            if "static TLS" in str(e):
+                hint = (" (glibc's static TLS surplus is used up by libraries loaded before it: "
+                        "load it first, or set GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096)")
+            raise OSError(f"cannot load {self.path}: {e}{hint}") from e
+        L = self.lib
+        vp, sz, i32, u32, u64 = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                 ctypes.c_uint32, ctypes.c_uint64)
+        L.sa_torch_malloc.argtypes = [sz, i32, vp]
+        L.sa_torch_malloc.restype = vp
+        L.sa_torch_free.argtypes = [vp, sz, i32, vp]
+        L.sa_torch_free.restype = None
+        L.sa_torch_record_stream.argtypes = [vp, vp]
+        L.sa_torch_record_stream.restype = None
+        L.sa_torch_empty_cache.argtypes = []
+        L.sa_torch_empty_cache.restype = None
+        L.sa_torch_set_memory_fraction.argtypes = [ctypes.c_double, i32]
+        L.sa_torch_set_memory_fraction.restype = None
+        L.sa_torch_set_check.argtypes = [i32, u32]
+        L.sa_torch_set_check.restype = i32
+        L.sa_torch_get_stats.argtypes = [i32, ctypes.POINTER(_Stats), sz]
+        L.sa_torch_get_stats.restype = i32
+        L.sa_torch_reset_peak.argtypes = [i32]
+        L.sa_torch_reset_peak.restype = i32
+        L.sa_torch_error_count.argtypes = []
+        L.sa_torch_error_count.restype = u64
+        L.sa_status_string.argtypes = [i32]
+        L.sa_status_string.restype = ctypes.c_char_p
+
+    def address(self, name):
+        """The address of an exported function, as PyTorch's setters take it."""
+        return ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value
+
+    def _check(self, status, what):
+        if status != _STATUS_OK:
+            raise RuntimeError(f"streamarena: {what}: {self.lib.sa_status_string(status).decode()}")
+
+    # The hooks, callable directly (the CPU test does; PyTorch calls the C functions).
+    def malloc(self, size, device=0, stream=None):
+        return self.lib.sa_torch_malloc(size, device, stream)
+
+    def free(self, ptr, size, device=0, stream=None):
+        self.lib.sa_torch_free(ptr, size, device, stream)
+
+    def record_stream(self, ptr, stream):
+        self.lib.sa_torch_record_stream(ptr, stream)
+
+    def empty_cache(self):
+        self.lib.sa_torch_empty_cache()
+
+    def set_check(self, enabled=True, pattern=CHECK_PATTERN):
+        """Fill freed memory with pattern (see streamarena_torch.h); only
+        before the first allocation."""
+        self._check(self.lib.sa_torch_set_check(1 if enabled else 0, pattern), "set_check")
+
+    def stats(self, device=0):
+        """The plugin's statistics of device as a dict (zeros before its first use)."""
+        s = _Stats()
+        self._check(self.lib.sa_torch_get_stats(device, ctypes.byref(s), ctypes.sizeof(s)),
+                    f"stats of device {device}")
+        return {name: getattr(s, name) for name, _ in _Stats._fields_}
+
+    def reset_peak(self, device=0):
+        self._check(self.lib.sa_torch_reset_peak(device), f"reset_peak of device {device}")
+
+    def errors(self):
+        """Failed hooks so far (each also written to stderr, the first few in full)."""
+        return int(self.lib.sa_torch_error_count())
+
+
+_installed = None  # (Plugin, conf) once install() succeeded
+
+
+def install(conf=None, *, lib=None, check=False, pattern=CHECK_PATTERN, patch_stats=True):
+    """Make streamarena PyTorch's CUDA allocator in this process.
+
+    conf: the arenas' configuration (``key=value,...``, README's keys); None
+    keeps $STREAMARENA_CONF. check: fill freed memory with pattern before it
+    can be reused (slow; for finding premature reuse). Returns the Plugin.
+    Raises RuntimeError, with the reason, when CUDA memory may already have
+    been allocated or this PyTorch lacks a hook streamarena needs."""
+    global _installed
+    import torch
+
+    if _installed is not None:
+        plugin, had_conf = _installed
+        if conf is not None and conf != had_conf:
+            raise RuntimeError(f"streamarena is installed already with conf={had_conf!r}")
+        return plugin
+    if not torch.cuda.is_available():
+        raise RuntimeError("streamarena.torch.install: PyTorch sees no CUDA device")
+    if torch.cuda.is_initialized():
+        raise RuntimeError(
+            "streamarena.torch.install() must run before PyTorch initializes CUDA: "
+            f"CUDA is initialized already ({torch.cuda.memory_allocated()} bytes allocated "
+            "by PyTorch's own allocator), and PyTorch cannot swap the allocator of a "
+            "process whose allocator has started. Call it right after `import torch`.")
+    if conf is not None:
+        os.environ["STREAMARENA_CONF"] = conf
+    plugin = Plugin(lib)
+    if check:
+        plugin.set_check(True, pattern)
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(plugin.path, "sa_torch_malloc",
+                                                         "sa_torch_free")
+    raw = allocator.allocator()
+    hooks = {
+        "set_record_stream_fn": "sa_torch_record_stream",
+        "set_reset_fn": "sa_torch_empty_cache",
+        "set_memory_fraction_fn": "sa_torch_set_memory_fraction",
+    }
+    for setter, fn in hooks.items():
+        if not hasattr(raw, setter):
+            raise RuntimeError(
+                f"this PyTorch ({torch.__version__}) has no CUDAPluggableAllocator.{setter}: "
+                "without it tensor.record_stream would do nothing and memory could be reused "
+                "while another stream still uses it")
+        getattr(raw, setter)(plugin.address(fn))
+    torch.cuda.memory.change_current_allocator(allocator)
+    if patch_stats:
+        _patch_torch_stats(torch, plugin)
+    _installed = (plugin, os.environ.get("STREAMARENA_CONF", ""))
+    return plugin
+
+
+def installed():
+    """The Plugin when install() ran in this process, else None."""
+    return _installed[0] if _installed is not None else None
+
+
+def _plugin():
+    if _installed is None:
+        raise RuntimeError("streamarena.torch.install() has not run in this process")
+    return _installed[0]
+
+
+def _device_index(device):
+    import torch
+
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    d = torch.device(device)
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+def memory_stats(device=None):
+    """The plugin's statistics of a device (the current one by default): bytes
+    requested by PyTorch now and at peak, physical bytes reserved now and at
+    peak (the arena's footprint), block bytes, cached bytes, counts, errors."""
+    return _plugin().stats(_device_index(device))
+
+
+def empty_cache():
+    """Give cached memory of every arena back to the driver (what
+    torch.cuda.empty_cache() does once installed)."""
+    _plugin().empty_cache()
+
+
+def trim():
+    """Alias of empty_cache()."""
+    empty_cache()
+
+
+def errors():
+    """Failed hooks so far; nonzero means an allocation failed or a free was refused."""
+    return _plugin().errors()
+
+
+def _nested_stats(s):
+    """PyTorch's memory_stats_as_nested_dict shape, from the plugin's figures.
+    allocated, active and requested bytes are the bytes PyTorch asked for,
+    reserved bytes the arena's physical bytes; pools are not told apart (all
+    of it shows as the large pool); PyTorch's segment figures have no
+    counterpart and read 0."""
+
+    def one(current=0, peak=0, allocated=0, freed=0):
+        return {"current": current, "peak": peak, "allocated": allocated, "freed": freed}
+
+    def pools(**kw):
+        return {"all": one(**kw), "large_pool": one(**kw), "small_pool": one()}
+
+    live = s["alloc_count"] - s["free_count"]
+    req = dict(current=s["requested_bytes"], peak=s["requested_bytes_peak"])
+    count = dict(current=live, allocated=s["alloc_count"], freed=s["free_count"])
+    return {
+        "allocated_bytes": pools(**req),
+        "active_bytes": pools(**req),
+        "requested_bytes": pools(**req),
+        "reserved_bytes": pools(current=s["reserved_bytes"], peak=s["reserved_bytes_peak"]),
+        "inactive_split_bytes": pools(),
+        "allocation": pools(**count),
+        "active": pools(**count),
+        "segment": pools(),
+        "inactive_split": pools(),
+        "oversize_allocations": one(),
+        "oversize_segments": one(),
+        "num_ooms": s["oom_events"],
+        "num_alloc_retries": 0,
+        "num_sync_all_streams": 0,
+        "num_device_alloc": 0,
+        "num_device_free": 0,
+    }
+
+
+def _patch_torch_stats(torch, plugin):
+    """torch.cuda.memory_stats and what reads it (memory_allocated,
+    max_memory_reserved, memory_summary, ...) read the plugin; so does
+    reset_peak_memory_stats (the requested-bytes peak; the arena's reserved
+    peak cannot be reset)."""
+    mem = torch.cuda.memory
+
+    def memory_stats_as_nested_dict(device=None):
+        if not torch.cuda.is_initialized():
+            return {}
+        return _nested_stats(plugin.stats(_device_index(device)))
+
+    def reset_peak_memory_stats(device=None):
+        plugin.reset_peak(_device_index(device))
+
+    mem.memory_stats_as_nested_dict = memory_stats_as_nested_dict
+    for module in (mem, torch.cuda):
+        if hasattr(module, "reset_peak_memory_stats"):
+            module.reset_peak_memory_stats = reset_peak_memory_stats
