@@ -1,0 +1,75 @@
+"""The model and data of the PyTorch examples: a small GPT-style language
+model and a synthetic, learnable token stream whose sequence length changes
+every step.
+
+Every batch is a pure function of (seed, step, rank), made on the CPU, so runs
+with different allocators see the same data and, from the same seed, the same
+initial weights: their loss curves differ only by floating-point noise.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.fc1 = nn.Linear(d_model, 4 * d_model, bias=False)
+        self.fc2 = nn.Linear(4 * d_model, d_model, bias=False)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(
+            2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class LM(nn.Module):
+    """Token and position embeddings, pre-norm blocks, a head tied to the
+    token embedding."""
+
+    def __init__(self, vocab, d_model, heads, layers, max_seq):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Embedding(max_seq, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d_model)
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=0.02 / (math.sqrt(2 * layers) if "fc2" in name or
+                                               "proj" in name else 1.0))
+
+    def forward(self, ids):
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.tok(ids) + self.pos(pos)
+        for blk in self.blocks:
+            x = blk(x)
+        return F.linear(self.ln(x), self.tok.weight)
+
+
+def seq_len(seed, step, min_seq, max_seq):
+    """This step's sequence length: a multiple of 8 in [min_seq, max_seq]."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    lo, hi = max(1, min_seq // 8), max(1, max_seq // 8)
+    return 8 * int(torch.randint(lo, hi + 1, (1,), generator=g))
+
+
+def make_batch(seed, step, rank, batch, seq, vocab):
+    """A (batch, seq + 1) int64 CPU tensor: arithmetic progressions modulo
+    vocab (a start and a stride per row) with 5% of tokens replaced at
+    random. A model learns the rule from the context, so the loss falls."""
+    g = torch.Generator().manual_seed((seed * 1_000_003 + step) * 1009 + rank + 1)
+    start = torch.randint(0, vocab, (batch, 1), generator=g)
+    stride = torch.randint(1, 97, (batch, 1), generator=g)
+    tokens = (start + stride * torch.arange(seq + 1)) % vocab
+    noise = torch.rand(batch, seq + 1, generator=g) < 0.05
+    return torch.where(noise, torch.randint(0, vocab, (batch, seq + 1), generator=g), tokens)
