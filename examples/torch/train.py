@@ -54,7 +54,7 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--min-seq", type=int, default=256)
     p.add_argument("--max-seq", type=int, default=2048)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--data-threads", type=int, default=2,
                    help="threads making batches, each on its own stream")
     p.add_argument("--prefetch", type=int, default=3, help="batches made ahead")
@@ -124,7 +124,7 @@ class Prefetcher:
                     if self.stop:
                         return
                 seq = seq_len(a.seed, step, a.min_seq, a.max_seq)
-                cpu = make_batch(a.seed, step, 0, a.batch, seq, a.vocab)
+                cpu = make_batch(a.seed, step, getattr(a, "rank", 0), a.batch, seq, a.vocab)
                 sums = (int(cpu[:, :-1].sum()), int(cpu[:, 1:].sum()))
                 event = None
                 if self.cuda:
@@ -175,28 +175,15 @@ def progress_bar(args):
                 mininterval=1.0, file=sys.stderr)
 
 
-def train(args):
-    allocators.prepare(args.allocator)
+def loop(args, model, device, show_progress=True):
+    """The training loop over args.steps batches from the data threads:
+    model is the module to call (a DistributedDataParallel wrapper works
+    too). Returns the result dict without memory figures."""
     import torch
     import torch.nn.functional as F
 
-    cuda = args.device != "cpu"
-    plugin = None
-    if cuda:
-        plugin = allocators.install(args.allocator, args.conf, args.check, args.trace)
-        device = torch.device("cuda", int(args.device))
-        torch.cuda.set_device(device)
-        if args.memory_history:
-            torch.cuda.memory._record_memory_history("all", context=None, stacks="python",
-                                                     max_entries=4_000_000)
-    else:
-        device = torch.device("cpu")
-    from model import LM
-
-    torch.manual_seed(args.seed)
-    model = LM(args.vocab, args.d_model, args.heads, args.layers, args.max_seq).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1,
-                            fused=cuda)
+    cuda = device.type == "cuda"
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, fused=cuda)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
     main_stream = torch.cuda.current_stream(device) if cuda else None
@@ -204,7 +191,7 @@ def train(args):
 
     pending_losses, pending_sums = [], []
     losses, findings, windows = [], [], []
-    bar = progress_bar(args)
+    bar = progress_bar(args) if show_progress else None
 
     def flush(step):
         """Read back the losses and sums queued since the last flush (a sync)."""
@@ -223,7 +210,8 @@ def train(args):
         pending_sums.clear()
 
     pf = Prefetcher(args, device, cuda)
-    t_start = t_measured = None
+    t_start = t_measured = t_window = None
+    w_start = 0
     try:
         for step in range(args.steps):
             if step == args.warmup:
@@ -255,8 +243,7 @@ def train(args):
                 pending_sums.append((step, torch.stack([b.inputs.sum(), b.targets.sum()]),
                                      b.sums))
             del b, ids, tgt, logits, loss
-            last = step + 1 == args.steps
-            if (step + 1) % args.log_every == 0 or last:
+            if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
                 flush(step)
                 if t_measured is not None:
                     now = time.perf_counter()
@@ -276,20 +263,46 @@ def train(args):
     measured = args.steps - args.warmup
     step_s = (t_end - t_measured) / measured if t_measured is not None and measured > 0 else \
         (t_end - t_start) / max(1, args.steps)
+    return {"allocator": args.allocator, "device": str(device), "steps": args.steps,
+            "warmup": args.warmup, "step_ms": step_s * 1e3,
+            "step_ms_median_window": sorted(windows)[len(windows) // 2] * 1e3 if windows
+            else step_s * 1e3, "wall_s": t_end - t_start,
+            "final_loss": sum(losses[-10:]) / len(losses[-10:]), "first_loss": losses[0],
+            "losses": losses, "check": args.check, "findings": findings,
+            "conf": args.conf if args.allocator == "streamarena" else None}
 
-    result = {"allocator": args.allocator, "device": str(device), "steps": args.steps,
-              "warmup": args.warmup, "step_ms": step_s * 1e3,
-              "step_ms_median_window": sorted(windows)[len(windows) // 2] * 1e3 if windows
-              else step_s * 1e3, "wall_s": t_end - t_start,
-              "final_loss": sum(losses[-10:]) / len(losses[-10:]), "first_loss": losses[0],
-              "losses": losses, "check": args.check, "findings": findings,
-              "conf": args.conf if args.allocator == "streamarena" else None}
+
+def add_memory(result, plugin, device):
+    """The peak memory figures of device into result (allocators.peaks)."""
+    pk = allocators.peaks(plugin, device.index)
+    result.update({"peak_reserved": pk["reserved"], "peak_requested": pk["requested"],
+                   "peak_allocated": pk["allocated"], "allocator_stats": pk})
+    if pk["errors"]:
+        result["findings"].append(f"{pk['errors']} failed allocator calls (see stderr)")
+
+
+def train(args):
+    allocators.prepare(args.allocator)
+    import torch
+
+    cuda = args.device != "cpu"
+    plugin = None
     if cuda:
-        pk = allocators.peaks(plugin, device.index)
-        result.update({"peak_reserved": pk["reserved"], "peak_requested": pk["requested"],
-                       "peak_allocated": pk["allocated"], "allocator_stats": pk})
-        if pk["errors"]:
-            findings.append(f"{pk['errors']} failed allocator calls (see stderr)")
+        plugin = allocators.install(args.allocator, args.conf, args.check, args.trace)
+        device = torch.device("cuda", int(args.device))
+        torch.cuda.set_device(device)
+        if args.memory_history:
+            torch.cuda.memory._record_memory_history("all", context=None, stacks="python",
+                                                     max_entries=4_000_000)
+    else:
+        device = torch.device("cpu")
+    from model import LM
+
+    torch.manual_seed(args.seed)
+    model = LM(args.vocab, args.d_model, args.heads, args.layers, args.max_seq).to(device)
+    result = loop(args, model, device)
+    if cuda:
+        add_memory(result, plugin, device)
         if args.memory_history:
             torch.cuda.memory._dump_snapshot(args.memory_history)
             torch.cuda.memory._record_memory_history(None)

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Runs examples/torch/train.py once per allocator, each in its own process
+with the same arguments and seed, then a short streamarena run with --check,
+and prints the comparison and the targets.
+
+    python3 examples/torch/compare.py [--steps 300] [--check-steps 60]
+        [--memory-history default.pickle] [--trace streamarena.csv]
+        [--out DIR] [-- more train.py arguments]
+
+Table columns: step time (after the warm-up steps), peak reserved (what the
+allocator held from the device), peak allocated (bytes PyTorch asked for,
+live at once: the same program, so the same for every allocator up to the
+timing of frees), their ratio, and the final loss (mean of the last 10
+steps). The targets: streamarena's step time at most the faster PyTorch
+configuration's; its peak reserved at most 1.02 x its peak allocated and at
+most expandable segments'; its loss curve within noise of PyTorch's; the
+check run finds nothing. Exit status 1 when a run failed (a target missed is
+reported, not an error).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ORDER = ("streamarena", "default", "expandable")
+GiB = float(1 << 30)
+LOSS_TOLERANCE = 0.02  # relative: the loss curves agree within noise
+
+
+def run(name, extra, out_dir, log):
+    path = os.path.join(out_dir, f"{name}.json")
+    cmd = [sys.executable, os.path.join(HERE, "train.py"), "--allocator", name.split("+")[0],
+           "--json", path] + extra
+    print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
+    with open(os.path.join(out_dir, f"{name}.log"), "w") as f:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in p.stdout:
+            f.write(line)
+            if log or not line.startswith(("RESULT", "\r")) and "step/s" not in line:
+                sys.stdout.write(line)
+        rc = p.wait()
+    if rc not in (0, 1) or not os.path.exists(path):
+        print(f"== {name}: failed (exit {rc}); log in {out_dir}/{name}.log")
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def curve_gap(a, b):
+    """Mean |a - b| over the steps both ran, relative to b's mean."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return float("inf")
+    return sum(abs(x - y) for x, y in zip(a[:n], b[:n])) / n / (sum(b[:n]) / n)
+
+
+def table(results):
+    head = ("| allocator | step ms | peak reserved GiB | peak allocated GiB | reserved/allocated"
+            " | final loss |")
+    lines = [head, "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, r in results.items():
+        if r is None:
+            lines.append(f"| {name} | failed | | | | |")
+            continue
+        res, req = r.get("peak_reserved", 0), r.get("peak_requested", 0)  # none on a CPU
+        lines.append(f"| {name} | {r['step_ms']:.1f} | {res / GiB:.3f} | {req / GiB:.3f} | "
+                     f"{res / max(1, req):.4f} | {r['final_loss']:.4f} |")
+    return "\n".join(lines)
+
+
+def targets(results):
+    sa, de, ex = (results.get(k) for k in ORDER)
+    out = []
+    if sa is None or "peak_reserved" not in sa:
+        return ["no streamarena run on a GPU: no target can be judged"]
+
+    def line(ok, text):
+        out.append(f"[{'met' if ok else 'MISSED'}] {text}")
+
+    torch_runs = [r for r in (de, ex) if r is not None]
+    if torch_runs:
+        fastest = min(torch_runs, key=lambda r: r["step_ms"])
+        line(sa["step_ms"] <= fastest["step_ms"],
+             f"step time: streamarena {sa['step_ms']:.1f} ms, fastest PyTorch "
+             f"({fastest['allocator']}) {fastest['step_ms']:.1f} ms "
+             f"({100 * (sa['step_ms'] / fastest['step_ms'] - 1):+.1f}%)")
+    ratio = sa["peak_reserved"] / max(1, sa["peak_requested"])
+    line(ratio <= 1.02, f"peak reserved / peak allocated: streamarena {ratio:.4f} (<= 1.02)")
+    if ex is not None:
+        line(sa["peak_reserved"] <= ex["peak_reserved"],
+             f"peak reserved: streamarena {sa['peak_reserved'] / GiB:.3f} GiB, expandable "
+             f"segments {ex['peak_reserved'] / GiB:.3f} GiB")
+    if de is not None:
+        gap = curve_gap(sa["losses"], de["losses"])
+        noise = curve_gap(ex["losses"], de["losses"]) if ex is not None else 0.0
+        final = abs(sa["final_loss"] - de["final_loss"]) / de["final_loss"]
+        line(gap <= LOSS_TOLERANCE and final <= LOSS_TOLERANCE,
+             f"loss curves: streamarena vs default {100 * gap:.2f}% mean gap, final "
+             f"{100 * final:.2f}% apart (expandable vs default: {100 * noise:.2f}%; "
+             f"tolerance {100 * LOSS_TOLERANCE:.0f}%)")
+    chk = results.get("streamarena+check")
+    if chk is not None:
+        line(not chk["findings"],
+             f"--check ({chk['steps']} steps, {chk['allocator_stats'].get('check_fills', 0)} "
+             f"frees filled): {len(chk['findings'])} findings")
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--check-steps", type=int, default=60,
+                   help="steps of the streamarena --check run (0: none)")
+    p.add_argument("--allocators", default=",".join(ORDER))
+    p.add_argument("--memory-history", metavar="PICKLE",
+                   help="the default allocator's run saves PyTorch's memory history here")
+    p.add_argument("--trace", metavar="CSV", help="the streamarena run writes its trace here")
+    p.add_argument("--out", help="folder for logs and results (default: a temporary one)")
+    p.add_argument("--log", action="store_true", help="show the runs' progress bars")
+    p.add_argument("train_args", nargs="*", help="passed to train.py (after --)")
+    args = p.parse_args()
+    out_dir = args.out or tempfile.mkdtemp(prefix="compare-")
+    os.makedirs(out_dir, exist_ok=True)
+    common = ["--steps", str(args.steps)] + args.train_args
+    results = {}
+    for name in args.allocators.split(","):
+        extra = list(common)
+        if name == "default" and args.memory_history:
+            extra += ["--memory-history", args.memory_history]
+        if name == "streamarena" and args.trace:
+            extra += ["--trace", args.trace]
+        results[name] = run(name, extra, out_dir, args.log)
+    if args.check_steps > 0 and "streamarena" in args.allocators.split(","):
+        extra = args.train_args + ["--steps", str(args.check_steps), "--check"]
+        results["streamarena+check"] = run("streamarena+check", extra, out_dir, args.log)
+    print()
+    print(table({k: v for k, v in results.items() if k in ORDER}))
+    print()
+    for t in targets(results):
+        print(t)
+    with open(os.path.join(out_dir, "compare.json"), "w") as f:
+        json.dump(results, f)
+    print(f"\nlogs and results: {out_dir}")
+    return 1 if any(v is None for v in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
