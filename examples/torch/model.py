@@ -63,13 +63,39 @@ def seq_len(seed, step, min_seq, max_seq):
     return 8 * int(torch.randint(lo, hi + 1, (1,), generator=g))
 
 
+_tables = {}
+
+
+def _tables_for(vocab, n):
+    """A Zipf distribution over the vocabulary, and the powers of the
+    successor map v -> (a v + c) mod vocab (a bijection: gcd(a, vocab) = 1)
+    as v -> (A[k] v + C[k]) mod vocab for k = 0 .. n - 1."""
+    key = (vocab, n)
+    if key not in _tables:
+        zipf = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float64) ** 1.1
+        a, c = 40503 % vocab or 1, 7919 % vocab
+        while math.gcd(a, vocab) != 1:
+            a += 1
+        A, C = [1], [0]
+        for _ in range(n - 1):
+            A.append(A[-1] * a % vocab)
+            C.append((C[-1] * a + c) % vocab)
+        _tables[key] = (zipf / zipf.sum(), torch.tensor(A), torch.tensor(C))
+    return _tables[key]
+
+
 def make_batch(seed, step, rank, batch, seq, vocab):
-    """A (batch, seq + 1) int64 CPU tensor: arithmetic progressions modulo
-    vocab (a start and a stride per row) with 5% of tokens replaced at
-    random. A model learns the rule from the context, so the loss falls."""
+    """A (batch, seq + 1) int64 CPU tensor of a learnable Markov chain: each
+    token is followed by its fixed successor (three times in four) or by a
+    fresh Zipf-distributed token. A model first learns the token frequencies,
+    then the successors, so the loss falls steadily."""
     g = torch.Generator().manual_seed((seed * 1_000_003 + step) * 1009 + rank + 1)
-    start = torch.randint(0, vocab, (batch, 1), generator=g)
-    stride = torch.randint(1, 97, (batch, 1), generator=g)
-    tokens = (start + stride * torch.arange(seq + 1)) % vocab
-    noise = torch.rand(batch, seq + 1, generator=g) < 0.05
-    return torch.where(noise, torch.randint(0, vocab, (batch, seq + 1), generator=g), tokens)
+    n = seq + 1
+    zipf, A, C = _tables_for(vocab, n)
+    fresh = torch.multinomial(zipf, batch * n, replacement=True, generator=g).view(batch, n)
+    restart = torch.rand(batch, n, generator=g) >= 0.75
+    restart[:, 0] = True
+    pos = torch.arange(n).expand(batch, n)
+    start = torch.where(restart, pos, 0).cummax(dim=1).values  # the run each token is in
+    k = pos - start
+    return (A[k] * fresh.gather(1, start) + C[k]) % vocab

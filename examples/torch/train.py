@@ -42,7 +42,7 @@ def parse_args(argv=None):
     p.add_argument("--allocator", choices=allocators.ALLOCATORS, default="streamarena")
     p.add_argument("--conf", default=None,
                    help="streamarena configuration (default: $STREAMARENA_CONF, else "
-                   f"{allocators.DEFAULT_CONF!r})")
+                   f"{allocators.DEFAULT_CONF or 'the defaults'})")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--warmup", type=int, default=None,
                    help="steps left out of the step time (default: min(20, steps / 5))")

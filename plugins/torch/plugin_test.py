@@ -16,65 +16,13 @@ import sys
 import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SA_HOST_AUTO, SA_HOST_MANUAL = 0, 1
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+import streamarena.host as sah  # noqa: E402
+import streamarena.torch as sat  # noqa: E402
+
+SA_HOST_AUTO, SA_HOST_MANUAL = sah.AUTO, sah.MANUAL
 PATTERN_A, PATTERN_B = 0x11223344, 0x55667788
 MiB = 1 << 20
-
-
-class Counters(ctypes.Structure):
-    _fields_ = [("va_ranges", ctypes.c_size_t), ("chunks", ctypes.c_size_t),
-                ("chunk_bytes", ctypes.c_size_t), ("mappings", ctypes.c_size_t),
-                ("events", ctypes.c_size_t), ("streams", ctypes.c_size_t),
-                ("order_violations", ctypes.c_uint64)]
-
-
-class Host:
-    """The simulator's API (include/streamarena/host.h), which the plugin exports."""
-
-    def __init__(self, lib):
-        self.lib = lib
-        vp, sz = ctypes.c_void_p, ctypes.c_size_t
-        for name, args in [("sa_host_stream_create", [ctypes.c_int, ctypes.POINTER(vp)]),
-                           ("sa_host_stream_step", [vp, sz, ctypes.POINTER(sz)]),
-                           ("sa_host_stream_drain", [vp]),
-                           ("sa_host_drain_all", []),
-                           ("sa_host_fill", [vp, vp, sz, ctypes.c_uint32]),
-                           ("sa_host_check", [vp, vp, sz, ctypes.c_uint32,
-                                              ctypes.POINTER(ctypes.c_uint64)])]:
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, ctypes.c_int
-        lib.sa_host_get_counters.argtypes = [ctypes.POINTER(Counters)]
-        lib.sa_host_get_counters.restype = None
-        self._keep = []  # check counters must outlive their kernels
-
-    def stream(self, mode):
-        s = ctypes.c_void_p()
-        expect(self.lib.sa_host_stream_create(mode, ctypes.byref(s)) == 0, "stream_create")
-        return s.value
-
-    def step(self, s, n=1 << 30):
-        done = ctypes.c_size_t()
-        expect(self.lib.sa_host_stream_step(s, n, ctypes.byref(done)) == 0, "stream_step")
-        return done.value
-
-    def drain_all(self):
-        expect(self.lib.sa_host_drain_all() == 0, "drain_all")
-
-    def fill(self, s, p, size, pattern):
-        expect(self.lib.sa_host_fill(s, p, size, pattern) == 0, "fill")
-
-    def check(self, s, p, size, pattern):
-        """A pending read of [p, p + size) on s; the counter fills in when it runs."""
-        mismatches = ctypes.c_uint64(0)
-        self._keep.append(mismatches)
-        expect(self.lib.sa_host_check(s, p, size, pattern, ctypes.byref(mismatches)) == 0,
-               "check")
-        return mismatches
-
-    def violations(self):
-        c = Counters()
-        self.lib.sa_host_get_counters(ctypes.byref(c))
-        return c.order_violations
 
 
 def expect(cond, what):
@@ -95,14 +43,11 @@ def reads(p, size, value):
 
 
 def setup(check=False, checker=True):
-    sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-    import streamarena.torch as sat
-
     os.environ["STREAMARENA_CONF"] = f"backend=host,check_stream_order={int(checker)}"
     plugin = sat.Plugin(LIB)
     if check:
         plugin.set_check(True, PATTERN_B)
-    return plugin, Host(plugin.lib)
+    return plugin, sah.Host(plugin.lib)
 
 
 # ---------------------------------------------------------------------------
@@ -132,7 +77,7 @@ def case_malloc_free_counts_requested_bytes():
     expect(plugin.stats(0)["requested_bytes_peak"] == 0, "reset_peak")
     expect(plugin.malloc(0, 0, s) is None, "size 0 is NULL")
     expect(plugin.stats(1)["alloc_count"] == 0, "an unused device reads zero")
-    expect(host.violations() == 0, "no stream-order finding")
+    expect(host.counters().order_violations == 0, "no stream-order finding")
     return 2 * len(sizes)
 
 
@@ -161,7 +106,7 @@ def case_threads_allocate_on_their_streams():
     st = plugin.stats(0)
     expect(st["alloc_count"] == 4 * ops and st["free_count"] == 4 * ops, "counts")
     expect(st["requested_bytes"] == 0 and plugin.errors() == 0, "balanced, no error")
-    expect(host.violations() == 0, "no stream-order finding")
+    expect(host.counters().order_violations == 0, "no stream-order finding")
     return 8 * ops
 
 
@@ -197,7 +142,7 @@ def recorded_reuse(record, checker=True):
 def case_record_stream_delays_reuse():
     seen, host, reused = recorded_reuse(record=True)
     expect(seen == 0, f"the reader on s2 saw {seen} words overwritten")
-    expect(host.violations() == 0, "no stream-order finding")
+    expect(host.counters().order_violations == 0, "no stream-order finding")
     return 3 + 64 * 2
 
 
@@ -276,7 +221,7 @@ def case_check_mode_fills_after_recorded_streams():
     expect(reads(q, n, PATTERN_A), "the next owner's data is not overwritten by the fill")
     plugin.free(q, n, 0, s1)
     host.drain_all()
-    expect(host.violations() == 0, "no stream-order finding")
+    expect(host.counters().order_violations == 0, "no stream-order finding")
     return 6
 
 
@@ -294,6 +239,34 @@ def case_check_mode_catches_a_missing_record_stream():
     host.drain_all()
     expect(seen.value > 0, "the unrecorded reader saw the fill")
     return 3
+
+
+def case_torch_replay_lags_the_device():
+    """bench/torch_replay.py replays a trace through the hooks with the
+    simulated device behind the host: it runs, and reports the peaks."""
+    lines = ["thread,stream,op,id,size,time_ns"]
+    for step in range(40):  # a big buffer per step whose size changes, small ones around it
+        big = (8 + (step * 7) % 13) * MiB + 4096 * step
+        lines.append(f"1,(nil),alloc,0x{step:x}000000,{big},0")
+        for k in range(4):
+            lines.append(f"1,0x5a,alloc,0x{step:x}{k}0000,{1000 + 300 * k},0")
+        for k in range(4):
+            lines.append(f"1,0x5a,free,0x{step:x}{k}0000,0,0")
+        lines.append(f"1,(nil),free,0x{step:x}000000,0,0")
+    trace = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), f"replay{os.getpid()}.csv")
+    with open(trace, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    tool = os.path.join(HERE, "..", "..", "bench", "torch_replay.py")
+    out = []
+    for lag in (0, 25):
+        r = subprocess.run([sys.executable, tool, LIB, trace, "--lag", str(lag)],
+                           capture_output=True, text=True)
+        expect(r.returncode == 0, f"torch_replay --lag {lag}: {r.stdout}{r.stderr}")
+        expect(f"lag {lag}" in r.stdout and "400 ops, 2 streams" in r.stdout and
+               "0 failed allocations" in r.stdout, r.stdout)
+        out.append(r.stdout.strip())
+    os.remove(trace)
+    return 2 * 400
 
 
 CASES = {name[len("case_"):]: fn for name, fn in sorted(globals().items())
