@@ -18,11 +18,12 @@ Events the allocator records complete when the device reaches them.
 The calls are sa_torch_malloc and sa_torch_free, as PyTorch makes them (free
 on the allocation's stream), on the default arena of device 0
 (STREAMARENA_CONF is --conf with backend=host). TRACE.csv is in streamarena's
-format (docs/TRACE.md); bench/torch_trace.py makes one from PyTorch's memory
-history. Prints one line: operations, peak requested, peak reserved, ratio.
+or PyTorch's format (docs/TRACE.md), gzipped or not; bench/torch_trace.py
+writes PyTorch's memory history in the latter. Prints one line: operations, peak requested, peak reserved, ratio.
 """
 import argparse
 import collections
+import gzip
 import os
 import sys
 
@@ -31,20 +32,36 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 
 def read_trace(path):
-    """(stream, op, id, size) per line of a trace in streamarena's format."""
-    with open(path) as f:
+    """(stream, 'alloc' or 'free', id, size) per allocation and free of a
+    trace in streamarena's or PyTorch's format (docs/TRACE.md), gzipped or
+    not. PyTorch's free is at free_requested (at free_completed when no
+    request came); its allocator's own events are left out."""
+    with open(path, "rb") as probe:
+        gz = probe.read(2) == b"\x1f\x8b"
+    with (gzip.open(path, "rt") if gz else open(path)) as f:
         col = None
+        requested = set()
         for line in f:
             if line.startswith("#") or not line.strip():
                 continue
             fields = line.rstrip("\n").split(",")
             if col is None:
                 col = {name.strip().lower(): i for i, name in enumerate(fields)}
-                if not {"stream", "op", "id", "size"} <= col.keys():
-                    raise ValueError(f"{path}: not a trace header (need stream, op, id, size)")
+                op, ident = ("action", "addr") if "action" in col else ("op", "id")
+                if not {"stream", op, ident, "size"} <= col.keys():
+                    raise ValueError(f"{path}: not a trace header (need stream, op, id, size "
+                                     "or stream, action, addr, size)")
                 continue
-            yield (fields[col["stream"]], fields[col["op"]], fields[col["id"]],
-                   int(fields[col["size"]]))
+            act, key = fields[col[op]], fields[col[ident]]
+            if act == "free_completed" and key in requested:
+                requested.discard(key)
+                continue
+            if act == "free_requested":
+                requested.add(key)
+            kind = {"alloc": "alloc", "free": "free", "free_requested": "free",
+                    "free_completed": "free"}.get(act)
+            if kind is not None:
+                yield fields[col["stream"]], kind, key, int(fields[col["size"]])
 
 
 def replay(plugin, host, ops, lag):
@@ -86,7 +103,7 @@ def replay(plugin, host, ops, lag):
 
     for token, op, ident, size in ops:
         s = stream(token)
-        if op in ("alloc", "allocate"):
+        if op == "alloc":
             p = plugin.malloc(size, 0, s)
             if not p:
                 failed += 1
@@ -94,12 +111,13 @@ def replay(plugin, host, ops, lag):
             live[ident] = (p, size, s)
             host.fill(s, p, 4, 0)  # one word: the work that uses the block
             advance()
+            n += 1
         elif ident in live:
             p, size, s0 = live.pop(ident)
             host.fill(s0, p, 4, 0)
             plugin.free(p, size, 0, s0)
             advance()
-        n += 1
+            n += 1
     host.drain_all()
     return n, failed, len(streams)
 
