@@ -13,10 +13,8 @@ import sys
 
 ALLOCATORS = ("streamarena", "default", "expandable")
 # The configuration the examples run streamarena with (README's keys; empty:
-# the library's defaults). Chosen by replaying train.py's allocations with a
-# lagging device (bench/torch_replay.py, docs/TORCH.md): 2 MiB superblocks
-# kept the footprint lowest (4 MiB: 1.29 x the peak requested bytes, 2 MiB:
-# 1.18 x, 100 operations of lag).
+# the library's defaults). docs/TORCH.md has train.py's footprint with other
+# superblock sizes, replayed with a lagging device (bench/torch_replay.py).
 DEFAULT_CONF = ""
 
 _TORCH_ENV = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
