@@ -128,7 +128,7 @@ def main(argv=None):
     p.add_argument("trace")
     p.add_argument("--lag", type=int, default=1000, help="kernels the device runs behind")
     p.add_argument("--conf", default="", help="arena configuration (README's keys)")
-    p.add_argument("--device-bytes", default="1TiB",
+    p.add_argument("--device-bytes", default="64GiB",
                    help="simulated device memory (STREAMARENA_HOST_DEVICE_BYTES)")
     args = p.parse_args(argv)
     os.environ["STREAMARENA_CONF"] = "backend=host" + (f",{args.conf}" if args.conf else "")

@@ -259,7 +259,8 @@ def case_torch_replay_lags_the_device():
     tool = os.path.join(HERE, "..", "..", "bench", "torch_replay.py")
     out = []
     for lag in (0, 25):
-        r = subprocess.run([sys.executable, tool, LIB, trace, "--lag", str(lag)],
+        r = subprocess.run([sys.executable, tool, LIB, trace, "--lag", str(lag),
+                            "--device-bytes", "2GiB"],
                            capture_output=True, text=True)
         expect(r.returncode == 0, f"torch_replay --lag {lag}: {r.stdout}{r.stderr}")
         expect(f"lag {lag}" in r.stdout and "400 ops, 2 streams" in r.stdout and
