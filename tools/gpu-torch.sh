@@ -4,7 +4,7 @@
 # examples/torch/ and bench/torch_trace.py into <main checkout>/.gpu-torch/
 # (ignored by git), in the checkout's own layout, with a runner:
 #
-#   tools/gpu-torch.sh [--no-build]
+#   tools/gpu-torch.sh
 #   then on the GPU machine, from the checkout's root:
 #   bash .gpu-torch/run.sh python3 examples/torch/check_hooks.py
 #   bash .gpu-torch/run.sh python3 examples/torch/compare.py --out "$OUT/compare"
@@ -19,14 +19,8 @@ main=$(cd "$(git rev-parse --git-common-dir)/.." && pwd)
 dest=${GPU_TORCH_DIR:-$main/.gpu-torch}
 cd "$root"
 
-build=1
-for a in "$@"; do
-  case "$a" in
-    --no-build) build=0 ;;
-    *) echo "gpu-torch.sh: unknown argument $a" >&2; exit 2 ;;
-  esac
-done
-[ $build -eq 1 ] && bazel build -c opt //:streamarena_torch
+[ $# -eq 0 ] || { echo "usage: tools/gpu-torch.sh (no arguments)" >&2; exit 2; }
+bazel build -c opt //:streamarena_torch
 so="$(bazel info -c opt bazel-bin 2>/dev/null)/plugins/torch/libstreamarena_torch.so"
 [ -f "$so" ] || { echo "gpu-torch.sh: $so not built" >&2; exit 1; }
 

@@ -5,7 +5,7 @@ and prints the comparison and the targets.
 
     python3 examples/torch/compare.py [--steps 300] [--check-steps 60]
         [--memory-history default.pickle] [--trace streamarena.csv]
-        [--out DIR] [-- more train.py arguments]
+        [--out DIR] [--progress] [-- more train.py arguments]
 
 Table columns: step time (after the warm-up steps), peak reserved (what the
 allocator held from the device), peak allocated (bytes PyTorch asked for,
@@ -30,20 +30,27 @@ GiB = float(1 << 30)
 LOSS_TOLERANCE = 0.02  # relative: the loss curves agree within noise
 
 
-def run(name, extra, out_dir, log):
-    path = os.path.join(out_dir, f"{name}.json")
+def run(name, extra, tmp, logf, show_progress):
+    """One train.py process; its output goes to logf (and, but for the
+    progress bar, to the terminal). Returns its result, or None."""
+    path = os.path.join(tmp, f"{name}.json")
     cmd = [sys.executable, os.path.join(HERE, "train.py"), "--allocator", name.split("+")[0],
            "--json", path] + extra
-    print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
-    with open(os.path.join(out_dir, f"{name}.log"), "w") as f:
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in p.stdout:
-            f.write(line)
-            if log or not line.startswith(("RESULT", "\r")) and "step/s" not in line:
-                sys.stdout.write(line)
-        rc = p.wait()
+    head = f"== {name}: {' '.join(cmd[1:])}\n"
+    sys.stdout.write(head)
+    sys.stdout.flush()
+    logf.write(head)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in p.stdout:
+        progress = "step/s" in line or "s/step" in line
+        if not progress:
+            logf.write(line)
+        if show_progress or not (progress or line.startswith("RESULT")):
+            sys.stdout.write(line)
+    rc = p.wait()
+    logf.flush()
     if rc not in (0, 1) or not os.path.exists(path):
-        print(f"== {name}: failed (exit {rc}); log in {out_dir}/{name}.log")
+        print(f"== {name}: failed (exit {rc})")
         return None
     with open(path) as f:
         return json.load(f)
@@ -118,32 +125,36 @@ def main():
     p.add_argument("--memory-history", metavar="PICKLE",
                    help="the default allocator's run saves PyTorch's memory history here")
     p.add_argument("--trace", metavar="CSV", help="the streamarena run writes its trace here")
-    p.add_argument("--out", help="folder for logs and results (default: a temporary one)")
-    p.add_argument("--log", action="store_true", help="show the runs' progress bars")
+    p.add_argument("--out", help="folder for compare.json (every run's result) and "
+                   "compare.log (their output); default: a temporary one")
+    p.add_argument("--progress", action="store_true", help="show the runs' progress bars")
     p.add_argument("train_args", nargs="*", help="passed to train.py (after --)")
     args = p.parse_args()
     out_dir = args.out or tempfile.mkdtemp(prefix="compare-")
     os.makedirs(out_dir, exist_ok=True)
     common = ["--steps", str(args.steps)] + args.train_args
     results = {}
-    for name in args.allocators.split(","):
-        extra = list(common)
-        if name == "default" and args.memory_history:
-            extra += ["--memory-history", args.memory_history]
-        if name == "streamarena" and args.trace:
-            extra += ["--trace", args.trace]
-        results[name] = run(name, extra, out_dir, args.log)
-    if args.check_steps > 0 and "streamarena" in args.allocators.split(","):
-        extra = args.train_args + ["--steps", str(args.check_steps), "--check"]
-        results["streamarena+check"] = run("streamarena+check", extra, out_dir, args.log)
-    print()
-    print(table({k: v for k, v in results.items() if k in ORDER}))
-    print()
-    for t in targets(results):
-        print(t)
+    with tempfile.TemporaryDirectory() as tmp, \
+            open(os.path.join(out_dir, "compare.log"), "w") as logf:
+        for name in args.allocators.split(","):
+            extra = list(common)
+            if name == "default" and args.memory_history:
+                extra += ["--memory-history", args.memory_history]
+            if name == "streamarena" and args.trace:
+                extra += ["--trace", args.trace]
+            results[name] = run(name, extra, tmp, logf, args.progress)
+        if args.check_steps > 0 and "streamarena" in args.allocators.split(","):
+            extra = args.train_args + ["--steps", str(args.check_steps), "--check"]
+            results["streamarena+check"] = run("streamarena+check", extra, tmp, logf,
+                                               args.progress)
+    summary = "\n" + table({k: v for k, v in results.items() if k in ORDER}) + "\n\n" + \
+        "\n".join(targets(results)) + "\n"
+    print(summary, end="")
+    with open(os.path.join(out_dir, "compare.log"), "a") as logf:
+        logf.write(summary)
     with open(os.path.join(out_dir, "compare.json"), "w") as f:
         json.dump(results, f)
-    print(f"\nlogs and results: {out_dir}")
+    print(f"\nresults and output: {out_dir}/compare.json, {out_dir}/compare.log")
     return 1 if any(v is None for v in results.values()) else 0
 
 
