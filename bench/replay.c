@@ -9,6 +9,11 @@
  *                       its max_physical, if any, is the device size
  *   One of --capacity, --headroom, --conf=max_physical sets the device size;
  *   two are an error. Every option also takes its value as the next argument.
+ *     --no-budget       the device size is the simulated device's memory, not
+ *                       the arena's max_physical: no budget is configured, as
+ *                       with the defaults on a GPU of that size
+ *     --reserve=F       reserve_limit (the soft budget) = F x the trace's
+ *                       peak live bytes
  *     --check-ratio=R   exit 1 if on any trace streamarena runs out of
  *                       memory or its peak reserved exceeds R x peak live
  *     --check-vmm-calls=N
@@ -62,6 +67,8 @@ typedef struct options_s {
   const char *conf;
   double check_ratio; /* 0: no check */
   double check_vmm;   /* 0: no check */
+  bool no_budget;
+  double reserve;     /* 0: no reserve_limit */
   bool expect_ff_oom;
   const char *snapshot_dir;
 } options;
@@ -131,8 +138,9 @@ static sa_status run_streamarena(const trace *t, size_t capacity, const options 
     fprintf(stderr, "replay: --conf: %s\n", err);
     return st;
   }
-  cfg.max_physical_bytes = capacity;
-  if (capacity > ((size_t)16 << 30)) {
+  if (!o->no_budget) cfg.max_physical_bytes = capacity;
+  if (o->reserve > 0) cfg.reserve_limit_bytes = (size_t)((double)t->peak_live * o->reserve);
+  if (capacity > ((size_t)16 << 30) || o->no_budget) {
     st = sa_host_set_device_memory(capacity);
     if (report("sa_host_set_device_memory", st) != SA_OK) return st;
   }
@@ -321,6 +329,9 @@ static const char help_text[] =
     "                         e.g. superblock_size=4MiB\n"
     "  --check-ratio R        exit 1 if on any trace streamarena runs out of memory\n"
     "                         or its peak reserved exceeds R x peak live; R > 0\n"
+    "  --no-budget            configure no max_physical: the device size is the\n"
+    "                         simulated device's memory (the defaults on a GPU)\n"
+    "  --reserve F            reserve_limit = F x each trace's peak live bytes\n"
     "  --check-vmm-calls N    exit 1 if on any trace streamarena makes more than N\n"
     "                         virtual-memory driver calls per 1000 operations\n"
     "  --expect-first-fit-oom exit 1 unless on some trace the first-fit reference\n"
@@ -331,7 +342,8 @@ static const char help_text[] =
 
 static int usage(void) {
   fprintf(stderr, "usage: replay [--capacity=SIZE | --headroom=F] [--conf=SPEC] "
-          "[--check-ratio=R] [--check-vmm-calls=N] [--expect-first-fit-oom] "
+          "[--no-budget] [--reserve=F] [--check-ratio=R] [--check-vmm-calls=N] "
+          "[--expect-first-fit-oom] "
           "[--snapshot=DIR] TRACE.csv...\n"
           "       replay --help    for what each option does\n");
   return 2;
@@ -402,6 +414,13 @@ static int parse_options(int argc, char **argv, options *o, int *first) {
     } else if ((v = option_value(argc, argv, &i, "--check-ratio", &missing)) != NULL) {
       if (!parse_double(v, &o->check_ratio) || !(o->check_ratio > 0)) {
         fprintf(stderr, "replay: --check-ratio: '%s' is not a number > 0\n", v);
+        return 2;
+      }
+    } else if (strcmp(a, "--no-budget") == 0) {
+      o->no_budget = true;
+    } else if ((v = option_value(argc, argv, &i, "--reserve", &missing)) != NULL) {
+      if (!parse_double(v, &o->reserve) || !(o->reserve > 0)) {
+        fprintf(stderr, "replay: --reserve: '%s' is not a number > 0\n", v);
         return 2;
       }
     } else if ((v = option_value(argc, argv, &i, "--check-vmm-calls", &missing)) != NULL) {

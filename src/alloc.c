@@ -1,9 +1,16 @@
-/* sa_alloc, sa_free, sa_record_stream: the fast paths and their slow paths.
+/* sa_alloc, sa_free, sa_record_stream: the fast paths and their slow paths;
+ * and the loop that gets memory back when an allocation would pass a budget
+ * (the out-of-memory path, sa_trim, sa_defragment).
  *
  * Fast path (same thread, same stream as the last call, block in the thread
  * cache): a class computation, a stack pop or push, one state byte, two
  * owner-only counters. Everything else goes through the _generic paths,
  * which also do tracing and stream-order checking when those are on.
+ *
+ * The lower layers never reach back up: a span that would grow past its
+ * limit, or a superblock past max_physical, fails with
+ * SA_ERR_OUT_OF_MEMORY, and alloc_reclaiming flushes this thread's caches,
+ * has reclaim.c unmap what is free, and tries again.
  */
 #include <stdlib.h>
 
@@ -58,9 +65,10 @@ static sa_status small_alloc(sa_arena *a, sa_tentry *e, size_t size, void **out)
   return SA_OK;
 }
 
-static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, void **out) {
+/* limit: the physical bytes a span may grow the arena to. */
+static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limit, void **out) {
   if (size > large_threshold(a)) {
-    sa_status st = sa__span_alloc(a, e->sarena, size, out);
+    sa_status st = sa__span_alloc(a, e->sarena, size, limit, out);
     if (st == SA_OK) {
       live_account(e, (int64_t)size, 0);
       atomic_fetch_add_explicit(&a->xlarge_allocs, 1, memory_order_relaxed);
@@ -78,34 +86,69 @@ static void oom_report(sa_arena *a, size_t size, sa_stream s) {
   (void)sa_snapshot_write(a, stderr);
 }
 
-/* Allocate, reclaiming on the way: first what completed, then waiting for
- * pending work, then the user's callback. */
+/* Allocate; past a budget, get memory back and try again:
+ *   1. within reserve_limit, as allocations do first;
+ *   2. after unmapping free memory whose work completed (this thread's
+ *      cached blocks first: they pin superblocks), still within it: the
+ *      chunks are stitched where the request needs them;
+ *   3. up to max_physical (the soft budget gives way);
+ *   4. after waiting for pending work and unmapping again;
+ *   5. after the user's callback, which may free memory (from step 1).
+ * Without a reserve_limit steps 1-2 run against max_physical and 3 is
+ * skipped. */
 static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_stream s,
                                   void **out) {
-  size_t rounded = size > large_threshold(a) ? size : sa_class_size(sa_size_class(size));
+  bool large = size > large_threshold(a);
+  size_t rounded = large ? size : sa_class_size(sa_size_class(size));
   if (rounded > a->physical_cap) {
     atomic_fetch_add_explicit(&a->xoom_events, 1, memory_order_relaxed);
     return SA_ERR_OUT_OF_MEMORY; /* no reclaim can make it fit */
   }
-  sa_status st = try_alloc(a, e, size, out);
-  for (int attempt = 0, callbacks = 0; st == SA_ERR_OUT_OF_MEMORY; attempt++) {
-    if (attempt < 2) {
+  size_t soft = a->reserve_limit, hard = a->physical_cap;
+  size_t need = large ? size : atomic_load_explicit(&a->xsuperblock_size, memory_order_relaxed);
+  sa_status st = try_alloc(a, e, size, soft, out);
+  for (int step = 2, callbacks = 0; st == SA_ERR_OUT_OF_MEMORY; step++) {
+    size_t limit = hard;
+    if (step == 2) {
       sa__tentry_flush_own(a);
-      sa__reclaim(a, attempt == 1);
+      sa__reclaim(a, need, false);
+      limit = soft;
+    } else if (step == 3) {
+      if (soft >= hard) continue; /* nothing to give way */
+    } else if (step == 4) {
+      sa__tentry_flush_own(a);
+      sa__reclaim(a, need, true);
     } else if (a->cfg.oom_callback != NULL && callbacks++ < 8 &&
                a->cfg.oom_callback(a, size, s, a->cfg.oom_user_data)) {
-      attempt = 0;
+      step = 1; /* from the start: the next round is step 2 */
+      limit = soft;
     } else {
-      st = SA_ERR_OUT_OF_MEMORY;
       break;
     }
-    st = try_alloc(a, e, size, out);
+    st = try_alloc(a, e, size, limit, out);
   }
   if (st == SA_ERR_OUT_OF_MEMORY) {
     atomic_fetch_add_explicit(&a->xoom_events, 1, memory_order_relaxed);
     if (a->cfg.flags & SA_FLAG_OOM_REPORT) oom_report(a, size, s);
   }
   return st;
+}
+
+/* The calling thread's cached blocks back, everything free unmapped (with
+ * wait: after the work pending on it), then cached chunks released down to
+ * keep_bytes. */
+static sa_status trim_to(sa_arena *a, size_t keep_bytes, bool wait) {
+  if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
+  sa__tentry_flush_own(a);
+  sa__reclaim(a, 0, wait);
+  sa__reclaim_release(a, keep_bytes);
+  return SA_OK;
+}
+
+sa_status sa_trim(sa_arena *a, size_t keep_bytes) { return trim_to(a, keep_bytes, true); }
+
+sa_status sa_defragment(sa_arena *a) {
+  return a == NULL ? SA_ERR_INVALID_ARGUMENT : trim_to(a, a->cfg.release_threshold_bytes, false);
 }
 
 /* Tracing and stream-order checking, for both paths. */
@@ -180,45 +223,66 @@ sa_status sa_alloc(sa_arena *a, void **out, size_t size, sa_stream s) {
  * Free
  * ---------------------------------------------------------------------- */
 
-/* Locate p's block: SA_OK with *sb and *idx, or why not. */
-static sa_status find_block(sa_arena *a, uintptr_t p, sa_desc **d, uint32_t *idx) {
-  *d = sa__pagemap_get(a, p);
-  if (*d == NULL) return SA_ERR_INVALID_POINTER;
-  if ((*d)->kind == SA_DESC_SPAN) {
-    sa_span *sp = (sa_span *)*d;
-    if (!sp->in_use) return SA_ERR_INVALID_POINTER;
-    if (p != sp->hdr.base) {
-      /* Free spans merge: a granule inside a free one may be the start of
-       * a span freed before. Inside a live one it is an interior pointer. */
-      bool was_start = (p & (a->gran - 1)) == 0 &&
-                       atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_FREE;
-      return was_start ? SA_ERR_DOUBLE_FREE : SA_ERR_INVALID_POINTER;
-    }
-    *idx = 0;
-    return SA_OK;
+/* A live block: a span, or a small block of a superblock. */
+typedef struct block_ref_s {
+  sa_span *span;         /* a large allocation, or NULL */
+  sa_superblock *sb;     /* else its superblock ... */
+  uint32_t idx;          /* ... and index there */
+  _Atomic uint8_t *state;
+} block_ref;
+
+/* Locate p's block: SA_OK with *ref, or why not. */
+static sa_status find_block(sa_arena *a, uintptr_t p, block_ref *ref) {
+  sa_desc *d = sa__pagemap_get(a, p);
+  *ref = (block_ref){0};
+  if (d == NULL) return SA_ERR_INVALID_POINTER;
+  if (d->kind == SA_DESC_RUN) {
+    sa_status st = sa__span_find(a, p, &ref->span);
+    if (st == SA_OK) ref->state = &ref->span->xstate;
+    return st;
   }
-  sa_superblock *sb = (sa_superblock *)*d;
+  sa_superblock *sb = (sa_superblock *)d;
   if (sb->owner == NULL) return SA_ERR_DOUBLE_FREE; /* whole superblock is free */
   uintptr_t off = p - sb->hdr.base;
-  *idx = sa__block_index(sb, off);
-  if ((uintptr_t)*idx * sb->block_size != off || *idx >= sb->nblocks)
+  uint32_t idx = sa__block_index(sb, off);
+  if ((uintptr_t)idx * sb->block_size != off || idx >= sb->nblocks)
     return SA_ERR_INVALID_POINTER;
+  ref->sb = sb;
+  ref->idx = idx;
+  ref->state = &sb->state[idx];
   return SA_OK;
 }
 
-/* The arena, descriptor, index and state byte of the live block at p, or
- * why p is not one: the common front of sa_free's slow path and
- * sa_record_stream. */
-static sa_status locate_live(void *ptr, sa_arena **a, sa_desc **d, uint32_t *idx,
-                             _Atomic uint8_t **state) {
+/* The arena and the live block at p, or why p is not one: the common front
+ * of sa_free's slow path and sa_record_stream. */
+static sa_status locate_live(void *ptr, sa_arena **a, block_ref *ref) {
   uintptr_t p = (uintptr_t)ptr;
   if (ptr == NULL || (*a = sa__arena_of(p)) == NULL) return SA_ERR_INVALID_POINTER;
-  sa_status st = find_block(*a, p, d, idx);
+  sa_status st = find_block(*a, p, ref);
   if (st != SA_OK) return st;
-  *state = (*d)->kind == SA_DESC_SPAN ? &((sa_span *)*d)->xstate
-                                      : &((sa_superblock *)*d)->state[*idx];
-  uint8_t now = atomic_load_explicit(*state, memory_order_relaxed);
+  uint8_t now = atomic_load_explicit(ref->state, memory_order_relaxed);
   return now == SA_BLOCK_LIVE || now == SA_BLOCK_RECORDED ? SA_OK : SA_ERR_DOUBLE_FREE;
+}
+
+/* Free the span at p on e's stream, with a mark on every stream
+ * sa_record_stream named for it. On failure nothing changes. */
+static sa_status free_span(sa_arena *a, sa_tentry *e, sa_span *sp, uint8_t state, void *p) {
+  sa_record *r = state == SA_BLOCK_RECORDED ? sa__record_take(a, (uintptr_t)p) : NULL;
+  unsigned n = r != NULL ? r->n : 0;
+  sa_stream_arena **recorded = n > 0 ? malloc(n * sizeof *recorded) : NULL;
+  sa_status st = n > 0 && recorded == NULL ? SA_ERR_OUT_OF_MEMORY : SA_OK;
+  for (unsigned i = 0; st == SA_OK && i < n; i++)
+    st = sa__stream_arena_get(a, r->streams[i], &recorded[i]);
+  size_t request = sp->request;
+  if (st == SA_OK) st = sa__span_free(a, (uintptr_t)p, e->sarena, recorded, n);
+  free(recorded);
+  if (st != SA_OK) {
+    sa__record_restore(a, r); /* the span stays live, its record too */
+    return st;
+  }
+  sa__record_free(r);
+  live_account(e, -(int64_t)request, 0);
+  return SA_OK;
 }
 
 /* A block freed on a stream other than its owner's, or a recorded one. */
@@ -281,53 +345,45 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
 }
 
 /* Give the live block at ptr back on e's stream: into e's cache, a
- * cross-stream batch, or (a span) the free-span list. */
-static sa_status release(sa_arena *a, sa_tentry *e, sa_desc *d, uint32_t idx, uint8_t state,
+ * cross-stream batch, or (a span) the free spans. */
+static sa_status release(sa_arena *a, sa_tentry *e, const block_ref *ref, uint8_t state,
                          void *ptr) {
+  if (ref->span != NULL) return free_span(a, e, ref->span, state, ptr);
+  sa_superblock *sb = ref->sb;
+  size_t bs = sb->block_size;
   sa_status st = SA_OK;
-  if (d->kind == SA_DESC_SPAN) {
-    sa_span *sp = (sa_span *)d;
-    size_t request = sp->request;
-    st = sa__span_free(a, sp, e->sarena);
-    if (st == SA_OK) live_account(e, -(int64_t)request, 0);
+  if (state == SA_BLOCK_LIVE && sb->owner == e->sarena) {
+    sa_tbin *b = &e->bins[sb->cls];
+    if (b->cap == 0 && sa__tbin_init(b, sb->cls) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
+    if (b->n == b->cap) sa__tentry_flush_bin(e, sb->cls, b->cap / 2);
+    atomic_store_explicit(ref->state, SA_BLOCK_CACHED, memory_order_relaxed);
+    b->slots[b->n].p = ptr;
+    b->slots[b->n].state = ref->state;
+    b->n++;
   } else {
-    sa_superblock *sb = (sa_superblock *)d;
-    size_t bs = sb->block_size;
-    if (state == SA_BLOCK_LIVE && sb->owner == e->sarena) {
-      sa_tbin *b = &e->bins[sb->cls];
-      if (b->cap == 0 && sa__tbin_init(b, sb->cls) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
-      if (b->n == b->cap) sa__tentry_flush_bin(e, sb->cls, b->cap / 2);
-      atomic_store_explicit(&sb->state[idx], SA_BLOCK_CACHED, memory_order_relaxed);
-      b->slots[b->n].p = ptr;
-      b->slots[b->n].state = &sb->state[idx];
-      b->n++;
-    } else {
-      st = free_deferred(a, e, sb, idx, ptr, e->stream);
-    }
-    if (st == SA_OK) live_account(e, -(int64_t)bs, bs);
+    st = free_deferred(a, e, sb, ref->idx, ptr, e->stream);
   }
+  if (st == SA_OK) live_account(e, -(int64_t)bs, bs);
   return st;
 }
 
 SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
   sa_arena *a;
-  sa_desc *d;
-  uint32_t idx;
-  _Atomic uint8_t *state_byte;
-  sa_status st = locate_live(ptr, &a, &d, &idx, &state_byte);
+  block_ref ref;
+  sa_status st = locate_live(ptr, &a, &ref);
   if (st != SA_OK) return st;
-  uint8_t state = atomic_load_explicit(state_byte, memory_order_relaxed);
+  uint8_t state = atomic_load_explicit(ref.state, memory_order_relaxed);
   sa_tentry *e;
   st = sa__tentry_get(a, s, &e); /* validates the stream */
   if (st != SA_OK) return st;
   if (sa_likely(a->trace == NULL)) {
-    st = release(a, e, d, idx, state, ptr);
+    st = release(a, e, &ref, state, ptr);
   } else {
     /* The free's line must precede the alloc line of any thread that gets
      * the memory next (a span or a recorded block is another stream's at
      * once): write it before the lock lets that thread trace. */
     pthread_mutex_lock(&a->trace_lock);
-    st = release(a, e, d, idx, state, ptr);
+    st = release(a, e, &ref, state, ptr);
     if (st == SA_OK) sa__trace_locked(a, 'f', ptr, 0, s);
     pthread_mutex_unlock(&a->trace_lock);
   }
@@ -384,23 +440,19 @@ sa_status sa_free(void *ptr, sa_stream s) {
  * ---------------------------------------------------------------------- */
 sa_status sa_record_stream(void *ptr, sa_stream other) {
   sa_arena *a;
-  sa_desc *d;
-  uint32_t idx;
-  _Atomic uint8_t *state;
-  sa_status st = locate_live(ptr, &a, &d, &idx, &state);
+  block_ref ref;
+  sa_status st = locate_live(ptr, &a, &ref);
   if (st != SA_OK) return st;
-  sa_stream_arena *owner =
-      d->kind == SA_DESC_SPAN ? ((sa_span *)d)->owner : ((sa_superblock *)d)->owner;
   /* A small block always comes back through its own stream, which orders
    * its reuse after that stream's work. A span freed on another stream may
    * go to any stream: its own stream must be recorded like any other. */
-  if (d->kind == SA_DESC_SUPERBLOCK && owner->stream == other &&
-      !sa__stream_arena_released(owner))
+  if (ref.sb != NULL && ref.sb->owner->stream == other &&
+      !sa__stream_arena_released(ref.sb->owner))
     return SA_OK; /* ordered already */
   st = a->drv->ops->stream_validate(a->drv, other);
   if (st != SA_OK) return st;
   st = sa__record_add(a, (uintptr_t)ptr, other);
   if (st != SA_OK) return st;
-  atomic_store_explicit(state, SA_BLOCK_RECORDED, memory_order_relaxed);
+  atomic_store_explicit(ref.state, SA_BLOCK_RECORDED, memory_order_relaxed);
   return SA_OK;
 }

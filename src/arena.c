@@ -149,6 +149,9 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
     a->large_threshold_explicit = r.large_threshold_explicit;
     a->physical_cap = r.physical_cap;
     a->va_size = r.va_size;
+    size_t soft = a->cfg.reserve_limit_bytes;
+    a->reserve_limit = soft != 0 && soft < a->physical_cap ? soft : a->physical_cap;
+    a->budgeted = a->cfg.max_physical_bytes != 0 || soft != 0;
   }
   if (st == SA_OK) st = a->drv->ops->va_reserve(a->drv, a->va_size, a->gran, &a->va_base);
   if (st != SA_OK) {
@@ -205,10 +208,15 @@ sa_status sa_arena_destroy(sa_arena *a) {
   registry_remove(a);
   sa__entries_detach(a);
 
-  /* Wait for the work of every stream still alive, then drop the streams. */
+  /* Wait for the work of every stream still alive. Spans go first: their
+   * marks name stream arenas, and wait for streams destroyed unreleased. */
   for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next) {
     if (!sa->released && a->drv->ops->stream_validate(a->drv, sa->stream) == SA_OK)
       note(&first, a->drv->ops->stream_synchronize(a->drv, sa->stream));
+  }
+  note(&first, sa__span_fini(a));
+  for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next) {
+    sa__timeline_release(a, sa);
     sa->released = true; /* record nothing on it any more */
   }
   for (sa_stream_arena *sa = a->streams, *n; sa != NULL; sa = n) {
@@ -221,11 +229,8 @@ sa_status sa_arena_destroy(sa_arena *a) {
   sa_superblock *sb;
   while ((sb = sa__superblock_pop_global(a)) != NULL)
     if (sb->event != NULL) note(&first, sa__event_settle(a, sb->event));
-  sa__span_fini(a);
   for (sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
     if (sb->hdr.chunks != NULL) note(&first, sa__physical_unmap(a, &sb->hdr));
-  for (sa_span *sp = a->all_spans; sp != NULL; sp = sp->all_next)
-    if (sp->hdr.chunks != NULL) note(&first, sa__physical_unmap(a, &sp->hdr));
   sa__physical_release_cached(a, 0);
   if (a->chunk_cache != NULL) note(&first, SA_ERR_DRIVER);
   free_chunk_records(a->chunk_cache); /* refused: they stay with the driver */
@@ -241,12 +246,6 @@ sa_status sa_arena_destroy(sa_arena *a) {
     free((void *)sb->state);
     free(sb);
     sb = n;
-  }
-  for (sa_span *sp = a->all_spans; sp != NULL;) {
-    sa_span *n = sp->all_next;
-    free_chunk_records(sp->hdr.chunks);
-    free(sp);
-    sp = n;
   }
   sa__va_fini(a);
   sa_driver_close(a->drv);

@@ -29,6 +29,7 @@ void sa_config_init(sa_config *config) {
   config->superblock_size = 0;
   config->va_reserve_bytes = 0;        /* 0 = 4 x device memory */
   config->max_physical_bytes = 0;      /* 0 = the whole device */
+  config->reserve_limit_bytes = 0;     /* 0 = max_physical_bytes */
   config->release_threshold_bytes = 0;
   config->large_threshold = 0;         /* 0 = superblock_size / 2 */
   config->flags = 0;
@@ -138,6 +139,7 @@ static const key_desc keys[] = {
     {"superblock_size", KEY_SIZE, offsetof(sa_config, superblock_size), 0},
     {"va_reserve", KEY_SIZE, offsetof(sa_config, va_reserve_bytes), 0},
     {"max_physical", KEY_SIZE, offsetof(sa_config, max_physical_bytes), 0},
+    {"reserve_limit", KEY_SIZE, offsetof(sa_config, reserve_limit_bytes), 0},
     {"release_threshold", KEY_SIZE, offsetof(sa_config, release_threshold_bytes), 0},
     {"large_threshold", KEY_SIZE, offsetof(sa_config, large_threshold), 0},
     {"check_stream_order", KEY_FLAG, 0, SA_FLAG_CHECK_STREAM_ORDER},

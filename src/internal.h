@@ -1,17 +1,23 @@
 /* Private types and cross-file prototypes of the allocator core.
  *
  * Layers, top to bottom (each calls only the ones below it):
- *   alloc.c          public sa_alloc / sa_free / sa_record_stream, fast paths
+ *   alloc.c          public sa_alloc / sa_free / sa_record_stream, fast paths;
+ *                    the out-of-memory loop, sa_trim, sa_defragment
  *   arena.c          arena life cycle, registry, tuning, statistics
- *   thread_cache.c   per-thread caches keyed by (arena, stream)
- *   stream_arena.c   per-stream arenas: size-class bins, inbox, deferred frees
- *   superblock.c     carving superblocks into blocks; the global free stack
- *   span.c           large allocations: their own mapped virtual span
- *   reclaim.c        getting memory back: out of memory, trim, defragment
+ *   snapshot.c       sa_snapshot_write
  *   report.c         memory summary: out-of-memory report, snapshot summary
- *   physical.c       physical chunks: cache, stitching, map and unmap
+ *   thread_cache.c   per-thread caches keyed by (arena, stream)
+ *   reclaim.c        getting memory back: free superblocks and spans unmapped
+ *   stream_arena.c   per-stream arenas: size-class bins, inbox, deferred frees
+ *   record.c         sa_record_stream's side table
+ *   superblock.c     carving superblocks into blocks; the global free stack
+ *   span.c           large allocations: best fit in mapped runs, growth
+ *   span_index.c     free spans by size (best fit), live spans by address
+ *   timeline.c       per-stream events that free spans wait for
+ *   physical.c       physical chunks: cache, creation, map and unmap
  *   va_space.c       the reserved virtual range and the page map
  *   event_pool.c     pooled driver events
+ *   trace.c          the allocation trace (trace=PATH)
  *   hook.c           test hooks (pause points on slow paths)
  *   driver/driver.h  the device (src/driver/), the simulator behind it (src/sim/)
  *
@@ -66,7 +72,9 @@ static inline void *sa__zalloc_aligned(size_t size, size_t align) {
  * in host memory and are type-stable until the arena is destroyed (a
  * lock-free pop may still read a descriptor that was just taken).
  * ---------------------------------------------------------------------- */
-typedef enum sa_desc_kind_e { SA_DESC_SUPERBLOCK = 1, SA_DESC_SPAN = 2 } sa_desc_kind;
+/* SA_DESC_RUN: a run of mapped memory for large allocations (span.c); the
+ * spans in it are found by address through the arena's live map. */
+typedef enum sa_desc_kind_e { SA_DESC_SUPERBLOCK = 1, SA_DESC_RUN = 2 } sa_desc_kind;
 
 /* Block states, one byte per block (distinct bytes: no read-modify-write). */
 enum {
@@ -123,19 +131,60 @@ static inline uint64_t sa__block_inverse(size_t block_size) { /* block_size >= 2
   return UINT64_MAX / block_size + 1;
 }
 
+/* Large allocations (span.c). A run is a contiguous mapped range of the
+ * reserved space, tiled by spans in address order: live ones (a user's
+ * allocation) and free ones (mapped, waiting for reuse). A free span's marks
+ * say which streams' work may still touch it: (stream, ticket) pairs on the
+ * streams' timelines (timeline.c). */
+typedef struct sa_mark_s {
+  sa_stream_arena *stream;
+  uint64_t ticket;
+} sa_mark;
+
+#define SA_SPAN_STARTS 4
 typedef struct sa_span_s {
-  sa_desc hdr;
-  struct sa_span_s *next, *prev;    /* arena's free spans */
-  struct sa_span_s *all_next;
-  sa_stream_arena *owner;           /* stream it was last allocated on */
-  sa_stream_arena *free_owner;      /* free: reusable there without waiting */
-  bool pinned;                      /* scratch mark of span.c's passes */
-  size_t request;                   /* bytes the user asked for */
-  _Atomic uint8_t xstate;           /* SA_BLOCK_LIVE/RECORDED/FREE/DEFERRED */
-  sa_event *events;                 /* free: reuse waits for all of them */
-  unsigned nevents;
-  bool in_use;                      /* descriptor holds a mapping */
+  uintptr_t base;
+  size_t size;                      /* a multiple of SA_SPAN_QUANTUM */
+  struct sa_run_s *run;
+  struct sa_span_s *prev, *next;    /* neighbours in the run, address order */
+  struct sa_span_s *left, *right;   /* free: the fit index (span_index.c) */
+  uint64_t prio;
+  sa_mark *marks;                   /* free: reuse waits for these */
+  unsigned nmarks, marks_cap;       /* the array stays with the descriptor */
+  uintptr_t starts[SA_SPAN_STARTS]; /* free: starts of spans freed into it, */
+  unsigned nstarts;                 /* the latest first (double frees) */
+  sa_stream_arena *owner;           /* live: the stream it was allocated on */
+  size_t request;                   /* live: bytes the user asked for */
+  _Atomic uint8_t xstate;           /* SA_BLOCK_LIVE/RECORDED, or FREE */
+  struct sa_span_s *all_next;       /* every descriptor, spare ones too */
 } sa_span;
+
+typedef struct sa_run_s {
+  sa_desc hdr;                      /* kind SA_DESC_RUN; chunks in address order */
+  sa_span *first, *last;
+  struct sa_run_s *next, *prev;     /* the arena's runs, address order */
+  struct sa_run_s *all_next;        /* every descriptor (type-stable) */
+} sa_run;
+
+/* Spans are split and merged in multiples of this (a span of 1 MiB + 1
+ * byte takes 1 MiB + 256 bytes, not two granules). */
+#define SA_SPAN_QUANTUM ((size_t)SA_ALIGNMENT)
+
+/* Live spans by base address (span_index.c). */
+typedef struct sa_live_map_s {
+  sa_span **slots;
+  size_t cap, n;
+} sa_live_map;
+
+/* A stream's timeline (timeline.c): tickets handed out at its span frees
+ * and a ring of events recorded at them. Arena lock. */
+#define SA_TIMELINE_EVENTS 8
+typedef struct sa_timeline_s {
+  sa_event ev[SA_TIMELINE_EVENTS];
+  uint64_t ticket[SA_TIMELINE_EVENTS]; /* the ticket its last record marks; 0: none */
+  uint64_t next;                       /* the last ticket handed out */
+  uint64_t done;                       /* tickets up to this one completed */
+} sa_timeline;
 
 /* A block handed to a thread cache: the address and its state byte. */
 typedef struct sa_cached_block_s {
@@ -193,6 +242,7 @@ struct sa_stream_arena_s {
   size_t pending_blocks;
   bool released;                     /* sa_stream_release was called */
   sa_event final_event;              /* recorded at release */
+  sa_timeline timeline;              /* span frees on this stream (arena lock) */
   struct sa_stream_arena_s *next;    /* arena's list (all of them) */
 };
 
@@ -249,9 +299,13 @@ struct sa_arena_s {
   size_t physical_bytes, physical_peak, nchunks;
   sa_superblock *all_superblocks;
   sa_superblock *spare_superblocks; /* descriptors without a mapping */
-  sa_span *all_spans;           /* descriptors, used or not */
-  sa_span *spare_spans;         /* descriptors without a mapping */
-  sa_span *free_spans;          /* mapped, free, each with its events */
+  size_t reserve_limit;         /* soft cap on physical bytes for span growth */
+  bool budgeted;                /* max_physical or reserve_limit configured */
+  sa_run *runs;                 /* mapped runs of spans, address order */
+  sa_run *all_runs, *spare_runs;
+  sa_span *all_spans, *spare_spans; /* span descriptors */
+  sa_span *fit_root;            /* free spans by size (span_index.c) */
+  sa_live_map live_map;         /* live spans by base (span_index.c) */
   size_t free_span_bytes;
   size_t live_spans;
 
@@ -327,11 +381,18 @@ static inline void sa__live_add(sa_arena *a, int64_t delta) {
   }
 }
 
-/* va_space.c */
+/* va_space.c: all with the arena lock held */
 sa_status sa__va_init(sa_arena *a);
 void sa__va_fini(sa_arena *a);
-sa_status sa__va_alloc(sa_arena *a, size_t size, uintptr_t *out); /* lock held */
-void sa__va_free(sa_arena *a, uintptr_t va, size_t size);         /* lock held */
+sa_status sa__va_alloc(sa_arena *a, size_t size, uintptr_t *out); /* lowest fit */
+/* In the middle of the highest free range that fits, granule-aligned. */
+sa_status sa__va_alloc_middle(sa_arena *a, size_t size, uintptr_t *out);
+/* Take exactly [va, va + size), which must be free. */
+sa_status sa__va_claim(sa_arena *a, uintptr_t va, size_t size);
+/* Bytes of free range just below / from va (0: va is not next to one). */
+size_t sa__va_free_below(const sa_arena *a, uintptr_t va);
+size_t sa__va_free_above(const sa_arena *a, uintptr_t va);
+void sa__va_free(sa_arena *a, uintptr_t va, size_t size);
 void sa__pagemap_set(sa_arena *a, uintptr_t va, size_t size, sa_desc *d);
 static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
   uintptr_t off = p - a->va_base;
@@ -340,15 +401,21 @@ static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
 }
 
 /* physical.c: all with the arena lock held */
+#define SA_CHUNK_MAX ((size_t)1 << 30) /* bytes per chunk created, at most */
 /* Chunks for need bytes, their sizes summing to *total, need <= *total <=
- * need + slack (cached chunks first, then new ones); then map them at
- * d->base (d->size == *total). A failed map returns them to the cache,
- * unless the driver refused to unwind (they then stay on d). */
-sa_status sa__physical_gather(sa_arena *a, size_t need, size_t slack, sa_chunk **out,
-                              size_t *total);
+ * need + slack (cached chunks first, then new ones, within limit physical
+ * bytes held); then map them at d->base (d->size == *total). A failed map
+ * returns them to the cache, unless the driver refused to unwind (they then
+ * stay on d). */
+sa_status sa__physical_gather(sa_arena *a, size_t need, size_t slack, size_t limit,
+                              sa_chunk **out, size_t *total);
 sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks);
+/* Map chunks back to back at va with one access setting; on failure they go
+ * back to the cache (SA_ERR_DRIVER with *stuck set: the driver refused to
+ * unwind, and they stay mapped, listed in *stuck). */
+sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks,
+                              sa_chunk **stuck);
 void sa__physical_return(sa_arena *a, sa_chunk *chunks); /* to the cache */
-bool sa__physical_cache_covers(const sa_arena *a, size_t need, size_t slack);
 sa_status sa__physical_unmap(sa_arena *a, sa_desc *d); /* chunks to the cache */
 size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes);
 
@@ -392,14 +459,49 @@ void sa__stream_arena_destroy(sa_stream_arena *sa);
 bool sa__stream_arena_released(sa_stream_arena *sa); /* takes its lock */
 sa_status sa__release_stream(sa_arena *a, sa_stream s);
 
-/* span.c */
-sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, void **out);
-/* Free sp on freer's stream (the stream the caller frees on). */
-sa_status sa__span_free(sa_arena *a, sa_span *sp, sa_stream_arena *freer);
-/* Unmap free spans whose work is done (with wait: after waiting); returns
- * the bytes unmapped. Arena lock held. */
-size_t sa__span_unmap_free(sa_arena *a, bool wait);
-void sa__span_fini(sa_arena *a); /* destroy: settle every free span's events */
+/* span.c: sizes in bytes; limit: the physical bytes growth may reach */
+sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t limit,
+                         void **out);
+/* The live span at p: SA_OK with *sp, or SA_ERR_INVALID_POINTER /
+ * SA_ERR_DOUBLE_FREE. No lock held. */
+sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **sp);
+/* Free the span at p on freer's stream; recorded: the stream arenas of the
+ * streams sa_record_stream named for it. */
+sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
+                        sa_stream_arena *const *recorded, unsigned nrecorded);
+/* Unmap free span memory whose work is done (with wait: after waiting) until
+ * the chunk cache holds need bytes (0: all of it); returns the bytes
+ * unmapped. Arena lock held. */
+size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait);
+/* Free span bytes whose work is known done (no driver call), for reports. */
+size_t sa__span_clean_bytes(const sa_arena *a);
+/* Destroy: wait for free spans' work, unmap every run, free descriptors.
+ * Before the stream arenas go (marks name them). */
+sa_status sa__span_fini(sa_arena *a);
+
+/* span_index.c: arena lock held */
+void sa__fit_insert(sa_arena *a, sa_span *sp);
+void sa__fit_remove(sa_arena *a, sa_span *sp);
+/* The first free span at or after (size, base) in (size, base) order. */
+sa_span *sa__fit_ceiling(const sa_arena *a, size_t size, uintptr_t base);
+sa_status sa__live_reserve(sa_arena *a); /* room for one more insert */
+void sa__live_insert(sa_arena *a, sa_span *sp);
+sa_span *sa__live_find(const sa_arena *a, uintptr_t base);
+void sa__live_remove(sa_arena *a, sa_span *sp);
+void sa__live_fini(sa_arena *a);
+
+/* timeline.c: arena lock held */
+/* Record an event on sa's stream for a free; *ticket names the point. */
+sa_status sa__timeline_mark(sa_arena *a, sa_stream_arena *sa, uint64_t *ticket);
+/* Completed, as far as the host knows without a driver call? */
+bool sa__timeline_known_done(const sa_stream_arena *sa, uint64_t ticket);
+/* SA_OK once sa's work up to ticket completed (with wait: after waiting),
+ * SA_ERR_NOT_READY if not yet, or a driver error. */
+sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sa, uint64_t ticket, bool wait);
+/* Make stream `on` wait on the device for sa's work up to ticket. */
+sa_status sa__timeline_wait(sa_arena *a, sa_stream_arena *sa, uint64_t ticket, sa_stream on);
+/* sa's work is all done (released, or the arena is going): events back. */
+void sa__timeline_release(sa_arena *a, sa_stream_arena *sa);
 
 /* record.c */
 typedef struct sa_record_s { /* the streams recorded for the block at p */
@@ -419,14 +521,14 @@ void sa__record_forget_stream(sa_arena *a, sa_stream s);
 bool sa__record_names_stream(sa_arena *a, sa_stream s);
 void sa__record_fini(sa_arena *a);
 
-/* reclaim.c */
-/* Everything free back to the chunk cache once its events completed (with
- * wait: after waiting); stitching then serves any shape. No lock held. */
-void sa__reclaim(sa_arena *a, bool wait);
-/* Before a span grows the footprint: this thread's cached blocks go back,
- * and free memory whose events completed is unmapped into the chunk cache.
- * No waiting; no lock held. */
-void sa__reshape(sa_arena *a);
+/* reclaim.c: no lock held */
+/* Free memory back to the chunk cache once its work completed (with wait:
+ * after waiting for it), until the cache holds need bytes (0: everything):
+ * free spans, then streams' empty superblocks and the global stack. Does not
+ * touch thread caches: the caller flushes its own first. */
+void sa__reclaim(sa_arena *a, size_t need, bool wait);
+/* Release cached chunks down to keep_bytes. */
+void sa__reclaim_release(sa_arena *a, size_t keep_bytes);
 
 /* thread_cache.c */
 sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out);

@@ -1,21 +1,23 @@
-/* Physical memory: chunks from the driver, the chunk cache, and stitching.
+/* Physical memory: chunks from the driver, the chunk cache, mapping.
  *
- * A descriptor's virtual range is backed by one or more whole chunks mapped
- * back to back. Chunks need not be physically contiguous, so any free chunk
- * can serve any range ("stitching"): memory freed as many small superblocks
- * becomes one large span without growing the footprint.
+ * A descriptor's virtual range (a superblock, a run of spans) is backed by
+ * whole chunks mapped back to back. Chunks need not be physically
+ * contiguous, so any free chunk can back any range ("stitching"): memory
+ * freed as superblocks can become part of a run and the other way round.
  *
- * Policy: take cached chunks largest-first among those no larger than what
- * is still missing (a chunk is mapped whole: the driver maps no partial
- * handles), then create the remainder as power-of-two multiples of the
- * granularity, largest first (30 MiB = 16 + 8 + 4 + 2). Chunk sizes thus
- * grow with requests (one 1 GiB handle maps ~100x faster than 512 small
- * ones) while staying few and interchangeable: any later request is a sum
- * of such sizes, so cached chunks keep fitting. Before a chunk is created,
- * cached chunks that could not serve are released down to
- * release_threshold_bytes (further when the physical cap is in the way):
- * the footprint grows only when no cached memory could serve. Chunks are
- * never split or merged.
+ * Chunk sizes (chunk_size): exactly what is missing, up to SA_CHUNK_MAX per
+ * chunk. Creating a handle costs about the same for 2 MiB and for 1 GiB
+ * (H200: 1 GiB as 512 x 2 MiB handles ~53 ms, as one handle ~0.6 ms), and
+ * a run grows by what a request lacks (span.c), so a growth is one create,
+ * one map and one access setting in the common case. The chunk is the unit
+ * of unmapping: larger ones cost fewer calls but come back only when wholly
+ * free; SA_CHUNK_MAX bounds that. Cached chunks (unmapped under a budget,
+ * or by a trim) are used first: those no larger than what is still missing,
+ * largest first, then one a little larger (within slack) rather than a new
+ * one. Before a chunk is created, cached chunks that could not serve are
+ * released down to release_threshold_bytes, and further when the limit is
+ * in the way: the footprint grows only when no cached memory could serve.
+ * Chunks are never split or merged (the driver maps no part of a handle).
  *
  * Every function here runs with the arena lock held. Only chunks with no
  * pending device work enter the cache: callers unmap after their events.
@@ -78,20 +80,33 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
   return released;
 }
 
-static sa_status chunk_create(sa_arena *a, size_t size, sa_chunk **out) {
+/* The size of the next chunk to create when missing bytes are missing. */
+/* The chunk-size policy: the size of the next chunk to create when missing
+ * bytes are missing. Without a budget, what is missing in one chunk (up to
+ * SA_CHUNK_MAX): a growth is one create. With one (max_physical or
+ * reserve_limit set), one granule: a budget takes memory back by unmapping
+ * whole free chunks, and a chunk partly used by a span that took part of a
+ * freed one could never be taken back (the fragmentation trace then runs
+ * out of memory at 1.1 x its peak live bytes). */
+static size_t chunk_size(const sa_arena *a, size_t missing) {
+  if (a->budgeted) return a->gran;
+  return missing < SA_CHUNK_MAX ? missing : SA_CHUNK_MAX;
+}
+
+static sa_status chunk_create(sa_arena *a, size_t size, size_t limit, sa_chunk **out) {
   /* The caller already took every cached chunk that fits, so the rest
    * cannot serve this request: give them back rather than grow beside them,
-   * down to release_threshold_bytes, and further when the cap is in the
-   * way. A refused release is not fatal here; the cap check decides. */
+   * down to release_threshold_bytes, and further when the limit is in the
+   * way. A refused release is not fatal here; the limit check decides. */
   (void)sa__physical_release_cached(a, a->cfg.release_threshold_bytes);
-  while (a->physical_bytes + size > a->physical_cap && a->chunk_cache != NULL) {
+  while (a->physical_bytes + size > limit && a->chunk_cache != NULL) {
     sa_chunk *c = cache_take_fitting(a, SIZE_MAX);
     if (chunk_release(a, c) != SA_OK) {
       cache_push(a, c);
       return SA_ERR_DRIVER;
     }
   }
-  if (a->physical_bytes + size > a->physical_cap) return SA_ERR_OUT_OF_MEMORY;
+  if (a->physical_bytes + size > limit) return SA_ERR_OUT_OF_MEMORY;
   sa_chunk *c = malloc(sizeof *c);
   if (c == NULL) return SA_ERR_OUT_OF_MEMORY;
   sa_status st = a->drv->ops->chunk_create(a->drv, size, &c->handle);
@@ -106,49 +121,6 @@ static sa_status chunk_create(sa_arena *a, size_t size, sa_chunk **out) {
   if (a->physical_bytes > a->physical_peak) a->physical_peak = a->physical_bytes;
   *out = c;
   return SA_OK;
-}
-
-/* Undo a partial mapping: unmap [d->base, d->base + mapped) and cache the
- * chunks. If the driver refuses to unmap, the chunks stay attached to d and
- * the caller keeps d out of circulation. */
-static sa_status unwind(sa_arena *a, sa_desc *d, sa_chunk *pieces, size_t mapped) {
-  if (mapped > 0) {
-    sa_status st = a->drv->ops->unmap(a->drv, d->base, mapped);
-    if (st != SA_OK) {
-      d->chunks = pieces;
-      return st;
-    }
-  }
-  for (sa_chunk *c = pieces, *n; c != NULL; c = n) {
-    n = c->next;
-    cache_push(a, c);
-  }
-  d->chunks = NULL;
-  return SA_OK;
-}
-
-/* Would the cache alone cover need bytes (within slack)? Mirrors the
- * choice sa__physical_gather makes, without taking anything. */
-bool sa__physical_cache_covers(const sa_arena *a, size_t need, size_t slack) {
-  size_t missing = need;
-  uint64_t taken = 0; /* bit i: i-th cache entry taken (first 64 only) */
-  for (;;) {
-    const sa_chunk *best = NULL;
-    unsigned best_i = 0, i = 0;
-    for (const sa_chunk *c = a->chunk_cache; c != NULL && i < 64; c = c->next, i++)
-      if (!(taken >> i & 1) && c->size <= missing && (best == NULL || c->size > best->size)) {
-        best = c;
-        best_i = i;
-      }
-    if (best == NULL) break;
-    taken |= (uint64_t)1 << best_i;
-    missing -= best->size;
-    if (missing == 0) return true;
-  }
-  unsigned i = 0;
-  for (const sa_chunk *c = a->chunk_cache; c != NULL && i < 64; c = c->next, i++)
-    if (!(taken >> i & 1) && c->size >= missing && c->size - missing <= slack) return true;
-  return false;
 }
 
 /* Remove and return the smallest cached chunk of at least min bytes and at
@@ -173,8 +145,8 @@ void sa__physical_return(sa_arena *a, sa_chunk *chunks) {
   }
 }
 
-sa_status sa__physical_gather(sa_arena *a, size_t need, size_t slack, sa_chunk **out,
-                              size_t *total) {
+sa_status sa__physical_gather(sa_arena *a, size_t need, size_t slack, size_t limit,
+                              sa_chunk **out, size_t *total) {
   sa_chunk *head = NULL, **tail = &head;
   size_t missing = need, sum = 0;
   sa_chunk *c;
@@ -193,8 +165,8 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t slack, sa_chunk *
   }
   sa_status st = SA_OK;
   while (st == SA_OK && missing > 0) {
-    size_t size = a->gran << (63 - __builtin_clzll((unsigned long long)(missing / a->gran)));
-    st = chunk_create(a, size, &c);
+    size_t size = chunk_size(a, missing);
+    st = chunk_create(a, size, limit, &c);
     if (st == SA_OK) {
       *tail = c;
       tail = &c->next;
@@ -211,30 +183,40 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t slack, sa_chunk *
   return SA_OK;
 }
 
-sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks) {
+sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks,
+                              sa_chunk **stuck) {
+  *stuck = NULL;
   sa_status st = SA_OK;
   size_t off = 0;
   for (sa_chunk *c = chunks; st == SA_OK && c != NULL; c = c->next) {
-    st = a->drv->ops->map(a->drv, d->base + off, c->size, c->handle);
+    st = a->drv->ops->map(a->drv, va + off, c->size, c->handle);
     if (st == SA_OK) off += c->size;
   }
-  if (st == SA_OK) st = a->drv->ops->set_access(a->drv, d->base, d->size);
-  if (st != SA_OK) {
-    if (unwind(a, d, chunks, off) != SA_OK) return SA_ERR_DRIVER;
-    return st;
+  /* One access setting for the whole range, not one per chunk. */
+  if (st == SA_OK) st = a->drv->ops->set_access(a->drv, va, size);
+  if (st == SA_OK) return SA_OK;
+  /* Undo what was mapped; if the driver refuses, the chunks stay mapped
+   * and the caller keeps the range out of circulation. */
+  if (off > 0 && a->drv->ops->unmap(a->drv, va, off) != SA_OK) {
+    *stuck = chunks;
+    return SA_ERR_DRIVER;
   }
-  d->chunks = chunks;
-  return SA_OK;
+  sa__physical_return(a, chunks);
+  return st;
+}
+
+sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks) {
+  sa_chunk *stuck;
+  sa_status st = sa__physical_map_at(a, d->base, d->size, chunks, &stuck);
+  d->chunks = st == SA_OK ? chunks : stuck;
+  return st;
 }
 
 sa_status sa__physical_unmap(sa_arena *a, sa_desc *d) {
   if (d->chunks == NULL) return SA_OK;
   sa_status st = a->drv->ops->unmap(a->drv, d->base, d->size);
   if (st != SA_OK) return st;
-  for (sa_chunk *c = d->chunks, *n; c != NULL; c = n) {
-    n = c->next;
-    cache_push(a, c);
-  }
+  sa__physical_return(a, d->chunks);
   d->chunks = NULL;
   return SA_OK;
 }

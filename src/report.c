@@ -62,16 +62,17 @@ void sa__holding_locked(sa_arena *a, const sa_stream_arena *sa, sa_holding *h) {
     h->live_block_bytes += live;
     h->free_block_bytes += sb->hdr.size - live;
   }
-  for (const sa_span *sp = a->all_spans; sp != NULL; sp = sp->all_next) {
-    if (!sp->in_use || sp->owner != sa) continue;
-    uint8_t s = atomic_load_explicit(&sp->xstate, memory_order_relaxed);
-    if (s == SA_BLOCK_LIVE || s == SA_BLOCK_RECORDED) {
-      h->live_spans++;
-      h->live_span_bytes += sp->hdr.size;
+  for (const sa_run *r = a->runs; r != NULL; r = r->next)
+    for (const sa_span *sp = r->first; sp != NULL; sp = sp->next) {
+      if (sp->owner != sa) continue; /* free spans: the stream that freed them last */
+      uint8_t s = atomic_load_explicit(&sp->xstate, memory_order_relaxed);
+      if (s == SA_BLOCK_LIVE || s == SA_BLOCK_RECORDED) {
+        h->live_spans++;
+        h->live_span_bytes += sp->size;
+      } else {
+        h->free_span_bytes += sp->size;
+      }
     }
-  }
-  for (const sa_span *sp = a->free_spans; sp != NULL; sp = sp->next)
-    if (sp->free_owner == sa) h->free_span_bytes += sp->hdr.size;
   h->deferred_blocks = sa->pending_blocks;
 }
 
@@ -90,16 +91,15 @@ void sa__summary_locked(sa_arena *a, sa_summary *s) {
       s->live_bytes += live;
     }
   }
-  for (const sa_span *sp = a->all_spans; sp != NULL; sp = sp->all_next) {
-    if (!sp->in_use) continue;
-    uint8_t st = atomic_load_explicit(&sp->xstate, memory_order_relaxed);
-    if (st == SA_BLOCK_LIVE || st == SA_BLOCK_RECORDED) {
-      s->in_use += sp->hdr.size;
-      s->live_bytes += sp->request;
-    } else if (sp->nevents == 0) { /* free, its work known to be complete */
-      stitchable += sp->hdr.size;
+  for (const sa_run *r = a->runs; r != NULL; r = r->next)
+    for (const sa_span *sp = r->first; sp != NULL; sp = sp->next) {
+      uint8_t st = atomic_load_explicit(&sp->xstate, memory_order_relaxed);
+      if (st == SA_BLOCK_LIVE || st == SA_BLOCK_RECORDED) {
+        s->in_use += sp->size;
+        s->live_bytes += sp->request;
+      }
     }
-  }
+  stitchable += sa__span_clean_bytes(a); /* free, its work known to be complete */
   size_t unreserved = s->total > s->reserved ? s->total - s->reserved : 0;
   s->free = s->total > s->in_use ? s->total - s->in_use : 0;
   s->largest_free_span = unreserved + stitchable;
@@ -118,7 +118,7 @@ void sa__oom_report(sa_arena *a, size_t size, sa_stream stream, FILE *f) {
           "  total              %10.1f MiB  (physical cap)\n"
           "  reserved           %10.1f MiB  (physical chunks held)\n"
           "  in use             %10.1f MiB  (live blocks and spans, rounded up to their "
-          "class or granule; %.1f MiB before spans are rounded)\n"
+          "class or to 256 bytes; %.1f MiB before spans are rounded)\n"
           "  free               %10.1f MiB  (total - in use)\n"
           "  largest free span  %10.1f MiB  (unreserved + cached chunks + free memory "
           "whose work completed)\n"

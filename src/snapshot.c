@@ -12,11 +12,17 @@
 
 static const char block_letter[] = {'F', 'C', 'L', 'R', 'D'}; /* SA_BLOCK_* */
 
-static const char *span_state(const sa_span *sp, const sa_arena *a) {
+static bool span_live(const sa_span *sp) {
   uint8_t state = atomic_load_explicit(&sp->xstate, memory_order_relaxed);
-  if (state == SA_BLOCK_LIVE || state == SA_BLOCK_RECORDED) return "live";
-  (void)a;
-  return sp->nevents > 0 ? "awaiting_event" : "cached";
+  return state == SA_BLOCK_LIVE || state == SA_BLOCK_RECORDED;
+}
+
+static const char *span_state(const sa_span *sp) {
+  if (span_live(sp)) return "live";
+  for (unsigned i = 0; i < sp->nmarks; i++)
+    if (!sa__timeline_known_done(sp->marks[i].stream, sp->marks[i].ticket))
+      return "awaiting_event";
+  return "cached";
 }
 
 static void write_superblock(FILE *f, const sa_superblock *sb, bool first) {
@@ -99,24 +105,26 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
   }
   fprintf(f, "\n  ],\n  \"spans\": [");
   first = true;
-  for (sa_span *sp = a->all_spans; sp != NULL; sp = sp->all_next) {
-    if (!sp->in_use) continue;
-    fprintf(f, "%s\n    {\"base\": \"0x%" PRIxPTR "\", \"size\": %zu, \"request\": %zu, "
-            "\"state\": \"%s\", \"stream\": \"%p\"}", first ? "" : ",", sp->hdr.base,
-            sp->hdr.size, sp->request, span_state(sp, a),
-            sp->owner != NULL ? sp->owner->stream : NULL);
-    first = false;
-  }
+  for (const sa_run *r = a->runs; r != NULL; r = r->next)
+    for (const sa_span *sp = r->first; sp != NULL; sp = sp->next) {
+      fprintf(f, "%s\n    {\"base\": \"0x%" PRIxPTR "\", \"size\": %zu, \"request\": %zu, "
+              "\"state\": \"%s\", \"stream\": \"%p\"}", first ? "" : ",", sp->base, sp->size,
+              span_live(sp) ? sp->request : 0, span_state(sp),
+              sp->owner != NULL ? sp->owner->stream : NULL);
+      first = false;
+    }
   fprintf(f, "\n  ],\n  \"chunks\": [");
   first = true;
   for (sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
     for (sa_chunk *c = sb->hdr.chunks; c != NULL; c = c->next, first = false)
       fprintf(f, "%s{\"size\": %zu, \"mapped_at\": \"0x%" PRIxPTR "\"}", first ? "" : ", ",
               c->size, sb->hdr.base);
-  for (sa_span *sp = a->all_spans; sp != NULL; sp = sp->all_next)
-    for (sa_chunk *c = sp->hdr.chunks; c != NULL; c = c->next, first = false)
+  for (const sa_run *r = a->all_runs; r != NULL; r = r->all_next) { /* kept-aside ones too */
+    uintptr_t at = r->hdr.base;
+    for (const sa_chunk *c = r->hdr.chunks; c != NULL; at += c->size, c = c->next, first = false)
       fprintf(f, "%s{\"size\": %zu, \"mapped_at\": \"0x%" PRIxPTR "\"}", first ? "" : ", ",
-              c->size, sp->hdr.base);
+              c->size, at);
+  }
   for (sa_chunk *c = a->chunk_cache; c != NULL; c = c->next, first = false)
     fprintf(f, "%s{\"size\": %zu, \"mapped_at\": null}", first ? "" : ", ", c->size);
   fprintf(f, "]\n}\n");

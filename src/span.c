@@ -1,406 +1,831 @@
-/* Large allocations: each is a span of its own, a contiguous virtual range
- * backed by whole physical chunks (stitched from wherever free chunks are).
+/* Large allocations: spans in runs of mapped memory.
  *
- * A freed span stays mapped on the arena's list of free spans, with an
- * event recorded on the stream it was freed on (and on every stream
- * recorded with sa_record_stream) and the stream arena it was freed on.
- * Any stream may take it: the stream it was freed on at once (stream order
- * covers it), any other once the events completed or behind wait edges on
- * the device ("waiting on the device beats growing"). One list for all
- * streams keeps reserved memory near the peak of the sum of the streams'
- * needs, not the sum of their peaks.
+ * A run is a contiguous mapped range of the reserved space, tiled by spans
+ * in address order. A span is live (one allocation above large_threshold)
+ * or free. Freed spans stay mapped, so the common case makes no driver call
+ * but one event record per free. Like a pool:
  *
- * Free spans change shape without the driver, at chunk boundaries: a freed
- * span merges with free neighbours in the reserved range (their events
- * combine), and a request may take the first or last chunks of a larger
- * free span, the rest staying free with the events. A reuse must fit
- * within 1/4 of the request. Only when nothing fits are free spans whose
- * work is done unmapped and their chunks stitched into the new span, then
- * free superblocks whose work is done (sa__reshape); only then does the
- * arena grow. Nothing is unmapped before its events completed: the
- * driver's unmap does not wait for queued work.
+ *   - A request takes the best fit among free spans (span_index.c: the
+ *     smallest at least as large, O(log n)), at its lowest address; the
+ *     rest stays free. A freed span merges with its free neighbours.
+ *   - Spans are split at SA_SPAN_QUANTUM (256 bytes), not at granules: a
+ *     request just above the 1 MiB threshold would lose up to half of a
+ *     2 MiB granule, and traces' requests are rarely multiples of 2 MiB (the
+ *     transformer trace loses 7% of its large bytes to granule rounding).
+ *     The physical chunk is only the unit of unmapping. The page map keeps
+ *     one entry per granule, naming the run; a span is found by its exact
+ *     start in the live map.
+ *   - When no free span fits, the arena grows (plan_growth): it maps only
+ *     what is missing at an end of a run, next to the free span there (as
+ *     PyTorch's expandable segments do), or fills the gap between two runs,
+ *     or starts a run in the middle of free reserved space. One chunk (no
+ *     budget) and one access setting per growth (physical.c).
+ *   - Growth stops at the limit the caller passes (alloc.c: reserve_limit,
+ *     max_physical, or what the driver could create). Past it the caller
+ *     reclaims (reclaim.c): free span memory whose work completed is
+ *     unmapped chunk by chunk (sa__span_unmap_free), and the retried growth
+ *     maps those chunks where the request needs them. Remapping happens only
+ *     then, never on the common path.
+ *   - With a budget configured, memory is kept in units a budget can take
+ *     back: one-granule chunks (physical.c), and spans that lose at most
+ *     1/32 to rounding take whole granules at granule boundaries
+ *     (placement): freed, they free whole chunks. Without this, a request
+ *     that takes part of a freed span leaves a partly used chunk nothing
+ *     can unmap (the fragmentation trace ran out of memory at 1.1 x its
+ *     peak live bytes).
+ *
+ * Stream order. A free span's marks (timeline.c) name the streams whose
+ * work may still touch it. Its own stream reuses it at once; any other
+ * stream only after each mark completed (a query) or behind a device-side
+ * wait enqueued before the handout. The marks stay until the handout
+ * succeeds: a wait that fails leaves all of them in place. Splitting copies
+ * them to both pieces, merging joins them (per stream, the later ticket).
+ * Nothing is unmapped before its marks completed: the driver's unmap does
+ * not wait for queued work.
+ *
+ * Every function runs with the arena lock held unless internal.h says
+ * otherwise. Calls span_index.c, timeline.c, physical.c and va_space.c;
+ * called by alloc.c, reclaim.c, report.c, snapshot.c and arena.c.
  */
 #include <stdlib.h>
 
 #include "internal.h"
 
-static void list_push(sa_span **head, sa_span *sp) {
-  sp->prev = NULL;
-  sp->next = *head;
-  if (sp->next != NULL) sp->next->prev = sp;
-  *head = sp;
+static size_t round_up(size_t x, size_t to) { return (x + to - 1) & ~(to - 1); }
+
+static bool is_free(const sa_span *sp) {
+  return atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_FREE;
 }
 
-static void list_remove(sa_span **head, sa_span *sp) {
-  if (sp->prev != NULL)
-    sp->prev->next = sp->next;
-  else
-    *head = sp->next;
-  if (sp->next != NULL) sp->next->prev = sp->prev;
-  sp->next = sp->prev = NULL;
-}
+/* ------------------------------------------------------------------------
+ * Descriptors (recycled; runs are type-stable: the page map names them)
+ * ---------------------------------------------------------------------- */
 
-/* Best fit of at least need bytes wasting at most need / 4; among equal
- * sizes, one freed on sa's own stream (no wait needed). */
-static sa_span *best_fit(sa_span *head, size_t need, const sa_stream_arena *sa) {
-  sa_span *best = NULL;
-  for (sa_span *sp = head; sp != NULL; sp = sp->next) {
-    size_t sz = sp->hdr.size;
-    if (sz < need || sz - need > need / 4) continue;
-    if (best == NULL || sz < best->hdr.size ||
-        (sz == best->hdr.size && sp->free_owner == sa && best->free_owner != sa))
-      best = sp;
-  }
-  return best;
-}
-
-/* Drop the events of sp that completed; true when none is left. With wait,
- * the host waits for them. Arena lock held. */
-static bool events_done(sa_arena *a, sa_span *sp, bool wait) {
-  unsigned kept = 0;
-  for (unsigned i = 0; i < sp->nevents; i++)
-    if (sa__event_retire(a, sp->events[i], wait) != SA_OK) sp->events[kept++] = sp->events[i];
-  sp->nevents = kept;
-  return kept == 0;
-}
-
-/* Make sp safe for sa's stream: nothing to do on its own stream, else
- * wait edges for the events not yet complete. Arena lock held. */
-static sa_status settle_for(sa_arena *a, sa_span *sp, sa_stream_arena *sa) {
-  unsigned kept = 0;
-  bool own = sp->free_owner == sa;
-  for (unsigned i = 0; i < sp->nevents; i++) {
-    sa_status st = SA_OK;
-    if (own)
-      sa__event_drop(a, sp->events[i]);
-    else
-      st = sa__event_consume(a, sp->events[i], sa->stream);
-    if (st != SA_OK) sp->events[kept++] = sp->events[i];
-  }
-  sp->nevents = kept;
-  return kept == 0 ? SA_OK : SA_ERR_DRIVER;
-}
-
-static void hand_out(sa_arena *a, sa_stream_arena *sa, sa_span *sp, size_t size, void **out) {
-  sp->owner = sa;
-  sp->free_owner = NULL;
-  sp->request = size;
-  atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_release);
-  a->live_spans++;
-  *out = (void *)sp->hdr.base;
-}
-
-/* Unmap one free span with no pending work: chunks to the cache, range to
- * the free list, descriptor to the spares. Arena lock held. */
-static sa_status unmap_span(sa_arena *a, sa_span *sp) {
-  sa_status st = sa__physical_unmap(a, &sp->hdr);
-  if (st != SA_OK) return st;
-  list_remove(&a->free_spans, sp);
-  a->free_span_bytes -= sp->hdr.size;
-  free(sp->events);
-  sp->events = NULL;
-  sa__pagemap_set(a, sp->hdr.base, sp->hdr.size, NULL);
-  sa__va_free(a, sp->hdr.base, sp->hdr.size);
-  sp->in_use = false;
-  sp->pinned = false; /* a spare descriptor starts unmarked */
-  sp->next = a->spare_spans;
-  a->spare_spans = sp;
-  return SA_OK;
-}
-
-/* Unmap free spans whose work is done (with wait: all of them, after
- * waiting), largest first, until the chunk cache covers need bytes
- * (need 0: until none is left). Returns whether it covers. */
-static bool unmap_until(sa_arena *a, size_t need, bool wait) {
-  for (;;) {
-    /* Stop when covered, but through the unpinning below: a span left
-     * pinned would be skipped by every later pass, trims included. */
-    if (need > 0 && sa__physical_cache_covers(a, need, need / 4)) break;
-    sa_span *big = NULL;
-    for (sa_span *sp = a->free_spans; sp != NULL; sp = sp->next)
-      if (!sp->pinned && (big == NULL || sp->hdr.size > big->hdr.size)) big = sp;
-    if (big == NULL) break;
-    big->pinned = true; /* tried once in this pass */
-    if (events_done(a, big, wait)) (void)unmap_span(a, big);
-  }
-  for (sa_span *sp = a->free_spans; sp != NULL; sp = sp->next) sp->pinned = false;
-  return need == 0 || sa__physical_cache_covers(a, need, need / 4);
-}
-
-size_t sa__span_unmap_free(sa_arena *a, bool wait) {
-  size_t before = a->free_span_bytes;
-  (void)unmap_until(a, 0, wait);
-  return before - a->free_span_bytes;
-}
-
-/* A span descriptor, spare or new. Arena lock held. */
-static sa_span *span_desc(sa_arena *a) {
+static sa_span *span_new(sa_arena *a) {
   sa_span *sp = a->spare_spans;
   if (sp != NULL) {
     a->spare_spans = sp->next;
-    return sp;
+  } else {
+    sp = calloc(1, sizeof *sp);
+    if (sp == NULL) return NULL;
+    sp->all_next = a->all_spans;
+    a->all_spans = sp;
   }
-  sp = calloc(1, sizeof *sp);
-  if (sp == NULL) return NULL;
-  sp->hdr.kind = SA_DESC_SPAN;
-  sp->all_next = a->all_spans;
-  a->all_spans = sp;
+  sp->prev = sp->next = sp->left = sp->right = NULL;
+  sp->nmarks = sp->nstarts = 0;
+  sp->owner = NULL;
+  sp->request = 0;
+  atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
   return sp;
 }
 
-/* Map a fresh span of at least need bytes. Arena lock held. */
-static sa_status map_new(sa_arena *a, size_t need, sa_span **out) {
-  sa_span *sp = span_desc(a);
-  if (sp == NULL) return SA_ERR_OUT_OF_MEMORY;
-  sa_chunk *chunks = NULL;
-  size_t total = 0;
-  sa_status st = sa__physical_gather(a, need, need / 4, &chunks, &total);
-  if (st == SA_OK) {
-    sp->hdr.size = total;
-    st = sa__va_alloc(a, total, &sp->hdr.base);
-    if (st != SA_OK) sa__physical_return(a, chunks);
+static void span_put(sa_arena *a, sa_span *sp) {
+  sp->nmarks = sp->nstarts = 0;
+  sp->run = NULL;
+  sp->next = a->spare_spans;
+  a->spare_spans = sp;
+}
+
+static sa_run *run_new(sa_arena *a) {
+  sa_run *r = a->spare_runs;
+  if (r != NULL) {
+    a->spare_runs = r->next;
+  } else {
+    r = calloc(1, sizeof *r);
+    if (r == NULL) return NULL;
+    r->hdr.kind = SA_DESC_RUN;
+    r->all_next = a->all_runs;
+    a->all_runs = r;
   }
-  if (st == SA_OK) {
-    st = sa__physical_map(a, &sp->hdr, chunks);
-    if (st != SA_OK && sp->hdr.chunks == NULL) sa__va_free(a, sp->hdr.base, total);
+  r->hdr.base = 0;
+  r->hdr.size = 0;
+  r->hdr.chunks = NULL;
+  r->first = r->last = NULL;
+  r->next = r->prev = NULL;
+  return r;
+}
+
+static void run_put(sa_arena *a, sa_run *r) {
+  r->hdr.size = 0;
+  r->first = r->last = NULL;
+  r->next = a->spare_runs;
+  a->spare_runs = r;
+}
+
+/* Into the arena's runs, which are in address order. */
+static void run_link(sa_arena *a, sa_run *r) {
+  sa_run *prev = NULL, *next = a->runs;
+  while (next != NULL && next->hdr.base < r->hdr.base) {
+    prev = next;
+    next = next->next;
   }
-  if (st != SA_OK) {
-    if (sp->hdr.chunks == NULL) { /* else a refused unwind: keep it aside */
-      sp->next = a->spare_spans;
-      a->spare_spans = sp;
+  r->prev = prev;
+  r->next = next;
+  if (prev != NULL)
+    prev->next = r;
+  else
+    a->runs = r;
+  if (next != NULL) next->prev = r;
+}
+
+static void run_unlink(sa_arena *a, sa_run *r) {
+  if (r->prev != NULL)
+    r->prev->next = r->next;
+  else
+    a->runs = r->next;
+  if (r->next != NULL) r->next->prev = r->prev;
+  r->next = r->prev = NULL;
+}
+
+/* sp joins its run's span list after `after` (NULL: first). */
+static void span_link_after(sa_run *r, sa_span *after, sa_span *sp) {
+  sp->run = r;
+  sp->prev = after;
+  sp->next = after != NULL ? after->next : r->first;
+  if (sp->next != NULL)
+    sp->next->prev = sp;
+  else
+    r->last = sp;
+  if (after != NULL)
+    after->next = sp;
+  else
+    r->first = sp;
+}
+
+static void span_unlink(sa_span *sp) {
+  sa_run *r = sp->run;
+  if (sp->prev != NULL)
+    sp->prev->next = sp->next;
+  else
+    r->first = sp->next;
+  if (sp->next != NULL)
+    sp->next->prev = sp->prev;
+  else
+    r->last = sp->prev;
+  sp->prev = sp->next = NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * Marks: the streams whose work may still touch a free span
+ * ---------------------------------------------------------------------- */
+
+static bool marks_reserve(sa_span *sp, unsigned n) {
+  if (n <= sp->marks_cap) return true;
+  unsigned cap = sp->marks_cap ? sp->marks_cap : 2;
+  while (cap < n) cap *= 2;
+  sa_mark *m = realloc(sp->marks, cap * sizeof *m);
+  if (m == NULL) return false;
+  sp->marks = m;
+  sp->marks_cap = cap;
+  return true;
+}
+
+/* One mark per stream: the later ticket covers the earlier. Room reserved. */
+static void marks_add(sa_span *sp, sa_mark m) {
+  for (unsigned i = 0; i < sp->nmarks; i++) {
+    if (sp->marks[i].stream == m.stream) {
+      if (m.ticket > sp->marks[i].ticket) sp->marks[i].ticket = m.ticket;
+      return;
     }
-    return st;
   }
-  sa__pagemap_set(a, sp->hdr.base, sp->hdr.size, &sp->hdr);
-  sp->in_use = true;
-  sp->next = sp->prev = NULL;
-  *out = sp;
-  return SA_OK;
+  sp->marks[sp->nmarks++] = m;
 }
 
-/* The end of sp to carve for need bytes: its first (*prefix) or last
- * chunks, as few as reach need, wasting at most need / 4. Returns the bytes
- * taken (0: no end fits). */
-static size_t end_fit(const sa_span *sp, size_t need, bool *prefix) {
-  size_t head = 0, best = 0;
-  for (const sa_chunk *c = sp->hdr.chunks; c != NULL && head < need; c = c->next) head += c->size;
-  if (head >= need && head - need <= need / 4 && head < sp->hdr.size) {
-    best = head;
-    *prefix = true;
-  }
-  /* The shortest suffix reaching need: the total minus the longest prefix
-   * that leaves at least need. */
-  size_t keep = 0;
-  for (const sa_chunk *c = sp->hdr.chunks; c != NULL; c = c->next) {
-    if (sp->hdr.size - keep - c->size < need) break;
-    keep += c->size;
-  }
-  size_t tail = sp->hdr.size - keep;
-  if (keep > 0 && tail - need <= need / 4 && (best == 0 || tail < best)) {
-    best = tail;
-    *prefix = false;
-  }
-  return best;
+/* Drop the marks the host knows completed; no driver call. */
+static void marks_prune_known(sa_span *sp) {
+  unsigned kept = 0;
+  for (unsigned i = 0; i < sp->nmarks; i++)
+    if (!sa__timeline_known_done(sp->marks[i].stream, sp->marks[i].ticket))
+      sp->marks[kept++] = sp->marks[i];
+  sp->nmarks = kept;
 }
 
-/* Make the free span sp usable by sa's stream without giving up its events
- * (they stay with the part left free): nothing on its own stream, else a
- * device-side wait for each event not yet complete. Arena lock held. */
-static sa_status wait_without_consuming(sa_arena *a, const sa_span *sp, sa_stream_arena *sa) {
-  if (sp->free_owner == sa) return SA_OK;
-  for (unsigned i = 0; i < sp->nevents; i++) {
-    sa_status st = a->drv->ops->event_query(a->drv, sp->events[i]);
-    if (st == SA_ERR_NOT_READY)
-      st = a->drv->ops->stream_wait_event(a->drv, sa->stream, sp->events[i]);
+/* dst also waits for what src waits for. False (dst unchanged) without
+ * memory for it. */
+static bool marks_join(sa_span *dst, const sa_span *src) {
+  if (!marks_reserve(dst, dst->nmarks + src->nmarks)) return false;
+  for (unsigned i = 0; i < src->nmarks; i++) marks_add(dst, src->marks[i]);
+  return true;
+}
+
+/* Drop the marks whose work completed (with wait: after waiting); true
+ * when none is left. */
+static bool marks_reached(sa_arena *a, sa_span *sp, bool wait) {
+  unsigned kept = 0;
+  for (unsigned i = 0; i < sp->nmarks; i++) {
+    sa_mark m = sp->marks[i];
+    if (sa__timeline_reached(a, m.stream, m.ticket, wait) != SA_OK) sp->marks[kept++] = m;
+  }
+  sp->nmarks = kept;
+  return kept == 0;
+}
+
+/* Can sa's stream use sp without waiting, as far as the host knows? */
+static bool clean_for(const sa_span *sp, const sa_stream_arena *sa) {
+  for (unsigned i = 0; i < sp->nmarks; i++)
+    if (sp->marks[i].stream != sa &&
+        !sa__timeline_known_done(sp->marks[i].stream, sp->marks[i].ticket))
+      return false;
+  return true;
+}
+
+/* Make sp safe for sa's stream: its own marks are ordered by the stream
+ * itself; for the others, completion seen by a query or a device-side
+ * wait. The marks stay on sp (the caller drops them from the piece it hands
+ * out once this succeeded): after a failed wait, every one of them still
+ * guards sp. */
+static sa_status settle(sa_arena *a, sa_span *sp, sa_stream_arena *sa) {
+  for (unsigned i = 0; i < sp->nmarks; i++) {
+    sa_mark m = sp->marks[i];
+    if (m.stream == sa) continue;
+    sa_status st = sa__timeline_wait(a, m.stream, m.ticket, sa->stream);
     if (st != SA_OK) return st;
   }
   return SA_OK;
 }
 
-/* Carve taken bytes off one end of the free span sp into a span of its own
- * for sa (not on the free list). NULL if no descriptor could be had or the
- * driver refused a wait. Arena lock held. */
-static sa_span *carve_end(sa_arena *a, sa_span *sp, size_t taken, bool prefix,
-                          sa_stream_arena *sa) {
-  if (wait_without_consuming(a, sp, sa) != SA_OK) return NULL;
-  sa_span *t = span_desc(a);
-  if (t == NULL) return NULL;
-  /* Split the chunk list where the carved part ends or starts. */
-  size_t at = prefix ? taken : sp->hdr.size - taken, off = 0;
-  sa_chunk **link = &sp->hdr.chunks;
-  while (off < at) {
-    off += (*link)->size;
-    link = &(*link)->next;
-  }
-  sa_chunk *second = *link;
-  *link = NULL;
-  if (prefix) {
-    t->hdr.base = sp->hdr.base;
-    t->hdr.chunks = sp->hdr.chunks;
-    sp->hdr.base += taken;
-    sp->hdr.chunks = second;
-  } else {
-    t->hdr.base = sp->hdr.base + at;
-    t->hdr.chunks = second;
-  }
-  t->hdr.size = taken;
-  sp->hdr.size -= taken;
-  a->free_span_bytes -= taken;
-  t->events = NULL;
-  t->nevents = 0;
-  t->in_use = true;
-  t->pinned = false;
-  t->next = t->prev = NULL;
-  sa__pagemap_set(a, t->hdr.base, t->hdr.size, &t->hdr);
-  return t;
+/* ------------------------------------------------------------------------
+ * Starts: where spans that were freed into a free span began, so that
+ * freeing one again is told apart from freeing an interior address. The
+ * latest few are kept: a double free that late is reported as an invalid
+ * pointer (nothing changes either way).
+ * ---------------------------------------------------------------------- */
+
+static void starts_add(sa_span *sp, uintptr_t p) {
+  unsigned n = sp->nstarts < SA_SPAN_STARTS ? sp->nstarts + 1 : SA_SPAN_STARTS;
+  for (unsigned i = n - 1; i > 0; i--) sp->starts[i] = sp->starts[i - 1];
+  sp->starts[0] = p;
+  sp->nstarts = n;
 }
 
-/* Take need bytes from an end of a larger free span, own stream first. */
-static sa_span *take_from_end(sa_arena *a, size_t need, sa_stream_arena *sa) {
-  sa_span *best = NULL;
-  size_t best_bytes = 0;
-  bool best_prefix = false;
-  for (sa_span *sp = a->free_spans; sp != NULL; sp = sp->next) {
-    if (sp->hdr.size <= need) continue;
-    bool prefix = false;
-    size_t bytes = end_fit(sp, need, &prefix);
-    if (bytes == 0) continue;
-    if (best == NULL || bytes < best_bytes ||
-        (bytes == best_bytes && sp->free_owner == sa && best->free_owner != sa)) {
-      best = sp;
-      best_bytes = bytes;
-      best_prefix = prefix;
+/* dst also holds src's starts, newer ones (newer: src's) first. */
+static void starts_join(sa_span *dst, const sa_span *src, bool src_newer) {
+  uintptr_t all[2 * SA_SPAN_STARTS];
+  const sa_span *first = src_newer ? src : dst, *second = src_newer ? dst : src;
+  unsigned n = 0;
+  for (unsigned i = 0; i < first->nstarts; i++) all[n++] = first->starts[i];
+  for (unsigned i = 0; i < second->nstarts; i++) all[n++] = second->starts[i];
+  dst->nstarts = n < SA_SPAN_STARTS ? n : SA_SPAN_STARTS;
+  for (unsigned i = 0; i < dst->nstarts; i++) dst->starts[i] = all[i];
+}
+
+/* Keep only the starts inside dst; copied from src (src == dst: filter). */
+static void starts_within(sa_span *dst, const sa_span *src) {
+  unsigned n = 0;
+  for (unsigned i = 0; i < src->nstarts; i++)
+    if (src->starts[i] - dst->base < dst->size) dst->starts[n++] = src->starts[i];
+  dst->nstarts = n;
+}
+
+static bool starts_has(const sa_span *sp, uintptr_t p) {
+  for (unsigned i = 0; i < sp->nstarts; i++)
+    if (sp->starts[i] == p) return true;
+  return false;
+}
+
+/* ------------------------------------------------------------------------
+ * Free spans: the fit index and coalescing
+ * ---------------------------------------------------------------------- */
+
+static void free_insert(sa_arena *a, sa_span *sp) {
+  atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
+  sa__fit_insert(a, sp);
+  a->free_span_bytes += sp->size;
+}
+
+static void free_remove(sa_arena *a, sa_span *sp) {
+  sa__fit_remove(a, sp);
+  a->free_span_bytes -= sp->size;
+}
+
+/* right (free, just above left in the run) joins left (free); both out of
+ * the index; right_newer: right was freed last. False without memory to
+ * join their marks: they stay apart. */
+static bool absorb(sa_arena *a, sa_span *left, sa_span *right, bool right_newer) {
+  marks_prune_known(left);
+  marks_prune_known(right);
+  if (!marks_join(left, right)) return false;
+  starts_join(left, right, right_newer);
+  left->size += right->size;
+  span_unlink(right);
+  span_put(a, right);
+  return true;
+}
+
+/* sp (free, out of the index) merges with its free neighbours; returns the
+ * merged span, out of the index. */
+static sa_span *coalesce(sa_arena *a, sa_span *sp) {
+  sa_span *n = sp->next;
+  if (n != NULL && is_free(n)) {
+    free_remove(a, n);
+    if (!absorb(a, sp, n, false)) free_insert(a, n);
+  }
+  sa_span *p = sp->prev;
+  if (p != NULL && is_free(p)) {
+    free_remove(a, p);
+    if (absorb(a, p, sp, true)) {
+      p->owner = sp->owner; /* the last freer */
+      sp = p;
+    } else {
+      free_insert(a, p);
     }
   }
-  return best != NULL ? carve_end(a, best, best_bytes, best_prefix, sa) : NULL;
+  return sp;
 }
 
-/* right, free and just above left in the range, joins left. Arena lock
- * held. */
-static void absorb(sa_arena *a, sa_span *left, sa_span *right) {
-  unsigned total = left->nevents + right->nevents;
-  sa_event *ev = NULL;
-  if (total > 0) {
-    ev = realloc(left->events, total * sizeof *ev);
-    if (ev == NULL) return; /* no memory to combine the events: stay apart */
-  } else {
-    free(left->events);
+/* What a request takes: need bytes, and whether at a granule boundary. */
+typedef struct want_s {
+  size_t need;
+  bool aligned;
+} want;
+
+/* The placement policy. Packed at SA_SPAN_QUANTUM, except with a budget
+ * configured: then a span that loses at most 1/32 of itself to rounding up
+ * to whole granules (all of 64 MiB and more, and those just below a
+ * multiple of the granularity) takes whole granules at a granule boundary,
+ * so that freeing it frees whole chunks a budget can unmap and stitch
+ * elsewhere. Rounding a 1.1 MiB request to 2 MiB would waste 45%: small
+ * spans stay packed. */
+static want placement(const sa_arena *a, size_t size) {
+  size_t q = round_up(size, SA_SPAN_QUANTUM), g = round_up(size, a->gran);
+  return a->budgeted && g - q <= q / 32 ? (want){g, true} : (want){q, false};
+}
+
+/* Where w would start in the free span sp: its lowest address, or lowest
+ * granule boundary (address-ordered best fit: the rest stays above, and at
+ * a run's top end, where growth extends it). 0 if it does not fit. */
+static uintptr_t place(const sa_arena *a, const sa_span *sp, want w) {
+  uintptr_t end = sp->base + sp->size;
+  if (w.aligned) {
+    uintptr_t at = round_up(sp->base, a->gran);
+    return at <= end && end - at >= w.need ? at : 0;
   }
-  for (unsigned i = 0; i < right->nevents; i++) ev[left->nevents + i] = right->events[i];
-  left->events = ev;
-  left->nevents += right->nevents;
-  free(right->events);
-  right->events = NULL;
-  right->nevents = 0;
-  if (left->free_owner != right->free_owner) left->free_owner = NULL;
-  sa_chunk **tail = &left->hdr.chunks;
+  return sp->size >= w.need ? sp->base : 0;
+}
+
+/* The best fit for w: the smallest free span it fits in, the lowest
+ * address first; among spans of that size, one sa's stream can use without
+ * waiting if one of the first few is. */
+static sa_span *best_fit(const sa_arena *a, want w, const sa_stream_arena *sa) {
+  sa_span *pick = NULL;
+  sa_span *x = sa__fit_ceiling(a, w.need, 0);
+  for (int i = 0; x != NULL && i < 16; i++, x = sa__fit_ceiling(a, x->size, x->base + 1)) {
+    if (pick != NULL && x->size != pick->size) break;
+    if (place(a, x, w) == 0) continue;
+    if (clean_for(x, sa)) return x;
+    if (pick == NULL) pick = x;
+  }
+  if (pick == NULL && w.aligned) /* any span this large fits at a boundary */
+    pick = sa__fit_ceiling(a, w.need + a->gran - SA_SPAN_QUANTUM, 0);
+  return pick;
+}
+
+/* A free span for [at, end of sp): sp's marks and starts there, linked
+ * after sp and in the index; sp keeps [base, at). NULL, and nothing
+ * changed, without memory. */
+static sa_span *split(sa_arena *a, sa_span *sp, uintptr_t at) {
+  sa_span *r = span_new(a);
+  if (r == NULL) return NULL;
+  if (!marks_reserve(r, sp->nmarks)) {
+    span_put(a, r);
+    return NULL;
+  }
+  for (unsigned i = 0; i < sp->nmarks; i++) r->marks[i] = sp->marks[i];
+  r->nmarks = sp->nmarks;
+  r->owner = sp->owner;
+  r->base = at;
+  r->size = sp->base + sp->size - at;
+  sp->size = at - sp->base;
+  starts_within(r, sp);
+  span_link_after(sp->run, sp, r);
+  free_insert(a, r);
+  return r;
+}
+
+/* Take w from the free span sp (out of the index, settled for the taker,
+ * w fits) as the span returned; what lies before and after it stays free,
+ * with sp's marks. Without memory for a descriptor more is taken. */
+static sa_span *carve(sa_arena *a, sa_span *sp, want w) {
+  uintptr_t at = place(a, sp, w);
+  sa_span *taken = sp;
+  if (at > sp->base) {
+    taken = split(a, sp, at); /* sp keeps the part before, and goes back */
+    if (taken == NULL) {
+      taken = sp;
+    } else {
+      starts_within(sp, sp);
+      free_remove(a, taken);
+      free_insert(a, sp);
+    }
+  }
+  if (taken->size > w.need) (void)split(a, taken, taken->base + w.need);
+  taken->nmarks = taken->nstarts = 0;
+  return taken;
+}
+
+/* ------------------------------------------------------------------------
+ * Runs: growth, joining, cutting
+ * ---------------------------------------------------------------------- */
+
+/* lo and hi (mapped just above lo) become one run: the smaller one's
+ * spans and page map entries move, so a small growth next to a large run
+ * costs what it maps. Returns the run that stays. */
+static sa_run *run_join(sa_arena *a, sa_run *lo, sa_run *hi) {
+  bool keep_lo = lo->hdr.size >= hi->hdr.size;
+  sa_run *keep = keep_lo ? lo : hi, *gone = keep_lo ? hi : lo;
+  for (sa_span *sp = gone->first; sp != NULL; sp = sp->next) sp->run = keep;
+  sa__pagemap_set(a, gone->hdr.base, gone->hdr.size, &keep->hdr);
+  sa_chunk **tail = &lo->hdr.chunks;
   while (*tail != NULL) tail = &(*tail)->next;
-  *tail = right->hdr.chunks;
-  right->hdr.chunks = NULL;
-  left->hdr.size += right->hdr.size;
-  sa__pagemap_set(a, right->hdr.base, right->hdr.size, &left->hdr);
-  list_remove(&a->free_spans, right);
-  right->in_use = false;
-  right->next = a->spare_spans;
-  a->spare_spans = right;
-}
-
-static sa_span *free_span_at(sa_arena *a, uintptr_t p) {
-  if (p < a->va_base || p - a->va_base >= a->va_size) return NULL;
-  sa_desc *d = sa__pagemap_get(a, p);
-  if (d == NULL || d->kind != SA_DESC_SPAN) return NULL;
-  sa_span *sp = (sa_span *)d;
-  bool is_free =
-      sp->in_use && atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_FREE;
-  return is_free ? sp : NULL;
-}
-
-/* A span just freed merges with its free neighbours. Arena lock held. */
-static void coalesce(sa_arena *a, sa_span *sp) {
-  sa_span *right = free_span_at(a, sp->hdr.base + sp->hdr.size);
-  sa_span *left = free_span_at(a, sp->hdr.base - a->gran);
-  if (right == NULL && left == NULL) return; /* the common case: no query */
-  if (right != NULL) absorb(a, sp, right);
-  if (left != NULL) {
-    absorb(a, left, sp);
-    sp = left;
+  *tail = hi->hdr.chunks;
+  sa_chunk *chunks = lo->hdr.chunks;
+  if (lo->last != NULL && hi->first != NULL) {
+    lo->last->next = hi->first;
+    hi->first->prev = lo->last;
   }
-  (void)events_done(a, sp, false); /* merged lists: drop what completed */
+  sa_span *first = lo->first != NULL ? lo->first : hi->first;
+  sa_span *last = hi->last != NULL ? hi->last : lo->last;
+  keep->hdr.base = lo->hdr.base;
+  keep->hdr.size = lo->hdr.size + hi->hdr.size;
+  keep->hdr.chunks = chunks;
+  keep->first = first;
+  keep->last = last;
+  run_unlink(a, gone);
+  gone->hdr.chunks = NULL;
+  run_put(a, gone);
+  return keep;
 }
 
-sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, void **out) {
+/* A place to grow: `size` bytes below `edge` (down), above it, or a
+ * fresh run placed high; up to `room` bytes fit there. */
+typedef enum grow_dir_e { GROW_DOWN, GROW_UP, GROW_FRESH } grow_dir;
+typedef struct growth_s {
+  grow_dir dir;
+  uintptr_t edge; /* down: where the mapping ends; up: where it starts */
+  size_t size;    /* bytes the request needs mapped */
+  size_t room;    /* free reserved bytes there (fresh: any) */
+} growth;
+
+/* The bytes of a run's end span that w can use if it is free: an aligned
+ * request only whole granules (runs start and end at granule boundaries). */
+static size_t edge_use(const sa_arena *a, const sa_span *sp, want w) {
+  if (sp == NULL || !is_free(sp)) return 0;
+  return w.aligned ? sp->size & ~(a->gran - 1) : sp->size;
+}
+
+/* Where to map so that a free span for w results, mapping as little as
+ * possible: above or below a run, next to its free end span; the whole gap
+ * between two runs when their free ends and the gap together are enough;
+ * or a fresh run. Ties go to the lowest run, and upwards (spans are placed
+ * at the lowest address, so a run's free rest lies at its top). */
+static growth plan_growth(const sa_arena *a, want w) {
+  size_t g = a->gran, need = w.need;
+  growth best = {GROW_FRESH, 0, round_up(need, g), SIZE_MAX};
+#define BETTER(m) ((m) < best.size || ((m) == best.size && best.dir == GROW_FRESH))
+  for (const sa_run *r = a->runs; r != NULL; r = r->next) {
+    uintptr_t lo = r->hdr.base, hi = lo + r->hdr.size;
+    size_t above = sa__va_free_above(a, hi), m = round_up(need - edge_use(a, r->last, w), g);
+    if (m <= above && BETTER(m)) best = (growth){GROW_UP, hi, m, above};
+    size_t below = sa__va_free_below(a, lo);
+    m = round_up(need - edge_use(a, r->first, w), g);
+    if (m <= below && BETTER(m)) {
+      best = (growth){GROW_DOWN, lo, m, below};
+    } else if (below > 0 && BETTER(below) && r->prev != NULL &&
+               r->prev->hdr.base + r->prev->hdr.size == lo - below &&
+               edge_use(a, r->prev->last, w) + below + edge_use(a, r->first, w) >= need) {
+      best = (growth){GROW_DOWN, lo, below, below}; /* the gap, exactly */
+    }
+  }
+#undef BETTER
+  return best;
+}
+
+/* Map [at, at + size) as a run of one free span and join it with the runs
+ * it touches; returns the free span that now holds it (out of the index).
+ * On a refused unwind the range stays reserved, its chunks on a run
+ * descriptor of their own that nothing uses (destroy unmaps it). */
+static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunks,
+                         sa_span **out) {
+  sa_run *r = run_new(a);
+  sa_span *sp = r != NULL ? span_new(a) : NULL;
+  if (sp == NULL) {
+    if (r != NULL) run_put(a, r);
+    sa__physical_return(a, chunks);
+    sa__va_free(a, at, size);
+    return SA_ERR_OUT_OF_MEMORY;
+  }
+  sa_chunk *stuck;
+  sa_status st = sa__physical_map_at(a, at, size, chunks, &stuck);
+  if (st != SA_OK) {
+    span_put(a, sp);
+    if (stuck == NULL) {
+      run_put(a, r);
+      sa__va_free(a, at, size);
+    } else {
+      r->hdr.base = at; /* kept aside, off the arena's runs */
+      r->hdr.size = size;
+      r->hdr.chunks = stuck;
+    }
+    return st;
+  }
+  r->hdr.base = at;
+  r->hdr.size = size;
+  r->hdr.chunks = chunks;
+  sp->base = at;
+  sp->size = size;
+  span_link_after(r, NULL, sp);
+  sa__pagemap_set(a, at, size, &r->hdr);
+  run_link(a, r);
+  if (r->next != NULL && r->next->hdr.base == at + size) r = run_join(a, r, r->next);
+  if (r->prev != NULL && r->prev->hdr.base + r->prev->hdr.size == r->hdr.base)
+    (void)run_join(a, r->prev, r);
+  *out = coalesce(a, sp);
+  return SA_OK;
+}
+
+/* Grow so that a free span for w exists, holding no more than limit
+ * physical bytes in all; returns it out of the index. */
+static sa_status grow(sa_arena *a, want w, size_t limit, sa_span **out) {
+  growth g = plan_growth(a, w);
+  size_t size = g.size;
+  /* A cached chunk larger than the growth is mapped whole where there is
+   * room for it: held memory put to use rather than released. */
+  size_t slack = g.dir == GROW_FRESH ? a->va_size : g.room - size;
+  sa_chunk *chunks;
+  size_t total;
+  sa_status st = sa__physical_gather(a, size, slack, limit, &chunks, &total);
+  if (st != SA_OK) return st;
+  uintptr_t at = g.dir == GROW_DOWN ? g.edge - total : g.edge;
+  if (g.dir == GROW_FRESH)
+    st = sa__va_alloc_middle(a, total, &at);
+  else
+    st = sa__va_claim(a, at, total);
+  if (st != SA_OK) {
+    sa__physical_return(a, chunks);
+    return st;
+  }
+  sa_span *sp;
+  st = map_run(a, at, total, chunks, &sp);
+  if (st != SA_OK) return st;
+  if (place(a, sp, w) == 0) { /* the join lacked memory for the marks */
+    free_insert(a, sp);
+    return SA_ERR_OUT_OF_MEMORY;
+  }
+  *out = sp;
+  return SA_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Allocation and free
+ * ---------------------------------------------------------------------- */
+
+sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t limit,
+                         void **out) {
   if (size > a->va_size) return SA_ERR_OUT_OF_MEMORY;
-  size_t need = (size + a->gran - 1) & ~(a->gran - 1);
+  want w = placement(a, size);
   pthread_mutex_lock(&a->lock);
-  sa_span *sp = best_fit(a->free_spans, need, sa);
-  if (sp != NULL && settle_for(a, sp, sa) == SA_OK) {
-    list_remove(&a->free_spans, sp);
-    a->free_span_bytes -= sp->hdr.size;
-    free(sp->events);
-    sp->events = NULL;
-    hand_out(a, sa, sp, size, out);
-    pthread_mutex_unlock(&a->lock);
-    return SA_OK;
+  sa_status st = sa__live_reserve(a);
+  sa_span *sp = NULL;
+  if (st == SA_OK) {
+    sp = best_fit(a, w, sa);
+    if (sp != NULL)
+      free_remove(a, sp);
+    else
+      st = grow(a, w, limit, &sp);
   }
-  if ((sp = take_from_end(a, need, sa)) != NULL) {
-    hand_out(a, sa, sp, size, out);
-    pthread_mutex_unlock(&a->lock);
-    return SA_OK;
+  if (st == SA_OK) {
+    st = settle(a, sp, sa);
+    if (st != SA_OK) free_insert(a, sp); /* every mark still on it */
   }
-  /* Stitch from what is done, not grow: free spans first, then (without
-   * the lock) this thread's cached blocks and every stream's empty
-   * superblocks whose work completed (sa__reshape). */
-  if (!unmap_until(a, need, false)) {
-    pthread_mutex_unlock(&a->lock);
-    sa__reshape(a);
-    pthread_mutex_lock(&a->lock);
-    (void)unmap_until(a, need, false);
+  if (st == SA_OK) {
+    sp = carve(a, sp, w);
+    sp->owner = sa;
+    sp->request = size;
+    atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_release);
+    sa__live_insert(a, sp);
+    a->live_spans++;
+    *out = (void *)sp->base;
   }
-  sa_status st = map_new(a, need, &sp);
-  if (st == SA_OK) hand_out(a, sa, sp, size, out);
   pthread_mutex_unlock(&a->lock);
   return st;
 }
 
-sa_status sa__span_free(sa_arena *a, sa_span *sp, sa_stream_arena *freer) {
-  sa_record *r = NULL;
-  if (atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_RECORDED)
-    r = sa__record_take(a, sp->hdr.base);
-  unsigned nrec = r != NULL ? r->n : 0;
-  /* Events on the freeing stream and on every recorded one. */
-  sa_event *ev = malloc((nrec + 1) * sizeof *ev);
-  sa_status st = ev == NULL ? SA_ERR_OUT_OF_MEMORY : SA_OK;
-  unsigned n = 0;
-  for (unsigned i = 0; st == SA_OK && i <= nrec; i++) {
-    st = sa__event_record_new(a, i == 0 ? freer->stream : r->streams[i - 1], &ev[n]);
-    if (st == SA_OK) n++;
+/* Why p, in the reserved range, is not a live span's start: a span freed
+ * before (it may have merged into a larger free span), or not a start. */
+static sa_status not_live(const sa_arena *a, uintptr_t p) {
+  sa_desc *d = sa__pagemap_get(a, p);
+  if (d == NULL || d->kind != SA_DESC_RUN) return SA_ERR_INVALID_POINTER;
+  for (const sa_span *sp = ((const sa_run *)d)->first; sp != NULL; sp = sp->next) {
+    if (p - sp->base >= sp->size) continue;
+    return is_free(sp) && starts_has(sp, p) ? SA_ERR_DOUBLE_FREE : SA_ERR_INVALID_POINTER;
   }
-  if (st != SA_OK) { /* nothing changes: the span stays allocated, its record too */
-    for (unsigned i = 0; i < n; i++) sa__event_drop(a, ev[i]);
-    free(ev);
-    sa__record_restore(a, r);
+  return SA_ERR_INVALID_POINTER;
+}
+
+sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **out) {
+  pthread_mutex_lock(&a->lock);
+  *out = sa__live_find(a, p);
+  sa_status st = *out != NULL ? SA_OK : not_live(a, p);
+  pthread_mutex_unlock(&a->lock);
+  return st;
+}
+
+sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
+                        sa_stream_arena *const *recorded, unsigned nrecorded) {
+  pthread_mutex_lock(&a->lock);
+  sa_span *sp = sa__live_find(a, p);
+  sa_status st = sp != NULL ? SA_OK : not_live(a, p);
+  if (st == SA_OK && !marks_reserve(sp, 1 + nrecorded)) st = SA_ERR_OUT_OF_MEMORY;
+  /* A mark on the freeing stream and on every recorded one. A failure
+   * leaves the span live: the tickets taken mark nothing. */
+  for (unsigned i = 0; st == SA_OK && i <= nrecorded; i++) {
+    sa_mark m = {i == 0 ? freer : recorded[i - 1], 0};
+    st = sa__timeline_mark(a, m.stream, &m.ticket);
+    if (st == SA_OK) marks_add(sp, m);
+  }
+  if (st != SA_OK) {
+    if (sp != NULL) sp->nmarks = 0;
+    pthread_mutex_unlock(&a->lock);
     return st;
   }
-  sa__record_free(r);
-  pthread_mutex_lock(&a->lock);
-  atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
-  sp->events = ev;
-  sp->nevents = n;
-  sp->free_owner = nrec == 0 ? freer : NULL; /* recorded: nobody skips the waits */
-  list_push(&a->free_spans, sp);
-  a->free_span_bytes += sp->hdr.size;
+  sa__live_remove(a, sp);
   a->live_spans--;
-  coalesce(a, sp);
+  sp->owner = freer;
+  sp->nstarts = 0;
+  starts_add(sp, sp->base);
+  atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
+  free_insert(a, coalesce(a, sp));
   pthread_mutex_unlock(&a->lock);
   return SA_OK;
 }
 
-void sa__span_fini(sa_arena *a) {
-  for (sa_span *sp = a->free_spans; sp != NULL; sp = sp->next) {
-    (void)events_done(a, sp, true);
-    for (unsigned i = 0; i < sp->nevents; i++)
-      (void)a->drv->ops->event_destroy(a->drv, sp->events[i]);
-    free(sp->events);
-    sp->events = NULL;
+/* ------------------------------------------------------------------------
+ * Unmapping free memory (under a budget, trims) and destroy
+ * ---------------------------------------------------------------------- */
+
+/* Unmap [lo, hi) of run r: whole chunks inside the free span f (in the
+ * index, its marks complete). The run splits around the hole; f keeps what
+ * lies below it, a new span what lies above; the page map and the reserved
+ * space follow. *done is false, and nothing changed, if there was no memory
+ * for the descriptors or the driver refused. Returns the run above the
+ * hole, if any. */
+static sa_run *cut(sa_arena *a, sa_run *r, sa_span *f, uintptr_t lo, uintptr_t hi,
+                   bool *done) {
+  uintptr_t end = r->hdr.base + r->hdr.size, f_end = f->base + f->size;
+  sa_span *f_hi = f_end > hi ? span_new(a) : NULL;
+  sa_run *up = hi < end ? run_new(a) : NULL;
+  *done = !(f_end > hi && (f_hi == NULL || !marks_reserve(f_hi, f->nmarks))) &&
+          !(hi < end && up == NULL) && a->drv->ops->unmap(a->drv, lo, hi - lo) == SA_OK;
+  if (!*done) {
+    if (f_hi != NULL) span_put(a, f_hi);
+    if (up != NULL) run_put(a, up);
+    return NULL;
   }
+  free_remove(a, f);
+  /* Chunks below the hole stay, those in it go to the cache, those above
+   * move to the new run. */
+  sa_chunk **link = &r->hdr.chunks, *hole = NULL, **hole_tail = &hole;
+  uintptr_t at = r->hdr.base;
+  for (; *link != NULL && at < lo; link = &(*link)->next) at += (*link)->size;
+  while (*link != NULL && at < hi) {
+    sa_chunk *c = *link;
+    *link = c->next;
+    at += c->size;
+    c->next = NULL;
+    *hole_tail = c;
+    hole_tail = &c->next;
+  }
+  sa__physical_return(a, hole);
+  sa_chunk *above_chunks = *link;
+  *link = NULL;
+  /* Spans: [first .. f] below, [f_hi, f->next .. last] above. */
+  sa_span *below = f->prev, *above = f->next, *old_last = r->last;
+  sa_span *low_tail = below, *high_head = above;
+  if (f_hi != NULL) {
+    for (unsigned i = 0; i < f->nmarks; i++) f_hi->marks[i] = f->marks[i];
+    f_hi->nmarks = f->nmarks;
+    f_hi->owner = f->owner;
+    f_hi->base = hi;
+    f_hi->size = f_end - hi;
+    starts_within(f_hi, f);
+    f_hi->next = above;
+    if (above != NULL) above->prev = f_hi;
+    high_head = f_hi;
+  }
+  if (f->base < lo) {
+    f->size = lo - f->base;
+    starts_within(f, f);
+    low_tail = f;
+  }
+  if (low_tail != NULL) low_tail->next = NULL;
+  r->last = low_tail;
+  if (low_tail == NULL) r->first = NULL;
+  if (up != NULL) {
+    high_head->prev = NULL;
+    up->hdr.base = hi;
+    up->hdr.size = end - hi;
+    up->hdr.chunks = above_chunks;
+    up->first = high_head;
+    up->last = old_last == f ? f_hi : old_last;
+    for (sa_span *sp = high_head; sp != NULL; sp = sp->next) sp->run = up;
+    sa__pagemap_set(a, hi, end - hi, &up->hdr);
+  }
+  if (low_tail == f)
+    free_insert(a, f);
+  else
+    span_put(a, f);
+  if (f_hi != NULL) free_insert(a, f_hi);
+  sa__pagemap_set(a, lo, hi - lo, NULL);
+  sa__va_free(a, lo, hi - lo);
+  r->hdr.size = lo - r->hdr.base;
+  if (up != NULL) {
+    up->prev = r;
+    up->next = r->next;
+    if (r->next != NULL) r->next->prev = up;
+    r->next = up;
+  }
+  if (r->hdr.size == 0) {
+    run_unlink(a, r);
+    run_put(a, r);
+  }
+  return up;
+}
+
+size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait) {
+  size_t unmapped = 0;
+  sa_run *r = a->runs;
+  while (r != NULL && !(need > 0 && a->chunk_cache_bytes >= need)) {
+    /* Walk the chunks and the spans together, for the first stretch of
+     * whole chunks inside one free span whose work is done. */
+    sa_run *next = r->next;
+    uintptr_t at = r->hdr.base;
+    sa_span *sp = r->first;
+    for (sa_chunk *c = r->hdr.chunks; c != NULL;) {
+      while (sp != NULL && sp->base + sp->size <= at) sp = sp->next;
+      uintptr_t lo = at, hi = at;
+      sa_chunk *d = c;
+      if (sp != NULL && is_free(sp) && sp->base <= lo) {
+        for (; d != NULL && hi + d->size <= sp->base + sp->size; d = d->next) hi += d->size;
+      }
+      if (hi == lo) { /* not inside a free span: the next chunk */
+        at += c->size;
+        c = c->next;
+        continue;
+      }
+      if (marks_reached(a, sp, wait)) {
+        bool done;
+        sa_run *up = cut(a, r, sp, lo, hi, &done);
+        if (done) {
+          unmapped += hi - lo;
+          if (up != NULL) next = up; /* go on above the hole */
+          break;
+        }
+      }
+      at = hi;
+      c = d;
+    }
+    r = next;
+  }
+  return unmapped;
+}
+
+size_t sa__span_clean_bytes(const sa_arena *a) {
+  size_t n = 0;
+  for (const sa_run *r = a->runs; r != NULL; r = r->next)
+    for (const sa_span *sp = r->first; sp != NULL; sp = sp->next) {
+      bool clean = is_free(sp);
+      for (unsigned i = 0; clean && i < sp->nmarks; i++)
+        clean = sa__timeline_known_done(sp->marks[i].stream, sp->marks[i].ticket);
+      if (clean) n += sp->size;
+    }
+  return n;
+}
+
+sa_status sa__span_fini(sa_arena *a) {
+  sa_status first = SA_OK;
+  for (sa_run *r = a->all_runs; r != NULL; r = r->all_next) {
+    for (sa_span *sp = r->first; sp != NULL; sp = sp->next)
+      if (is_free(sp)) (void)marks_reached(a, sp, true);
+    sa_status st = sa__physical_unmap(a, &r->hdr);
+    if (st != SA_OK && first == SA_OK) first = st;
+  }
+  while (a->all_runs != NULL) {
+    sa_run *r = a->all_runs;
+    a->all_runs = r->all_next;
+    for (sa_chunk *c = r->hdr.chunks, *n; c != NULL; c = n) { /* refused unmap */
+      n = c->next;
+      free(c);
+    }
+    free(r);
+  }
+  while (a->all_spans != NULL) {
+    sa_span *sp = a->all_spans;
+    a->all_spans = sp->all_next;
+    free(sp->marks);
+    free(sp);
+  }
+  a->runs = a->spare_runs = NULL;
+  a->spare_spans = a->fit_root = NULL;
+  sa__live_fini(a);
+  return first;
 }

@@ -244,6 +244,7 @@ sa_status sa__release_stream(sa_arena *a, sa_stream s) {
   pthread_mutex_lock(&sa->lock);
   pthread_mutex_lock(&a->lock);
   sa->released = true;
+  sa__timeline_release(a, sa); /* its work is done: spans need not wait for it */
   atomic_fetch_add_explicit(&a->xstream_epoch, 1, memory_order_release);
   pthread_mutex_unlock(&a->lock);
   pthread_mutex_unlock(&sa->lock);

@@ -122,7 +122,7 @@ static sa_status carve(sa_arena *a, size_t need, sa_superblock **out) {
   sb->hdr.size = size;
   sa_chunk *chunks = NULL;
   size_t total = 0;
-  sa_status st = sa__physical_gather(a, size, 0, &chunks, &total);
+  sa_status st = sa__physical_gather(a, size, 0, a->physical_cap, &chunks, &total);
   if (st == SA_OK) {
     st = sa__va_alloc(a, size, &sb->hdr.base);
     if (st != SA_OK) sa__physical_return(a, chunks);

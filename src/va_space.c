@@ -1,9 +1,12 @@
 /* The arena's reserved virtual range and its page map.
  *
- * One range is reserved at arena creation; superblocks and spans are carved
- * from it first-fit over a sorted list of free ranges (coalesced on free).
- * The page map gives, for each granule, the descriptor that owns it, so a
- * pointer finds its superblock or span by address arithmetic alone.
+ * One range is reserved at arena creation. Superblocks are carved from it
+ * lowest-fit, over a sorted list of free ranges (coalesced on free); runs of
+ * spans start in the middle of the highest free range and grow from their
+ * ends (span.c), so that they have room both ways and meet superblocks only
+ * when the range is full. The page map gives, for each granule,
+ * the descriptor that owns it (a superblock or a run), so a pointer finds
+ * it by address arithmetic alone.
  * Called by superblock.c and span.c with the arena lock held.
  */
 #include <stdlib.h>
@@ -59,6 +62,57 @@ sa_status sa__va_alloc(sa_arena *a, size_t size, uintptr_t *out) {
     return SA_OK;
   }
   return SA_ERR_OUT_OF_MEMORY;
+}
+
+sa_status sa__va_alloc_middle(sa_arena *a, size_t size, uintptr_t *out) {
+  sa_va_free *found = NULL;
+  for (sa_va_free *f = a->va_free; f != NULL; f = f->next)
+    if (f->size >= size) found = f;
+  if (found == NULL) return SA_ERR_OUT_OF_MEMORY;
+  uintptr_t at = (found->base + (found->size - size) / 2) & ~(a->gran - 1);
+  sa_status st = sa__va_claim(a, at, size);
+  if (st == SA_OK) *out = at;
+  return st;
+}
+
+sa_status sa__va_claim(sa_arena *a, uintptr_t va, size_t size) {
+  sa_va_free **pf = &a->va_free;
+  while (*pf != NULL && (*pf)->base + (*pf)->size <= va) pf = &(*pf)->next;
+  sa_va_free *f = *pf;
+  if (f == NULL || f->base > va || va + size > f->base + f->size) return SA_ERR_INTERNAL;
+  uintptr_t end = f->base + f->size;
+  if (f->base == va) { /* the low end, possibly all of it */
+    f->base += size;
+    f->size -= size;
+    if (f->size == 0) {
+      *pf = f->next;
+      free(f);
+    }
+  } else if (va + size == end) { /* the high end */
+    f->size -= size;
+  } else { /* the middle: the rest above becomes a range of its own */
+    sa_va_free *above = malloc(sizeof *above);
+    if (above == NULL) return SA_ERR_OUT_OF_MEMORY;
+    above->base = va + size;
+    above->size = end - above->base;
+    above->next = f->next;
+    f->size = va - f->base;
+    f->next = above;
+  }
+  a->va_used += size;
+  return SA_OK;
+}
+
+size_t sa__va_free_below(const sa_arena *a, uintptr_t va) {
+  for (const sa_va_free *f = a->va_free; f != NULL && f->base < va; f = f->next)
+    if (f->base + f->size == va) return f->size;
+  return 0;
+}
+
+size_t sa__va_free_above(const sa_arena *a, uintptr_t va) {
+  for (const sa_va_free *f = a->va_free; f != NULL && f->base <= va; f = f->next)
+    if (f->base == va) return f->size;
+  return 0;
 }
 
 void sa__va_free(sa_arena *a, uintptr_t va, size_t size) {

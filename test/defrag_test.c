@@ -80,12 +80,31 @@ static void small_frees_become_one_span_under_cap(void **state) {
   teardown(&f);
 }
 
-/* Without a cap, and with the blocks' work complete, a large request that
- * fits no mapped span reuses their memory instead of growing. */
-static void small_frees_become_one_span_without_growth(void **state) {
+/* Without a budget the arena grows rather than remap: a large request
+ * that fits no free span maps new memory beside the freed superblocks and
+ * unmaps nothing (remapping costs driver calls on every such request). */
+static void spans_grow_rather_than_remap_without_a_budget(void **state) {
   (void)state;
   sa_fixture f;
   setup(&f, "check_stream_order=1", 2, SA_HOST_AUTO);
+  void *p[64];
+  for (int i = 0; i < 64; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], 256 * KiB, f.streams[0]));
+  for (int i = 0; i < 64; i++) sa_assert_ok(sa_free(p[i], f.streams[0]));
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  void *big;
+  sa_assert_ok(sa_alloc(f.arena, &big, 16 * MiB, f.streams[1]));
+  assert_int_equal(stats(f.arena).reserved_bytes, 32 * MiB);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
+  sa_assert_ok(sa_free(big, f.streams[1]));
+  teardown(&f);
+}
+
+/* With a soft budget the same request is stitched from the superblocks'
+ * chunks once their work completed: the footprint does not grow. */
+static void small_frees_become_one_span_under_a_soft_budget(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "reserve_limit=16MiB,check_stream_order=1", 2, SA_HOST_AUTO);
   void *p[64];
   for (int i = 0; i < 64; i++) {
     sa_assert_ok(sa_alloc(f.arena, &p[i], 256 * KiB, f.streams[0]));
@@ -101,35 +120,68 @@ static void small_frees_become_one_span_without_growth(void **state) {
   teardown(&f);
 }
 
-/* Freed spans of other sizes are reshaped rather than kept beside a new
- * one; while their work is queued they are not touched. */
-static void spans_reshape_instead_of_growing(void **state) {
+/* Past a soft budget, free spans whose work completed are unmapped and
+ * their chunks mapped where the request needs contiguous space, instead of
+ * new memory: two 32 MiB holes between live spans serve a 64 MiB request. */
+static void soft_budget_remaps_before_growing(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "check_stream_order=1", 1, SA_HOST_MANUAL);
+  setup(&f, "reserve_limit=128MiB,check_stream_order=1", 1, SA_HOST_MANUAL);
   sa_stream s = f.streams[0];
   uint64_t v0 = violations();
-  void *a, *b, *c;
-  sa_assert_ok(sa_alloc(f.arena, &a, 64 * MiB, s));
-  sa_assert_ok(sa_host_fill(s, a, 64 * MiB, 1));
-  sa_assert_ok(sa_free(a, s));
-  /* a's fill is queued: a 96 MiB span cannot take its chunk yet. */
-  sa_assert_ok(sa_alloc(f.arena, &b, 96 * MiB, s));
-  assert_int_equal(stats(f.arena).reserved_bytes, 160 * MiB);
-  sa_assert_ok(sa_host_fill(s, b, 96 * MiB, 2));
-  sa_assert_ok(sa_free(b, s));
-  sa_assert_ok(sa_host_stream_drain(s));
-  /* Both completed: their chunks (64 MiB; 64 + 32 MiB) are stitched into
-   * a 128 MiB span, so the footprint does not grow; the 32 MiB chunk stays
-   * cached. */
-  sa_assert_ok(sa_alloc(f.arena, &c, 128 * MiB, s));
+  void *p[4], *q;
+  for (int i = 0; i < 4; i++) {
+    sa_assert_ok(sa_alloc(f.arena, &p[i], 32 * MiB, s));
+    sa_assert_ok(sa_host_fill(s, p[i], 32 * MiB, 0x1000u + (uint32_t)i));
+  }
+  sa_assert_ok(sa_free(p[0], s));
+  sa_assert_ok(sa_free(p[2], s));
+  sa_assert_ok(sa_host_stream_drain(s)); /* the holes' work is done */
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  uint64_t creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
+  sa_assert_ok(sa_alloc(f.arena, &q, 64 * MiB, s));
   sa_stats st = stats(f.arena);
-  assert_int_equal(st.reserved_bytes_peak, 160 * MiB);
-  assert_int_equal(st.reserved_bytes, 160 * MiB);
-  assert_int_equal(st.large_spans, 1);
+  assert_int_equal(st.reserved_bytes_peak, 128 * MiB);
+  assert_true(sa_host_call_count(SA_HOST_FN_UNMAP) > unmaps);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_CREATE), creates);
+  uint64_t bad = 0;
+  sa_assert_ok(sa_host_fill(s, q, 64 * MiB, 0xABCDu));
+  sa_assert_ok(sa_host_check(s, q, 64 * MiB, 0xABCDu, &bad));
+  sa_assert_ok(sa_host_check(s, p[1], 32 * MiB, 0x1001u, &bad)); /* neighbours intact */
+  sa_assert_ok(sa_host_check(s, p[3], 32 * MiB, 0x1003u, &bad));
+  sa_assert_ok(sa_host_stream_drain(s));
+  assert_int_equal(bad, 0);
+  assert_int_equal(violations(), v0);
+  sa_assert_ok(sa_free(q, s));
+  sa_assert_ok(sa_free(p[1], s));
+  sa_assert_ok(sa_free(p[3], s));
+  teardown(&f);
+}
+
+/* A soft budget gives way when remapping cannot serve: the freed span's
+ * work is still queued, so it is not unmapped, and the arena grows past
+ * the budget (up to max_physical) instead of failing. The request takes
+ * the freed span (its own stream: at once) and 16 MiB of new memory below
+ * it. */
+static void soft_budget_gives_way_while_work_is_pending(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "reserve_limit=64MiB,check_stream_order=1", 1, SA_HOST_MANUAL);
+  sa_stream s = f.streams[0];
+  uint64_t v0 = violations();
+  void *a, *guard, *b;
+  sa_assert_ok(sa_alloc(f.arena, &a, 32 * MiB, s));
+  sa_assert_ok(sa_alloc(f.arena, &guard, 32 * MiB, s));
+  sa_assert_ok(sa_host_fill(s, a, 32 * MiB, 1));
+  sa_assert_ok(sa_free(a, s)); /* its fill is queued */
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  sa_assert_ok(sa_alloc(f.arena, &b, 48 * MiB, s));
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
+  assert_int_equal(stats(f.arena).reserved_bytes, 80 * MiB);
   sa_assert_ok(sa_host_drain_all());
   assert_int_equal(violations(), v0);
-  sa_assert_ok(sa_free(c, s));
+  sa_assert_ok(sa_free(b, s));
+  sa_assert_ok(sa_free(guard, s));
   teardown(&f);
 }
 
@@ -161,19 +213,23 @@ static void remap_preserves_contents(void **state) {
   teardown(&f);
 }
 
-/* A cached chunk too large for a request is released before a new chunk
- * is created (release threshold 0): the footprint does not grow. */
-static void oversized_cached_chunk_released_before_growth(void **state) {
+/* A cached chunk (kept by a trim) serves a smaller growth whole: held
+ * memory is put to use rather than released and replaced. */
+static void cached_chunk_serves_a_smaller_growth_whole(void **state) {
   (void)state;
   sa_fixture f;
   setup(&f, NULL, 1, SA_HOST_AUTO);
   void *a, *b;
   sa_assert_ok(sa_alloc(f.arena, &a, 64 * MiB, f.streams[0]));
   sa_assert_ok(sa_free(a, f.streams[0]));
+  sa_assert_ok(sa_trim(f.arena, 64 * MiB)); /* unmapped, kept cached */
+  assert_int_equal(stats(f.arena).cached_bytes, 64 * MiB);
+  uint64_t creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
   sa_assert_ok(sa_alloc(f.arena, &b, 16 * MiB, f.streams[0]));
   sa_stats st = stats(f.arena);
   assert_int_equal(st.reserved_bytes_peak, 64 * MiB);
-  assert_int_equal(st.reserved_bytes, 16 * MiB);
+  assert_int_equal(st.reserved_bytes, 64 * MiB);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_CREATE), creates);
   sa_assert_ok(sa_free(b, f.streams[0]));
   teardown(&f);
 }
@@ -194,15 +250,15 @@ static void trim_honours_release_threshold(void **state) {
   assert_int_equal(st.reserved_bytes, 8 * MiB);
   assert_int_equal(st.cached_bytes, 8 * MiB);
   assert_int_equal(st.chunks_total, 2);
-  /* The two cached 4 MiB chunks serve a 32 MiB span, with new 16 and 8 MiB
-   * chunks (power-of-two sizes). */
+  /* The two cached 4 MiB chunks serve a 32 MiB span, with one new chunk of
+   * the 24 MiB missing. */
   void *big;
   sa_assert_ok(sa_alloc(f.arena, &big, 32 * MiB, s));
   st = stats(f.arena);
   assert_int_equal(st.reserved_bytes, 32 * MiB);
-  assert_int_equal(st.chunks_total, 4);
+  assert_int_equal(st.chunks_total, 3);
   sa_assert_ok(sa_free(big, s));
-  sa_assert_ok(sa_trim(f.arena, 4 * MiB)); /* largest first: 16, 8, 4 MiB go */
+  sa_assert_ok(sa_trim(f.arena, 4 * MiB)); /* largest first: 24 and 4 MiB go */
   assert_int_equal(stats(f.arena).reserved_bytes, 4 * MiB);
   sa_assert_ok(sa_trim(f.arena, 0));
   st = stats(f.arena);
@@ -481,10 +537,12 @@ static void split_piece_for_another_stream_waits(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(small_frees_become_one_span_under_cap),
-      cmocka_unit_test(small_frees_become_one_span_without_growth),
-      cmocka_unit_test(spans_reshape_instead_of_growing),
+      cmocka_unit_test(spans_grow_rather_than_remap_without_a_budget),
+      cmocka_unit_test(small_frees_become_one_span_under_a_soft_budget),
+      cmocka_unit_test(soft_budget_remaps_before_growing),
+      cmocka_unit_test(soft_budget_gives_way_while_work_is_pending),
       cmocka_unit_test(remap_preserves_contents),
-      cmocka_unit_test(oversized_cached_chunk_released_before_growth),
+      cmocka_unit_test(cached_chunk_serves_a_smaller_growth_whole),
       cmocka_unit_test(trim_honours_release_threshold),
       cmocka_unit_test(defragment_waits_for_pending_work),
       cmocka_unit_test(defragment_concurrent_with_alloc_free),

@@ -56,6 +56,47 @@ static void record_stream_of_a_spans_own_stream_is_kept(void **state) {
   sa_assert_ok(sa_free(q, c));
 }
 
+static int setup4(void **state) {
+  sa_fixture *f = malloc(sizeof *f);
+  if (f == NULL) return -1;
+  if (sa_fixture_setup(f, NULL, 4, SA_HOST_MANUAL) != SA_OK) {
+    free(f);
+    return -1;
+  }
+  *state = f;
+  return 0;
+}
+
+/* A span freed on A and recorded on B; a request on C makes C wait for A's
+ * event, then the wait for B's fails. The span must keep both events: the
+ * next stream (D) has to wait for A's work too, still queued. (The events
+ * were taken off one by one as C waited, and the span went back with B's
+ * alone: D then got it while A's fill was pending, and the checker said
+ * so.) */
+static void failed_wait_keeps_every_event_of_a_free_span(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], b = f->streams[1], c = f->streams[2], d = f->streams[3];
+  void *p, *q, *r;
+  uint64_t bad = 0;
+  sa_assert_ok(sa_alloc(f->arena, &p, 8 * MiB, a));
+  sa_assert_ok(sa_host_fill(a, p, 8 * MiB, 0xAAAAAAAAu)); /* queued on A */
+  sa_assert_ok(sa_record_stream(p, b));
+  sa_assert_ok(sa_host_fill(b, p, 4096, 0xBBBBBBBBu)); /* queued on B */
+  sa_assert_ok(sa_free(p, a));
+  sa_assert_ok(sa_host_fault_inject(SA_HOST_FN_STREAM_WAIT_EVENT, 2, 0));
+  sa_assert_status(sa_alloc(f->arena, &r, 8 * MiB, c), SA_ERR_DRIVER);
+  assert_true(sa_host_faults_injected() > 0);
+  sa_host_fault_clear();
+  sa_assert_ok(sa_alloc(f->arena, &q, 8 * MiB, d)); /* the checker verifies it */
+  assert_ptr_equal(q, p);
+  sa_assert_ok(sa_host_fill(d, q, 8 * MiB, 0xDDDDDDDDu));
+  sa_assert_ok(sa_host_check(d, q, 8 * MiB, 0xDDDDDDDDu, &bad));
+  sa_assert_ok(sa_host_stream_drain(d)); /* D first: it must wait for A and B */
+  sa_assert_ok(sa_host_drain_all());
+  assert_int_equal(bad, 0);
+  sa_assert_ok(sa_free(q, d));
+}
+
 /* The driver refuses to release one cached chunk while the arena is
  * destroyed: that chunk stays with the driver, but every other one must
  * still be released (it used to stop at the first failure and leak the
@@ -250,6 +291,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(free_after_a_recorded_stream_was_released, setup3,
                                       teardown),
       cmocka_unit_test_setup_teardown(trim_returns_every_free_span, setup3, teardown),
+      cmocka_unit_test_setup_teardown(failed_wait_keeps_every_event_of_a_free_span, setup4,
+                                      teardown),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   printf("regression: core bugs pinned %zu, threads 1, streams 3, failures %d\n",

@@ -114,6 +114,11 @@ typedef struct sa_config_s {
   size_t superblock_size;         /* default: allocation granularity (2 MiB) */
   size_t va_reserve_bytes;        /* default: 0 = 4 x device memory */
   size_t max_physical_bytes;      /* default: 0 = the whole device */
+  size_t reserve_limit_bytes;     /* soft budget: large allocations reuse free
+                                     memory by remapping rather than grow the
+                                     physical footprint past it, and pass it
+                                     only when that is not enough; default
+                                     0 = max_physical_bytes */
   size_t release_threshold_bytes; /* physical bytes kept cached by trims; default 0 */
   size_t large_threshold;         /* larger requests get their own span;
                                      default 0 = superblock_size / 2 */
@@ -130,8 +135,8 @@ void sa_config_init(sa_config *config);
  * "backend=host,superblock_size=4MiB,release_threshold=1GiB".
  * Keys: device, backend (auto|cuda|host), peer_access (all|none|devices
  * joined by '+', e.g. 1+2), superblock_size, va_reserve, max_physical,
- * release_threshold, large_threshold, check_stream_order (0|1), oom_report
- * (0|1), trace (a file path).
+ * reserve_limit, release_threshold, large_threshold, check_stream_order
+ * (0|1), oom_report (0|1), trace (a file path).
  * Sizes take an optional suffix: B, KiB, MiB, GiB, TiB (also K, M, G, T).
  * On SA_ERR_BAD_CONFIG, *config is unchanged and, if err is not NULL, a
  * message naming the offending key or value is written to err (at most
