@@ -1,5 +1,7 @@
 /* //bench:replay: replay allocation traces on the host simulator with a
  * capped device size, and compare with a contiguous first-fit reference.
+ * (On a GPU, through the CUDA backend and beside other allocators:
+ * //bench/peers:peer_bench --workloads=trace.)
  *
  *   replay [options] TRACE.csv...     (replay --help prints the options)
  *     --capacity=SIZE   device size for every trace (sa_config_parse sizes)

@@ -11,8 +11,8 @@
 //
 // Peak reserved is RMM's own figure: for the pool and the arena, the peak
 // of a statistics_resource_adaptor between them and cudaMalloc (the pool's
-// size; the arena's whole); for the async resource, its pool's
-// cudaMemPoolAttrReservedMemHigh. Each instance builds new resources, so
+// largest pool_size(); the arena's whole); for the async resource, its
+// pool's cudaMemPoolAttrReservedMemHigh. Each instance builds new resources, so
 // peaks start from zero.
 #include <cuda_runtime_api.h>
 
@@ -65,6 +65,13 @@ void counted_stats(const Counted &c, peer_stats *out) {
   auto bytes = c.upstream.get_bytes_counter();
   out->reserved_peak = static_cast<size_t>(bytes.peak);
   out->reserved_now = static_cast<size_t>(bytes.value);
+}
+
+// The pool's size only grows (until the pool is destroyed), so its peak is
+// what the pool took from cudaMalloc.
+void counted_stats(const Pool &p, peer_stats *out) {
+  counted_stats(static_cast<const Counted &>(p), out);
+  out->reserved_now = p.mr.pool_size();
 }
 
 void counted_stats(const Async &a, peer_stats *out) {
@@ -132,7 +139,8 @@ const peer_backend backends[] = {
     {"rmm-pool",
      RMM_ABOUT "pool_memory_resource over cuda_memory_resource, initial pool 0 (grows as RMM "
                "grows it), no maximum",
-     "peak bytes the pool took from cudaMalloc (a statistics_resource_adaptor under it)",
+     "its largest pool_size(): the bytes it took from cudaMalloc (a statistics_resource_adaptor "
+     "under it)",
      Ops<Pool>::create, Ops<Pool>::alloc, Ops<Pool>::free, nullptr, Ops<Pool>::stats,
      Ops<Pool>::destroy, error},
     {"rmm-arena",

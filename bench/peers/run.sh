@@ -4,7 +4,7 @@
 # .gpu/peers/run.sh; run from anywhere:
 #
 #   bash .gpu/peers/run.sh [--quick] [--backends=a,b] [--no-record] [--steps=N]
-#                          [--per-backend-s=S] [TRACE...]
+#                          [--per-backend-s=S] [--deadline-s=S] [TRACE...]
 #   --quick          small counts (a smoke run, not figures to report)
 #   --backends       default: streamarena,cudaMallocAsync,rmm-pool,rmm-arena,
 #                    rmm-async,torch,torch-expandable
@@ -12,20 +12,24 @@
 #                    shipped traces and any TRACE given)
 #   --steps          training steps of the recorded trace (default 30; 8 quick)
 #   --per-backend-s  time limit of one backend's process (default 75; 45 quick)
+#   --deadline-s     the whole run's time limit (default 330; 240 quick): a
+#                    backend that would start past it is left out, and one
+#                    that would end past it gets less time
 #
 # One process per backend: each allocator starts fresh, and PyTorch's
 # settings (expandable segments) are fixed per process. Writes three files
-# under $OUT (default /tmp/peers-out): results.jsonl (every result, what
-# plot.py reads), RESULTS.md, and peers.tar.gz with the rest: the plots
-# peers_*.png, machine.txt, the recorded torch_trace.csv.gz, a log per
-# backend. Prints the tables last. Exit 1 if a backend failed.
+# under $OUT (default /tmp/peers-out): results.jsonl (every result as it
+# comes, what plot.py reads), RESULTS.md, and peers.tar.gz with the rest:
+# the plots peers_*.png, machine.txt, the recorded torch_trace.csv.gz, a log
+# per backend. Prints the tables last. Exit 1 if a backend failed.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 FINAL=${OUT:-/tmp/peers-out}
 mkdir -p "$FINAL"
 OUT=$(mktemp -d /tmp/peers-run.XXXXXX) # the work folder; bundled at the end
 
-quick=0 record=1 steps="" per_s="" backends="streamarena,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,torch,torch-expandable"
+start=$(date +%s)
+quick=0 record=1 steps="" per_s="" deadline="" backends="streamarena,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,torch,torch-expandable"
 extra=()
 for a in "$@"; do
   case "$a" in
@@ -34,6 +38,7 @@ for a in "$@"; do
     --backends=*) backends=${a#*=} ;;
     --steps=*) steps=${a#*=} ;;
     --per-backend-s=*) per_s=${a#*=} ;;
+    --deadline-s=*) deadline=${a#*=} ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     --*) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
     *) extra+=("$(realpath "$a")") ;;
@@ -41,11 +46,12 @@ for a in "$@"; do
 done
 [ -n "$steps" ] || steps=$([ $quick -eq 1 ] && echo 8 || echo 30)
 [ -n "$per_s" ] || per_s=$([ $quick -eq 1 ] && echo 45 || echo 75)
+[ -n "$deadline" ] || deadline=$([ $quick -eq 1 ] && echo 240 || echo 330)
 bench_args=(--require-gpu)
 [ $quick -eq 1 ] && bench_args+=(--quick) || bench_args+=(--random-max-s=15)
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-results=$OUT/results.jsonl
-rm -f "$results"
+results=$FINAL/results.jsonl # written as results come: a run cut short keeps them
+rm -f "$results" "$FINAL/RESULTS.md" "$FINAL/peers.tar.gz"
 
 # --- the machine, and PyTorch's libraries ---------------------------------
 torch_info=$(python3 -c 'import os, torch; print(torch.__version__, os.path.join(os.path.dirname(torch.__file__), "lib"), os.path.dirname(torch.__file__), torch.version.cuda)' 2>/dev/null | tail -1)
@@ -93,7 +99,7 @@ fi
 traces=("$here"/traces/*.csv)
 if [ $record -eq 1 ] && [ "$torch_version" != none ]; then
   echo "== recording a PyTorch trace ($steps steps)"
-  if timeout -k 10 180 python3 "$here/record_torch_trace.py" --steps "$steps" \
+  if timeout -k 10 120 python3 "$here/record_torch_trace.py" --steps "$steps" \
     "$OUT/torch_trace.csv.gz" > "$OUT/record_torch_trace.log" 2>&1; then
     traces+=("$OUT/torch_trace.csv.gz")
   else
@@ -127,15 +133,23 @@ for b in "${list[@]}"; do
       env=(LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib:/usr/local/cuda/lib64")
       [ "$b" = torch-expandable ] && env+=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
   esac
+  left=$((deadline - ($(date +%s) - start)))
+  if [ $left -lt 20 ]; then
+    echo "run.sh: $b left out: the run's deadline (${deadline} s) is near"
+    echo "{\"type\": \"skip\", \"backend\": \"$b\", \"workload\": \"all\", \"why\": \"left out: the run's deadline (${deadline} s) came\"}" >> "$results"
+    rc[$b]=deadline
+    continue
+  fi
+  limit=$((left < per_s ? left : per_s))
   echo "== $b"
   t0=$(date +%s)
-  env "${env[@]}" timeout -k 10 "$per_s" "$here/peer_bench" "${bench_args[@]}" --backends="$b" \
+  env "${env[@]}" timeout -k 10 "$limit" "$here/peer_bench" "${bench_args[@]}" --backends="$b" \
     "${plugin[@]}" --json="$results" "${traces[@]}" > "$OUT/peer_bench-$b.log" 2>&1
   r=$?
   rc[$b]=$r
   echo "$b: exit $r in $(($(date +%s) - t0)) s"
   if [ $r -eq 124 ] || [ $r -eq 137 ]; then
-    echo "{\"type\": \"error\", \"backend\": \"$b\", \"workload\": \"all\", \"error\": \"stopped after $per_s s (what it measured before is kept)\"}" >> "$results"
+    echo "{\"type\": \"error\", \"backend\": \"$b\", \"workload\": \"all\", \"error\": \"stopped after $limit s (what it measured before is kept)\"}" >> "$results"
   fi
   [ $r -eq 0 ] || tail -n 15 "$OUT/peer_bench-$b.log"
 done
@@ -143,10 +157,9 @@ done
 # --- the tables, RESULTS.md and plots --------------------------------------
 echo
 python3 "$here/plot.py" --out "$OUT" "$results" 2>&1 | tee "$OUT/plot.log" | tail -n 80
-cp "$results" "$FINAL/results.jsonl"
-[ -f "$OUT/RESULTS.md" ] && cp "$OUT/RESULTS.md" "$FINAL/RESULTS.md"
-tar -C "$OUT" -czf "$FINAL/peers.tar.gz" --exclude=results.jsonl --exclude=RESULTS.md .
-echo "run.sh: $FINAL/results.jsonl, RESULTS.md, peers.tar.gz (plots, logs, the recorded trace)"
+[ -f "$OUT/RESULTS.md" ] && mv "$OUT/RESULTS.md" "$FINAL/RESULTS.md"
+tar -C "$OUT" -czf "$FINAL/peers.tar.gz" . && rm -rf "$OUT"
+echo "run.sh: $FINAL/results.jsonl, RESULTS.md, peers.tar.gz (plots, logs, the recorded trace) in $(($(date +%s) - start)) s"
 echo
 failed=0
 for b in "${list[@]}"; do
