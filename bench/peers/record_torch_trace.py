@@ -13,14 +13,19 @@ the model is built: weights, gradients and optimizer state are in it.
 
 The output is PyTorch's own history (torch.cuda.memory._snapshot()'s
 device_traces) as CSV, stream,action,addr,size,time_us, gzipped: the format
-//bench:replay and bench/peers' peer_bench read (docs/TRACE.md). Needs a GPU.
+//bench:replay and bench/peers' peer_bench read (docs/TRACE.md), written by
+bench/torch_trace.py's converter (staged beside this script). Needs a GPU.
 """
 import argparse
-import csv
 import gzip
+import os
 import random
 import sys
 import time
+
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_here, os.path.join(_here, "..")]  # staged beside it, or bench/ in a checkout
+from torch_trace import convert  # noqa: E402
 
 
 def build(torch, layers, hidden, heads, vocab):
@@ -117,17 +122,11 @@ def main():
     except TypeError:
         pass
     traces = snap["device_traces"][torch.cuda.current_device()]
-    counts = {}
-    with gzip.open(args.out, "wt", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["stream", "action", "addr", "size", "time_us"])
-        for e in traces:
-            counts[e["action"]] = counts.get(e["action"], 0) + 1
-            w.writerow([e.get("stream", 0), e["action"], e["addr"], e["size"], e.get("time_us", 0)])
-    peak = torch.cuda.max_memory_allocated() / 2**30
-    print(f"record_torch_trace.py: {len(traces)} events ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}), "
-          f"peak allocated {peak:.2f} GiB, torch {torch.__version__}, {args.steps} steps in "
-          f"{time.time() - t0:.0f} s -> {args.out}")
+    with gzip.open(args.out, "wt") as f:
+        st = convert(traces, f)
+    print(f"record_torch_trace.py: {st['events']} events, {st['allocs']} allocs, {st['frees']} "
+          f"frees, {st['streams']} streams, peak live {st['peak_live'] / 2**30:.2f} GiB; torch "
+          f"{torch.__version__}, {args.steps} steps in {time.time() - t0:.0f} s -> {args.out}")
 
 
 if __name__ == "__main__":
