@@ -1,51 +1,16 @@
-/* Arenas: creation and destruction, the registry that maps an address to
- * its arena, tuning and statistics.
+/* Arenas: creation and destruction, tuning and statistics.
  *
- * The registry is a fixed table read under a read lock by the slow paths
- * (sa_free of a pointer the thread cache cannot place); arena destruction
- * removes the arena from it before anything is torn down, so a later free
- * of one of its pointers is SA_ERR_INVALID_POINTER, never a crash.
+ * An arena joins the registry (registry.c), which maps an address to its
+ * arena without a lock, once it is complete, and leaves it before anything
+ * is torn down, so a later free of one of its pointers is
+ * SA_ERR_INVALID_POINTER, never a crash.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-static pthread_rwlock_t registry_rw = PTHREAD_RWLOCK_INITIALIZER;
-static sa_arena *registry[SA_MAX_ARENAS];
 static _Atomic uint64_t next_arena_id = 1;
-
-sa_arena *sa__arena_of(uintptr_t p) {
-  sa_arena *found = NULL;
-  pthread_rwlock_rdlock(&registry_rw);
-  for (size_t i = 0; i < SA_MAX_ARENAS && found == NULL; i++) {
-    sa_arena *a = registry[i];
-    if (a != NULL && p - a->va_base < a->va_size) found = a;
-  }
-  pthread_rwlock_unlock(&registry_rw);
-  return found;
-}
-
-static sa_status registry_add(sa_arena *a) {
-  sa_status st = SA_ERR_OUT_OF_MEMORY;
-  pthread_rwlock_wrlock(&registry_rw);
-  for (size_t i = 0; i < SA_MAX_ARENAS; i++) {
-    if (registry[i] == NULL) {
-      registry[i] = a;
-      st = SA_OK;
-      break;
-    }
-  }
-  pthread_rwlock_unlock(&registry_rw);
-  return st;
-}
-
-static void registry_remove(sa_arena *a) {
-  pthread_rwlock_wrlock(&registry_rw);
-  for (size_t i = 0; i < SA_MAX_ARENAS; i++)
-    if (registry[i] == a) registry[i] = NULL;
-  pthread_rwlock_unlock(&registry_rw);
-}
 
 /* Open config's backend and device, grant its peers, and read what the
  * configuration rules need: the granularity (a power of two) and the
@@ -153,7 +118,14 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
     a->reserve_limit = soft != 0 && soft < a->physical_cap ? soft : a->physical_cap;
     a->budgeted = a->cfg.max_physical_bytes != 0 || soft != 0;
   }
-  if (st == SA_OK) st = a->drv->ops->va_reserve(a->drv, a->va_size, a->gran, &a->va_base);
+  if (st == SA_OK) {
+    /* A slot of slack, so that the range can start on a slot boundary and
+     * own every slot it touches (registry.c). */
+    size_t slots = (a->va_size + SA_REGISTRY_SLOT - 1) & ~(SA_REGISTRY_SLOT - 1);
+    a->va_reserved_size = slots + SA_REGISTRY_SLOT - a->gran;
+    st = a->drv->ops->va_reserve(a->drv, a->va_reserved_size, a->gran, &a->va_reserved_base);
+    a->va_base = (a->va_reserved_base + SA_REGISTRY_SLOT - 1) & ~(SA_REGISTRY_SLOT - 1);
+  }
   if (st != SA_OK) {
     sa_driver_close(a->drv);
     arena_free(a);
@@ -163,17 +135,17 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
   atomic_store(&a->xlarge_threshold, a->cfg.large_threshold);
   st = sa__va_init(a);
   if (st == SA_OK && a->cfg.trace_path[0] != '\0') st = sa__trace_open(a, a->cfg.trace_path);
-  if (st == SA_OK) st = registry_add(a);
+  a->hooks = a->trace != NULL || ((a->cfg.flags & SA_FLAG_CHECK_STREAM_ORDER) &&
+                                  a->drv->ops->check_handout != NULL);
+  if (st == SA_OK) st = sa__registry_add(a); /* last: a is complete */
   if (st != SA_OK) {
     sa__trace_close(a);
     sa__va_fini(a);
-    (void)a->drv->ops->va_release(a->drv, a->va_base, a->va_size);
+    (void)a->drv->ops->va_release(a->drv, a->va_reserved_base, a->va_reserved_size);
     sa_driver_close(a->drv);
     arena_free(a);
     return st;
   }
-  a->hooks = a->trace != NULL || ((a->cfg.flags & SA_FLAG_CHECK_STREAM_ORDER) &&
-                                  a->drv->ops->check_handout != NULL);
   *out = a;
   return SA_OK;
 }
@@ -205,7 +177,7 @@ sa_status sa_arena_destroy(sa_arena *a) {
   sa_stats stats;
   (void)sa_get_stats(a, &stats); /* before the entries and their counts go */
   uint64_t live = stats.alloc_count - stats.free_count;
-  registry_remove(a);
+  sa__registry_remove(a);
   sa__entries_detach(a);
 
   /* Wait for the work of every stream still alive. Spans go first: their
@@ -235,7 +207,7 @@ sa_status sa_arena_destroy(sa_arena *a) {
   if (a->chunk_cache != NULL) note(&first, SA_ERR_DRIVER);
   free_chunk_records(a->chunk_cache); /* refused: they stay with the driver */
   a->chunk_cache = NULL;
-  note(&first, a->drv->ops->va_release(a->drv, a->va_base, a->va_size));
+  note(&first, a->drv->ops->va_release(a->drv, a->va_reserved_base, a->va_reserved_size));
   note(&first, sa__event_pool_fini(a));
   sa__record_fini(a);
   sa__trace_close(a);

@@ -3,7 +3,7 @@
  * Layers, top to bottom (each calls only the ones below it):
  *   alloc.c          public sa_alloc / sa_free / sa_record_stream, fast paths;
  *                    the out-of-memory loop, sa_trim, sa_defragment
- *   arena.c          arena life cycle, registry, tuning, statistics
+ *   arena.c          arena life cycle, tuning, statistics
  *   snapshot.c       sa_snapshot_write
  *   report.c         memory summary: out-of-memory report, snapshot summary
  *   thread_cache.c   per-thread caches keyed by (arena, stream)
@@ -19,6 +19,7 @@
  *   event_pool.c     pooled driver events
  *   trace.c          the allocation trace (trace=PATH)
  *   hook.c           test hooks (pause points on slow paths)
+ *   registry.c       which arena an address belongs to (lock-free)
  *   driver/driver.h  the device (src/driver/), the simulator behind it (src/sim/)
  *
  * Naming: sa_ is public, sa__ is internal across files, static functions
@@ -47,13 +48,15 @@
 #define sa_unlikely(x) __builtin_expect(!!(x), 0)
 #define SA_NOINLINE __attribute__((noinline))
 
-#define SA_MAX_ARENAS 256          /* live arenas in a process */
 #define SA_KEEP_EMPTY_SUPERBLOCKS 2 /* per stream, kept before going global */
 #define SA_LIVE_FLUSH_BYTES (256u << 10) /* per-thread live-byte slack, plus a block */
 #define SA_BATCH_MAX 64            /* blocks per cross-stream batch */
 #define SA_RECORD_BUCKETS 1024
 #define SA_SUPERBLOCK_MAX ((size_t)1 << 30) /* block offsets stay below 2^32 */
 #define SA_VA_RESERVE_MAX ((size_t)1 << 46) /* 64 TiB */
+#define SA_REGISTRY_SLOT_BITS 32     /* arenas own whole 4 GiB slots (registry.c) */
+#define SA_REGISTRY_SLOT ((uintptr_t)1 << SA_REGISTRY_SLOT_BITS)
+#define SA_REGISTRY_ADDRESS_BITS 57  /* x86-64 with 5-level paging */
 
 typedef struct sa_stream_arena_s sa_stream_arena;
 typedef struct sa_tentry_s sa_tentry;
@@ -281,9 +284,12 @@ struct sa_arena_s {
   unsigned gran_shift;
   size_t physical_cap;
 
-  /* Virtual range and page map (va_space.c). */
+  /* Virtual range and page map (va_space.c). The range starts on a
+   * registry slot boundary inside a reservation with a slot of slack. */
   uintptr_t va_base;
   size_t va_size;
+  uintptr_t va_reserved_base;
+  size_t va_reserved_size;
   _Atomic(sa_desc *) *pagemap;
   struct sa_va_free_s *va_free; /* sorted free ranges (lock) */
   size_t va_used;
@@ -368,9 +374,12 @@ static inline void sa__hook(sa_hook_point point, void *arg) {
   if (sa_unlikely(h != NULL)) h(point, arg);
 }
 
-/* arena.c */
+/* registry.c: address -> arena, lock-free */
 sa_arena *sa__arena_of(uintptr_t p); /* live arena holding p, or NULL */
+sa_status sa__registry_add(sa_arena *a);   /* once a is complete */
+void sa__registry_remove(sa_arena *a);     /* before a is torn down */
 
+/* arena.c */
 /* The arena's live-byte count and its peak (thread caches publish theirs). */
 static inline void sa__live_add(sa_arena *a, int64_t delta) {
   int64_t now = atomic_fetch_add_explicit(&a->xlive_bytes, delta, memory_order_relaxed) + delta;
