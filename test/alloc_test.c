@@ -565,6 +565,61 @@ static void superblock_size_tuning(void **state) {
   destroy_clean(a);
 }
 
+/* The granularity is public and agrees with the device; the configuration
+ * rules name the key and the rule on this backend too. */
+static void granularity_and_configuration_rules(void **state) {
+  (void)state;
+  size_t g = 0, want = 0;
+  assert_int_equal(drv->ops->granularity(drv, &want), SA_OK);
+  assert_int_equal(sa_device_granularity(drv->backend, 0, &g), SA_OK);
+  assert_int_equal(g, want);
+  sa_arena *a = make_arena(NULL);
+  assert_int_equal(sa_arena_granularity(a), g);
+  destroy_clean(a);
+  sa_config cfg;
+  sa_config_init(&cfg);
+  cfg.backend = drv->backend;
+  cfg.superblock_size = g + g / 2;
+  char err[256];
+  assert_int_equal(sa_config_check(&cfg, err, sizeof err), SA_ERR_BAD_CONFIG);
+  assert_non_null(strstr(err, "superblock_size="));
+  assert_non_null(strstr(err, "granularity"));
+  cfg.superblock_size = 17 * g; /* 34 MiB on 2 MiB granules */
+  cfg.large_threshold = 17 * g; /* a request just under it is a 36 MiB block */
+  assert_int_equal(sa_config_check(&cfg, err, sizeof err), SA_ERR_BAD_CONFIG);
+  assert_non_null(strstr(err, "large_threshold="));
+  assert_int_equal(sa_arena_create(&cfg, &a), SA_ERR_BAD_CONFIG);
+}
+
+/* After the superblock size grows, a class too large for the older empty
+ * superblocks gets a new one, and everything still trims away. */
+static void superblock_growth_loses_nothing(void **state) {
+  (void)state;
+  sa_arena *a = make_arena(NULL);
+  sa_stream s = NULL; /* alloc_and_exit's */
+  void *p[2];
+  pthread_t t; /* leaves an empty superblock of one granule on s */
+  assert_int_equal(pthread_create(&t, NULL, alloc_and_exit, a), 0);
+  void *ret;
+  assert_int_equal(pthread_join(t, &ret), 0);
+  assert_null(ret);
+  sa_stats st;
+  assert_int_equal(sa_get_stats(a, &st), SA_OK);
+  assert_int_equal(st.superblocks_empty, 1);
+  assert_int_equal(sa_set_superblock_size(a, 4 * sa_arena_granularity(a)), SA_OK);
+  size_t big = 3 * sa_arena_granularity(a) / 2; /* a small block now, larger than a granule */
+  assert_int_equal(sa_alloc(a, &p[0], big, s), SA_OK);
+  fill_and_verify(p[0], big, 7, s);
+  assert_int_equal(sa_alloc(a, &p[1], 4096, s), SA_OK);
+  assert_int_equal(sa_free(p[0], s), SA_OK);
+  assert_int_equal(sa_free(p[1], s), SA_OK);
+  assert_int_equal(sa_trim(a, 0), SA_OK);
+  assert_int_equal(sa_get_stats(a, &st), SA_OK);
+  assert_int_equal(st.superblocks_total, 0);
+  assert_int_equal(st.reserved_bytes, 0);
+  destroy_clean(a);
+}
+
 /* Empty superblocks count with their own size, not the size new ones get
  * after sa_set_superblock_size: cached memory never exceeds reserved. */
 static void cached_bytes_use_each_superblocks_size(void **state) {
@@ -730,6 +785,8 @@ int main(void) {
       cmocka_unit_test(thread_exit_returns_cached_blocks),
       cmocka_unit_test(stream_release_returns_memory),
       cmocka_unit_test(superblock_size_tuning),
+      cmocka_unit_test(granularity_and_configuration_rules),
+      cmocka_unit_test(superblock_growth_loses_nothing),
       cmocka_unit_test(stats_track_live_and_reserved),
       cmocka_unit_test(cached_bytes_use_each_superblocks_size),
       cmocka_unit_test(live_bytes_within_slack_of_one_block),
