@@ -121,6 +121,7 @@ static void help(void) {
          "  superblock_size=SIZE     small-block superblocks (the granularity, 2 MiB)\n"
          "  va_reserve=SIZE          virtual range reserved (4 x device memory)\n"
          "  max_physical=SIZE        physical memory cap (the whole device)\n"
+         "  reserve_limit=SIZE       soft budget: remap free memory before growing past it (none)\n"
          "  release_threshold=SIZE   physical bytes trims keep cached (0)\n"
          "  large_threshold=SIZE     larger requests get their own span (superblock/2)\n"
          "  check_stream_order=0|1   host backend: verify every handout (0)\n"

@@ -19,16 +19,20 @@
 
 #define MiB ((size_t)1 << 20)
 
-static int setup3(void **state) {
+/* A fixture with n SA_HOST_MANUAL streams in *state. */
+static int setup_streams(void **state, size_t n) {
   sa_fixture *f = malloc(sizeof *f);
   if (f == NULL) return -1;
-  if (sa_fixture_setup(f, NULL, 3, SA_HOST_MANUAL) != SA_OK) {
+  if (sa_fixture_setup(f, NULL, n, SA_HOST_MANUAL) != SA_OK) {
     free(f);
     return -1;
   }
   *state = f;
   return 0;
 }
+
+static int setup3(void **state) { return setup_streams(state, 3); }
+static int setup4(void **state) { return setup_streams(state, 4); }
 
 static int teardown(void **state) { return sa_fixture_cmocka_teardown(state); }
 
@@ -54,17 +58,6 @@ static void record_stream_of_a_spans_own_stream_is_kept(void **state) {
   assert_int_equal(bad, 0);
   sa_assert_ok(sa_trim(f->arena, 0));
   sa_assert_ok(sa_free(q, c));
-}
-
-static int setup4(void **state) {
-  sa_fixture *f = malloc(sizeof *f);
-  if (f == NULL) return -1;
-  if (sa_fixture_setup(f, NULL, 4, SA_HOST_MANUAL) != SA_OK) {
-    free(f);
-    return -1;
-  }
-  *state = f;
-  return 0;
 }
 
 /* A span freed on A and recorded on B; a request on C makes C wait for A's
