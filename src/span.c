@@ -478,16 +478,22 @@ static size_t edge_use(const sa_arena *a, const sa_span *sp, want w) {
  * between two runs when their free ends and the gap together are enough;
  * or a fresh run. Ties go to the lowest run, and upwards (spans are placed
  * at the lowest address, so a run's free rest lies at its top). */
+/* The granules to map so that have free bytes become need; SIZE_MAX when
+ * have is enough already (best_fit's job, not growth's). */
+static size_t missing(size_t need, size_t have, size_t gran) {
+  return have < need ? round_up(need - have, gran) : SIZE_MAX;
+}
+
 static growth plan_growth(const sa_arena *a, want w) {
   size_t g = a->gran, need = w.need;
   growth best = {GROW_FRESH, 0, round_up(need, g), SIZE_MAX};
 #define BETTER(m) ((m) < best.size || ((m) == best.size && best.dir == GROW_FRESH))
   for (const sa_run *r = a->runs; r != NULL; r = r->next) {
     uintptr_t lo = r->hdr.base, hi = lo + r->hdr.size;
-    size_t above = sa__va_free_above(a, hi), m = round_up(need - edge_use(a, r->last, w), g);
+    size_t above = sa__va_free_above(a, hi), m = missing(need, edge_use(a, r->last, w), g);
     if (m <= above && BETTER(m)) best = (growth){GROW_UP, hi, m, above};
     size_t below = sa__va_free_below(a, lo);
-    m = round_up(need - edge_use(a, r->first, w), g);
+    m = missing(need, edge_use(a, r->first, w), g);
     if (m <= below && BETTER(m)) {
       best = (growth){GROW_DOWN, lo, m, below};
     } else if (below > 0 && BETTER(below) && r->prev != NULL &&

@@ -185,6 +185,45 @@ static void soft_budget_gives_way_while_work_is_pending(void **state) {
   teardown(&f);
 }
 
+/* Spans are packed at 256 bytes, not whole granules: eight requests just
+ * above the 1 MiB threshold take 8.8 MiB, not 16. */
+static void spans_pack_at_256_bytes(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO);
+  void *p[8];
+  size_t size = MiB + 100 * KiB;
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], size, f.streams[0]));
+  for (int i = 1; i < 8; i++) assert_int_equal((char *)p[i] - (char *)p[i - 1], size);
+  assert_int_equal(stats(f.arena).reserved_bytes, 10 * MiB); /* 8.8 MiB in granules */
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_free(p[i], f.streams[0]));
+  teardown(&f);
+}
+
+/* A request that fits no free span maps only what is missing, next to the
+ * free span at the run's end: one chunk, one map, one access setting. */
+static void growth_maps_only_what_is_missing(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO);
+  sa_stream s = f.streams[0];
+  void *a, *b;
+  sa_assert_ok(sa_alloc(f.arena, &a, 10 * MiB, s));
+  sa_assert_ok(sa_free(a, s)); /* 10 MiB free at the run's end */
+  sa_host_totals t0, t1;
+  sa_host_get_totals(&t0);
+  sa_assert_ok(sa_alloc(f.arena, &b, 16 * MiB, s));
+  sa_host_get_totals(&t1);
+  assert_ptr_equal(b, a);
+  assert_int_equal(t1.calls[SA_HOST_FN_CHUNK_CREATE] - t0.calls[SA_HOST_FN_CHUNK_CREATE], 1);
+  assert_int_equal(t1.calls[SA_HOST_FN_MAP] - t0.calls[SA_HOST_FN_MAP], 1);
+  assert_int_equal(t1.calls[SA_HOST_FN_SET_ACCESS] - t0.calls[SA_HOST_FN_SET_ACCESS], 1);
+  assert_int_equal(t1.bytes_created - t0.bytes_created, 6 * MiB);
+  assert_int_equal(stats(f.arena).reserved_bytes, 16 * MiB);
+  sa_assert_ok(sa_free(b, s));
+  teardown(&f);
+}
+
 /* A chunk keeps its bytes when it is unmapped and mapped again under
  * another span (the cached chunk is stitched in first, at offset 0). */
 static void remap_preserves_contents(void **state) {
@@ -537,6 +576,8 @@ static void split_piece_for_another_stream_waits(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(small_frees_become_one_span_under_cap),
+      cmocka_unit_test(spans_pack_at_256_bytes),
+      cmocka_unit_test(growth_maps_only_what_is_missing),
       cmocka_unit_test(spans_grow_rather_than_remap_without_a_budget),
       cmocka_unit_test(small_frees_become_one_span_under_a_soft_budget),
       cmocka_unit_test(soft_budget_remaps_before_growing),
