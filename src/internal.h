@@ -453,7 +453,12 @@ sa_status sa__superblock_format(sa_superblock *sb, unsigned cls); /* owner lock 
 void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e,
                               sa_stream_arena *from);
 sa_superblock *sa__superblock_pop_global(sa_arena *a);
-sa_status sa__superblock_unmap(sa_arena *a, sa_superblock *sb); /* arena lock held */
+/* sb was popped from the global stack: unmap it (chunks to the cache) once
+ * its work completed (with wait: after waiting), else put it on *keep for
+ * sa__superblock_push_all, which puts such a list back on the stack. */
+void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, bool wait,
+                                  sa_superblock **keep);
+void sa__superblock_push_all(sa_arena *a, sa_superblock *list);
 void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb); /* its last block came back */
 
 /* stream_arena.c */

@@ -19,25 +19,9 @@
  * once it has) are unmapped; the others go back on the stack. */
 static void unmap_free_superblocks(sa_arena *a, bool wait) {
   sa_superblock *keep = NULL, *sb;
-  while ((sb = sa__superblock_pop_global(a)) != NULL) {
-    sa_status st = SA_OK;
-    if (sb->event != NULL) {
-      st = sa__event_retire(a, sb->event, wait);
-      if (st == SA_OK) sb->event = NULL;
-    }
-    pthread_mutex_lock(&a->lock);
-    if (st == SA_OK) st = sa__superblock_unmap(a, sb);
-    pthread_mutex_unlock(&a->lock);
-    if (st != SA_OK) {
-      sb->next = keep;
-      keep = sb;
-    }
-  }
-  while (keep != NULL) {
-    sb = keep;
-    keep = sb->next;
-    sa__superblock_to_global(a, sb, sb->event, sb->event_owner);
-  }
+  while ((sb = sa__superblock_pop_global(a)) != NULL)
+    sa__superblock_unmap_or_keep(a, sb, wait, &keep);
+  sa__superblock_push_all(a, keep);
 }
 
 void sa__reclaim(sa_arena *a, size_t need, bool wait) {

@@ -78,7 +78,7 @@ sa_superblock *sa__superblock_pop_global(sa_arena *a) {
 /* Unmap a superblock that no stream owns and whose work completed: its
  * chunks go to the cache, its range to the free list, its descriptor to
  * the spares. Arena lock held. */
-sa_status sa__superblock_unmap(sa_arena *a, sa_superblock *sb) {
+static sa_status unmap(sa_arena *a, sa_superblock *sb) {
   sa_status st = sa__physical_unmap(a, &sb->hdr);
   if (st != SA_OK) return st;
   count(a, sb, -1, 0);
@@ -88,6 +88,30 @@ sa_status sa__superblock_unmap(sa_arena *a, sa_superblock *sb) {
   sb->next = a->spare_superblocks;
   a->spare_superblocks = sb;
   return SA_OK;
+}
+
+void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, bool wait,
+                                  sa_superblock **keep) {
+  sa_status st = SA_OK;
+  if (sb->event != NULL && (st = sa__event_retire(a, sb->event, wait)) == SA_OK)
+    sb->event = NULL;
+  if (st == SA_OK) {
+    pthread_mutex_lock(&a->lock);
+    st = unmap(a, sb);
+    pthread_mutex_unlock(&a->lock);
+  }
+  if (st != SA_OK) {
+    sb->next = *keep;
+    *keep = sb;
+  }
+}
+
+void sa__superblock_push_all(sa_arena *a, sa_superblock *list) {
+  while (list != NULL) {
+    sa_superblock *sb = list;
+    list = sb->next;
+    sa__superblock_to_global(a, sb, sb->event, sb->event_owner);
+  }
 }
 
 /* Carve and map a fresh superblock of the arena's current size, or larger
@@ -173,24 +197,9 @@ static sa_superblock *take_global(sa_stream_arena *sa, size_t need, sa_status *s
       found = sb;
       break;
     }
-    sa_status done = SA_OK;
-    if (sb->event != NULL && (done = sa__event_retire(a, sb->event, false)) == SA_OK)
-      sb->event = NULL;
-    if (done == SA_OK) {
-      pthread_mutex_lock(&a->lock);
-      done = sa__superblock_unmap(a, sb);
-      pthread_mutex_unlock(&a->lock);
-    }
-    if (done != SA_OK) {
-      sb->next = aside;
-      aside = sb;
-    }
+    sa__superblock_unmap_or_keep(a, sb, false, &aside);
   }
-  while (aside != NULL) {
-    sb = aside;
-    aside = sb->next;
-    sa__superblock_to_global(a, sb, sb->event, sb->event_owner);
-  }
+  sa__superblock_push_all(a, aside);
   if (found != NULL && found->event != NULL) {
     /* The same stream arena (not merely the same handle value, which a new
      * stream may reuse) is ordered by its stream alone. */

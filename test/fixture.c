@@ -1,6 +1,7 @@
 /* The shared host-backend fixture; see fixture.h. */
 #include "fixture.h"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -191,4 +192,34 @@ void sa_fixture_assert_driver_error(const char *needle) {
   (void)sa_last_driver_error(&name);
   if (name == NULL || strstr(name, needle) == NULL)
     fail_msg("the last driver error '%s' lacks '%s'", name != NULL ? name : "(none)", needle);
+}
+
+typedef struct churn_s {
+  sa_arena *arena;
+  size_t size;
+  int count;
+  sa_stream stream;
+  sa_status status;
+} churn;
+
+static void *alloc_free_exit(void *arg) {
+  churn *c = arg;
+  void *p[64];
+  int n = 0;
+  while (n < c->count && n < 64 && c->status == SA_OK)
+    if ((c->status = sa_alloc(c->arena, &p[n], c->size, c->stream)) == SA_OK) n++;
+  for (int i = 0; i < n; i++) {
+    sa_status st = sa_free(p[i], c->stream);
+    if (c->status == SA_OK) c->status = st;
+  }
+  return NULL;
+}
+
+sa_status sa_fixture_alloc_free_on_thread(sa_arena *arena, size_t size, int count,
+                                          sa_stream stream) {
+  churn c = {arena, size, count, stream, SA_OK};
+  pthread_t t;
+  if (pthread_create(&t, NULL, alloc_free_exit, &c) != 0) return SA_ERR_INTERNAL;
+  if (pthread_join(t, NULL) != 0) return SA_ERR_INTERNAL;
+  return c.status;
 }

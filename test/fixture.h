@@ -63,6 +63,13 @@ int sa_fixture_cmocka_teardown(void **state);
 sa_status sa_fixture_arena_create(sa_arena **out, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* On a new thread: allocate count (at most 64) blocks of size on stream,
+ * free them on it and exit, so that the thread's cache gives them back at
+ * once (superblocks they emptied stay with the stream). The first failing
+ * status, else SA_OK. */
+sa_status sa_fixture_alloc_free_on_thread(sa_arena *arena, size_t size, int count,
+                                          sa_stream stream);
+
 /* Fail the current cmocka test unless the calling thread's last driver error
  * (sa_last_driver_error) contains needle. */
 void sa_fixture_assert_driver_error(const char *needle);

@@ -23,11 +23,8 @@
 #define MiB ((size_t)1 << 20)
 
 static sa_arena *small_arena(void) {
-  sa_config cfg;
-  sa_config_init(&cfg);
-  sa_assert_ok(sa_config_parse(&cfg, "backend=host,va_reserve=4MiB", NULL, 0));
   sa_arena *a = NULL;
-  sa_assert_ok(sa_arena_create(&cfg, &a));
+  sa_assert_ok(sa_fixture_arena_create(&a, "backend=host,va_reserve=4MiB"));
   return a;
 }
 

@@ -2,7 +2,6 @@
  * (stress, fuzzing, fault sweep). One test per bug, named after the
  * behaviour it pins down; each failed before its fix.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -148,23 +147,6 @@ static void destroy_reports_an_event_it_could_not_destroy(void **state) {
   sa_assert_ok(sa_host_stream_destroy(s));
 }
 
-/* Free one block of size on s from a thread that exits, so its cache gives
- * the block back at once. */
-typedef struct {
-  sa_arena *arena;
-  sa_stream stream;
-  size_t size;
-  int count;
-} churn_arg;
-
-static void *alloc_free_exit(void *arg) {
-  churn_arg *c = arg;
-  void *p[8];
-  for (int i = 0; i < c->count; i++) sa_assert_ok(sa_alloc(c->arena, &p[i], c->size, c->stream));
-  for (int i = 0; i < c->count; i++) sa_assert_ok(sa_free(p[i], c->stream));
-  return NULL;
-}
-
 /* A superblock on the global stack carries the event recorded when it left
  * its stream. Destroy waits for it; when that wait fails, the event must
  * still go back to the driver (it was neither pooled nor destroyed). */
@@ -172,19 +154,13 @@ static void destroy_returns_an_event_whose_wait_failed(void **state) {
   (void)state;
   sa_host_counters before, after;
   sa_host_get_counters(&before);
-  sa_config cfg;
-  sa_config_init(&cfg);
-  sa_assert_ok(sa_config_parse(&cfg, "backend=host", NULL, 0));
   sa_arena *a;
   sa_stream s;
   sa_assert_ok(sa_host_stream_create(SA_HOST_AUTO, &s));
-  sa_assert_ok(sa_arena_create(&cfg, &a));
+  sa_assert_ok(sa_fixture_arena_create(&a, "backend=host"));
   /* Three superblocks of two 1 MiB blocks empty on s: two stay on s, the
    * third goes to the global stack behind an event on s. */
-  churn_arg c = {a, s, MiB, 6};
-  pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, alloc_free_exit, &c), 0);
-  assert_int_equal(pthread_join(t, NULL), 0);
+  sa_assert_ok(sa_fixture_alloc_free_on_thread(a, MiB, 6, s));
   sa_stats st;
   sa_assert_ok(sa_get_stats(a, &st));
   assert_int_equal(st.superblocks_empty, 3);

@@ -60,22 +60,6 @@ static void live_bytes_and_superblocks_mean_what_the_header_says(void **state) {
   assert_int_equal(st.cached_bytes, 0);
 }
 
-static void *alloc_free_exit(void *arg) {
-  void **args = arg;
-  void *p;
-  sa_assert_ok(sa_alloc(args[0], &p, 4096, args[1]));
-  sa_assert_ok(sa_free(p, args[1]));
-  return NULL;
-}
-
-/* An empty superblock on stream s: a thread allocates, frees and exits. */
-static void empty_superblock_on(sa_arena *a, sa_stream s) {
-  void *args[2] = {a, s};
-  pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, alloc_free_exit, args), 0);
-  assert_int_equal(pthread_join(t, NULL), 0);
-}
-
 typedef struct {
   sa_arena *arena;
   sa_stats stats;
@@ -109,8 +93,10 @@ static int wait_until_done_or_blocked_on(reader_arg *r, pthread_mutex_t *m) {
 static void stats_never_count_a_superblock_twice(void **state) {
   sa_fixture *f = *state;
   sa_stream s1 = f->streams[0], s2 = f->streams[1];
-  empty_superblock_on(f->arena, s1); /* s1's stream arena first: stats reads s2 first */
-  empty_superblock_on(f->arena, s2);
+  /* An empty superblock on each; s1's stream arena first: stats reads s2
+   * first. */
+  sa_assert_ok(sa_fixture_alloc_free_on_thread(f->arena, 4096, 1, s1));
+  sa_assert_ok(sa_fixture_alloc_free_on_thread(f->arena, 4096, 1, s2));
   sa_stream_arena *sa1, *sa2;
   sa_assert_ok(sa__stream_arena_get(f->arena, s1, &sa1));
   sa_assert_ok(sa__stream_arena_get(f->arena, s2, &sa2));

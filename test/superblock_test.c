@@ -91,29 +91,6 @@ static void frees_find_blocks_of_an_odd_class(void **state) {
   assert_int_equal(sa_arena_destroy(a), SA_OK);
 }
 
-/* Allocate and free size on s from a thread that then exits: its cache
- * gives the block back, and the superblock it emptied stays on s. */
-typedef struct {
-  sa_arena *arena;
-  size_t size;
-  sa_stream stream;
-} churn_arg;
-
-static void *alloc_free_exit(void *arg) {
-  churn_arg *c = arg;
-  void *p;
-  sa_assert_ok(sa_alloc(c->arena, &p, c->size, c->stream));
-  sa_assert_ok(sa_free(p, c->stream));
-  return NULL;
-}
-
-static void alloc_free_on_a_thread(sa_arena *a, size_t size, sa_stream s) {
-  churn_arg c = {a, size, s};
-  pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, alloc_free_exit, &c), 0);
-  assert_int_equal(pthread_join(t, NULL), 0);
-}
-
 /* After growing the superblock size, a class too large for an older empty
  * superblock gets a new one; the old one stays reusable and trims away. It
  * was formatted with 0 blocks and lost: 2 MiB stayed reserved. */
@@ -124,8 +101,8 @@ static void smaller_empty_superblocks_are_not_lost(void **state) {
   sa_stream s = f.streams[0], t = f.streams[1];
   /* An empty 2 MiB superblock on s, and one on the global stack (t's,
    * shed when t is released). */
-  alloc_free_on_a_thread(f.arena, 4096, s);
-  alloc_free_on_a_thread(f.arena, 4096, t);
+  sa_assert_ok(sa_fixture_alloc_free_on_thread(f.arena, 4096, 1, s));
+  sa_assert_ok(sa_fixture_alloc_free_on_thread(f.arena, 4096, 1, t));
   sa_assert_ok(sa_stream_release(f.arena, t));
   sa_stats st;
   sa_assert_ok(sa_get_stats(f.arena, &st));
