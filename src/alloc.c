@@ -92,7 +92,8 @@ static void oom_report(sa_arena *a, size_t size, sa_stream s) {
  *      cached blocks first: they pin superblocks), still within it: the
  *      chunks are stitched where the request needs them;
  *   3. up to max_physical (the soft budget gives way);
- *   4. after waiting for pending work and unmapping again;
+ *   4. after a device-wide synchronize and unmapping again (what threads
+ *      gave back without an event on its stream is free then too);
  *   5. after the user's callback, which may free memory (from step 1).
  * Without a reserve_limit steps 1-2 run against max_physical and 3 is
  * skipped. */
@@ -110,13 +111,15 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
   for (int step = 2, callbacks = 0; st == SA_ERR_OUT_OF_MEMORY; step++) {
     size_t limit = hard;
     if (step == 2) {
-      sa__tentry_flush_own(a);
+      sa__tentry_flush_own(a, e->sarena);
       sa__reclaim(a, need, false);
       limit = soft;
     } else if (step == 3) {
       if (soft >= hard) continue; /* nothing to give way */
     } else if (step == 4) {
-      sa__tentry_flush_own(a);
+      /* This step waits for the whole device: what threads gave back
+       * without an event on its stream becomes usable too. */
+      sa__tentry_flush_own(a, e->sarena);
       sa__reclaim(a, need, true);
     } else if (a->cfg.oom_callback != NULL && callbacks++ < 8 &&
                a->cfg.oom_callback(a, size, s, a->cfg.oom_user_data)) {
@@ -139,7 +142,7 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
  * keep_bytes. */
 static sa_status trim_to(sa_arena *a, size_t keep_bytes, bool wait) {
   if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
-  sa__tentry_flush_own(a);
+  sa__tentry_flush_own(a, NULL);
   sa__reclaim(a, 0, wait);
   sa__reclaim_release(a, keep_bytes);
   return SA_OK;
@@ -184,7 +187,7 @@ SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size,
   sa_tentry *e;
   sa_status st = sa__tentry_get(a, s, &e);
   if (st != SA_OK) return st;
-  if (e->out != NULL) sa__tentry_flush_out(e);
+  if (e->out != NULL) sa__tentry_flush_out(e, true);
   void *p;
   st = alloc_reclaiming(a, e, size, s, &p);
   if (st != SA_OK) return st;
@@ -293,7 +296,7 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
   if (!recorded) {
     sa_deferred *d = e->out;
     if (d != NULL && (d->owner != sb->owner || d->freer != e->sarena || d->n == SA_BATCH_MAX)) {
-      sa__tentry_flush_out(e);
+      sa__tentry_flush_out(e, true);
       if (e->out != NULL) return SA_ERR_DRIVER; /* could not record its event */
       d = NULL;
     }
@@ -317,7 +320,7 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
   sa_record *r = sa__record_take(a, (uintptr_t)p);
   unsigned n = r != NULL ? r->n : 0;
   bool own = owner == e->sarena;
-  bool owner_orders = !sa__stream_arena_released(owner); /* it gets the block back */
+  bool owner_orders = !sa__stream_arena_gone(owner); /* it gets the block back */
   sa_deferred *d = sa__deferred_new(n + 1);
   sa_status st = d == NULL ? SA_ERR_OUT_OF_MEMORY : SA_OK;
   for (unsigned i = 0; st == SA_OK && i <= n; i++) {
@@ -446,8 +449,7 @@ sa_status sa_record_stream(void *ptr, sa_stream other) {
   /* A small block always comes back through its own stream, which orders
    * its reuse after that stream's work. A span freed on another stream may
    * go to any stream: its own stream must be recorded like any other. */
-  if (ref.sb != NULL && ref.sb->owner->stream == other &&
-      !sa__stream_arena_released(ref.sb->owner))
+  if (ref.sb != NULL && ref.sb->owner->stream == other && !sa__stream_arena_gone(ref.sb->owner))
     return SA_OK; /* ordered already */
   st = a->drv->ops->stream_validate(a->drv, other);
   if (st != SA_OK) return st;

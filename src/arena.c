@@ -76,6 +76,7 @@ sa_status sa_device_granularity(sa_backend backend, int device, size_t *bytes) {
 size_t sa_arena_granularity(const sa_arena *a) { return a != NULL ? a->gran : 0; }
 
 static void arena_free(sa_arena *a) {
+  pthread_rwlock_destroy(&a->streams_rw);
   pthread_mutex_destroy(&a->lock);
   pthread_mutex_destroy(&a->event_lock);
   pthread_mutex_destroy(&a->record_lock);
@@ -93,6 +94,7 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
   else
     sa_config_init(&a->cfg);
   pthread_mutex_init(&a->lock, NULL);
+  pthread_rwlock_init(&a->streams_rw, NULL);
   pthread_mutex_init(&a->event_lock, NULL);
   pthread_mutex_init(&a->record_lock, NULL);
   pthread_mutex_init(&a->trace_lock, NULL);
@@ -180,22 +182,12 @@ sa_status sa_arena_destroy(sa_arena *a) {
   sa__registry_remove(a);
   sa__entries_detach(a);
 
-  /* Wait for the work of every stream still alive. Spans go first: their
-   * marks name stream arenas, and wait for streams destroyed unreleased. */
-  for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next) {
-    if (!sa->released && a->drv->ops->stream_validate(a->drv, sa->stream) == SA_OK)
-      note(&first, a->drv->ops->stream_synchronize(a->drv, sa->stream));
-  }
+  /* Wait for all work: one wait for the device, not one per stream (the
+   * user may have destroyed any of them). Spans go first: their marks name
+   * stream arenas. */
+  note(&first, sa__device_sync(a));
   note(&first, sa__span_fini(a));
-  for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next) {
-    sa__timeline_release(a, sa);
-    sa->released = true; /* record nothing on it any more */
-  }
-  for (sa_stream_arena *sa = a->streams, *n; sa != NULL; sa = n) {
-    n = sa->next;
-    sa__stream_arena_destroy(sa);
-  }
-  a->streams = NULL;
+  sa__stream_arenas_destroy(a);
 
   /* Everything mapped goes, live or not; then the chunks and the range. */
   sa_superblock *sb;
@@ -259,7 +251,16 @@ sa_status sa_set_superblock_size(sa_arena *a, size_t bytes) {
 
 sa_status sa_stream_release(sa_arena *a, sa_stream s) {
   if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
-  return sa__release_stream(a, s);
+  sa_stream_arena *sa;
+  sa_status st = sa__stream_arena_release(a, s, &sa);
+  if (sa == NULL) return st;
+  /* Its work is done: what every thread cached for it comes back now, and
+   * its empty superblocks go to the global stack without an event. */
+  sa__tentry_release_stream(a, sa);
+  sa__stream_arena_shed(sa, false);
+  sa__stream_arena_unbind(sa);
+  sa__stream_arenas_reap(a);
+  return SA_OK;
 }
 
 sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
@@ -268,12 +269,8 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   sa__tentry_publish_own(a); /* exact for the calling thread */
   uint64_t fast_allocs = atomic_load(&a->xretired_fast_allocs);
   uint64_t fast_frees = atomic_load(&a->xretired_fast_frees);
-  size_t streams = 0;
   sa__tentry_fast_counts(a, &fast_allocs, &fast_frees);
-  pthread_mutex_lock(&a->lock);
-  sa_stream_arena *head = a->streams;
-  pthread_mutex_unlock(&a->lock);
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) streams += !sa__stream_arena_released(sa);
+  size_t streams = sa__stream_arenas_live(a);
   pthread_mutex_lock(&a->lock);
   /* Counted as superblocks move (superblock.c): each is in exactly one
    * count, so active + empty is the total. Counting each stream's empties

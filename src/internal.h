@@ -18,6 +18,7 @@
  *   va_space.c       the reserved virtual range and the page map
  *   event_pool.c     pooled driver events
  *   trace.c          the allocation trace (trace=PATH)
+ *   device_sync.c    device-wide synchronize: what it makes clean
  *   hook.c           test hooks (pause points on slow paths)
  *   registry.c       which arena an address belongs to (lock-free)
  *   driver/driver.h  the device (src/driver/), the simulator behind it (src/sim/)
@@ -108,8 +109,8 @@ typedef struct sa_superblock_s {
   struct sa_superblock_s *next, *prev; /* bin or empty list of its owner */
   struct sa_superblock_s *all_next; /* every superblock of the arena */
   sa_stream_arena *owner;           /* NULL while on the global free stack */
-  sa_event event;                   /* recorded when it left its last owner */
-  sa_stream_arena *event_owner;     /* ... on this stream arena's stream */
+  sa_event event;                   /* recorded when it emptied, on its owner's stream */
+  uint64_t event_owner;             /* ... that stream arena's id (it may be freed) */
   unsigned cls;                     /* size class, valid while owned */
   size_t block_size;
   uint64_t block_inv;               /* ceil(2^64 / block_size): sa__block_index */
@@ -120,6 +121,10 @@ typedef struct sa_superblock_s {
                                        one per smallest block of hdr.size */
   uint32_t nstate;
   bool in_bin;                      /* on its bin's partial list */
+  uint64_t dirty_gen;               /* work of its owner's stream may use a block
+                                       until a device sync of a later generation
+                                       completed (device_sync.c); last: the fast
+                                       paths' fields keep their cache lines */
 } sa_superblock;
 
 /* The index of the block at offset off of sb, rounded down: off / block_size
@@ -202,7 +207,12 @@ typedef struct sa_deferred_s {
   _Atomic uint64_t xhandoff;        /* see sa__handoff_publish */
   struct sa_deferred_s *next;       /* owner's pending list */
   sa_stream_arena *owner;
-  sa_stream_arena *freer;           /* the stream arena it was freed on */
+  sa_stream_arena *freer;           /* freed on this stream arena (while open or parked) */
+  uint64_t gen;                     /* the owner's stream (never given an event here:
+                                       it orders the block's reuse there itself), and
+                                       the freer's while parked, may use the blocks
+                                       until a device sync of a later generation
+                                       completed (device_sync.c); set when handed on */
   unsigned nevents;
   sa_event *events;                 /* inline_events, or more (sa__deferred_new) */
   sa_event inline_events[4];
@@ -215,6 +225,7 @@ typedef struct sa_deferred_s {
 static inline sa_deferred *sa__deferred_new(unsigned max_events) {
   sa_deferred *d = calloc(1, sizeof *d);
   if (d == NULL) return NULL;
+  d->gen = UINT64_MAX;
   d->events = d->inline_events;
   if (max_events > sizeof d->inline_events / sizeof d->inline_events[0]) {
     d->events = malloc(max_events * sizeof *d->events);
@@ -236,6 +247,8 @@ static inline void sa__deferred_free(sa_deferred *d) {
 struct sa_stream_arena_s {
   sa_arena *arena;
   sa_stream stream;
+  uint64_t sid;                      /* the driver's id of the stream (stream_id) */
+  uint64_t id;                       /* unique in the arena; compared, never followed */
   pthread_mutex_t lock;
   CK_CC_CACHELINE ck_stack_t inbox; /* sa_deferred pushed by any thread */
   sa_superblock *bins[SA_CLASS_COUNT]; /* superblocks with free blocks */
@@ -243,10 +256,18 @@ struct sa_stream_arena_s {
   unsigned nempty;
   sa_deferred *pending;              /* drained, events not complete */
   size_t pending_blocks;
-  bool released;                     /* sa_stream_release was called */
-  sa_event final_event;              /* recorded at release */
+  sa_deferred *parked;               /* batches freed here, waiting for an event here */
+  size_t nsuperblocks;               /* owned (bins, full, empty) */
+  _Atomic size_t xspans;             /* live spans allocated here */
+  _Atomic size_t xentries;           /* thread cache entries bound here, and holders */
+  _Atomic bool xunfenced;            /* something here may wait for an event here */
+  _Atomic bool xgone;                /* released, or its stream destroyed: no driver
+                                        call on it again, never looked up again */
+  bool synced;                       /* gone through sa_stream_release, which waited
+                                        for its work (written before xgone) */
+  bool doomed;                       /* reap's mark (streams_rw held for writing) */
   sa_timeline timeline;              /* span frees on this stream (arena lock) */
-  struct sa_stream_arena_s *next;    /* arena's list (all of them) */
+  struct sa_stream_arena_s *next;    /* arena's list (lock; streams_rw to unlink) */
 };
 
 /* ------------------------------------------------------------------------
@@ -261,14 +282,15 @@ typedef struct sa_tbin_s {
 struct sa_tentry_s {
   _Atomic(sa_arena *) xarena; /* NULL once the arena is destroyed */
   sa_stream stream;
-  sa_stream_arena *sarena;
-  uint64_t epoch;             /* arena's stream epoch when bound */
-  sa_tbin bins[SA_CLASS_COUNT];
+  sa_stream_arena *sarena;    /* bound (a reference); NULL: bound on next use */
+  uint64_t epoch;             /* arena's stream epoch when last checked */
+  sa_tbin bins[SA_CLASS_COUNT]; /* 16-byte aligned: none straddles a cache line */
   /* Counters: written by the owning thread only (no read-modify-write),
    * read by sa_get_stats. Slow-path counts are kept by the arena. */
   _Atomic uint64_t xfast_allocs, xfast_frees;
   int64_t live_delta;         /* not yet published to the arena */
   sa_deferred *out;           /* open cross-stream batch */
+  uint64_t last_use;          /* its thread cache's clock: least recently used goes */
   struct sa_tentry_s *arena_next, *arena_prev; /* arena's entry list */
   struct sa_tcache_s *cache;
 };
@@ -321,7 +343,10 @@ struct sa_arena_s {
   _Atomic size_t xsuperblocks_active, xsuperblocks_empty, xsuperblock_empty_bytes;
 
   sa_stream_arena *streams;     /* every stream arena (lock) */
-  _Atomic uint64_t xstream_epoch;
+  pthread_rwlock_t streams_rw;  /* read: walk streams unlocked; write: unlink */
+  uint64_t next_stream_id;      /* (lock) */
+  _Atomic uint64_t xstream_epoch; /* bumped when a stream arena goes */
+  _Atomic uint64_t xsync_started, xsync_done; /* device sync generations */
 
   pthread_mutex_t event_lock;   /* event pool */
   sa_event *event_pool;
@@ -450,8 +475,9 @@ sa_status sa__event_pool_fini(sa_arena *a); /* the first event_destroy failure *
 /* superblock.c */
 sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, sa_superblock **out);
 sa_status sa__superblock_format(sa_superblock *sb, unsigned cls); /* owner lock */
-void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e,
-                              sa_stream_arena *from);
+/* sb (no stream owns it now) to the global stack with the event of its
+ * last stream (NULL: none needed), recorded by stream arena event_owner. */
+void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e, uint64_t event_owner);
 sa_superblock *sa__superblock_pop_global(sa_arena *a);
 /* sb was popped from the global stack: unmap it (chunks to the cache) once
  * its work completed (with wait: after waiting), else put it on *keep for
@@ -461,17 +487,56 @@ void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, bool wait,
 void sa__superblock_push_all(sa_arena *a, sa_superblock *list);
 void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb); /* its last block came back */
 
-/* stream_arena.c */
+/* device_sync.c: what a device-wide synchronize makes clean */
+/* The generation of a hand-back made now, after the frees it covers: clean
+ * once a device sync that started later completed (sa__clean_since). A
+ * read-modify-write, so that the sync's increment reads from it and so
+ * happens after those frees (a load could pass the driver's stores). Once
+ * per batch of blocks, never per block. */
+static inline uint64_t sa__sync_gen(sa_arena *a) {
+  return atomic_fetch_add_explicit(&a->xsync_started, 0, memory_order_seq_cst);
+}
+static inline bool sa__clean_since(sa_arena *a, uint64_t gen) {
+  return atomic_load_explicit(&a->xsync_done, memory_order_acquire) > gen;
+}
+/* Wait for all of the device's work (driver device_synchronize). */
+sa_status sa__device_sync(sa_arena *a);
+
+/* stream_arena.c. named: the caller is inside an API call that names the
+ * stream arena's stream, the only place a driver call on it may happen. */
+/* The live stream arena of s, created if needed; bound for the caller
+ * (sa__stream_arena_unbind when done). A stream arena of a destroyed
+ * stream whose handle s now names is found out by the stream's id. */
 sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out);
+void sa__stream_arena_unbind(sa_stream_arena *sa);
+static inline bool sa__stream_arena_gone(sa_stream_arena *sa) {
+  return atomic_load_explicit(&sa->xgone, memory_order_acquire);
+}
 uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_block *out,
-                               uint32_t want, sa_status *st);
-void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, uint32_t n);
+                               uint32_t want, sa_status *st); /* named */
+void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, uint32_t n,
+                           bool named);
 void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d);
-void sa__stream_arena_drain(sa_stream_arena *sa, bool force); /* owner lock held */
-void sa__stream_arena_shed(sa_stream_arena *sa); /* empties and spans to global */
-void sa__stream_arena_destroy(sa_stream_arena *sa);
-bool sa__stream_arena_released(sa_stream_arena *sa); /* takes its lock */
-sa_status sa__release_stream(sa_arena *a, sa_stream s);
+/* A cross-stream batch freed on d->freer goes to its owner: behind an
+ * event recorded now when named (SA_ERR_DRIVER if that fails: d stays with
+ * the caller), without one when the freer was released, else parked on the
+ * freer until a later named call or a device sync makes it safe. */
+sa_status sa__stream_arena_hand_over(sa_deferred *d, bool named);
+/* Named: one event for what waits here for one (parked batches, empty
+ * superblocks whose blocks came back without a call naming the stream).
+ * false: the handle names another stream now (the stream id differs), and
+ * sa is gone instead. */
+bool sa__stream_arena_fence(sa_stream_arena *sa);
+void sa__stream_arena_shed(sa_stream_arena *sa, bool named); /* empties to global */
+/* Every stream arena: settle what completed or became clean, shed empties
+ * (named for none), and free stream arenas that are gone and hold nothing. */
+void sa__stream_arenas_settle(sa_arena *a);
+void sa__stream_arenas_reap(sa_arena *a); /* free those gone and holding nothing */
+size_t sa__stream_arenas_live(sa_arena *a); /* stream arenas not gone */
+/* sa_stream_release's part here: wait for s, then its stream arena is gone
+ * (bound for the caller; NULL if there was none). */
+sa_status sa__stream_arena_release(sa_arena *a, sa_stream s, sa_stream_arena **out);
+void sa__stream_arenas_destroy(sa_arena *a); /* device synchronized already */
 
 /* span.c: sizes in bytes; limit: the physical bytes growth may reach */
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t limit,
@@ -487,6 +552,10 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
  * the chunk cache holds need bytes (0: all of it); returns the bytes
  * unmapped. Arena lock held. */
 size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait);
+/* sa is about to be freed (stream_arena.c): free spans that name it as
+ * their last freer forget it; false, and nothing changed, if a free span's
+ * marks still wait for its work. Arena lock held. */
+bool sa__span_forget_stream(sa_arena *a, const sa_stream_arena *sa);
 /* Free span bytes whose work is known done (no driver call), for reports. */
 size_t sa__span_clean_bytes(const sa_arena *a);
 /* Destroy: wait for free spans' work, unmap every run, free descriptors.
@@ -514,7 +583,8 @@ bool sa__timeline_known_done(const sa_stream_arena *sa, uint64_t ticket);
 sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sa, uint64_t ticket, bool wait);
 /* Make stream `on` wait on the device for sa's work up to ticket. */
 sa_status sa__timeline_wait(sa_arena *a, sa_stream_arena *sa, uint64_t ticket, sa_stream on);
-/* sa's work is all done (released, or the arena is going): events back. */
+/* sa's work is all done (released, or the arena is going), or nothing
+ * waits on it any more (no free span marks it): events back. */
 void sa__timeline_release(sa_arena *a, sa_stream_arena *sa);
 
 /* record.c */
@@ -556,21 +626,32 @@ sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out);
 extern _Thread_local struct sa_tcache_s *sa__tl_cache SA_TLS_FAST;
 static inline sa_tentry *sa__tentry_last(void);
 sa_status sa__tbin_init(sa_tbin *b, unsigned cls);
-void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep);
-void sa__tentry_flush_out(sa_tentry *e);
+void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep); /* named */
+/* Send e's open cross-stream batch on (named: behind an event now). */
+void sa__tentry_flush_out(sa_tentry *e, bool named);
 void sa__tentry_publish_live(sa_tentry *e);
 /* Arena destroy: hand every entry of a back to its owner thread, which
  * frees it; a is never reached through them again. */
 void sa__entries_detach(sa_arena *a);
 /* Add the fast-path counts of a's entries to *allocs and *frees. */
 void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees);
-void sa__tentry_flush_own(sa_arena *a); /* calling thread's entries of a */
+/* The calling thread's entries of a give everything back; the one bound
+ * to named (may be NULL) as in a call naming its stream. */
+void sa__tentry_flush_own(sa_arena *a, sa_stream_arena *named);
 void sa__tentry_publish_own(sa_arena *a); /* their live-byte deltas */
+/* sa_stream_release: every thread's entries bound to sa (gone) give their
+ * blocks and open batches back now and let go of it. */
+void sa__tentry_release_stream(sa_arena *a, sa_stream_arena *sa);
 
+/* Entries per thread before the least recently used is evicted: a thread
+ * cycling through several arenas and streams (8 streams x a few arenas)
+ * must not evict on every switch. */
+#define SA_TCACHE_ENTRIES 64
 struct sa_tcache_s {
   sa_tentry *last; /* the one-entry "last stream" hit */
   unsigned n;
-  sa_tentry *entries[16];
+  uint64_t clock;  /* stamps last_use */
+  sa_tentry *entries[SA_TCACHE_ENTRIES];
 };
 static inline sa_tentry *sa__tentry_last(void) {
   struct sa_tcache_s *tc = sa__tl_cache;

@@ -8,8 +8,9 @@
  * physical.c). Nothing is unmapped before its events completed: the
  * driver's unmap does not wait for queued work.
  *
- * Calls stream_arena.c, superblock.c, span.c and physical.c, never a
- * thread cache: the caller flushes its own first. Called by alloc.c.
+ * Calls stream_arena.c, superblock.c, span.c, device_sync.c and
+ * physical.c, never a thread cache: the caller flushes its own first.
+ * Called by alloc.c.
  */
 #include <stdlib.h>
 
@@ -26,14 +27,19 @@ static void unmap_free_superblocks(sa_arena *a, bool wait) {
 
 void sa__reclaim(sa_arena *a, size_t need, bool wait) {
   atomic_fetch_add_explicit(&a->xdefrags, 1, memory_order_relaxed);
+  /* To wait is to synchronize the device, no stream named (any may be
+   * destroyed): then also what came back without an event on its stream (a
+   * thread's exit, a stream destroyed unreleased) and every stream's
+   * pending cross-stream frees are free for all. On failure: what
+   * completed, as without waiting. */
+  if (wait) (void)sa__device_sync(a);
   /* Free spans first: their chunks are the large ones a span needs. */
   pthread_mutex_lock(&a->lock);
   (void)sa__span_unmap_free(a, need, wait);
   bool covered = need > 0 && a->chunk_cache_bytes >= need;
-  sa_stream_arena *head = a->streams; /* prepend-only list: safe to walk */
   pthread_mutex_unlock(&a->lock);
   if (covered) return;
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) sa__stream_arena_shed(sa);
+  sa__stream_arenas_settle(a); /* empties to the global stack, as they may go */
   unmap_free_superblocks(a, wait);
 }
 

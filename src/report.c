@@ -25,6 +25,7 @@
 static const double MiBf = 1048576.0;
 
 sa_stream_arena *sa__world_lock(sa_arena *a) {
+  pthread_rwlock_rdlock(&a->streams_rw); /* none is freed meanwhile */
   pthread_mutex_lock(&a->lock);
   sa_stream_arena *head = a->streams; /* prepend-only list: safe to walk */
   pthread_mutex_unlock(&a->lock);
@@ -36,6 +37,7 @@ sa_stream_arena *sa__world_lock(sa_arena *a) {
 void sa__world_unlock(sa_arena *a, sa_stream_arena *head) {
   pthread_mutex_unlock(&a->lock);
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_unlock(&sa->lock);
+  pthread_rwlock_unlock(&a->streams_rw);
 }
 
 /* Bytes of live blocks (user-held) in sb. */
@@ -135,7 +137,7 @@ void sa__oom_report(sa_arena *a, size_t size, sa_stream stream, FILE *f) {
             "    stream %p%s: %zu superblocks (%.1f MiB: %.1f MiB live blocks, %.1f MiB "
             "free blocks, %zu empty), %zu live spans (%.1f MiB), %.1f MiB free spans "
             "freed here, %zu deferred blocks\n",
-            sa->stream, sa->released ? " (released)" : "", h.superblocks,
+            sa->stream, sa__stream_arena_gone(sa) ? " (gone)" : "", h.superblocks,
             (double)h.superblock_bytes / MiBf, (double)h.live_block_bytes / MiBf,
             (double)h.free_block_bytes / MiBf, h.empty_superblocks, h.live_spans,
             (double)h.live_span_bytes / MiBf, (double)h.free_span_bytes / MiBf,

@@ -81,7 +81,7 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
             "\"deferred_blocks\": %zu, \"superblock_bytes\": %zu, \"live_block_bytes\": %zu, "
             "\"free_block_bytes\": %zu, \"live_spans\": %zu, \"live_span_bytes\": %zu, "
             "\"free_span_bytes\": %zu, \"classes\": [",
-            first ? "" : ",", sa->stream, sa->released ? "true" : "false", sa->nempty,
+            first ? "" : ",", sa->stream, sa__stream_arena_gone(sa) ? "true" : "false", sa->nempty,
             sa->pending_blocks, h.superblock_bytes, h.live_block_bytes, h.free_block_bytes,
             h.live_spans, h.live_span_bytes, h.free_span_bytes);
     bool cfirst = true;

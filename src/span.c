@@ -606,6 +606,7 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t l
   if (st == SA_OK) {
     sp = carve(a, sp, w);
     sp->owner = sa;
+    atomic_fetch_add_explicit(&sa->xspans, 1, memory_order_relaxed); /* keeps sa alive */
     sp->request = size;
     atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_release);
     sa__live_insert(a, sp);
@@ -656,7 +657,8 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
   }
   sa__live_remove(a, sp);
   a->live_spans--;
-  sp->owner = freer;
+  atomic_fetch_sub_explicit(&sp->owner->xspans, 1, memory_order_release);
+  sp->owner = freer; /* from now on only a name (sa__span_forget_stream) */
   sp->nstarts = 0;
   starts_add(sp, sp->base);
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
@@ -793,6 +795,19 @@ size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait) {
     r = next;
   }
   return unmapped;
+}
+
+bool sa__span_forget_stream(sa_arena *a, const sa_stream_arena *sa) {
+  for (sa_run *r = a->runs; r != NULL; r = r->next)
+    for (sa_span *sp = r->first; sp != NULL; sp = sp->next) {
+      if (!is_free(sp)) continue;
+      for (unsigned i = 0; i < sp->nmarks; i++)
+        if (sp->marks[i].stream == sa) return false;
+    }
+  for (sa_run *r = a->runs; r != NULL; r = r->next)
+    for (sa_span *sp = r->first; sp != NULL; sp = sp->next)
+      if (is_free(sp) && sp->owner == sa) sp->owner = NULL;
+  return true;
 }
 
 size_t sa__span_clean_bytes(const sa_arena *a) {

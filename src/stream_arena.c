@@ -8,7 +8,30 @@
  * alternative is to grow, once this stream was made to wait for them on the
  * device. Thread caches refill from and flush to it in batches, under its
  * lock; the lock is never held while taking another stream arena's.
- * Lock order: stream arena lock, then the arena lock.
+ *
+ * Stream lifetime. A driver call on this stream (an event record, a wait)
+ * happens only inside an API call that names the stream (callers say so
+ * with named) or in sa_stream_release: anywhere else (a thread's exit, a
+ * cache eviction, sa_trim, another stream's allocation) the user may have
+ * destroyed the stream already, and libcuda crashes on a destroyed stream.
+ * An empty superblock gets its event when it empties, if that happens in a
+ * named call; then it can go to any stream from anywhere. What comes back
+ * outside one (an empty superblock whose blocks a thread gave back at exit,
+ * a cross-stream batch freed here: "unfenced") stays here until the next
+ * named call records one event for it (sa__stream_arena_fence), or until a
+ * device-wide synchronize that started later completed (device_sync.c).
+ *
+ * A stream arena is gone once sa_stream_release released its stream
+ * (synced: its work is done, what it holds is clean) or a new stream with
+ * its handle was found by the driver's stream id: then it is never looked
+ * up or driven again, and it is freed once nothing refers to it (reap).
+ * Pointers to it are counted (xentries: thread cache entries and other
+ * holders; nsuperblocks; xspans) or held under streams_rw; what only
+ * compares stream arenas (a free span's or a global superblock's last
+ * stream) keeps the id.
+ *
+ * Lock order: thread_cache.c's entries lock, streams_rw, a stream arena
+ * lock, the arena lock.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,72 +56,107 @@ static void bin_remove(sa_stream_arena *sa, sa_superblock *sb) {
   sb->in_bin = false;
 }
 
-/* An empty superblock stays here or goes to the global stack with an event
- * on this stream. A released stream's memory has no pending work (release
- * waited for it), so its superblocks go without an event. */
-static void retire_empty(sa_stream_arena *sa, sa_superblock *sb) {
-  sa_arena *a = sa->arena;
-  sa__superblock_emptied(a, sb);
-  if (sb->in_bin) bin_remove(sa, sb);
-  if (!sa->released && sa->nempty < SA_KEEP_EMPTY_SUPERBLOCKS) {
-    sb->next = sa->empty;
-    sa->empty = sb;
-    sa->nempty++;
-    return;
-  }
-  sa_event e = NULL;
-  if (!sa->released && sa__event_record_new(a, sa->stream, &e) != SA_OK) {
-    sb->next = sa->empty; /* cannot guard it: keep it on this stream */
-    sa->empty = sb;
-    sa->nempty++;
-    return;
-  }
-  sa__superblock_to_global(a, sb, e, sa);
+static void mark_gone(sa_arena *a, sa_stream_arena *sa, bool synced);
+
+static bool gone(const sa_stream_arena *sa) {
+  return atomic_load_explicit(&sa->xgone, memory_order_relaxed);
 }
 
-/* Put one block back into its superblock. Owner lock held. */
-static void block_return(sa_stream_arena *sa, void *p) {
+/* Does an empty sb need an event on this stream before another stream may
+ * have it? Not after sa_stream_release (its work is done), nor once a
+ * device sync that started after its last block came back completed. */
+static bool sb_clean(sa_stream_arena *sa, const sa_superblock *sb) {
+  return sa->synced || sa__clean_since(sa->arena, sb->dirty_gen);
+}
+
+static void keep_empty(sa_stream_arena *sa, sa_superblock *sb) {
+  sb->next = sa->empty;
+  sa->empty = sb;
+  sa->nempty++;
+  if (sb->event == NULL && !sb_clean(sa, sb))
+    atomic_store_explicit(&sa->xunfenced, true, memory_order_relaxed);
+}
+
+/* sb leaves this stream for the global stack. */
+static void to_global(sa_stream_arena *sa, sa_superblock *sb) {
+  sa->nsuperblocks--;
+  sa__superblock_to_global(sa->arena, sb, sb->event, sa->id);
+}
+
+/* Guard an empty sb with an event recorded now, where that is allowed and
+ * needed; false if it stays unguarded and unclean. */
+static bool fence_empty(sa_stream_arena *sa, sa_superblock *sb, bool named) {
+  if (sb->event != NULL || sb_clean(sa, sb)) return true;
+  if (!named || gone(sa)) return false;
+  return sa__event_record_new(sa->arena, sa->stream, &sb->event) == SA_OK;
+}
+
+/* An empty superblock stays here (a few are kept, and unfenced ones must
+ * stay) or goes to the global stack with its event, if it needs one. */
+static void retire_empty(sa_stream_arena *sa, sa_superblock *sb, bool named) {
+  sa__superblock_emptied(sa->arena, sb);
+  if (sb->in_bin) bin_remove(sa, sb);
+  sb->event = NULL;
+  bool fenced = fence_empty(sa, sb, named);
+  if (!fenced || (!gone(sa) && sa->nempty < SA_KEEP_EMPTY_SUPERBLOCKS))
+    keep_empty(sa, sb);
+  else
+    to_global(sa, sb);
+}
+
+/* Put one block back into its superblock. gen: the device sync generation
+ * after which no work on this stream uses the block (device_sync.c). Owner
+ * lock held. */
+static void block_return(sa_stream_arena *sa, void *p, uint64_t gen, bool named) {
   sa_superblock *sb = (sa_superblock *)sa__pagemap_get(sa->arena, (uintptr_t)p);
   uint32_t idx = sa__block_index(sb, (uintptr_t)p - sb->hdr.base);
   atomic_store_explicit(&sb->state[idx], SA_BLOCK_FREE, memory_order_relaxed);
   sb->free_idx[sb->nfree++] = idx;
+  if (gen > sb->dirty_gen) sb->dirty_gen = gen;
   sb->used--;
   if (sb->used == 0)
-    retire_empty(sa, sb);
+    retire_empty(sa, sb, named);
   else if (!sb->in_bin)
     bin_insert(sa, sb);
 }
 
-void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, uint32_t n) {
+void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, uint32_t n,
+                           bool named) {
   pthread_mutex_lock(&sa->lock);
-  for (uint32_t i = 0; i < n; i++) block_return(sa, blocks[i].p);
+  uint64_t gen = sa__sync_gen(sa->arena); /* after the frees: they were before the lock */
+  for (uint32_t i = 0; i < n; i++) block_return(sa, blocks[i].p, gen, named);
   pthread_mutex_unlock(&sa->lock);
 }
 
-static void deferred_release(sa_stream_arena *sa, sa_deferred *d) {
-  for (uint32_t i = 0; i < d->n; i++) block_return(sa, d->blocks[i].p);
+/* gen: as block_return's. */
+static void deferred_release(sa_stream_arena *sa, sa_deferred *d, uint64_t gen, bool named) {
+  for (uint32_t i = 0; i < d->n; i++) block_return(sa, d->blocks[i].p, gen, named);
   atomic_fetch_sub_explicit(&sa->arena->xdeferred_blocks, d->n, memory_order_relaxed);
   sa__deferred_free(d);
 }
 
 /* Are all of d's events complete? Completed ones go back to the pool. With
- * force, this stream waits for the rest on the device (a released stream
- * cannot be waited on: the host waits instead). */
-static bool deferred_ready(sa_stream_arena *sa, sa_deferred *d, bool force) {
+ * force (named calls only), this stream waits for the rest on the device;
+ * *waited says it did. */
+static bool deferred_ready(sa_stream_arena *sa, sa_deferred *d, bool force, bool *waited) {
   sa_arena *a = sa->arena;
   unsigned kept = 0;
   for (unsigned i = 0; i < d->nevents; i++) {
     sa_status st = sa__event_retire(a, d->events[i], false);
-    if (st == SA_ERR_NOT_READY && force)
-      st = sa->released ? sa__event_retire(a, d->events[i], true)
-                        : sa__event_consume(a, d->events[i], sa->stream);
+    if (st == SA_ERR_NOT_READY && force) {
+      st = sa__event_consume(a, d->events[i], sa->stream);
+      *waited |= st == SA_OK;
+    }
     if (st != SA_OK) d->events[kept++] = d->events[i];
   }
   d->nevents = kept;
   return kept == 0;
 }
 
-void sa__stream_arena_drain(sa_stream_arena *sa, bool force) {
+/* Take in the inbox, and put back the blocks of every batch whose events
+ * completed (with force: after a device-side wait). Owner lock held. */
+static void drain(sa_stream_arena *sa, bool force, bool named) {
+  force = force && named && !gone(sa);
   ck_stack_entry_t *e = ck_stack_batch_pop_mpmc(&sa->inbox);
   while (e != NULL) {
     ck_stack_entry_t *next = e->next;
@@ -111,10 +169,12 @@ void sa__stream_arena_drain(sa_stream_arena *sa, bool force) {
   }
   for (sa_deferred **pd = &sa->pending; *pd != NULL;) {
     sa_deferred *d = *pd;
-    if (deferred_ready(sa, d, force)) {
+    bool waited = false;
+    if (deferred_ready(sa, d, force, &waited)) {
       *pd = d->next;
       sa->pending_blocks -= d->n;
-      deferred_release(sa, d);
+      /* Behind a wait on this stream, the blocks are this stream's work. */
+      deferred_release(sa, d, waited ? sa__sync_gen(sa->arena) : d->gen, named);
     } else {
       pd = &d->next;
     }
@@ -122,14 +182,109 @@ void sa__stream_arena_drain(sa_stream_arena *sa, bool force) {
 }
 
 void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d) {
+  /* The owner's stream may use the blocks without an event of its own
+   * (its work is ordered before its reuse there): until its superblock
+   * empties in a call on it, they are its work from before now. */
+  if (d->gen == UINT64_MAX) d->gen = sa__sync_gen(owner->arena);
   atomic_fetch_add_explicit(&owner->arena->xdeferred_blocks, d->n, memory_order_relaxed);
+  d->freer = NULL; /* it may be freed from now on */
   sa__handoff_publish(&d->xhandoff);
-  ck_stack_push_mpmc(&owner->inbox, &d->link);
-  /* Nobody allocates from a released stream any more: settle now. The lock
-   * is taken once per batch, not per block. */
+  /* Under the owner's lock: the blocks keep a gone owner alive (see reap)
+   * until the lock is let go. Nobody allocates from a gone stream any
+   * more: settle now, once per batch. */
   pthread_mutex_lock(&owner->lock);
-  if (owner->released) sa__stream_arena_drain(owner, false);
+  ck_stack_push_mpmc(&owner->inbox, &d->link);
+  if (gone(owner)) drain(owner, false, false);
   pthread_mutex_unlock(&owner->lock);
+}
+
+/* Park d on its freer until an event on the freer's stream (or a device
+ * sync) makes it safe. The freer's lock held. */
+static void park(sa_stream_arena *f, sa_deferred *d) {
+  d->gen = sa__sync_gen(f->arena);
+  d->next = f->parked;
+  f->parked = d;
+  atomic_store_explicit(&f->xunfenced, true, memory_order_relaxed);
+}
+
+sa_status sa__stream_arena_hand_over(sa_deferred *d, bool named) {
+  sa_stream_arena *f = d->freer;
+  pthread_mutex_lock(&f->lock);
+  sa_status st = SA_OK;
+  bool send = true;
+  if (d->nevents == 0 && !f->synced) {
+    if (named && !gone(f)) {
+      st = sa__event_record_new(f->arena, f->stream, &d->events[0]);
+      if (st == SA_OK) d->nevents = 1;
+    } else {
+      park(f, d);
+      send = false;
+    }
+  }
+  pthread_mutex_unlock(&f->lock);
+  if (st == SA_OK && send) sa__stream_arena_push_deferred(d->owner, d);
+  return st;
+}
+
+/* Batches parked on sa that a device sync made clean (all with fence: an
+ * event is recorded on sa's stream for each, named). sa's lock held;
+ * returns them as a list, to be pushed after the lock is let go. */
+static sa_deferred *unpark(sa_stream_arena *sa, bool fence) {
+  sa_deferred *out = NULL;
+  for (sa_deferred **pd = &sa->parked; *pd != NULL;) {
+    sa_deferred *d = *pd;
+    bool ready = sa__clean_since(sa->arena, d->gen);
+    if (!ready && fence) {
+      ready = sa__event_record_new(sa->arena, sa->stream, &d->events[0]) == SA_OK;
+      if (ready) d->nevents = 1;
+    }
+    if (!ready) {
+      pd = &d->next;
+      continue;
+    }
+    *pd = d->next;
+    d->next = out;
+    out = d;
+  }
+  return out;
+}
+
+static void push_all(sa_deferred *list) {
+  while (list != NULL) {
+    sa_deferred *d = list;
+    list = d->next;
+    sa__stream_arena_push_deferred(d->owner, d);
+  }
+}
+
+/* Is anything here still unfenced? Lock held. */
+static bool any_unfenced(sa_stream_arena *sa) {
+  if (sa->parked != NULL) return true;
+  for (const sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next)
+    if (sb->event == NULL && !sb_clean(sa, sb)) return true;
+  return false;
+}
+
+bool sa__stream_arena_fence(sa_stream_arena *sa) {
+  /* What waits here was freed on this stream arena's stream; a new stream
+   * that got its handle must not stand in for it. */
+  uint64_t sid;
+  sa_arena *a = sa->arena;
+  if (a->drv->ops->stream_id(a->drv, sa->stream, &sid) != SA_OK || sid != sa->sid) {
+    mark_gone(a, sa, false);
+    return false;
+  }
+  pthread_mutex_lock(&sa->lock);
+  sa_deferred *out = NULL;
+  if (!gone(sa)) {
+    atomic_store_explicit(&sa->xunfenced, false, memory_order_relaxed);
+    for (sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next) (void)fence_empty(sa, sb, true);
+    out = unpark(sa, true);
+    if (any_unfenced(sa)) atomic_store_explicit(&sa->xunfenced, true, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&sa->lock);
+  push_all(out);
+  return true;
 }
 
 uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_block *out,
@@ -137,12 +292,12 @@ uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_bloc
   uint32_t got = 0;
   *st = SA_OK;
   pthread_mutex_lock(&sa->lock);
-  if (sa->pending != NULL || !CK_STACK_ISEMPTY(&sa->inbox)) sa__stream_arena_drain(sa, false);
+  if (sa->pending != NULL || !CK_STACK_ISEMPTY(&sa->inbox)) drain(sa, false, true);
   while (got < want) {
     sa_superblock *sb = sa->bins[cls];
     if (sb == NULL && sa->pending != NULL) {
       /* Waiting on the device beats growing. */
-      sa__stream_arena_drain(sa, true);
+      drain(sa, true, true);
       sb = sa->bins[cls];
     }
     if (sb == NULL) {
@@ -166,112 +321,223 @@ uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_bloc
 }
 
 /* Give back what this stream holds without live blocks: empty superblocks
- * to the global stack. */
-void sa__stream_arena_shed(sa_stream_arena *sa) {
-  pthread_mutex_lock(&sa->lock);
-  sa__stream_arena_drain(sa, false);
-  while (sa->empty != NULL) {
-    sa_superblock *sb = sa->empty;
-    sa->empty = sb->next;
-    sa->nempty--;
-    sa_event e = NULL;
-    if (!sa->released && sa__event_record_new(sa->arena, sa->stream, &e) != SA_OK) {
-      sb->next = sa->empty;
-      sa->empty = sb;
-      sa->nempty++;
-      break;
+ * that are fenced or clean to the global stack. Lock held. */
+static void shed_locked(sa_stream_arena *sa, bool named) {
+  drain(sa, false, named);
+  for (sa_superblock **psb = &sa->empty; *psb != NULL;) {
+    sa_superblock *sb = *psb;
+    if (!fence_empty(sa, sb, named)) {
+      psb = &sb->next;
+      continue;
     }
-    sa__superblock_to_global(sa->arena, sb, e, sa);
+    *psb = sb->next;
+    sa->nempty--;
+    to_global(sa, sb);
   }
+}
+
+void sa__stream_arena_shed(sa_stream_arena *sa, bool named) {
+  pthread_mutex_lock(&sa->lock);
+  shed_locked(sa, named);
   pthread_mutex_unlock(&sa->lock);
 }
 
-sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out) {
+/* ---- the arena's list of stream arenas ---------------------------------- */
+
+/* Can sa be freed? Only once it is gone: then nothing new can come to
+ * refer to it (lookups skip it, and every path that adds a block, span,
+ * batch or entry to it starts from one of these), so all zero stays zero.
+ * Its lock held. */
+static bool reapable(sa_stream_arena *sa) {
+  return gone(sa) && atomic_load_explicit(&sa->xentries, memory_order_acquire) == 0 &&
+         atomic_load_explicit(&sa->xspans, memory_order_acquire) == 0 && sa->nsuperblocks == 0 &&
+         sa->parked == NULL && sa->pending == NULL && CK_STACK_ISEMPTY(&sa->inbox);
+}
+
+static void stream_arena_free(sa_stream_arena *sa) {
+  pthread_mutex_destroy(&sa->lock);
+  free(sa);
+}
+
+void sa__stream_arenas_reap(sa_arena *a) {
+  pthread_rwlock_wrlock(&a->streams_rw); /* nobody walks the list but lookups */
   pthread_mutex_lock(&a->lock);
-  for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next) {
-    if (sa->stream == s && !sa->released) {
+  sa_stream_arena *head = a->streams; /* lookups only prepend */
+  pthread_mutex_unlock(&a->lock);
+  size_t n = 0;
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
+    pthread_mutex_lock(&sa->lock); /* whoever was inside has left */
+    sa->doomed = reapable(sa);
+    pthread_mutex_unlock(&sa->lock);
+    n += sa->doomed;
+  }
+  sa_stream_arena *dead = NULL;
+  if (n > 0) {
+    pthread_mutex_lock(&a->lock);
+    for (sa_stream_arena **p = &a->streams; *p != NULL;) {
+      sa_stream_arena *sa = *p;
+      /* Free spans name it too: as their last freer (forgotten) and in
+       * marks that wait for its work (then it stays). */
+      if (!sa->doomed || !sa__span_forget_stream(a, sa)) {
+        p = &sa->next;
+        continue;
+      }
+      sa__timeline_release(a, sa); /* nothing waits on its events any more */
+      *p = sa->next;
+      sa->next = dead;
+      dead = sa;
+    }
+    pthread_mutex_unlock(&a->lock);
+  }
+  pthread_rwlock_unlock(&a->streams_rw);
+  while (dead != NULL) {
+    sa_stream_arena *next = dead->next;
+    stream_arena_free(dead);
+    dead = next;
+  }
+}
+
+/* sa is gone from now on; with synced, its work is known done. Takes its
+ * lock and the arena lock. */
+static void mark_gone(sa_arena *a, sa_stream_arena *sa, bool synced) {
+  pthread_mutex_lock(&sa->lock);
+  pthread_mutex_lock(&a->lock);
+  if (!gone(sa)) {
+    sa->synced = synced;
+    atomic_store_explicit(&sa->xgone, true, memory_order_release);
+    atomic_fetch_add_explicit(&a->xstream_epoch, 1, memory_order_release);
+    if (synced) sa__timeline_release(a, sa); /* its work is done: spans need not wait */
+  }
+  pthread_mutex_unlock(&a->lock);
+  pthread_mutex_unlock(&sa->lock);
+}
+
+/* The live stream arena with handle s (arena lock held), bound. */
+static sa_stream_arena *find_live(sa_arena *a, sa_stream s) {
+  for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next)
+    if (sa->stream == s && !gone(sa)) return sa;
+  return NULL;
+}
+
+void sa__stream_arena_unbind(sa_stream_arena *sa) {
+  atomic_fetch_sub_explicit(&sa->xentries, 1, memory_order_release);
+}
+
+sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out) {
+  sa_status st = a->drv->ops->stream_validate(a->drv, s);
+  uint64_t sid = 0;
+  if (st == SA_OK) st = a->drv->ops->stream_id(a->drv, s, &sid);
+  if (st != SA_OK) return st;
+  sa_stream_arena *fresh = NULL;
+  for (;;) {
+    pthread_mutex_lock(&a->lock);
+    sa_stream_arena *sa = find_live(a, s);
+    if (sa != NULL && sa->sid == sid) {
+      atomic_fetch_add_explicit(&sa->xentries, 1, memory_order_relaxed);
       pthread_mutex_unlock(&a->lock);
+      if (fresh != NULL) stream_arena_free(fresh); /* another thread won the race */
       *out = sa;
       return SA_OK;
     }
-  }
-  pthread_mutex_unlock(&a->lock);
-  sa_status st = a->drv->ops->stream_validate(a->drv, s);
-  if (st != SA_OK) return st;
-  sa_stream_arena *sa = sa__zalloc_aligned(sizeof *sa, _Alignof(sa_stream_arena));
-  if (sa == NULL) return SA_ERR_OUT_OF_MEMORY;
-  sa->arena = a;
-  sa->stream = s;
-  pthread_mutex_init(&sa->lock, NULL);
-  ck_stack_init(&sa->inbox);
-  pthread_mutex_lock(&a->lock);
-  for (sa_stream_arena *o = a->streams; o != NULL; o = o->next) {
-    if (o->stream == s && !o->released) { /* another thread won the race */
+    if (sa == NULL && fresh != NULL) {
+      fresh->id = ++a->next_stream_id;
+      fresh->next = a->streams;
+      a->streams = fresh;
       pthread_mutex_unlock(&a->lock);
-      pthread_mutex_destroy(&sa->lock);
-      free(sa);
-      *out = o;
+      *out = fresh;
       return SA_OK;
     }
+    pthread_mutex_unlock(&a->lock);
+    if (sa != NULL) {
+      /* The handle names a new stream: the old one was destroyed without
+       * sa_stream_release. Its stream arena keeps what it holds (never
+       * inherited by this stream) until a device sync settles it. */
+      mark_gone(a, sa, false);
+      continue;
+    }
+    sa__stream_arenas_reap(a); /* a new stream: free gone ones first */
+    fresh = sa__zalloc_aligned(sizeof *fresh, _Alignof(sa_stream_arena));
+    if (fresh == NULL) return SA_ERR_OUT_OF_MEMORY;
+    fresh->arena = a;
+    fresh->stream = s;
+    fresh->sid = sid;
+    atomic_init(&fresh->xentries, 1); /* the caller's binding */
+    pthread_mutex_init(&fresh->lock, NULL);
+    ck_stack_init(&fresh->inbox);
   }
-  sa->next = a->streams;
-  a->streams = sa;
+}
+
+void sa__stream_arenas_settle(sa_arena *a) {
+  pthread_rwlock_rdlock(&a->streams_rw);
+  pthread_mutex_lock(&a->lock);
+  sa_stream_arena *head = a->streams; /* only reap unlinks, under streams_rw */
   pthread_mutex_unlock(&a->lock);
+  /* Parked batches first: they land in other stream arenas' inboxes. */
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
+    pthread_mutex_lock(&sa->lock);
+    sa_deferred *clean = unpark(sa, false);
+    pthread_mutex_unlock(&sa->lock);
+    push_all(clean);
+  }
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) sa__stream_arena_shed(sa, false);
+  pthread_rwlock_unlock(&a->streams_rw);
+  sa__stream_arenas_reap(a);
+}
+
+size_t sa__stream_arenas_live(sa_arena *a) {
+  size_t n = 0;
+  pthread_mutex_lock(&a->lock);
+  for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next) n += !gone(sa);
+  pthread_mutex_unlock(&a->lock);
+  return n;
+}
+
+sa_status sa__stream_arena_release(sa_arena *a, sa_stream s, sa_stream_arena **out) {
+  *out = NULL;
+  pthread_mutex_lock(&a->lock);
+  sa_stream_arena *sa = find_live(a, s);
+  if (sa != NULL) atomic_fetch_add_explicit(&sa->xentries, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&a->lock);
+  /* Wait for the stream's work: what it freed is clean from now on, and
+   * blocks recorded on it need no event on it any more (it may be
+   * destroyed before they are freed). */
+  sa_status st = SA_OK;
+  if (sa != NULL || sa__record_names_stream(a, s)) st = a->drv->ops->stream_synchronize(a->drv, s);
+  if (st == SA_OK) sa__record_forget_stream(a, s);
+  if (sa == NULL) return st;
+  if (st != SA_OK) {
+    sa__stream_arena_unbind(sa);
+    return st;
+  }
+  mark_gone(a, sa, true);
   *out = sa;
   return SA_OK;
 }
 
-sa_status sa__release_stream(sa_arena *a, sa_stream s) {
-  pthread_mutex_lock(&a->lock);
-  sa_stream_arena *sa = a->streams;
-  while (sa != NULL && !(sa->stream == s && !sa->released)) sa = sa->next;
-  pthread_mutex_unlock(&a->lock);
-  if (sa == NULL) {
-    /* Never allocated on, but blocks may be recorded on it: they must not
-     * wait for it once it is gone. */
-    if (!sa__record_names_stream(a, s)) return SA_OK;
-    sa_status st = a->drv->ops->stream_synchronize(a->drv, s);
-    if (st == SA_OK) sa__record_forget_stream(a, s);
-    return st;
+void sa__stream_arenas_destroy(sa_arena *a) {
+  for (sa_stream_arena *sa = a->streams, *n; sa != NULL; sa = n) {
+    n = sa->next;
+    pthread_mutex_lock(&a->lock);
+    sa__timeline_release(a, sa);
+    pthread_mutex_unlock(&a->lock);
+    sa->synced = true; /* the device was synchronized: record nothing */
+    atomic_store_explicit(&sa->xgone, true, memory_order_relaxed);
+    drain(sa, false, false);
+    while (sa->pending != NULL) { /* the arena is going: wait for the rest */
+      sa_deferred *d = sa->pending;
+      sa->pending = d->next;
+      for (unsigned i = 0; i < d->nevents; i++) (void)sa__event_settle(a, d->events[i]);
+      atomic_fetch_sub_explicit(&a->xdeferred_blocks, d->n, memory_order_relaxed);
+      sa__deferred_free(d);
+    }
+    while (sa->parked != NULL) {
+      sa_deferred *d = sa->parked;
+      sa->parked = d->next;
+      sa__deferred_free(d);
+    }
+    for (sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next)
+      if (sb->event != NULL) (void)sa__event_settle(a, sb->event);
+    stream_arena_free(sa);
   }
-  /* Wait for the stream's work first: from now on nothing can be recorded
-   * on it, and what it holds must be clean for other streams. */
-  sa_status st = a->drv->ops->stream_synchronize(a->drv, s);
-  if (st != SA_OK) return st;
-  /* Blocks recorded on s need no event on it any more, and s may be
-   * destroyed before they are freed. */
-  sa__record_forget_stream(a, s);
-  pthread_mutex_lock(&sa->lock);
-  pthread_mutex_lock(&a->lock);
-  sa->released = true;
-  sa__timeline_release(a, sa); /* its work is done: spans need not wait for it */
-  atomic_fetch_add_explicit(&a->xstream_epoch, 1, memory_order_release);
-  pthread_mutex_unlock(&a->lock);
-  pthread_mutex_unlock(&sa->lock);
-  sa__stream_arena_shed(sa);
-  return SA_OK;
-}
-
-/* Written under the stream arena's lock by sa_stream_release; read under it
- * by the free paths, which do not otherwise hold it. */
-bool sa__stream_arena_released(sa_stream_arena *sa) {
-  pthread_mutex_lock(&sa->lock);
-  bool released = sa->released;
-  pthread_mutex_unlock(&sa->lock);
-  return released;
-}
-
-void sa__stream_arena_destroy(sa_stream_arena *sa) {
-  pthread_mutex_lock(&sa->lock);
-  sa__stream_arena_drain(sa, false);
-  while (sa->pending != NULL) { /* the arena is going: wait for the rest */
-    sa_deferred *d = sa->pending;
-    sa->pending = d->next;
-    for (unsigned i = 0; i < d->nevents; i++) (void)sa__event_settle(sa->arena, d->events[i]);
-    atomic_fetch_sub_explicit(&sa->arena->xdeferred_blocks, d->n, memory_order_relaxed);
-    sa__deferred_free(d);
-  }
-  pthread_mutex_unlock(&sa->lock);
-  pthread_mutex_destroy(&sa->lock);
-  free(sa);
+  a->streams = NULL;
 }

@@ -2,9 +2,10 @@
  *
  * A superblock is owned by one stream arena at a time. When it empties, it
  * stays with its stream (a few are kept) or goes to the global free stack
- * (a ck lock-free stack) together with an event recorded on its last
- * stream; the next owner makes its own stream wait for that event on the
- * device, or skips the wait if the event already completed. New
+ * (a ck lock-free stack) together with the event recorded on its last
+ * stream when it emptied (or none, where a device sync made it clean:
+ * stream_arena.c); the next owner makes its own stream wait for that event
+ * on the device, or skips the wait if the event already completed. New
  * superblocks are carved from the range and backed by physical chunks.
  * Block bookkeeping lives here in host memory: a state byte per block and a
  * stack of free block indices.
@@ -58,11 +59,10 @@ static void count(sa_arena *a, const sa_superblock *sb, int empty, int active) {
 
 void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb) { count(a, sb, +1, -1); }
 
-void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e,
-                              sa_stream_arena *from) {
+void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e, uint64_t event_owner) {
   sb->owner = NULL;
   sb->event = e;
-  sb->event_owner = from;
+  sb->event_owner = event_owner;
   sa__handoff_publish(&sb->xhandoff);
   ck_stack_push_mpmc(&a->free_superblocks, &sb->link);
 }
@@ -176,6 +176,8 @@ static sa_superblock *take_local(sa_stream_arena *sa, size_t need) {
     if (sb->hdr.size < need) continue;
     *psb = sb->next;
     sa->nempty--;
+    if (sb->event != NULL) sa__event_drop(sa->arena, sb->event); /* own stream orders it */
+    sb->event = NULL;
     return sb;
   }
   return NULL;
@@ -203,7 +205,7 @@ static sa_superblock *take_global(sa_stream_arena *sa, size_t need, sa_status *s
   if (found != NULL && found->event != NULL) {
     /* The same stream arena (not merely the same handle value, which a new
      * stream may reuse) is ordered by its stream alone. */
-    if (found->event_owner == sa)
+    if (found->event_owner == sa->id)
       sa__event_drop(a, found->event);
     else
       *st = sa__event_consume(a, found->event, sa->stream);
@@ -232,7 +234,11 @@ sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, sa_superbloc
     if (st != SA_OK) return st;
     count(a, sb, +1, 0); /* a new empty one */
   }
+  if (sb->owner != sa) sa->nsuperblocks++;
   sb->owner = sa;
+  /* Reused by this stream, possibly behind a wait enqueued on it just now:
+   * until an event here, it is this stream's work. */
+  sb->dirty_gen = sa__sync_gen(a);
   st = sa__superblock_format(sb, cls);
   if (st != SA_OK) {
     sb->next = sa->empty;

@@ -4,10 +4,15 @@
  * stream arena in batches. Same-thread same-stream alloc and free touch only
  * the entry (alloc.c): no lock, no atomic read-modify-write. Blocks freed on
  * a stream other than their owner's collect in one open batch per entry,
- * flushed with one event (flush_out). An entry is bound to a stream arena
- * and the arena's stream epoch; sa_stream_release bumps the epoch, and the
- * next slow path here gives the blocks of a released stream back.
- * A thread that exits gives everything back (tcache_exit).
+ * sent on behind one event (flush_out). An entry is bound to a stream arena
+ * (a counted reference) and checked against the arena's stream epoch, which
+ * moves when a stream arena goes: then the thread's entries bound to one
+ * that went give everything back and bind anew on their next use.
+ * sa_stream_release takes back what every thread cached for its stream at
+ * once (sa__tentry_release_stream). A thread that exits, and an entry
+ * evicted (the least recently used of SA_TCACHE_ENTRIES), give everything
+ * back without a driver call on the stream, which may be destroyed
+ * (stream_arena.c says how that memory is made safe).
  *
  * Who frees an entry: its owner thread, always. An arena that is destroyed
  * detaches its entries (sa__entries_detach): it unlinks them and clears
@@ -16,7 +21,7 @@
  * slow path, frees it. entries_lock orders detach against an owner that
  * retires an entry (exit, eviction) while its arena lives.
  *
- * Calls stream_arena.c below it; called by alloc.c, arena.c, reclaim.c.
+ * Calls stream_arena.c below it; called by alloc.c and arena.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -58,41 +63,36 @@ void sa__tentry_publish_live(sa_tentry *e) {
   e->live_delta = 0;
 }
 
-/* Give the oldest blocks of a bin back to the stream arena, keeping keep. */
-void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep) {
+static void flush_bin(sa_tentry *e, unsigned cls, uint32_t keep, bool named) {
   sa_tbin *b = &e->bins[cls];
   if (b->n <= keep) return;
   uint32_t give = b->n - keep;
-  sa__stream_arena_give(e->sarena, b->slots, give);
+  sa__stream_arena_give(e->sarena, b->slots, give, named);
   memmove(b->slots, b->slots + give, keep * sizeof *b->slots);
   b->n = (uint16_t)keep;
 }
 
-/* Send the open cross-stream batch to its owner behind one event on the
- * stream the blocks were freed on. A stream released since then may be
- * destroyed already: its release waited for its work, so no event is
- * needed (the lock keeps a release from slipping in between). On a driver
- * failure the batch stays. */
-void sa__tentry_flush_out(sa_tentry *e) {
-  sa_deferred *d = e->out;
-  if (d == NULL) return;
-  sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
-  if (d->nevents == 0) {
-    sa_stream_arena *f = d->freer;
-    pthread_mutex_lock(&f->lock);
-    sa_status st = f->released ? SA_OK : sa__event_record_new(a, f->stream, &d->events[0]);
-    if (st == SA_OK && !f->released) d->nevents = 1;
-    pthread_mutex_unlock(&f->lock);
-    if (st != SA_OK) return;
-  }
-  e->out = NULL;
-  sa__stream_arena_push_deferred(d->owner, d);
+/* Give the oldest blocks of a bin back to the stream arena, keeping keep. */
+void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep) {
+  flush_bin(e, cls, keep, true);
 }
 
-static void entry_flush_all(sa_tentry *e) {
-  for (unsigned c = 0; c < SA_CLASS_COUNT; c++) sa__tentry_flush_bin(e, c, 0);
-  sa__tentry_flush_out(e);
-  sa__tentry_publish_live(e);
+/* The open batch goes on (stream_arena.c: behind an event when named, else
+ * without one or parked); on a driver failure it stays. */
+void sa__tentry_flush_out(sa_tentry *e, bool named) {
+  if (e->out != NULL && sa__stream_arena_hand_over(e->out, named) == SA_OK) e->out = NULL;
+}
+
+/* Everything e holds back to its stream arena. */
+static void entry_flush_all(sa_tentry *e, bool named) {
+  if (e->sarena != NULL)
+    for (unsigned c = 0; c < SA_CLASS_COUNT; c++) flush_bin(e, c, 0, named);
+  sa__tentry_flush_out(e, named);
+}
+
+static void entry_unbind(sa_tentry *e) {
+  if (e->sarena != NULL) sa__stream_arena_unbind(e->sarena);
+  e->sarena = NULL;
 }
 
 static void entry_free(sa_tentry *e) {
@@ -101,12 +101,15 @@ static void entry_free(sa_tentry *e) {
   free(e);
 }
 
-/* Flush e and unlink it from its arena, if the arena still lives. */
+/* Exit or eviction: everything back without touching the stream (it may be
+ * destroyed), unlinked from its arena if the arena still lives; freed. */
 static void entry_retire(sa_tentry *e) {
   pthread_mutex_lock(&entries_lock);
   sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
   if (a != NULL) {
-    entry_flush_all(e);
+    entry_flush_all(e, false);
+    sa__tentry_publish_live(e);
+    entry_unbind(e);
     atomic_fetch_add_explicit(&a->xretired_fast_allocs,
                               atomic_load_explicit(&e->xfast_allocs, memory_order_relaxed),
                               memory_order_relaxed);
@@ -153,6 +156,20 @@ void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees) {
   pthread_mutex_unlock(&entries_lock);
 }
 
+/* sa_stream_release names only its stream, and no thread may use the
+ * stream during the call: its entries hold still while their blocks and
+ * open batches go back (clean: the release waited for the stream's work).
+ * Their owners see the bumped epoch and bind anew on their next use. */
+void sa__tentry_release_stream(sa_arena *a, sa_stream_arena *sa) {
+  pthread_mutex_lock(&entries_lock);
+  for (sa_tentry *e = a->entries; e != NULL; e = e->arena_next) {
+    if (e->sarena != sa) continue;
+    entry_flush_all(e, false);
+    entry_unbind(e);
+  }
+  pthread_mutex_unlock(&entries_lock);
+}
+
 static struct sa_tcache_s *tcache_get(void) {
   struct sa_tcache_s *tc = sa__tl_cache;
   if (tc != NULL) return tc;
@@ -167,28 +184,24 @@ static struct sa_tcache_s *tcache_get(void) {
   return tc;
 }
 
-/* Bring e up to date with the arena's stream epoch: if its stream was
- * released, give the blocks back and bind to the stream's new arena. */
-static sa_status entry_revalidate(sa_tentry *e, sa_arena *a) {
-  uint64_t epoch = atomic_load_explicit(&a->xstream_epoch, memory_order_acquire);
-  pthread_mutex_lock(&e->sarena->lock);
-  bool released = e->sarena->released;
-  pthread_mutex_unlock(&e->sarena->lock);
-  if (released) {
-    entry_flush_all(e);
-    sa_stream_arena *sa;
-    sa_status st = sa__stream_arena_get(a, e->stream, &sa);
-    if (st != SA_OK) return st;
-    e->sarena = sa;
+/* A stream arena of a went (released, or its stream found destroyed):
+ * this thread's entries bound to one that is gone give everything back
+ * (not a call on that stream) and bind anew when next used. */
+static void revalidate(struct sa_tcache_s *tc, sa_arena *a, uint64_t epoch) {
+  pthread_mutex_lock(&entries_lock); /* against sa__tentry_release_stream */
+  for (unsigned i = 0; i < tc->n; i++) {
+    sa_tentry *x = tc->entries[i];
+    if (atomic_load_explicit(&x->xarena, memory_order_relaxed) != a) continue;
+    if (x->sarena != NULL && sa__stream_arena_gone(x->sarena)) {
+      entry_flush_all(x, false);
+      entry_unbind(x);
+    }
+    x->epoch = epoch;
   }
-  e->epoch = epoch;
-  return SA_OK;
+  pthread_mutex_unlock(&entries_lock);
 }
 
-static sa_status entry_create(sa_arena *a, sa_stream s, sa_tentry **out) {
-  sa_stream_arena *sa;
-  sa_status st = sa__stream_arena_get(a, s, &sa);
-  if (st != SA_OK) return st;
+static sa_status entry_create(sa_arena *a, sa_stream s, sa_stream_arena *sa, sa_tentry **out) {
   sa_tentry *e = calloc(1, sizeof *e);
   if (e == NULL) return SA_ERR_OUT_OF_MEMORY;
   e->stream = s;
@@ -201,6 +214,45 @@ static sa_status entry_create(sa_arena *a, sa_stream s, sa_tentry **out) {
   a->entries = e;
   pthread_mutex_unlock(&entries_lock);
   *out = e;
+  return SA_OK;
+}
+
+/* The least recently used entry leaves: everything back, without a call on
+ * its stream. */
+static void evict(struct sa_tcache_s *tc) {
+  unsigned v = 0;
+  for (unsigned i = 1; i < tc->n; i++)
+    if (tc->entries[i]->last_use < tc->entries[v]->last_use) v = i;
+  sa_tentry *victim = tc->entries[v];
+  tc->entries[v] = tc->entries[--tc->n];
+  if (tc->last == victim) tc->last = NULL;
+  entry_retire(victim);
+}
+
+/* Bind *e (NULL: a new entry for (a, s)) to s's stream arena if unbound. */
+static sa_status entry_bind(struct sa_tcache_s *tc, sa_arena *a, sa_stream s, sa_tentry **pe) {
+  sa_tentry *e = *pe;
+  if (e == NULL || e->sarena == NULL) {
+    /* The first use of the handle by this thread (or since its stream
+     * arena went): the stream is validated and its id compared. */
+    sa_stream_arena *sa;
+    sa_status st = sa__stream_arena_get(a, s, &sa);
+    if (st != SA_OK) return st;
+    if (e != NULL) {
+      pthread_mutex_lock(&entries_lock); /* sa__tentry_release_stream reads it */
+      e->sarena = sa;
+      pthread_mutex_unlock(&entries_lock);
+    } else {
+      if (tc->n == SA_TCACHE_ENTRIES) evict(tc);
+      st = entry_create(a, s, sa, &e);
+      if (st != SA_OK) {
+        sa__stream_arena_unbind(sa);
+        return st;
+      }
+      tc->entries[tc->n++] = e;
+    }
+  }
+  *pe = e;
   return SA_OK;
 }
 
@@ -222,34 +274,35 @@ sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
     if (xa == a && x->stream == s) e = x;
     i++;
   }
-  if (e == NULL) {
-    if (tc->n == sizeof tc->entries / sizeof tc->entries[0]) {
-      /* Evict the oldest entry: its blocks go back to its stream. */
-      sa_tentry *victim = tc->entries[0];
-      memmove(tc->entries, tc->entries + 1, (tc->n - 1) * sizeof tc->entries[0]);
-      tc->n--;
-      if (tc->last == victim) tc->last = NULL;
-      entry_retire(victim);
-    }
-    sa_status st = entry_create(a, s, &e);
-    if (st != SA_OK) return st;
-    tc->entries[tc->n++] = e;
-  } else if (e->epoch != atomic_load_explicit(&a->xstream_epoch, memory_order_acquire)) {
-    sa_status st = entry_revalidate(e, a);
+  uint64_t epoch = atomic_load_explicit(&a->xstream_epoch, memory_order_acquire);
+  if (e != NULL && e->epoch != epoch) revalidate(tc, a, epoch);
+  sa_status st = SA_OK;
+  if (sa_unlikely(e == NULL || e->sarena == NULL)) st = entry_bind(tc, a, s, &e);
+  if (st != SA_OK) return st;
+  if (sa_unlikely(atomic_load_explicit(&e->sarena->xunfenced, memory_order_relaxed)) &&
+      !sa__stream_arena_fence(e->sarena)) { /* this call names its stream */
+    /* s is a new stream with an old handle: start from a new stream arena. */
+    revalidate(tc, a, atomic_load_explicit(&a->xstream_epoch, memory_order_acquire));
+    st = entry_bind(tc, a, s, &e);
     if (st != SA_OK) return st;
   }
+  e->last_use = ++tc->clock;
   tc->last = e;
   *out = e;
   return SA_OK;
 }
 
-void sa__tentry_flush_own(sa_arena *a) {
+void sa__tentry_flush_own(sa_arena *a, sa_stream_arena *named) {
   struct sa_tcache_s *tc = sa__tl_cache;
   if (tc == NULL) return;
+  pthread_mutex_lock(&entries_lock); /* against sa__tentry_release_stream */
   for (unsigned i = 0; i < tc->n; i++) {
     sa_tentry *e = tc->entries[i];
-    if (atomic_load_explicit(&e->xarena, memory_order_relaxed) == a) entry_flush_all(e);
+    if (atomic_load_explicit(&e->xarena, memory_order_relaxed) != a) continue;
+    entry_flush_all(e, named != NULL && e->sarena == named);
+    sa__tentry_publish_live(e);
   }
+  pthread_mutex_unlock(&entries_lock);
 }
 
 void sa__tentry_publish_own(sa_arena *a) {

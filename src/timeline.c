@@ -14,7 +14,8 @@
  *
  * A released stream (sa_stream_release synchronized it) has completed
  * every ticket. Events are recorded only inside calls that name the stream
- * (its frees); queries and waits are safe on any stream's events.
+ * (its frees); queries and waits are safe on any stream's events, also
+ * after the stream was destroyed.
  *
  * Every function runs with the arena lock held. Calls event_pool.c and the
  * driver; called by span.c (and stream_arena.c at release and destroy).
@@ -65,7 +66,7 @@ sa_status sa__timeline_mark(sa_arena *a, sa_stream_arena *sa, uint64_t *ticket) 
 }
 
 bool sa__timeline_known_done(const sa_stream_arena *sa, uint64_t t) {
-  return sa->released || t <= sa->timeline.done;
+  return sa->synced || t <= sa->timeline.done;
 }
 
 sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sa, uint64_t t, bool wait) {

@@ -1,6 +1,8 @@
 /* Fault injection sweep: every driver function, failed at every call it
  * gets in a scripted workload (arena creation, small and large allocations
- * on two streams, cross-stream frees, sa_record_stream, trim, defragment,
+ * on two streams, cross-stream frees, sa_record_stream, a thread that
+ * exits with cached blocks and an open cross-stream batch, cache eviction
+ * over streams destroyed without sa_stream_release, trim, defragment,
  * stream release, destroy), once as a one-shot fault and once as a fault
  * that sticks from that call on.
  *
@@ -11,6 +13,7 @@
  * destroy the simulator holds no chunk, mapping, reserved range or event
  * more than before.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -25,8 +28,10 @@
 #include <streamarena/host.h>
 #include <streamarena/streamarena.h>
 
+#include "internal.h" /* SA_TCACHE_ENTRIES */
+
 #define MiB ((size_t)1 << 20)
-#define MAX_BLOCKS 32
+#define MAX_BLOCKS 128
 
 static const char *const arena_spec = "backend=host,check_stream_order=1,max_physical=40MiB";
 
@@ -117,6 +122,50 @@ static void record(run *r, block *b, int stream) {
   must(r, sa_host_check(r->s[stream], b->p, 256, b->pattern, &r->mismatches), "sa_host_check");
 }
 
+/* A thread that caches blocks, opens a cross-stream batch and exits: what
+ * it held goes back without a driver call (its streams may be gone). */
+static void *exiting_thread(void *arg) {
+  run *r = arg;
+  block *x = alloc(r, 3000, 0), *y = alloc(r, 3000, 1), *z = alloc(r, 200000, 0);
+  release(r, x, 1); /* cross-stream: the thread's open batch */
+  release(r, y, 1); /* cached */
+  release(r, z, 0); /* cached */
+  return NULL;
+}
+
+static void thread_exits(run *r) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, exiting_thread, r) != 0 || pthread_join(t, NULL) != 0)
+    complain(r, "pthread_create/join", SA_ERR_INTERNAL);
+}
+
+/* Blocks of stream 0 freed on more streams than a thread's cache has
+ * entries, each stream destroyed right after (no sa_stream_release): the
+ * entries evicted hand their open batches back without a driver call. A
+ * failed free leaves its block live (freed on stream 0 once the fault is
+ * cleared). */
+static void evictions(run *r) {
+  enum { N = SA_TCACHE_ENTRIES + 2 };
+  sa_stream s[N];
+  for (int k = 0; k < N; k++) /* all first: a destroyed handle goes to the next */
+    must(r, sa_host_stream_create(SA_HOST_AUTO, &s[k]), "sa_host_stream_create");
+  for (int k = 0; k < N; k++) {
+    if (r->n < MAX_BLOCKS) {
+      block *b = &r->b[r->n];
+      *b = (block){NULL, 256, r->s[0], r->next_pattern++};
+      sa_status st = sa_alloc(r->a, &b->p, 256, r->s[0]);
+      allowed(r, st, "sa_alloc");
+      if (st == SA_OK) {
+        r->n++;
+        st = sa_free(b->p, s[k]);
+        allowed(r, st, "sa_free");
+        if (st == SA_OK) b->p = NULL;
+      }
+    }
+    must(r, sa_host_stream_destroy(s[k]), "sa_host_stream_destroy");
+  }
+}
+
 static void step(run *r, int stream, size_t n) {
   must(r, sa_host_stream_step(r->s[stream], n, NULL), "sa_host_stream_step");
 }
@@ -140,6 +189,8 @@ static void workload(run *r) {
     sb[i] = alloc(r, 3000, 1);
   }
   block *la = alloc(r, 5 * MiB, 0), *lb = alloc(r, 9 * MiB, 1);
+  thread_exits(r);
+  evictions(r);
   record(r, sa[0], 1);
   record(r, la, 1);
   release(r, sa[0], 0);  /* recorded: deferred behind events */
@@ -371,7 +422,9 @@ int main(void) {
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   printf("fault_sweep: driver functions %d, call sites swept %lu, runs %lu, faults injected "
-         "%lu, threads 1, streams 2, failures %lu\n",
-         (int)SA_HOST_FN_COUNT, calls_total, runs, faults_fired, failures + (unsigned long)failed);
+         "%lu, threads 2 (one exits), streams 2 (and %d destroyed without release), failures "
+         "%lu\n",
+         (int)SA_HOST_FN_COUNT, calls_total, runs, faults_fired, SA_TCACHE_ENTRIES + 2,
+         failures + (unsigned long)failed);
   return failed;
 }

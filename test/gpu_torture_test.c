@@ -269,7 +269,7 @@ static unsigned long long wrong_words(void *q, size_t bytes, uint32_t want) {
 }
 
 typedef enum how_e {
-  HAND_OVER_SUPERBLOCK, /* small block freed on A, superblock to B via defragment */
+  HAND_OVER_SUPERBLOCK, /* small block freed on A, its superblock to B */
   HAND_OVER_SPAN,       /* large span freed on A, adopted by B while retiring */
   CROSS_STREAM_FREE,    /* used and freed on B, reused by its owner A */
   RECORD_STREAM         /* used on B and recorded, freed on A, reused on A */
@@ -298,7 +298,20 @@ static void scenario(how h, slow_kind kind) {
   void *p, *q;
   SA(sa_alloc(a, &p, bytes, (sa_stream)A));
   switch (h) {
-    case HAND_OVER_SUPERBLOCK:
+    case HAND_OVER_SUPERBLOCK: {
+      /* An event on A is recorded only in a call on A: p must leave this
+       * thread's cache (two blocks of its class) in one. Freed first, it is
+       * pushed out by the next two frees, and its superblock empties
+       * behind an event on A recorded after the slow writer. */
+      void *more[2];
+      for (int i = 0; i < 2; i++) SA(sa_alloc(a, &more[i], bytes, (sa_stream)A));
+      slow_write(kind, A, p, bytes, scratch);
+      SA(sa_free(p, (sa_stream)A));
+      for (int i = 0; i < 2; i++) SA(sa_free(more[i], (sa_stream)A));
+      SA(sa_defragment(a)); /* A's empty superblock goes global with its event */
+      SA(sa_alloc(a, &q, bytes, (sa_stream)B));
+      break;
+    }
     case HAND_OVER_SPAN:
       slow_write(kind, A, p, bytes, scratch);
       SA(sa_free(p, (sa_stream)A));
@@ -308,7 +321,10 @@ static void scenario(how h, slow_kind kind) {
     case CROSS_STREAM_FREE:
       slow_write(kind, B, p, bytes, scratch);
       SA(sa_free(p, (sa_stream)B)); /* B's work is the last use */
-      SA(sa_defragment(a));          /* flushes this thread's cross-stream batch */
+      /* The next call on B sends this thread's cross-stream batch home
+       * behind an event on B. */
+      SA(sa_alloc(a, &q, 256, (sa_stream)B));
+      SA(sa_free(q, (sa_stream)B));
       SA(sa_alloc(a, &q, bytes, (sa_stream)A));
       break;
     default:

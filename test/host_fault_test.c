@@ -86,7 +86,7 @@ static void prepare(sa_host_fn fn, trial *t) {
       break;
   }
   if (fn == SA_HOST_FN_EVENT_RECORD || fn == SA_HOST_FN_STREAM_WAIT_EVENT ||
-      fn == SA_HOST_FN_STREAM_SYNCHRONIZE) {
+      fn == SA_HOST_FN_STREAM_SYNCHRONIZE || fn == SA_HOST_FN_DEVICE_SYNCHRONIZE) {
     assert_int_equal(sa_host_stream_create(SA_HOST_MANUAL, &t->s), SA_OK);
     assert_int_equal(sa_host_fill(t->s, mem, sizeof mem, 1), SA_OK);
   }
@@ -144,6 +144,9 @@ static sa_status call(sa_host_fn fn, trial *t) {
       break;
     case SA_HOST_FN_STREAM_SYNCHRONIZE:
       st = d->ops->stream_synchronize(d, t->s);
+      break;
+    case SA_HOST_FN_DEVICE_SYNCHRONIZE:
+      st = d->ops->device_synchronize(d);
       break;
     default:
       fail_msg("no trial for fn %d", (int)fn);

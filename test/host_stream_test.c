@@ -383,6 +383,79 @@ static void invalid_streams_are_rejected(void **state) {
   assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
 }
 
+static uint64_t violations(void) {
+  sa_host_counters c;
+  sa_host_get_counters(&c);
+  return c.order_violations;
+}
+
+/* CUDA gives a destroyed stream's handle to a later stream; so does the
+ * simulator (the last destroyed first). The new stream has a new id. */
+static void a_destroyed_handle_goes_to_the_next_stream_with_a_new_id(void **state) {
+  (void)state;
+  sa_stream s = manual(), t = manual();
+  uint64_t sid, tid, again;
+  assert_int_equal(d->ops->stream_id(d, s, &sid), SA_OK);
+  assert_int_equal(d->ops->stream_id(d, t, &tid), SA_OK);
+  assert_true(sid != tid);
+  assert_int_equal(sa_host_stream_destroy(s), SA_OK);
+  sa_stream s2 = manual();
+  assert_ptr_equal(s2, s);
+  assert_int_equal(d->ops->stream_id(d, s2, &again), SA_OK);
+  assert_true(again != sid && again != tid);
+  uint64_t none;
+  assert_int_equal(d->ops->stream_id(d, NULL, &none), SA_OK); /* the default stream */
+  assert_int_equal(d->ops->stream_id(d, (sa_stream)buf, &none), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(sa_host_stream_destroy(s2), SA_OK);
+  assert_int_equal(sa_host_stream_destroy(t), SA_OK);
+}
+
+/* A driver call on a destroyed stream whose handle no stream has taken
+ * since is what crashes libcuda: the simulator counts each as a violation.
+ * A handle that never was a stream is only unknown; the test API's own
+ * calls (drain, step, pending) are not the library's. */
+static void a_driver_call_on_a_destroyed_stream_is_a_violation(void **state) {
+  (void)state;
+  sa_event e = event();
+  sa_stream s = manual();
+  assert_int_equal(sa_host_stream_destroy(s), SA_OK);
+  uint64_t v0 = violations(), id;
+  assert_int_equal(d->ops->event_record(d, e, s), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(d->ops->stream_wait_event(d, s, e), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(d->ops->stream_synchronize(d, s), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(d->ops->stream_validate(d, s), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(d->ops->stream_id(d, s, &id), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(violations(), v0 + 5);
+  assert_int_equal(sa_host_stream_drain(s), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(d->ops->event_record(d, e, (sa_stream)buf), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(violations(), v0 + 5);
+  sa_stream again = manual(); /* takes the handle: a stream again */
+  assert_ptr_equal(again, s);
+  assert_int_equal(d->ops->event_record(d, e, again), SA_OK);
+  assert_int_equal(violations(), v0 + 5);
+  assert_int_equal(sa_host_stream_destroy(again), SA_OK);
+  assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
+}
+
+/* device_synchronize completes the work of every stream, manual ones and
+ * what they wait for included, as cuCtxSynchronize does. */
+static void device_synchronize_completes_every_stream(void **state) {
+  (void)state;
+  sa_stream a = manual(), b = manual();
+  sa_event e = event();
+  assert_int_equal(sa_host_fill(a, buf, 4, 5), SA_OK);
+  assert_int_equal(d->ops->event_record(d, e, a), SA_OK);
+  assert_int_equal(d->ops->stream_wait_event(d, b, e), SA_OK);
+  assert_int_equal(sa_host_fill(b, buf + 1, 4, 6), SA_OK);
+  assert_int_equal(sa_host_fill(NULL, buf + 2, 4, 7), SA_OK);
+  assert_int_equal(d->ops->device_synchronize(d), SA_OK);
+  assert_int_equal(sa_host_stream_pending(a) + sa_host_stream_pending(b), 0);
+  assert_int_equal(buf[0] + buf[1] + buf[2], 5 + 6 + 7);
+  assert_int_equal(sa_host_stream_destroy(a), SA_OK);
+  assert_int_equal(sa_host_stream_destroy(b), SA_OK);
+  assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
+}
+
 static void invalid_events_are_rejected(void **state) {
   (void)state;
   sa_event e = event();
@@ -483,6 +556,9 @@ int main(void) {
       T(default_stream_can_be_manual),
       T(invalid_streams_are_rejected),
       T(invalid_events_are_rejected),
+      T(a_destroyed_handle_goes_to_the_next_stream_with_a_new_id),
+      T(a_driver_call_on_a_destroyed_stream_is_a_violation),
+      T(device_synchronize_completes_every_stream),
       T(counters_follow_streams_and_events),
       T(long_queues_keep_their_order),
       T(streams_work_from_many_threads),

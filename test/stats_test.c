@@ -111,7 +111,7 @@ static void stats_never_count_a_superblock_twice(void **state) {
   if (wait_until_done_or_blocked_on(&r, &sa1->lock) &&
       pthread_mutex_trylock(&sa2->lock) == 0) {
     pthread_mutex_unlock(&sa2->lock);
-    sa__stream_arena_shed(sa2);
+    sa__stream_arena_shed(sa2, true);
   }
   pthread_mutex_unlock(&sa1->lock);
   assert_int_equal(pthread_join(reader, NULL), 0);
@@ -120,6 +120,8 @@ static void stats_never_count_a_superblock_twice(void **state) {
   assert_int_equal(st.superblocks_empty, 2);
   assert_int_equal(st.superblocks_active, 0);
   assert_int_equal(st.cached_bytes, 4 * MiB);
+  sa__stream_arena_unbind(sa1);
+  sa__stream_arena_unbind(sa2);
 }
 
 int main(void) {

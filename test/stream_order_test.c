@@ -68,7 +68,11 @@ static void cross_stream_reuse_waits_for_event(size_t block) {
   }
   assert_true(n >= 2 && n < N);
   for (size_t i = 0; i < n; i++) assert_int_equal(sa_free(pa[i], A), SA_OK);
-  /* B takes the same amount: it can only get A's memory. */
+  /* B takes half of it: there is no other memory. This thread's cache for
+   * A keeps at most 1 MiB of a class, which goes back without an event on
+   * A, only after a device-wide synchronize (B's work would run then); the
+   * rest went back in calls on A, behind an event there. */
+  n = (n + 1) / 2;
   uint64_t mism = 0;
   for (size_t i = 0; i < n; i++) {
     assert_int_equal(sa_alloc(a, &pb[i], block, B), SA_OK);
@@ -87,6 +91,7 @@ static void cross_stream_reuse_waits_for_event(size_t block) {
     assert_int_equal(((uint32_t *)pb[i])[0], 0xBBBBBBBBu);
     assert_int_equal(sa_free(pb[i], B), SA_OK);
   }
+  (void)pa;
   assert_int_equal(violations(), 0);
   assert_int_equal(sa_stream_release(a, A), SA_OK);
   assert_int_equal(sa_stream_release(a, B), SA_OK);

@@ -60,7 +60,11 @@ sa_status sa_host_pointer_device(const void *p, int *device);
 sa_status sa_host_stream_create(sa_host_mode mode, sa_stream *out);
 /* The device a stream belongs to (-1 for the default stream). */
 sa_status sa_host_stream_device(sa_stream stream, int *device);
-/* Destroying a stream with pending work first runs that work (as CUDA does). */
+/* Destroying a stream with pending work first runs that work (CUDA frees a
+ * stream's resources once its work completed). Its handle goes to the next
+ * stream created, which is another stream with another id, as CUDA reuses
+ * handles; until then a driver call the allocator makes on the destroyed
+ * handle counts as a violation (sa_host_counters.order_violations). */
 sa_status sa_host_stream_destroy(sa_stream stream);
 sa_status sa_host_set_default_stream_mode(sa_host_mode mode);
 
@@ -106,6 +110,7 @@ typedef enum sa_host_fn_e {
   SA_HOST_FN_EVENT_SYNCHRONIZE,
   SA_HOST_FN_STREAM_WAIT_EVENT,
   SA_HOST_FN_STREAM_SYNCHRONIZE,
+  SA_HOST_FN_DEVICE_SYNCHRONIZE,
   SA_HOST_FN_COUNT
 } sa_host_fn;
 
@@ -131,7 +136,9 @@ typedef struct sa_host_counters_s {
   size_t mappings;         /* mapped chunk pieces */
   size_t events;           /* events created and not destroyed */
   size_t streams;          /* user streams alive (the default stream excluded) */
-  uint64_t order_violations; /* stream-order checker findings so far */
+  uint64_t order_violations; /* checker findings so far: stream-order violations,
+                                kernels on memory they may not touch, driver
+                                calls of the library on destroyed streams */
 } sa_host_counters;
 
 void sa_host_get_counters(sa_host_counters *out);

@@ -12,6 +12,20 @@
  *   - sa_record_stream(p, t): p is also used by work on t; reuse after the
  *     free also waits for t.
  *
+ * A stream's lifetime. The library calls the driver on a stream only
+ * inside a call that names it: sa_alloc, sa_free, sa_record_stream and
+ * sa_stream_release on that stream, and sa_free of a block recorded on it.
+ * So a stream may be destroyed at any time after the last such call that
+ * it was part of has returned (its work still queued, or not), with or
+ * without sa_stream_release, by any thread, before or after the threads
+ * that used it exit. What those threads cached for it, and blocks freed on
+ * it, go to other streams only behind an event recorded in a later call on
+ * the stream, or once memory is short (the out-of-memory path, sa_trim)
+ * after a device-wide synchronize; sa_stream_release hands them back at
+ * once. A new stream that gets a destroyed stream's handle (CUDA reuses a
+ * handle once the old stream's work is done) gets its own state: the arena
+ * compares the driver's stream ids (cuStreamGetId).
+ *
  * Every function is thread-safe unless its comment says otherwise. No
  * function aborts on bad input: failures come back as an sa_status.
  *
@@ -231,20 +245,25 @@ sa_status sa_alloc(sa_arena *arena, void **out, size_t size, sa_stream stream);
 sa_status sa_free(void *p, sa_stream stream);
 
 /* Mark p as also used by work on stream other: at free time the allocator
- * records an event on other too, and reuses the memory only after it.
+ * records an event on other too, and reuses the memory only after it. So
+ * other must not be destroyed before p is freed, unless it was released
+ * with sa_stream_release first (which waits for it and drops the record).
  * Errors: SA_ERR_INVALID_POINTER, SA_ERR_DOUBLE_FREE (p is free),
  * SA_ERR_UNKNOWN_STREAM, SA_ERR_OUT_OF_MEMORY (host bookkeeping). */
 sa_status sa_record_stream(void *p, sa_stream other);
 
-/* Tell the arena that stream will be destroyed: no work will be enqueued on
- * it after this call. Its cached memory goes back to the arena (other
- * streams reuse it after an event recorded now); blocks still allocated
- * from it stay valid and may be freed later on any stream. Call it before
- * destroying the stream: a new stream that gets the same handle value then
- * starts from a clean state. Threads that cached blocks for this stream give
- * them back at their next allocator call. Blocks recorded on it
- * (sa_record_stream) no longer wait for it: its work is done. Releasing a
- * stream the arena has not seen is SA_OK. */
+/* Hand back at once what the arena holds for stream, which will not be
+ * used again: this call synchronizes the stream (cuStreamSynchronize; no
+ * event is recorded), then every thread's cached blocks and open
+ * cross-stream batches for it, and its empty superblocks, are free for
+ * every stream, within sa_trim's reach. Blocks still allocated from it stay
+ * valid and may be freed later on any other stream. Blocks recorded on it
+ * (sa_record_stream) no longer wait for it. No thread may use the stream
+ * during or after the call; destroying it afterwards is the caller's.
+ * Optional: a stream destroyed without it is safe too (see the top of this
+ * header), its memory just comes back later. Releasing a stream the arena
+ * has not seen is SA_OK. Errors: SA_ERR_INVALID_ARGUMENT, SA_ERR_DRIVER
+ * (the synchronize failed: nothing changed). */
 sa_status sa_stream_release(sa_arena *arena, sa_stream stream);
 
 /* ------------------------------------------------------------------------
@@ -278,11 +297,15 @@ sa_status sa_set_superblock_size(sa_arena *arena, size_t bytes);
 
 /* Give cached physical memory back to the driver until at most keep_bytes
  * stay cached. Memory is released only once the work that may use it has
- * completed (this call waits for it). */
+ * completed: this call waits for all of the device's work (a device-wide
+ * synchronize, as PyTorch's empty_cache does), after which also what exited
+ * threads and destroyed streams left behind is free. */
 sa_status sa_trim(sa_arena *arena, size_t keep_bytes);
 
 /* Return empty superblocks and cached chunks above release_threshold_bytes,
- * and coalesce free virtual ranges. Runs by itself on the out-of-memory path. */
+ * and coalesce free virtual ranges, without waiting: memory that came back
+ * outside a call on its stream (a thread's exit, say) waits for sa_trim.
+ * Runs by itself on the out-of-memory path. */
 sa_status sa_defragment(sa_arena *arena);
 
 typedef struct sa_stats_s {

@@ -58,6 +58,7 @@
   X(CtxGetCurrent, v4000)               \
   X(CtxSetCurrent, v4000)               \
   X(CtxGetDevice, v2000)                \
+  X(CtxSynchronize, v2000)              \
   X(CtxPushCurrent, v4000)              \
   X(CtxPopCurrent, v4000)               \
   X(MemGetAllocationGranularity, v10020) \
@@ -76,6 +77,7 @@
   X(StreamWaitEvent, v3020)             \
   X(StreamSynchronize, v2000)           \
   X(StreamGetCtx, v9020)                \
+  X(StreamGetId, v12000)                \
   X(StreamCreate, v2000)                \
   X(StreamDestroy, v4000)               \
   X(MemsetD32Async, v3020)              \
@@ -442,6 +444,31 @@ static sa_status cuda_stream_validate(sa_driver *d, sa_stream stream) {
   return SA_OK;
 }
 
+static sa_status cuda_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
+  (void)d;
+  /* The implicit streams are never destroyed, so their handles are their
+   * identity; their ids sit where cuStreamGetId's counter never reaches. */
+  if (stream_is_implicit(stream)) {
+    *id = UINT64_MAX - (uint64_t)(uintptr_t)stream;
+    return SA_OK;
+  }
+  unsigned long long v = 0;
+  CUresult r = g_cu.StreamGetId((CUstream)stream, &v);
+  if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE) {
+    (void)cu_fail(r);
+    return SA_ERR_UNKNOWN_STREAM;
+  }
+  if (r != CUDA_SUCCESS) return cu_fail(r);
+  *id = (uint64_t)v;
+  return SA_OK;
+}
+
+/* cuCtxSynchronize waits for the primary context's work on every stream,
+ * including streams the user destroyed with work still queued. */
+static sa_status cuda_device_synchronize(sa_driver *d) {
+  CU_IN_CTX(as_cuda(d), g_cu.CtxSynchronize());
+}
+
 static sa_status cuda_stream_create(sa_driver *d, sa_stream *out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   CUstream s = NULL;
@@ -499,6 +526,8 @@ static const sa_driver_ops cuda_ops = {
     .stream_wait_event = cuda_stream_wait_event,
     .stream_synchronize = cuda_stream_synchronize,
     .stream_validate = cuda_stream_validate,
+    .stream_id = cuda_stream_id,
+    .device_synchronize = cuda_device_synchronize,
     .set_peer_access = cuda_set_peer_access,
     .check_handout = NULL, /* no shadow state of device work on a real GPU */
     .stream_create = cuda_stream_create,

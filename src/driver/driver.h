@@ -64,6 +64,13 @@ typedef struct sa_driver_ops_s {
   /* SA_OK when stream is usable on this device, else SA_ERR_UNKNOWN_STREAM
    * (a stream of another device is too, named so in sa_last_driver_error). */
   sa_status (*stream_validate)(sa_driver *d, sa_stream stream);
+  /* The driver's id of a valid stream (cuStreamGetId): unique for the
+   * process, so a new stream that received a destroyed one's handle has
+   * another id. The implicit streams have fixed ids. */
+  sa_status (*stream_id)(sa_driver *d, sa_stream stream, uint64_t *id);
+  /* Wait for all work of the device's context, on every stream, destroyed
+   * ones included (cuCtxSynchronize): the one wait that names no stream. */
+  sa_status (*device_synchronize)(sa_driver *d);
 
   /* Optional (NULL when the backend cannot check): the stream-order checker.
    * Called when [p, p + size) is handed to work on stream; returns

@@ -116,7 +116,7 @@ static sa_status host_stream_synchronize(sa_driver *d, sa_stream stream) {
 
 static sa_status host_stream_validate(sa_driver *d, sa_stream stream) {
   sa_sim_lock();
-  const sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  const sa_sim_stream *s = sa_sim_stream_for_call(stream, "stream_validate");
   sa_status st = SA_OK;
   if (s == NULL) {
     st = SA_ERR_UNKNOWN_STREAM;
@@ -126,6 +126,19 @@ static sa_status host_stream_validate(sa_driver *d, sa_stream stream) {
   }
   sa_sim_unlock();
   return st;
+}
+
+static sa_status host_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
+  (void)d;
+  sa_sim_lock();
+  const sa_sim_stream *s = sa_sim_stream_for_call(stream, "stream_id");
+  if (s != NULL) *id = s->sid;
+  sa_sim_unlock();
+  return s != NULL ? SA_OK : SA_ERR_UNKNOWN_STREAM;
+}
+
+static sa_status host_device_synchronize(sa_driver *d) {
+  HOST_OP(SA_HOST_FN_DEVICE_SYNCHRONIZE, (sa_sim_device_synchronize(d->device), SA_OK));
 }
 
 /* Peers must exist and be able to access this device's memory, as
@@ -224,6 +237,8 @@ static const sa_driver_ops host_ops = {
     .stream_wait_event = host_stream_wait_event,
     .stream_synchronize = host_stream_synchronize,
     .stream_validate = host_stream_validate,
+    .stream_id = host_stream_id,
+    .device_synchronize = host_device_synchronize,
     .set_peer_access = host_set_peer_access,
     .check_handout = host_check_handout,
     .stream_create = host_stream_create,

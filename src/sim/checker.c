@@ -88,7 +88,7 @@ static void describe(const sa_sim_stream *s, char *buf, size_t len) {
 }
 
 sa_status sa_sim_check_handout(uintptr_t p, size_t size, sa_stream stream) {
-  sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  sa_sim_stream *s = sa_sim_stream_for_call(stream, "check_handout");
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
   if (size == 0) return SA_OK;
   uintptr_t end = p > UINTPTR_MAX - size ? UINTPTR_MAX : p + size;

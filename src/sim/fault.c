@@ -18,7 +18,7 @@ static const char *const fn_names[SA_HOST_FN_COUNT] = {
     "va_reserve",   "va_release",    "chunk_create",      "chunk_release",
     "map",          "unmap",         "set_access",        "event_create",
     "event_destroy", "event_record", "event_query",       "event_synchronize",
-    "stream_wait_event", "stream_synchronize",
+    "stream_wait_event", "stream_synchronize", "device_synchronize",
 };
 
 /* Static descriptions for sa_last_driver_error (the name must outlive us). */
@@ -37,6 +37,7 @@ static const char *const fault_names[SA_HOST_FN_COUNT] = {
     "host: injected fault in event_synchronize",
     "host: injected fault in stream_wait_event",
     "host: injected fault in stream_synchronize",
+    "host: injected fault in device_synchronize",
 };
 
 const char *sa_host_fn_name(sa_host_fn fn) {

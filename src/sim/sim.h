@@ -145,7 +145,7 @@ typedef struct sa_sim_op_s {
 } sa_sim_op;
 
 typedef struct sa_sim_stream_s {
-  uint64_t sid;       /* unique for the process lifetime; never reused */
+  uint64_t sid;       /* unique for the process lifetime (handles are reused) */
   uint32_t slot;      /* index in the stream table */
   int device;         /* the device it belongs to; -1: the default stream */
   sa_host_mode mode;
@@ -161,6 +161,9 @@ size_t sa_sim_stream_slots(void);
 sa_sim_stream *sa_sim_stream_at(size_t slot);
 /* The live stream for a handle (NULL handle: the default stream), or NULL. */
 sa_sim_stream *sa_sim_stream_lookup(sa_stream handle);
+/* The same for a driver call of the library named call: a handle of a
+ * destroyed stream (not yet recycled) is also reported as a violation. */
+sa_sim_stream *sa_sim_stream_for_call(sa_stream handle, const char *call);
 /* The handle a stream is known by (NULL for the default stream). */
 sa_stream sa_sim_stream_handle(const sa_sim_stream *s);
 void sa_sim_stream_counters(sa_host_counters *out);
@@ -179,6 +182,9 @@ int sa_sim_stream_on_device(const sa_sim_stream *s, int device);
 sa_status sa_sim_stream_create(int device, sa_host_mode mode, sa_stream *out);
 sa_status sa_sim_stream_destroy(sa_stream stream);
 sa_status sa_sim_stream_synchronize(sa_stream stream);
+/* Complete all work of device's streams and the default stream (device < 0:
+ * of every stream), and whatever it waits for. */
+void sa_sim_device_synchronize(int device);
 sa_status sa_sim_stream_wait_event(sa_stream stream, void *event);
 sa_status sa_sim_enqueue_kernel(sa_stream stream, int device, sa_sim_op_kind kind, uintptr_t p,
                                 size_t size, uint32_t pattern, uint64_t *mismatches);

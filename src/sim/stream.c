@@ -26,6 +26,12 @@
  * a wait op or event names its stream by (slot, sid) so that a destroyed
  * stream, whose work has all completed, simply reads as complete.
  *
+ * Handles are recycled as CUDA's are: a destroyed stream's handle goes to
+ * the next stream created (last destroyed first), which has a new sid. Until
+ * then the handle is known as destroyed, and a driver call of the library
+ * on it (sa_sim_stream_for_call) is a violation: on a GPU it would be a
+ * call on freed driver state.
+ *
  * Called by driver/host.c, sim/checker.c (the stream table) and users of
  * include/streamarena/host.h.
  */
@@ -52,6 +58,9 @@ static struct {
   sa_sim_stream **slots; /* slots[0] unused: slot 0 is default_stream */
   size_t nslots, cap;
   sa_sim_ptrset handles; /* live user stream handles */
+  sa_sim_stream **dead;  /* destroyed, kept for their handles (a stack) */
+  size_t ndead, dead_cap;
+  sa_sim_ptrset dead_handles; /* the same, as a set */
   size_t user_streams;
   uint64_t next_sid;
   sa_sim_ptrset events;
@@ -74,6 +83,18 @@ sa_sim_stream *sa_sim_stream_lookup(sa_stream handle) {
 
 sa_stream sa_sim_stream_handle(const sa_sim_stream *s) {
   return s->slot == 0 ? NULL : (sa_stream)s;
+}
+
+sa_sim_stream *sa_sim_stream_for_call(sa_stream handle, const char *call) {
+  sa_sim_stream *s = sa_sim_stream_lookup(handle);
+  if (s == NULL && sa_sim_ptrset_contains(&tab.dead_handles, handle)) {
+    fprintf(stderr,
+            "streamarena host checker: %s on stream %p, which was destroyed (on a GPU: a "
+            "driver call on freed stream state)\n",
+            call, handle);
+    sa_sim_note_violation();
+  }
+  return s;
 }
 
 /* The stream (slot, sid) names, or NULL once it has been destroyed. */
@@ -245,10 +266,13 @@ sa_status sa_sim_stream_create(int device, sa_host_mode mode, sa_stream *out) {
     tab.slots = slots;
     tab.cap = cap;
   }
-  sa_sim_stream *s = calloc(1, sizeof *s);
-  if (s == NULL) return SA_ERR_OUT_OF_MEMORY;
-  if (sa_sim_ptrset_reserve(&tab.handles, 1) != SA_OK) {
-    free(s);
+  if (sa_sim_ptrset_reserve(&tab.handles, 1) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
+  sa_sim_stream *s;
+  if (tab.ndead > 0) { /* the handle destroyed last, as CUDA tends to */
+    s = tab.dead[--tab.ndead];
+    (void)sa_sim_ptrset_remove(&tab.dead_handles, s);
+    memset(s, 0, sizeof *s);
+  } else if ((s = calloc(1, sizeof *s)) == NULL) {
     return SA_ERR_OUT_OF_MEMORY;
   }
   s->sid = tab.next_sid++;
@@ -263,6 +287,27 @@ sa_status sa_sim_stream_create(int device, sa_host_mode mode, sa_stream *out) {
   return SA_OK;
 }
 
+/* Keep a destroyed stream's memory for its handle's next stream (freed
+ * memory could come back as anything); without room, just free it. */
+static void keep_dead(sa_sim_stream *s) {
+  if (tab.ndead == tab.dead_cap) {
+    size_t cap = tab.dead_cap < 16 ? 16 : tab.dead_cap * 2;
+    sa_sim_stream **dead = realloc(tab.dead, cap * sizeof *dead);
+    if (dead == NULL) {
+      free(s);
+      return;
+    }
+    tab.dead = dead;
+    tab.dead_cap = cap;
+  }
+  if (sa_sim_ptrset_reserve(&tab.dead_handles, 1) != SA_OK) {
+    free(s);
+    return;
+  }
+  sa_sim_ptrset_insert(&tab.dead_handles, s);
+  tab.dead[tab.ndead++] = s;
+}
+
 sa_status sa_sim_stream_destroy(sa_stream handle) {
   if (handle == NULL) return SA_ERR_INVALID_ARGUMENT; /* the default stream stays */
   sa_sim_stream *s = sa_sim_stream_lookup(handle);
@@ -273,14 +318,23 @@ sa_status sa_sim_stream_destroy(sa_stream handle) {
   while (tab.nslots > 1 && tab.slots[tab.nslots - 1] == NULL) tab.nslots--;
   tab.user_streams--;
   free(s->ops);
+  s->ops = NULL;
   sa_sim_clock_free(&s->clock);
-  free(s);
+  keep_dead(s);
   settle();
   return SA_OK;
 }
 
+void sa_sim_device_synchronize(int device) {
+  for (size_t slot = 0; slot < tab.nslots; slot++) {
+    sa_sim_stream *s = sa_sim_stream_at(slot);
+    if (s != NULL && (device < 0 || sa_sim_stream_on_device(s, device))) drive(s, s->enqueued);
+  }
+  settle();
+}
+
 sa_status sa_sim_stream_synchronize(sa_stream handle) {
-  sa_sim_stream *s = sa_sim_stream_lookup(handle);
+  sa_sim_stream *s = sa_sim_stream_for_call(handle, "stream_synchronize");
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
   drive(s, s->enqueued);
   settle();
@@ -296,7 +350,7 @@ static sa_status bad_event(void) {
 }
 
 sa_status sa_sim_stream_wait_event(sa_stream handle, void *event) {
-  sa_sim_stream *s = sa_sim_stream_lookup(handle);
+  sa_sim_stream *s = sa_sim_stream_for_call(handle, "stream_wait_event");
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
   sim_event *e = event_lookup(event);
   if (e == NULL) return bad_event();
@@ -367,7 +421,7 @@ sa_status sa_sim_event_destroy(void *event) {
 sa_status sa_sim_event_record(void *event, sa_stream handle) {
   sim_event *e = event_lookup(event);
   if (e == NULL) return bad_event();
-  sa_sim_stream *s = sa_sim_stream_lookup(handle);
+  sa_sim_stream *s = sa_sim_stream_for_call(handle, "event_record");
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
   if (!sa_sim_stream_on_device(s, e->device)) {
     return sa_sim_fail(SA_ERR_DRIVER, EINVAL, "host: event recorded on a stream of another device");
@@ -477,11 +531,7 @@ sa_status sa_host_stream_drain(sa_stream stream) {
 
 sa_status sa_host_drain_all(void) {
   sa_sim_lock();
-  for (size_t slot = 0; slot < tab.nslots; slot++) {
-    sa_sim_stream *s = sa_sim_stream_at(slot);
-    if (s != NULL) drive(s, s->enqueued);
-  }
-  settle();
+  sa_sim_device_synchronize(-1);
   sa_sim_unlock();
   return SA_OK;
 }

@@ -1,0 +1,361 @@
+/* A stream's lifetime (src/stream_arena.c, src/thread_cache.c): the
+ * library makes a driver call on a stream only inside a call that names
+ * it, so threads may exit, caches evict, and other calls reclaim after the
+ * user destroyed a stream without sa_stream_release. On the simulator a
+ * driver call on a destroyed stream is a violation, which fails these
+ * tests at teardown (the fixture counts them).
+ */
+#include <pthread.h>
+#include <semaphore.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <streamarena/host.h>
+#include <streamarena/streamarena.h>
+
+#include "fixture.h"
+#include "internal.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+static sa_stats stats(sa_arena *a) {
+  sa_stats st;
+  sa_assert_ok(sa_get_stats(a, &st));
+  return st;
+}
+
+static sa_stream new_stream(sa_host_mode mode) {
+  sa_stream s = NULL;
+  sa_assert_ok(sa_host_stream_create(mode, &s));
+  return s;
+}
+
+static void run_thread(void *(*fn)(void *), void *arg) {
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, fn, arg), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+/* Failures inside helper threads, checked by the test afterwards. */
+static atomic_int thread_failures;
+#define T_OK(expr)                                                                      \
+  do {                                                                                  \
+    sa_status t_st_ = (expr);                                                           \
+    if (t_st_ != SA_OK) {                                                               \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, sa_status_string(t_st_)); \
+      atomic_fetch_add(&thread_failures, 1);                                            \
+    }                                                                                   \
+  } while (0)
+
+static int setup(void **state) {
+  atomic_store(&thread_failures, 0);
+  sa_fixture *f = malloc(sizeof *f);
+  if (f == NULL || sa_fixture_setup(f, "max_physical=8MiB", 2, SA_HOST_MANUAL) != SA_OK) {
+    free(f);
+    return -1;
+  }
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  int bad = atomic_load(&thread_failures) != 0;
+  return sa_fixture_cmocka_teardown(state) != 0 || bad ? -1 : 0;
+}
+
+/* ---- a worker's own stream, destroyed without sa_stream_release -------- */
+
+typedef struct worker_arg_s {
+  sa_arena *arena;
+  sa_stream other; /* a stream that outlives the worker */
+  void *foreign[8]; /* blocks of other's, freed on the worker's stream */
+} worker_arg;
+
+/* The worker's life as cudaMallocAsync users live it: its own stream,
+ * allocations and frees on it (blocks stay in its cache), blocks of another
+ * stream freed on it (an open cross-stream batch), a synchronize, the
+ * stream destroyed, the thread gone. */
+static void *own_stream_worker(void *arg) {
+  worker_arg *w = arg;
+  sa_stream s;
+  T_OK(sa_host_stream_create(SA_HOST_MANUAL, &s));
+  void *p[16];
+  for (int i = 0; i < 16; i++) {
+    T_OK(sa_alloc(w->arena, &p[i], (size_t)(i % 2 + 1) * 4 * KiB, s));
+    T_OK(sa_host_fill(s, p[i], 4 * KiB, (uint32_t)i));
+  }
+  for (int i = 0; i < 16; i++) T_OK(sa_free(p[i], s));
+  for (int i = 0; i < 8; i++) T_OK(sa_free(w->foreign[i], s));
+  T_OK(sa_host_stream_drain(s));
+  T_OK(sa_host_stream_destroy(s));
+  return NULL;
+}
+
+/* The thread-exit path recorded an event on the destroyed stream (on CUDA:
+ * a crash inside libcuda); now it hands everything back untouched, and it
+ * all comes back to the arena once a device sync (sa_trim) made it safe. */
+static void exit_after_destroying_its_stream_touches_no_stream(void **state) {
+  sa_fixture *f = *state;
+  worker_arg w = {f->arena, f->streams[0], {0}};
+  for (int round = 0; round < 4; round++) {
+    for (int i = 0; i < 8; i++) sa_assert_ok(sa_alloc(f->arena, &w.foreign[i], 64 * KiB, w.other));
+    run_thread(own_stream_worker, &w);
+  }
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_trim(f->arena, 0));
+  sa_stats st = stats(f->arena);
+  assert_int_equal(st.deferred_frees, 0);
+  assert_int_equal(st.reserved_bytes, 0);
+  assert_int_equal(st.live_bytes, 0);
+}
+
+/* ---- item: an exit whose event record would fail drops nothing --------- */
+
+static void *cross_free_then_exit_with_failing_records(void *arg) {
+  worker_arg *w = arg;
+  for (int i = 0; i < 8; i++) T_OK(sa_free(w->foreign[i], w->other));
+  /* Every event record fails from here on, the thread's exit included. */
+  T_OK(sa_host_fault_inject(SA_HOST_FN_EVENT_RECORD, 1, 1));
+  return NULL;
+}
+
+/* A thread exited with an open cross-stream batch while event records
+ * failed: the batch was dropped, its blocks stayed deferred forever and
+ * their superblocks never emptied (the whole cap allocated here would then
+ * be out of reach). Exit records nothing now. */
+static void exit_with_an_open_batch_drops_nothing_when_records_fail(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], b = f->streams[1];
+  worker_arg w = {f->arena, b, {0}};
+  /* The whole cap in 1 MiB blocks (small: two to a superblock). */
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_alloc(f->arena, &w.foreign[i], MiB, a));
+  run_thread(cross_free_then_exit_with_failing_records, &w);
+  sa_host_fault_clear();
+  /* The whole cap again: only if the batch came home. */
+  void *p[8];
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_alloc(f->arena, &p[i], MiB, a));
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_free(p[i], a));
+  assert_int_equal(stats(f->arena).deferred_frees, 0);
+}
+
+/* ---- cache eviction ------------------------------------------------------ */
+
+typedef struct cycle_arg_s {
+  sa_arena *arena;
+  sa_stream home;
+  int streams;
+  unsigned entries; /* out: the thread's cache entries at the end */
+} cycle_arg;
+
+/* One thread, more (arena, stream) pairs than its cache holds, each stream
+ * destroyed right after use, without sa_stream_release: the entries that
+ * leave hand back their blocks and open batches without a driver call. */
+static void *cycle_through_streams(void *arg) {
+  cycle_arg *c = arg;
+  sa_stream *all = calloc((size_t)c->streams, sizeof *all);
+  /* All made first: a destroyed stream's handle would go to the next one. */
+  for (int k = 0; all != NULL && k < c->streams; k++)
+    T_OK(sa_host_stream_create(SA_HOST_AUTO, &all[k]));
+  for (int k = 0; all != NULL && k < c->streams; k++) {
+    sa_stream s = all[k];
+    void *mine, *theirs;
+    T_OK(sa_alloc(c->arena, &mine, 8 * KiB, s));
+    T_OK(sa_alloc(c->arena, &theirs, 8 * KiB, c->home));
+    T_OK(sa_free(mine, s));   /* stays in the entry's cache */
+    T_OK(sa_free(theirs, s)); /* the entry's open batch */
+    T_OK(sa_host_stream_drain(s));
+    T_OK(sa_host_stream_destroy(s));
+  }
+  free(all);
+  c->entries = sa__tl_cache != NULL ? sa__tl_cache->n : 0;
+  return NULL;
+}
+
+static void evicted_entries_touch_no_destroyed_stream(void **state) {
+  sa_fixture *f = *state;
+  cycle_arg c = {f->arena, f->streams[0], SA_TCACHE_ENTRIES + 9, 0};
+  run_thread(cycle_through_streams, &c);
+  assert_int_equal(c.entries, SA_TCACHE_ENTRIES);
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_trim(f->arena, 0));
+  assert_int_equal(stats(f->arena).reserved_bytes, 0);
+}
+
+/* A thread cycling through 20 (arena, stream) pairs evicted an entry on
+ * every switch (16 entries): each switch then cost a lookup, a fresh
+ * entry, and a flush of the evicted one's blocks. */
+static void a_thread_on_twenty_streams_keeps_every_entry(void **state) {
+  sa_fixture *f = *state;
+  cycle_arg c = {f->arena, f->streams[0], 20, 0};
+  run_thread(cycle_through_streams, &c);
+  assert_int_equal(c.entries, 20 + 1); /* and the home stream's */
+}
+
+/* ---- a new stream that gets a destroyed stream's handle ----------------- */
+
+static void *use_then_exit(void *arg) {
+  worker_arg *w = arg;
+  void *p;
+  T_OK(sa_alloc(w->arena, &p, 4 * KiB, w->other));
+  T_OK(sa_free(p, w->other)); /* in this thread's cache: back unfenced at exit */
+  w->foreign[0] = p;
+  return NULL;
+}
+
+/* CUDA reuses handles. The old stream's arena holds memory that came back
+ * without an event on it (a thread's exit); a new stream with the same
+ * handle must not inherit it: its first use compares stream ids and starts
+ * a new stream arena. (Same handle, same arena, reused at once, was the
+ * old behaviour: the simulator now reuses handles as CUDA does.) */
+static void a_recycled_handle_starts_a_new_stream_arena(void **state) {
+  sa_fixture *f = *state;
+  sa_stream old = new_stream(SA_HOST_MANUAL);
+  worker_arg w = {f->arena, old, {0}};
+  run_thread(use_then_exit, &w);
+  size_t streams = stats(f->arena).streams;
+  sa_assert_ok(sa_host_stream_destroy(old));
+  sa_stream fresh = new_stream(SA_HOST_MANUAL);
+  assert_ptr_equal(fresh, old); /* the simulator hands the handle on */
+  void *q;
+  sa_assert_ok(sa_alloc(f->arena, &q, 4 * KiB, fresh));
+  assert_ptr_not_equal(q, w.foreign[0]);
+  assert_int_equal(stats(f->arena).streams, streams); /* the old one is gone */
+  sa_assert_ok(sa_free(q, fresh));
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_stream_release(f->arena, fresh));
+  sa_assert_ok(sa_host_stream_destroy(fresh));
+  sa_assert_ok(sa_trim(f->arena, 0));
+  assert_int_equal(stats(f->arena).reserved_bytes, 0);
+}
+
+/* ---- sa_stream_release takes back what other threads cached ------------ */
+
+typedef struct holder_arg_s {
+  sa_arena *arena;
+  sa_stream s;
+  sem_t cached, released;
+} holder_arg;
+
+static void *cache_and_wait(void *arg) {
+  holder_arg *h = arg;
+  void *p[32];
+  for (int i = 0; i < 32; i++) T_OK(sa_alloc(h->arena, &p[i], 64 * KiB, h->s));
+  for (int i = 0; i < 32; i++) T_OK(sa_free(p[i], h->s)); /* some stay in the cache */
+  sem_post(&h->cached);
+  sem_wait(&h->released);
+  /* The stream still lives: using it again starts from its new arena. */
+  T_OK(sa_alloc(h->arena, &p[0], 64 * KiB, h->s));
+  T_OK(sa_free(p[0], h->s));
+  return NULL;
+}
+
+/* Blocks another thread cached for a released stream stayed with that
+ * thread until it next used the stream, out of reach of sa_trim. */
+static void release_takes_back_what_other_threads_cached(void **state) {
+  sa_fixture *f = *state;
+  holder_arg h = {f->arena, new_stream(SA_HOST_AUTO), {{0}}, {{0}}};
+  sem_init(&h.cached, 0, 0);
+  sem_init(&h.released, 0, 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, cache_and_wait, &h), 0);
+  sem_wait(&h.cached);
+  assert_true(stats(f->arena).reserved_bytes > 0);
+  sa_assert_ok(sa_stream_release(f->arena, h.s));
+  sa_assert_ok(sa_trim(f->arena, 0));
+  assert_int_equal(stats(f->arena).reserved_bytes, 0);
+  sem_post(&h.released);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  sa_assert_ok(sa_stream_release(f->arena, h.s));
+  sa_assert_ok(sa_host_stream_destroy(h.s));
+  sem_destroy(&h.cached);
+  sem_destroy(&h.released);
+}
+
+/* ---- stream arenas of gone streams are freed ---------------------------- */
+
+static size_t stream_arenas(sa_arena *a) {
+  size_t n = 0;
+  pthread_mutex_lock(&a->lock);
+  for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next) n++;
+  pthread_mutex_unlock(&a->lock);
+  return n;
+}
+
+/* Every stream ever used kept its stream arena: lookups, reclaim and
+ * statistics walked all of them. */
+static void stream_arenas_of_gone_streams_are_freed(void **state) {
+  sa_fixture *f = *state;
+  for (int i = 0; i < 200; i++) {
+    sa_stream s = new_stream(SA_HOST_AUTO);
+    void *p;
+    sa_assert_ok(sa_alloc(f->arena, &p, 16 * KiB, s));
+    sa_assert_ok(sa_free(p, i % 2 ? s : f->streams[0]));
+    if (i % 3 != 0) sa_assert_ok(sa_stream_release(f->arena, s));
+    sa_assert_ok(sa_host_stream_destroy(s)); /* every third without a release */
+  }
+  assert_true(stream_arenas(f->arena) <= 8);
+  sa_assert_ok(sa_trim(f->arena, 0));
+  assert_true(stream_arenas(f->arena) <= 4);
+  assert_int_equal(stats(f->arena).reserved_bytes, 0);
+}
+
+/* ---- out of memory settles every stream's pending frees ----------------- */
+
+static void *cross_free_and_exit(void *arg) {
+  worker_arg *w = arg;
+  for (int i = 0; i < 8; i++) T_OK(sa_free(w->foreign[i], w->other));
+  return NULL;
+}
+
+/* Blocks of stream A freed on B, B's work not run: the out-of-memory path
+ * of a third stream could not force them (it waited only for events of
+ * memory already free), and failed. Now its last attempt synchronizes the
+ * device, after which every pending cross-stream free is free. */
+static void out_of_memory_settles_other_streams_pending_frees(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], b = f->streams[1], c = new_stream(SA_HOST_MANUAL);
+  worker_arg w = {f->arena, b, {0}};
+  for (int i = 0; i < 8; i++) { /* the whole cap, in small blocks */
+    sa_assert_ok(sa_alloc(f->arena, &w.foreign[i], MiB, a));
+    sa_assert_ok(sa_host_fill(b, w.foreign[i], 4096, 0xB0B0B0B0u)); /* B uses them */
+  }
+  run_thread(cross_free_and_exit, &w);
+  void *mine[8];
+  for (int i = 0; i < 8; i++) {
+    sa_assert_ok(sa_alloc(f->arena, &mine[i], MiB, c));
+    sa_assert_ok(sa_host_fill(c, mine[i], 4096, 0xC0C0C0C0u));
+  }
+  assert_int_equal(sa_host_stream_pending(b), 0); /* the device sync ran it */
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_free(mine[i], c));
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_stream_release(f->arena, c));
+  sa_assert_ok(sa_host_stream_destroy(c));
+}
+
+int main(void) {
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+  const struct CMUnitTest tests[] = {
+      T(exit_after_destroying_its_stream_touches_no_stream),
+      T(exit_with_an_open_batch_drops_nothing_when_records_fail),
+      T(evicted_entries_touch_no_destroyed_stream),
+      T(a_thread_on_twenty_streams_keeps_every_entry),
+      T(a_recycled_handle_starts_a_new_stream_arena),
+      T(release_takes_back_what_other_threads_cached),
+      T(stream_arenas_of_gone_streams_are_freed),
+      T(out_of_memory_settles_other_streams_pending_frees),
+  };
+#undef T
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  printf("stream_lifetime: cases %zu, failures %d\n", sizeof tests / sizeof tests[0], failed);
+  return failed;
+}
