@@ -2,7 +2,7 @@
  * kernels, their own streams, copies, pointer queries): opened with dlopen
  * and resolved through cuGetProcAddress at the CUDA 12.0 ABI, as
  * src/driver/cuda.c does, so test binaries build and run where no driver
- * exists (they skip). Used by gpu_torture_test, driver_contract_test and
+ * exists (they skip). Used by gpu_torture_test, gpu_soak_test, driver_contract_test and
  * gpu_multi_device_test.
  *
  *   if (sa_cu_load() != 0) skip();
@@ -73,5 +73,9 @@ const char *sa_cu_error_name(CUresult r);
  * grid-stride loop that reads and writes every word (PTX for sm_75 and
  * newer, loaded with cuModuleLoadData). */
 extern const char sa_cu_mad_words_ptx[];
+
+/* check_words(p, n, value, bad): atomically adds to the 64-bit counter at
+ * bad the number of words of p[0..n) that differ from value. */
+extern const char sa_cu_check_words_ptx[];
 
 #endif /* SA_TEST_CUDA_LOADER_H */
