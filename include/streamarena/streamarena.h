@@ -259,7 +259,8 @@ sa_status sa_record_stream(void *p, sa_stream other);
  * every stream, within sa_trim's reach. Blocks still allocated from it stay
  * valid and may be freed later on any other stream. Blocks recorded on it
  * (sa_record_stream) no longer wait for it. No thread may use the stream
- * during or after the call; destroying it afterwards is the caller's.
+ * during the call (a later use starts over, as a stream new to the arena);
+ * destroying it afterwards is the caller's.
  * Optional: a stream destroyed without it is safe too (see the top of this
  * header), its memory just comes back later. Releasing a stream the arena
  * has not seen is SA_OK. Errors: SA_ERR_INVALID_ARGUMENT, SA_ERR_DRIVER
