@@ -49,7 +49,8 @@ int main(int argc, char **argv) {
    * before this call is done. */
   if (s == SA_OK) s = sa_free(p, stream);
   if (s != SA_OK) fprintf(stderr, "hello: %s\n", sa_status_string(s));
-  /* A stream goes back to the arena before it is destroyed. */
+  /* Optional before a stream is destroyed: hands back at once what the
+   * arena holds for it (without it, that memory comes back later). */
   if (host && stream != NULL) {
     sa_status r = sa_stream_release(arena, stream);
     if (r == SA_OK) r = sa_host_stream_destroy(stream);
