@@ -288,6 +288,21 @@ static void op_replace(worker *w) {
   w->c.replaced++;
 }
 
+/* The host enqueues checks far faster than the GPU runs them (a check
+ * reads its whole block): unpaced, the queues grew until a 20 s soak took
+ * 34 s to drain on the H200, and a 300 s one did not end within 400 s.
+ * Every PACE_OPS operations a thread waits for one stream, in turn, so the
+ * work in flight stays a few thousand operations deep, enough for handouts
+ * that race pending work, and the run ends on time. */
+#define PACE_OPS 256
+
+static void pace(worker *w, long i) {
+  slot *sl = &g.slots[(unsigned long)(i / PACE_OPS + w->id) % STREAMS];
+  pthread_rwlock_rdlock(&sl->lock);
+  ok(w, g.drv->ops->stream_synchronize(g.drv, sl->s), "stream_synchronize (pace)");
+  pthread_rwlock_unlock(&sl->lock);
+}
+
 static bool more(worker *w, long i) {
   if (g.seconds > 0) return (i & 63) != 0 || elapsed() < g.seconds;
   return i < g.ops_per_thread && w->c.failures == 0;
@@ -306,6 +321,7 @@ static void *run_worker(void *arg) {
     else if (r < 990) op_take(w);
     else op_replace(w);
     w->c.ops++;
+    if (i % PACE_OPS == PACE_OPS - 1) pace(w, i);
   }
   while (w->n > 0) free_block(w, w->local[--w->n]);
   ok(w, g.drv->ops->event_destroy(g.drv, w->ev), "event_destroy"); /* waits keep their target */
@@ -400,6 +416,7 @@ static void soak(void **state) {
     for (size_t k = 0; k < sizeof total / sizeof(uint64_t); k++)
       ((uint64_t *)&total)[k] += ((uint64_t *)&w[t].c)[k];
   }
+  double worked = elapsed(); /* the rest is draining and checking */
   /* Blocks left in the exchange: checked and freed here (as thread 0). */
   worker *me = &w[0];
   me->c = (counts){0};
@@ -427,12 +444,13 @@ static void soak(void **state) {
   assert_int_equal(sa_trim(g.arena, 0), SA_OK);
   sa_stats st;
   assert_int_equal(sa_get_stats(g.arena, &st), SA_OK);
-  printf("gpu_soak: backend %s, %.0f s, threads %d, streams %d, operations %llu (allocs %llu, "
+  printf("gpu_soak: backend %s, %.0f s (workers stopped at %.0f s), threads %d, streams %d, "
+         "operations %llu (allocs %llu, "
          "frees %llu, cross-thread %llu, cross-stream frees %llu, record_stream uses %llu, "
          "streams destroyed %llu, %llu without sa_stream_release), words checked %llu, words "
          "corrupted %llu, checker violations %llu, live after %zu, reserved after trim %zu, "
          "failures %llu\n",
-         sa_backend_name(g.backend), elapsed(), THREADS, STREAMS,
+         sa_backend_name(g.backend), elapsed(), worked, THREADS, STREAMS,
          (unsigned long long)total.ops, (unsigned long long)total.allocs,
          (unsigned long long)total.frees, (unsigned long long)total.cross_thread,
          (unsigned long long)total.cross_stream, (unsigned long long)total.uses,
