@@ -3,8 +3,8 @@
  * Layers, top to bottom (each calls only the ones below it):
  *   alloc.c          public sa_alloc / sa_free / sa_record_stream, fast paths;
  *                    the out-of-memory loop, sa_trim, sa_defragment
- *   arena.c          arena life cycle, tuning, statistics
  *   snapshot.c       sa_snapshot_write
+ *   arena.c          arena life cycle, tuning, statistics
  *   report.c         memory summary: out-of-memory report, snapshot summary
  *   thread_cache.c   per-thread caches keyed by (arena, stream)
  *   reclaim.c        getting memory back: free superblocks and spans unmapped
