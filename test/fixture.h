@@ -92,4 +92,13 @@ char *sa_fixture_stderr_end(void);
 /* Non-overlapping occurrences of needle in haystack. */
 size_t sa_fixture_count(const char *haystack, const char *needle);
 
+/* A number below n from a per-thread xorshift64* generator (*rng nonzero):
+ * the stress tests' one source of reproducible randomness. */
+static inline unsigned sa_fixture_pick(uint64_t *rng, unsigned n) {
+  *rng ^= *rng >> 12;
+  *rng ^= *rng << 25;
+  *rng ^= *rng >> 27;
+  return (unsigned)((*rng * 0x2545F4914F6CDD1Dull) % n);
+}
+
 #endif /* SA_TEST_FIXTURE_H */

@@ -77,12 +77,7 @@ typedef struct worker_s {
   counts c;
 } worker;
 
-static unsigned pick(worker *w, unsigned n) { /* xorshift64* */
-  w->rng ^= w->rng >> 12;
-  w->rng ^= w->rng << 25;
-  w->rng ^= w->rng >> 27;
-  return (unsigned)((w->rng * 0x2545F4914F6CDD1Dull) % n);
-}
+static unsigned pick(worker *w, unsigned n) { return sa_fixture_pick(&w->rng, n); }
 
 static void ok(worker *w, sa_status st, const char *what) {
   if (st == SA_OK) return;

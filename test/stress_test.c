@@ -73,14 +73,7 @@ typedef struct worker_s {
   counts c;
 } worker;
 
-static uint64_t next_random(worker *w) { /* xorshift64* */
-  w->rng ^= w->rng >> 12;
-  w->rng ^= w->rng << 25;
-  w->rng ^= w->rng >> 27;
-  return w->rng * 0x2545F4914F6CDD1Dull;
-}
-
-static unsigned pick(worker *w, unsigned n) { return (unsigned)(next_random(w) % n); }
+static unsigned pick(worker *w, unsigned n) { return sa_fixture_pick(&w->rng, n); }
 
 static void failure(worker *w, const char *what, sa_status st) {
   fprintf(stderr, "stress: thread %u: %s: %s\n", w->id, what, sa_status_string(st));
