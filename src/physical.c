@@ -189,7 +189,7 @@ sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *
   sa_status st = SA_OK;
   size_t off = 0;
   for (sa_chunk *c = chunks; st == SA_OK && c != NULL; c = c->next) {
-    st = a->drv->ops->map(a->drv, va + off, c->size, c->handle);
+    st = a->drv->ops->map(a->drv, va + off, c->size, c->handle, 0);
     if (st == SA_OK) off += c->size;
   }
   /* One access setting for the whole range, not one per chunk. */
