@@ -22,6 +22,10 @@
  *                       exit 1 if on any trace streamarena makes more than
  *                       N virtual-memory driver calls (chunk create and
  *                       release, map, unmap, set access) per 1000 operations
+ *     --check-driver-us=U
+ *                       exit 1 if on any trace streamarena's driver calls
+ *                       would take more than U microseconds per operation
+ *                       at the H200's measured cost per call (a model)
  *     --expect-first-fit-oom
  *                       exit 1 unless on some trace the first-fit reference
  *                       runs out of memory where streamarena does not
@@ -69,6 +73,7 @@ typedef struct options_s {
   const char *conf;
   double check_ratio; /* 0: no check */
   double check_vmm;   /* 0: no check */
+  double check_us;    /* 0: no check */
   bool no_budget;
   double reserve;     /* 0: no reserve_limit */
   bool expect_ff_oom;
@@ -178,6 +183,11 @@ static sa_status run_streamarena(const trace *t, size_t capacity, const options 
     } else {
       st = report("sa_alloc", s);
     }
+    if (getenv("TRACKPEAK")) {
+      sa_stats ss; sa_get_stats(a, &ss);
+      static size_t last; if (ss.reserved_bytes_peak > last) { last = ss.reserved_bytes_peak; fprintf(stderr, "op %zu reserved %.1f live %.1f livepeak %.1f op=%s size %.1f\n", i, last/1048576.0, ss.live_bytes/1048576.0, ss.live_bytes_peak/1048576.0, op->is_free?"free":"alloc", op->size/1048576.0); }
+      if (getenv("SNAPOP") && i == (size_t)atol(getenv("SNAPOP"))) write_snapshot(a, o->snapshot_dir, "at.csv");
+    }
     if (st == SA_OK && i == t->peak_op && o->snapshot_dir != NULL)
       st = write_snapshot(a, o->snapshot_dir, r->name);
   }
@@ -247,6 +257,22 @@ static uint64_t vmm_calls(const result *r) {
          c[SA_HOST_FN_SET_ACCESS];
 }
 
+/* The driver's time on an H200 (driver 580), modelled from what the
+ * simulator counted: microseconds per call as measured there with 2 MiB
+ * chunks (docs/DEFRAG.md; calls on larger ranges were not measured and
+ * count the same). A model to compare policies by, not a measurement. */
+static double h200_us_per_op(const result *r) {
+  static const double us[SA_HOST_FN_COUNT] = {
+      [SA_HOST_FN_VA_RESERVE] = 21,  [SA_HOST_FN_CHUNK_CREATE] = 13, [SA_HOST_FN_CHUNK_RELEASE] = 13,
+      [SA_HOST_FN_MAP] = 1,          [SA_HOST_FN_UNMAP] = 18,        [SA_HOST_FN_SET_ACCESS] = 27,
+      [SA_HOST_FN_EVENT_CREATE] = 0.45, [SA_HOST_FN_EVENT_RECORD] = 0.18,
+      [SA_HOST_FN_EVENT_QUERY] = 0.18,  [SA_HOST_FN_STREAM_WAIT_EVENT] = 0.13,
+  };
+  double total = 0;
+  for (int f = 0; f < SA_HOST_FN_COUNT; f++) total += us[f] * (double)r->work.calls[f];
+  return total / (double)(r->t->nops ? r->t->nops : 1);
+}
+
 static double per_kop(const result *r, uint64_t calls) {
   return (double)calls * 1000.0 / (double)(r->t->nops ? r->t->nops : 1);
 }
@@ -269,14 +295,16 @@ static void print_summary(const result *r) {
   printf("%s: %s format, %zu ops, %zu streams, peak live %.1f MiB, capacity %.1f MiB | "
          "streamarena: peak reserved %.1f MiB (%.3fx), %s, %.1f ms (%.2f us/op), "
          "driver: %" PRIu64 " chunks created, %" PRIu64 " maps, %" PRIu64 " unmaps, %" PRIu64
-         " set_access, %.1f MiB remapped, %.1f vmm calls and %.1f calls per 1000 ops | "
+         " set_access, %.1f MiB remapped, %.1f vmm calls and %.1f calls per 1000 ops, "
+         "%.2f us/op of driver time at H200 costs (model) | "
          "first-fit reference: extent %.1f MiB (%.3fx), ",
          r->name, t->format, t->nops, t->nstreams, live / MiB, (double)r->capacity / MiB,
          (double)r->reserved_peak / MiB, (double)r->reserved_peak / live,
          r->oom_count ? "OUT OF MEMORY" : "no OOM", r->seconds * 1e3,
          r->seconds * 1e6 / (double)(t->nops ? t->nops : 1), c[SA_HOST_FN_CHUNK_CREATE],
          c[SA_HOST_FN_MAP], c[SA_HOST_FN_UNMAP], c[SA_HOST_FN_SET_ACCESS], remapped_mib(r),
-         per_kop(r, vmm_calls(r)), per_kop(r, all_calls(r)), (double)r->ff_extent / MiB,
+         per_kop(r, vmm_calls(r)), per_kop(r, all_calls(r)), h200_us_per_op(r),
+         (double)r->ff_extent / MiB,
          (double)r->ff_extent / live);
   if (r->ff_oom_count)
     printf("OUT OF MEMORY (%zu failed, first at op %zu with %.1f MiB largest free)\n",
@@ -297,23 +325,23 @@ static void print_summary(const result *r) {
 static void print_table(const result *rs, size_t n) {
   printf("\n| trace | ops | streams | peak live MiB | capacity MiB | streamarena peak "
          "reserved MiB | ratio | OOM | us/op | chunks created | maps | unmaps | set_access | "
-         "remapped MiB | vmm calls/1k ops | driver calls/1k ops | first-fit extent MiB | "
-         "first-fit OOM |\n");
+         "remapped MiB | vmm calls/1k ops | driver calls/1k ops | driver us/op (H200 model) | "
+         "first-fit extent MiB | first-fit OOM |\n");
   printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | "
-         "---: | ---: | ---: | ---: | ---: | --- |\n");
+         "---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
   for (size_t i = 0; i < n; i++) {
     const result *r = &rs[i];
     const uint64_t *c = r->work.calls;
     double live = (double)r->t->peak_live;
     printf("| %s | %zu | %zu | %.1f | %.1f | %.1f | %.3f | %s | %.2f | %" PRIu64 " | %" PRIu64
-           " | %" PRIu64 " | %" PRIu64 " | %.1f | %.1f | %.1f | %.1f | %s |\n",
+           " | %" PRIu64 " | %" PRIu64 " | %.1f | %.1f | %.1f | %.2f | %.1f | %s |\n",
            r->name, r->t->nops, r->t->nstreams, live / MiB, (double)r->capacity / MiB,
            (double)r->reserved_peak / MiB, (double)r->reserved_peak / live,
            r->oom_count ? "yes" : "no",
            r->seconds * 1e6 / (double)(r->t->nops ? r->t->nops : 1),
            c[SA_HOST_FN_CHUNK_CREATE], c[SA_HOST_FN_MAP], c[SA_HOST_FN_UNMAP],
            c[SA_HOST_FN_SET_ACCESS], remapped_mib(r), per_kop(r, vmm_calls(r)),
-           per_kop(r, all_calls(r)), (double)r->ff_extent / MiB,
+           per_kop(r, all_calls(r)), h200_us_per_op(r), (double)r->ff_extent / MiB,
            r->ff_oom_count ? "yes" : "no");
   }
 }
@@ -336,6 +364,9 @@ static const char help_text[] =
     "  --reserve F            reserve_limit = F x each trace's peak live bytes\n"
     "  --check-vmm-calls N    exit 1 if on any trace streamarena makes more than N\n"
     "                         virtual-memory driver calls per 1000 operations\n"
+    "  --check-driver-us U    exit 1 if on any trace streamarena's driver calls\n"
+    "                         would take more than U us per operation at the\n"
+    "                         H200's cost per call (a model)\n"
     "  --expect-first-fit-oom exit 1 unless on some trace the first-fit reference\n"
     "                         runs out of memory where streamarena does not\n"
     "  --snapshot DIR         write DIR/<trace stem>.json, the arena at peak live\n"
@@ -345,6 +376,7 @@ static const char help_text[] =
 static int usage(void) {
   fprintf(stderr, "usage: replay [--capacity=SIZE | --headroom=F] [--conf=SPEC] "
           "[--no-budget] [--reserve=F] [--check-ratio=R] [--check-vmm-calls=N] "
+          "[--check-driver-us=U] "
           "[--expect-first-fit-oom] "
           "[--snapshot=DIR] TRACE.csv...\n"
           "       replay --help    for what each option does\n");
@@ -428,6 +460,11 @@ static int parse_options(int argc, char **argv, options *o, int *first) {
     } else if ((v = option_value(argc, argv, &i, "--check-vmm-calls", &missing)) != NULL) {
       if (!parse_double(v, &o->check_vmm) || !(o->check_vmm > 0)) {
         fprintf(stderr, "replay: --check-vmm-calls: '%s' is not a number > 0\n", v);
+        return 2;
+      }
+    } else if ((v = option_value(argc, argv, &i, "--check-driver-us", &missing)) != NULL) {
+      if (!parse_double(v, &o->check_us) || !(o->check_us > 0)) {
+        fprintf(stderr, "replay: --check-driver-us: '%s' is not a number > 0\n", v);
         return 2;
       }
     } else if ((v = option_value(argc, argv, &i, "--snapshot", &missing)) != NULL) {
@@ -514,6 +551,12 @@ int main(int argc, char **argv) {
     if (o.check_vmm > 0 && vmm > o.check_vmm) {
       printf("CHECK FAILED: %s: %.1f virtual-memory driver calls per 1000 operations > %.1f\n",
              r->name, vmm, o.check_vmm);
+      failed = 1;
+    }
+    double us = h200_us_per_op(r);
+    if (o.check_us > 0 && us > o.check_us) {
+      printf("CHECK FAILED: %s: %.2f us of driver time per operation (H200 model) > %.2f\n",
+             r->name, us, o.check_us);
       failed = 1;
     }
     if (r->ff_oom_count > 0 && r->oom_count == 0) ff_only_oom = true;
