@@ -1,16 +1,18 @@
 /* sa_alloc, sa_free, sa_record_stream: the fast paths and their slow paths;
- * and the loop that gets memory back when an allocation would pass a budget
- * (the out-of-memory path, sa_trim, sa_defragment).
+ * and the loop that gets memory back when an allocation would pass the
+ * footprint target or a budget (soft_limit, alloc_reclaiming; sa_trim,
+ * sa_defragment).
  *
  * Fast path (same thread, same stream as the last call, block in the thread
  * cache): a class computation, a stack pop or push, one state byte, two
  * owner-only counters. Everything else goes through the _generic paths,
  * which also do tracing and stream-order checking when those are on.
  *
- * The lower layers never reach back up: a span that would grow past its
- * limit, or a superblock past max_physical, fails with
- * SA_ERR_OUT_OF_MEMORY, and alloc_reclaiming flushes this thread's caches,
- * has reclaim.c unmap what is free, and tries again.
+ * The lower layers never reach back up: a span or a superblock that would
+ * grow past its limit (after the span layer's own reshape) fails with
+ * SA_ERR_OUT_OF_MEMORY, and alloc_reclaiming has reclaim.c unmap what is
+ * free (this thread's cached blocks first, where they pin superblocks),
+ * and tries again.
  */
 #include <stdlib.h>
 
@@ -47,14 +49,14 @@ static inline bool entry_current(const sa_tentry *e, const sa_arena *a, sa_strea
  * ---------------------------------------------------------------------- */
 
 /* A small block for e's stream, refilling the bin in a batch if needed. */
-static sa_status small_alloc(sa_arena *a, sa_tentry *e, size_t size, void **out) {
+static sa_status small_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limit, void **out) {
   unsigned cls = sa_size_class(size);
   sa_tbin *b = &e->bins[cls];
   if (b->n == 0) {
     if (b->cap == 0 && sa__tbin_init(b, cls) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
     sa_status st;
     uint32_t want = b->cap / 2 > 0 ? b->cap / 2 : 1;
-    b->n = (uint16_t)sa__stream_arena_take(e->sarena, cls, b->slots, want, &st);
+    b->n = (uint16_t)sa__stream_arena_take(e->sarena, cls, b->slots, want, limit, &st);
     if (b->n == 0) return st != SA_OK ? st : SA_ERR_OUT_OF_MEMORY;
   }
   sa_cached_block blk = b->slots[--b->n];
@@ -65,7 +67,7 @@ static sa_status small_alloc(sa_arena *a, sa_tentry *e, size_t size, void **out)
   return SA_OK;
 }
 
-/* limit: the physical bytes a span may grow the arena to. */
+/* limit: the physical bytes a span or a superblock may take the arena to. */
 static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limit, void **out) {
   if (size > large_threshold(a)) {
     sa_status st = sa__span_alloc(a, e->sarena, size, limit, out);
@@ -75,7 +77,7 @@ static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limit,
     }
     return st;
   }
-  return small_alloc(a, e, size, out);
+  return small_alloc(a, e, size, limit, out);
 }
 
 /* Write the out-of-memory report (SA_FLAG_OOM_REPORT): the summary
@@ -86,17 +88,37 @@ static void oom_report(sa_arena *a, size_t size, sa_stream s) {
   (void)sa_snapshot_write(a, stderr);
 }
 
-/* Allocate; past a budget, get memory back and try again:
- *   1. within reserve_limit, as allocations do first;
- *   2. after unmapping free memory whose work completed (this thread's
- *      cached blocks first: they pin superblocks), still within it: the
- *      chunks are stitched where the request needs them;
- *   3. up to max_physical (the soft budget gives way);
- *   4. after a device-wide synchronize and unmapping again (what threads
+/* The soft limit on physical bytes, past which an allocation reshapes
+ * free memory before it grows: reserve_limit when the user set one, else
+ * the footprint target, (1 + 1/SA_TARGET_SLACK) x the highest live bytes
+ * so far plus SA_TARGET_FLOOR granules (below the peak's own rounding and
+ * the threads' unpublished live bytes, the floor keeps a small arena from
+ * reshaping at every growth). The arena cannot know a run's peak in
+ * advance; the peak so far is what it has proved it needs. */
+static size_t soft_limit(const sa_arena *a) {
+  if (a->cfg.reserve_limit_bytes != 0) return a->reserve_limit;
+  int64_t peak = atomic_load_explicit(&a->xlive_peak, memory_order_relaxed);
+  size_t p = peak > 0 ? (size_t)peak : 0;
+  size_t target = p + p / SA_TARGET_SLACK + SA_TARGET_FLOOR * a->gran;
+  return target < a->reserve_limit ? target : a->reserve_limit;
+}
+
+/* Allocate; past a limit, get memory back and try again:
+ *   1. within the soft limit (soft_limit); a span that would grow past it
+ *      first reshapes free span memory (span.c), as much as the remapping
+ *      ledger allows under the footprint target (physical.c);
+ *   2. after unmapping free memory whose work completed, still within it;
+ *      the pieces are stitched where the request needs them. Under the
+ *      footprint target: span memory for a superblock, this thread's
+ *      cached blocks and empty superblocks for a span, within the ledger;
+ *      under a budget the user set: everything;
+ *   3. up to max_physical (the soft limit gives way);
+ *   4. after unmapping everything free whose work completed;
+ *   5. after a device-wide synchronize and unmapping again (what threads
  *      gave back without an event on its stream is free then too);
- *   5. after the user's callback, which may free memory (from step 1).
- * Without a reserve_limit steps 1-2 run against max_physical and 3 is
- * skipped. */
+ *   6. after the user's callback, which may free memory (from step 1).
+ * When the soft limit is max_physical, step 3 is skipped, and step 4 when
+ * step 2 did the same. */
 static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_stream s,
                                   void **out) {
   bool large = size > large_threshold(a);
@@ -105,22 +127,36 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
     atomic_fetch_add_explicit(&a->xoom_events, 1, memory_order_relaxed);
     return SA_ERR_OUT_OF_MEMORY; /* no reclaim can make it fit */
   }
-  size_t soft = a->reserve_limit, hard = a->physical_cap;
+  size_t soft = soft_limit(a), hard = a->physical_cap;
   size_t need = large ? size : atomic_load_explicit(&a->xsuperblock_size, memory_order_relaxed);
   sa_status st = try_alloc(a, e, size, soft, out);
+  bool all_reclaimed = false; /* step 2 took everything free already */
   for (int step = 2, callbacks = 0; st == SA_ERR_OUT_OF_MEMORY; step++) {
     size_t limit = hard;
     if (step == 2) {
-      sa__tentry_flush_own(a, e->sarena);
-      sa__reclaim(a, need, false);
+      size_t allowance = sa__physical_remap_allowance(a, soft);
+      if (allowance == SIZE_MAX) { /* a budget: everything free goes */
+        sa__tentry_flush_own(a, e->sarena); /* cached blocks pin superblocks */
+        sa__reclaim(a, need, false, SA_RECLAIM_ALL);
+        all_reclaimed = true;
+      } else if (!large && allowance >= need) {
+        sa__reclaim(a, need, false, SA_RECLAIM_SPANS);
+      } else if (large && allowance >= a->gran) {
+        sa__tentry_flush_own(a, e->sarena);
+        sa__reclaim(a, need, false, SA_RECLAIM_SUPERBLOCKS);
+      }
       limit = soft;
     } else if (step == 3) {
       if (soft >= hard) continue; /* nothing to give way */
     } else if (step == 4) {
+      if (all_reclaimed && soft >= hard) continue; /* step 2 did this */
+      sa__tentry_flush_own(a, e->sarena);
+      sa__reclaim(a, need, false, SA_RECLAIM_ALL);
+    } else if (step == 5) {
       /* This step waits for the whole device: what threads gave back
        * without an event on its stream becomes usable too. */
       sa__tentry_flush_own(a, e->sarena);
-      sa__reclaim(a, need, true);
+      sa__reclaim(a, need, true, SA_RECLAIM_ALL);
     } else if (a->cfg.oom_callback != NULL && callbacks++ < 8 &&
                a->cfg.oom_callback(a, size, s, a->cfg.oom_user_data)) {
       step = 1; /* from the start: the next round is step 2 */
@@ -143,7 +179,7 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
 static sa_status trim_to(sa_arena *a, size_t keep_bytes, bool wait) {
   if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
   sa__tentry_flush_own(a, NULL);
-  sa__reclaim(a, 0, wait);
+  sa__reclaim(a, 0, wait, SA_RECLAIM_ALL);
   sa__reclaim_release(a, keep_bytes);
   return SA_OK;
 }

@@ -163,16 +163,6 @@ static void note(sa_status *first, sa_status st) {
   if (*first == SA_OK) *first = st;
 }
 
-/* The host records of chunks destroy gives up on (the driver refused to
- * unmap or release them): the handles stay with the driver, reported. */
-static void free_chunk_records(sa_chunk *c) {
-  while (c != NULL) {
-    sa_chunk *n = c->next;
-    free(c);
-    c = n;
-  }
-}
-
 sa_status sa_arena_destroy(sa_arena *a) {
   if (a == NULL) return SA_OK;
   sa_status first = SA_OK;
@@ -196,16 +186,14 @@ sa_status sa_arena_destroy(sa_arena *a) {
   for (sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
     if (sb->hdr.chunks != NULL) note(&first, sa__physical_unmap(a, &sb->hdr));
   sa__physical_release_cached(a, 0);
-  if (a->chunk_cache != NULL) note(&first, SA_ERR_DRIVER);
-  free_chunk_records(a->chunk_cache); /* refused: they stay with the driver */
-  a->chunk_cache = NULL;
+  if (a->phys != NULL) note(&first, SA_ERR_DRIVER);
+  sa__physical_fini(a); /* refused: they stay with the driver */
   note(&first, a->drv->ops->va_release(a->drv, a->va_reserved_base, a->va_reserved_size));
   note(&first, sa__event_pool_fini(a));
   sa__record_fini(a);
   sa__trace_close(a);
   for (sb = a->all_superblocks; sb != NULL;) {
     sa_superblock *n = sb->all_next;
-    free_chunk_records(sb->hdr.chunks); /* non-NULL where unmap was refused */
     free(sb->free_idx);
     free((void *)sb->state);
     free(sb);

@@ -29,7 +29,7 @@ void sa_config_init(sa_config *config) {
   config->superblock_size = 0;
   config->va_reserve_bytes = 0;        /* 0 = 4 x device memory */
   config->max_physical_bytes = 0;      /* 0 = the whole device */
-  config->reserve_limit_bytes = 0;     /* 0 = max_physical_bytes */
+  config->reserve_limit_bytes = 0;     /* 0 = the footprint target (alloc.c) */
   config->release_threshold_bytes = 0;
   config->large_threshold = 0;         /* 0 = superblock_size / 2 */
   config->flags = 0;

@@ -50,6 +50,8 @@
 #define SA_NOINLINE __attribute__((noinline))
 
 #define SA_KEEP_EMPTY_SUPERBLOCKS 2 /* per stream, kept before going global */
+#define SA_TARGET_SLACK 64         /* footprint target: peak live x (1 + 1/64) */
+#define SA_TARGET_FLOOR 8          /* ... plus 8 granules (alloc.c) */
 #define SA_LIVE_FLUSH_BYTES (256u << 10) /* per-thread live-byte slack, plus a block */
 #define SA_BATCH_MAX 64            /* blocks per cross-stream batch */
 #define SA_RECORD_BUCKETS 1024
@@ -89,17 +91,29 @@ enum {
   SA_BLOCK_DEFERRED = 4  /* freed, waiting for an event */
 };
 
-typedef struct sa_chunk_s {
+/* Physical memory (physical.c): a chunk (sa_phys) is one driver allocation,
+ * mapped in pieces (sa_chunk) of one granule, each its own mapping. */
+typedef struct sa_phys_s {
   sa_chunk_handle handle;
   size_t size;
-  struct sa_chunk_s *next; /* in the chunk cache or a piece list */
+  size_t cached;             /* bytes of its pieces in the piece cache */
+  struct sa_chunk_s *pieces; /* size / granularity of them, by offset */
+  struct sa_phys_s *next;    /* every chunk of the arena */
+  bool released;             /* handed back (release_cached, briefly) */
+} sa_phys;
+
+typedef struct sa_chunk_s {
+  sa_phys *phys;
+  size_t offset;           /* in phys */
+  size_t size;             /* one granule */
+  struct sa_chunk_s *next; /* in the piece cache or a descriptor's list */
 } sa_chunk;
 
 typedef struct sa_desc_s {
   sa_desc_kind kind;
   uintptr_t base;
   size_t size;       /* virtual bytes, a multiple of the granularity */
-  sa_chunk *chunks;  /* physical backing, in address order */
+  sa_chunk *chunks;  /* pieces mapped here, in address order */
 } sa_desc;
 
 typedef struct sa_superblock_s {
@@ -322,13 +336,18 @@ struct sa_arena_s {
   bool hooks;                   /* tracing or checking after each handout */
 
   pthread_mutex_t lock;         /* physical, va, spans, stream map, lists */
-  sa_chunk *chunk_cache;        /* unmapped chunks, no pending work */
+  sa_phys *phys;                /* every chunk (physical.c) */
+  sa_chunk *chunk_cache;        /* unmapped pieces, no pending work */
   size_t chunk_cache_bytes;
-  size_t physical_bytes, physical_peak, nchunks;
+  size_t physical_bytes, physical_peak, nchunks; /* of chunks */
+  /* The remapping ledger (physical.c): bytes created, bytes of cached
+   * chunks mapped again. Written under the lock, read by alloc.c without. */
+  _Atomic size_t xcreated_bytes, xremapped_bytes;
   sa_superblock *all_superblocks;
   sa_superblock *spare_superblocks; /* descriptors without a mapping */
-  size_t reserve_limit;         /* soft cap on physical bytes for span growth */
-  bool budgeted;                /* max_physical or reserve_limit configured */
+  size_t reserve_limit;         /* the user's soft budget, else physical_cap */
+  bool budgeted;                /* max_physical or reserve_limit configured:
+                                   spans near whole granules take whole ones */
   sa_run *runs;                 /* mapped runs of spans, address order */
   sa_run *all_runs, *spare_runs;
   sa_span *all_spans, *spare_spans; /* span descriptors */
@@ -336,6 +355,9 @@ struct sa_arena_s {
   sa_live_map live_map;         /* live spans by base (span_index.c) */
   size_t free_span_bytes;
   size_t live_spans;
+  uint64_t span_frees;          /* spans freed so far */
+  uint64_t reshape_futile;      /* span_frees + 1 when the last reshape found too
+                                   little (span.c): none again until a free */
 
   CK_CC_CACHELINE ck_stack_t free_superblocks; /* empty, mapped */
   /* Mapped superblocks, each counted in exactly one of these as it moves
@@ -436,22 +458,28 @@ static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
 
 /* physical.c: all with the arena lock held */
 #define SA_CHUNK_MAX ((size_t)1 << 30) /* bytes per chunk created, at most */
-/* Chunks for need bytes, their sizes summing to *total, need <= *total <=
- * need + slack (cached chunks first, then new ones, within limit physical
- * bytes held); then map them at d->base (d->size == *total). A failed map
- * returns them to the cache, unless the driver refused to unwind (they then
- * stay on d). */
-sa_status sa__physical_gather(sa_arena *a, size_t need, size_t slack, size_t limit,
-                              sa_chunk **out, size_t *total);
-sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks);
-/* Map chunks back to back at va with one access setting; on failure they go
+/* Pieces for need bytes (a granule multiple): cached ones first, then new
+ * chunks, within limit physical bytes held; then map them at d->base
+ * (d->size == need). A failed map returns them to the cache, unless the
+ * driver refused to unwind (they then stay on d). */
+sa_status sa__physical_gather(sa_arena *a, size_t need, size_t limit, sa_chunk **out);
+sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *pieces);
+/* Map pieces back to back at va with one access setting; on failure they go
  * back to the cache (SA_ERR_DRIVER with *stuck set: the driver refused to
  * unwind, and they stay mapped, listed in *stuck). */
-sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks,
+sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *pieces,
                               sa_chunk **stuck);
-void sa__physical_return(sa_arena *a, sa_chunk *chunks); /* to the cache */
-sa_status sa__physical_unmap(sa_arena *a, sa_desc *d); /* chunks to the cache */
+void sa__physical_return(sa_arena *a, sa_chunk *pieces); /* to the cache */
+sa_status sa__physical_unmap(sa_arena *a, sa_desc *d); /* pieces to the cache */
+/* Release chunks whose pieces are all cached until at most keep_bytes are. */
 size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes);
+/* Destroy: forget every chunk left (the driver refused to release it). */
+void sa__physical_fini(sa_arena *a);
+/* Bytes the arena may remap to keep within limit: SIZE_MAX for a budget the
+ * user set (reserve_limit, max_physical), the ledger's credit for the
+ * footprint target below them. No lock needed. */
+#define SA_REMAP_TRICKLE 1024
+size_t sa__physical_remap_allowance(const sa_arena *a, size_t limit);
 
 /* event_pool.c */
 sa_status sa__event_get(sa_arena *a, sa_event *out);
@@ -473,7 +501,8 @@ void sa__event_drop(sa_arena *a, sa_event e);
 sa_status sa__event_pool_fini(sa_arena *a); /* the first event_destroy failure */
 
 /* superblock.c */
-sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, sa_superblock **out);
+sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, size_t limit,
+                                 sa_superblock **out); /* limit: as sa__stream_arena_take */
 sa_status sa__superblock_format(sa_superblock *sb, unsigned cls); /* owner lock */
 /* sb (no stream owns it now) to the global stack with the event of its
  * last stream (NULL: none needed), recorded by stream arena event_owner. */
@@ -512,8 +541,9 @@ void sa__stream_arena_unbind(sa_stream_arena *sa);
 static inline bool sa__stream_arena_gone(sa_stream_arena *sa) {
   return atomic_load_explicit(&sa->xgone, memory_order_acquire);
 }
+/* Named; limit: the physical bytes a new superblock may take the arena to. */
 uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_block *out,
-                               uint32_t want, sa_status *st); /* named */
+                               uint32_t want, size_t limit, sa_status *st);
 void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, uint32_t n,
                            bool named);
 void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d);
@@ -606,11 +636,13 @@ bool sa__record_names_stream(sa_arena *a, sa_stream s);
 void sa__record_fini(sa_arena *a);
 
 /* reclaim.c: no lock held */
-/* Free memory back to the chunk cache once its work completed (with wait:
- * after waiting for it), until the cache holds need bytes (0: everything):
- * free spans, then streams' empty superblocks and the global stack. Does not
- * touch thread caches: the caller flushes its own first. */
-void sa__reclaim(sa_arena *a, size_t need, bool wait);
+/* Free memory back to the piece cache once its work completed (with wait:
+ * after waiting for it): what names which, streams' empty superblocks and
+ * the global stack's, then free spans until the cache holds need bytes (0:
+ * all of them). Does not touch thread caches: the caller flushes its own
+ * first. */
+enum { SA_RECLAIM_SPANS = 1, SA_RECLAIM_SUPERBLOCKS = 2, SA_RECLAIM_ALL = 3 };
+void sa__reclaim(sa_arena *a, size_t need, bool wait, unsigned what);
 /* Release cached chunks down to keep_bytes. */
 void sa__reclaim_release(sa_arena *a, size_t keep_bytes);
 

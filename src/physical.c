@@ -1,214 +1,222 @@
-/* Physical memory: chunks from the driver, the chunk cache, mapping.
+/* Physical memory: chunks from the driver, the pieces they are mapped in,
+ * the piece cache.
  *
- * A descriptor's virtual range (a superblock, a run of spans) is backed by
- * whole chunks mapped back to back. Chunks need not be physically
- * contiguous, so any free chunk can back any range ("stitching"): memory
- * freed as superblocks can become part of a run and the other way round.
+ * A chunk is one driver allocation (cuMemCreate). It is mapped in pieces of
+ * one granule, each its own mapping (cuMemMap takes an offset into the
+ * chunk), so that the unit of creation and the unit of unmapping differ:
  *
- * Chunk sizes (chunk_size): exactly what is missing, up to SA_CHUNK_MAX per
- * chunk. Creating a handle costs about the same for 2 MiB and for 1 GiB
- * (H200: 1 GiB as 512 x 2 MiB handles ~53 ms, as one handle ~0.6 ms), and
- * a run grows by what a request lacks (span.c), so a growth is one create,
- * one map and one access setting in the common case. The chunk is the unit
- * of unmapping: larger ones cost fewer calls but come back only when wholly
- * free; SA_CHUNK_MAX bounds that. Cached chunks (unmapped under a budget,
- * or by a trim) are used first: those no larger than what is still missing,
- * largest first, then one a little larger (within slack) rather than a new
- * one. Before a chunk is created, cached chunks that could not serve are
- * released down to release_threshold_bytes, and further when the limit is
- * in the way: the footprint grows only when no cached memory could serve.
- * Chunks are never split or merged (the driver maps no part of a handle).
+ *   - Creation is per call: 2 MiB chunks cost about 13 us each on the
+ *     H200, 1 GiB as one chunk about 0.6 ms (as 512 chunks of 2 MiB:
+ *     ~53 ms). A growth of N granules therefore creates its power-of-two
+ *     decomposition (chunk_sizes: at most log2 N + 1 chunks, none above
+ *     SA_CHUNK_MAX), and sets access once for the whole range.
+ *   - Unmapping is per mapping: the driver unmaps only whole mappings, and
+ *     memory a reshape takes back is rarely a whole growth (a span that
+ *     took part of a freed one pins what it covers). With one mapping per
+ *     granule any granule that lies wholly in free memory can be unmapped
+ *     and mapped elsewhere while the rest of its chunk stays in use. A map
+ *     costs about 1 us per 2 MiB, against the 13 us of a create.
  *
- * Every function here runs with the arena lock held. Only chunks with no
+ * A descriptor's range (a superblock, a run of spans) is backed by pieces
+ * mapped back to back; pieces need not come from one chunk or lie in order
+ * ("stitching"). Unmapped pieces wait in the piece cache (chunk_cache),
+ * and a growth maps them before it creates anything. A chunk goes back to
+ * the driver only when all its pieces are cached (release_cached): the
+ * footprint is counted in chunks (physical_bytes).
+ *
+ * The remapping ledger (created and remapped bytes) is kept here, where
+ * both happen; the decision to reshape that reads it is alloc.c's.
+ *
+ * Every function here runs with the arena lock held. Only pieces with no
  * pending device work enter the cache: callers unmap after their events.
  */
 #include <stdlib.h>
 
 #include "internal.h"
 
-static void cache_push(sa_arena *a, sa_chunk *c) {
-  c->next = a->chunk_cache;
-  a->chunk_cache = c;
-  a->chunk_cache_bytes += c->size;
+static void cache_push(sa_arena *a, sa_chunk *p) {
+  p->next = a->chunk_cache;
+  a->chunk_cache = p;
+  a->chunk_cache_bytes += p->size;
+  p->phys->cached += p->size;
 }
 
-/* Remove and return the largest cached chunk of at most limit bytes. */
-static sa_chunk *cache_take_fitting(sa_arena *a, size_t limit) {
-  sa_chunk **best = NULL;
-  for (sa_chunk **pc = &a->chunk_cache; *pc != NULL; pc = &(*pc)->next)
-    if ((*pc)->size <= limit && (best == NULL || (*pc)->size > (*best)->size)) best = pc;
-  if (best == NULL) return NULL;
-  sa_chunk *c = *best;
-  *best = c->next;
-  a->chunk_cache_bytes -= c->size;
-  c->next = NULL;
-  return c;
+static sa_chunk *cache_pop(sa_arena *a) {
+  sa_chunk *p = a->chunk_cache;
+  if (p == NULL) return NULL;
+  a->chunk_cache = p->next;
+  a->chunk_cache_bytes -= p->size;
+  p->phys->cached -= p->size;
+  p->next = NULL;
+  return p;
 }
 
-static sa_status chunk_release(sa_arena *a, sa_chunk *c) {
-  sa_status st = a->drv->ops->chunk_release(a->drv, c->handle);
-  if (st != SA_OK) return st;
-  a->physical_bytes -= c->size;
-  a->nchunks--;
-  free(c);
-  return SA_OK;
+void sa__physical_return(sa_arena *a, sa_chunk *pieces) {
+  for (sa_chunk *p = pieces, *n; p != NULL; p = n) {
+    n = p->next;
+    cache_push(a, p);
+  }
 }
 
-/* Release cached chunks, largest first, until at most keep_bytes stay. A
- * chunk the driver refuses stays cached (a later trim may succeed); the
- * others are still released, so that arena destroy leaks only the refused
- * ones. */
+static int larger_first(const void *x, const void *y) {
+  size_t a = (*(sa_phys *const *)x)->size, b = (*(sa_phys *const *)y)->size;
+  return a < b ? 1 : a > b ? -1 : 0;
+}
+
+/* Release chunks whose pieces are all cached, largest first, until at most
+ * keep_bytes stay cached. A chunk the driver refuses stays (a later trim may
+ * succeed); the others are still released, so that arena destroy leaks only
+ * the refused ones. */
 size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
-  size_t released = 0;
-  sa_chunk *refused = NULL;
-  while (a->chunk_cache_bytes > keep_bytes) {
-    sa_chunk *c = cache_take_fitting(a, SIZE_MAX);
-    size_t size = c->size;
-    if (chunk_release(a, c) != SA_OK) {
-      keep_bytes = keep_bytes > size ? keep_bytes - size : 0; /* it stays counted */
-      c->next = refused;
-      refused = c;
+  if (a->chunk_cache_bytes <= keep_bytes) return 0;
+  size_t n = 0, released = 0;
+  for (sa_phys *ph = a->phys; ph != NULL; ph = ph->next) n += ph->cached == ph->size;
+  sa_phys **order = malloc(n * sizeof *order); /* NULL: in list order */
+  size_t k = 0;
+  for (sa_phys *ph = a->phys; ph != NULL && order != NULL; ph = ph->next)
+    if (ph->cached == ph->size) order[k++] = ph;
+  if (order != NULL) qsort(order, n, sizeof *order, larger_first);
+  sa_phys *next = a->phys;
+  for (size_t i = 0; a->chunk_cache_bytes - released > keep_bytes; i++) {
+    sa_phys *ph;
+    if (order != NULL) {
+      if (i == n) break;
+      ph = order[i];
+    } else {
+      while (next != NULL && next->cached != next->size) next = next->next;
+      if (next == NULL) break;
+      ph = next;
+      next = next->next;
+    }
+    if (a->drv->ops->chunk_release(a->drv, ph->handle) != SA_OK) continue;
+    ph->released = true;
+    released += ph->size;
+  }
+  free(order);
+  /* Their pieces leave the cache, and they the arena's chunks. */
+  for (sa_chunk **pp = &a->chunk_cache; *pp != NULL;)
+    if ((*pp)->phys->released)
+      *pp = (*pp)->next;
+    else
+      pp = &(*pp)->next;
+  a->chunk_cache_bytes -= released;
+  for (sa_phys **pp = &a->phys; *pp != NULL;) {
+    sa_phys *ph = *pp;
+    if (!ph->released) {
+      pp = &ph->next;
       continue;
     }
-    released += size;
-  }
-  while (refused != NULL) {
-    sa_chunk *c = refused;
-    refused = c->next;
-    cache_push(a, c);
+    *pp = ph->next;
+    a->physical_bytes -= ph->size;
+    a->nchunks--;
+    free(ph->pieces);
+    free(ph);
   }
   return released;
 }
 
-/* The size of the next chunk to create when missing bytes are missing. */
-/* The chunk-size policy: the size of the next chunk to create when missing
- * bytes are missing. Without a budget, what is missing in one chunk (up to
- * SA_CHUNK_MAX): a growth is one create. With one (max_physical or
- * reserve_limit set), one granule: a budget takes memory back by unmapping
- * whole free chunks, and a chunk partly used by a span that took part of a
- * freed one could never be taken back (the fragmentation trace then runs
- * out of memory at 1.1 x its peak live bytes). */
+/* The chunk-size policy: the size of the next chunk to create while missing
+ * bytes are missing. All of them, up to SA_CHUNK_MAX: a growth is one
+ * create. Smaller chunks would not make memory easier to take back, since
+ * pieces are unmapped one by one; they would only let a trim release a
+ * chunk of which some piece is still mapped. */
 static size_t chunk_size(const sa_arena *a, size_t missing) {
-  if (a->budgeted) return a->gran;
+  (void)a;
   return missing < SA_CHUNK_MAX ? missing : SA_CHUNK_MAX;
 }
 
-static sa_status chunk_create(sa_arena *a, size_t size, size_t limit, sa_chunk **out) {
-  /* The caller already took every cached chunk that fits, so the rest
-   * cannot serve this request: give them back rather than grow beside them,
-   * down to release_threshold_bytes, and further when the limit is in the
-   * way. A refused release is not fatal here; the limit check decides. */
-  (void)sa__physical_release_cached(a, a->cfg.release_threshold_bytes);
-  while (a->physical_bytes + size > limit && a->chunk_cache != NULL) {
-    sa_chunk *c = cache_take_fitting(a, SIZE_MAX);
-    if (chunk_release(a, c) != SA_OK) {
-      cache_push(a, c);
-      return SA_ERR_DRIVER;
-    }
-  }
+/* A new chunk of size bytes, its pieces out of any list; within limit
+ * physical bytes held. */
+static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_phys **out) {
   if (a->physical_bytes + size > limit) return SA_ERR_OUT_OF_MEMORY;
-  sa_chunk *c = malloc(sizeof *c);
-  if (c == NULL) return SA_ERR_OUT_OF_MEMORY;
-  sa_status st = a->drv->ops->chunk_create(a->drv, size, &c->handle);
+  size_t n = size / a->gran;
+  sa_phys *ph = malloc(sizeof *ph);
+  sa_chunk *pieces = calloc(n, sizeof *pieces);
+  if (ph == NULL || pieces == NULL) {
+    free(ph);
+    free(pieces);
+    return SA_ERR_OUT_OF_MEMORY;
+  }
+  sa_status st = a->drv->ops->chunk_create(a->drv, size, &ph->handle);
   if (st != SA_OK) {
-    free(c);
+    free(ph);
+    free(pieces);
     return st;
   }
-  c->size = size;
-  c->next = NULL;
+  for (size_t i = 0; i < n; i++)
+    pieces[i] = (sa_chunk){.phys = ph, .offset = i * a->gran, .size = a->gran};
+  ph->size = size;
+  ph->cached = 0;
+  ph->released = false;
+  ph->pieces = pieces;
+  ph->next = a->phys;
+  a->phys = ph;
   a->physical_bytes += size;
   a->nchunks++;
   if (a->physical_bytes > a->physical_peak) a->physical_peak = a->physical_bytes;
-  *out = c;
+  atomic_fetch_add_explicit(&a->xcreated_bytes, size, memory_order_relaxed);
+  *out = ph;
   return SA_OK;
 }
 
-/* Remove and return the smallest cached chunk of at least min bytes and at
- * most max bytes. */
-static sa_chunk *cache_take_covering(sa_arena *a, size_t min, size_t max) {
-  sa_chunk **best = NULL;
-  for (sa_chunk **pc = &a->chunk_cache; *pc != NULL; pc = &(*pc)->next)
-    if ((*pc)->size >= min && (*pc)->size <= max && (best == NULL || (*pc)->size < (*best)->size))
-      best = pc;
-  if (best == NULL) return NULL;
-  sa_chunk *c = *best;
-  *best = c->next;
-  a->chunk_cache_bytes -= c->size;
-  c->next = NULL;
-  return c;
-}
-
-void sa__physical_return(sa_arena *a, sa_chunk *chunks) {
-  for (sa_chunk *c = chunks, *n; c != NULL; c = n) {
-    n = c->next;
-    cache_push(a, c);
-  }
-}
-
-sa_status sa__physical_gather(sa_arena *a, size_t need, size_t slack, size_t limit,
-                              sa_chunk **out, size_t *total) {
-  sa_chunk *head = NULL, **tail = &head;
-  size_t missing = need, sum = 0;
-  sa_chunk *c;
-  while (missing > 0 && (c = cache_take_fitting(a, missing)) != NULL) {
-    *tail = c;
-    tail = &c->next;
-    missing -= c->size;
-    sum += c->size;
-  }
-  /* One cached chunk a little larger than the rest beats a new one. */
-  if (missing > 0 && (c = cache_take_covering(a, missing, missing + slack)) != NULL) {
-    *tail = c;
-    tail = &c->next;
-    sum += c->size;
-    missing = 0;
+sa_status sa__physical_gather(sa_arena *a, size_t need, size_t limit, sa_chunk **out) {
+  sa_chunk *head = NULL, **tail = &head, *p;
+  size_t missing = need, remapped = 0;
+  /* Cached pieces first: memory held already is mapped again rather than
+   * new memory created beside it. */
+  while (missing > 0 && (p = cache_pop(a)) != NULL) {
+    *tail = p;
+    tail = &p->next;
+    missing -= p->size;
+    remapped += p->size;
   }
   sa_status st = SA_OK;
   while (st == SA_OK && missing > 0) {
+    sa_phys *ph;
     size_t size = chunk_size(a, missing);
-    st = chunk_create(a, size, limit, &c);
-    if (st == SA_OK) {
-      *tail = c;
-      tail = &c->next;
-      missing -= size;
-      sum += size;
+    st = phys_create(a, size, limit, &ph);
+    for (size_t i = 0; st == SA_OK && i < size / a->gran; i++) {
+      *tail = &ph->pieces[i];
+      tail = &ph->pieces[i].next;
     }
+    if (st == SA_OK) missing -= size;
   }
+  *tail = NULL;
   if (st != SA_OK) {
-    sa__physical_return(a, head);
+    sa__physical_return(a, head); /* new chunks too: a later growth uses them */
     return st;
   }
+  atomic_fetch_add_explicit(&a->xremapped_bytes, remapped, memory_order_relaxed);
   *out = head;
-  *total = sum;
   return SA_OK;
 }
 
-sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks,
+sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *pieces,
                               sa_chunk **stuck) {
   *stuck = NULL;
   sa_status st = SA_OK;
   size_t off = 0;
-  for (sa_chunk *c = chunks; st == SA_OK && c != NULL; c = c->next) {
-    st = a->drv->ops->map(a->drv, va + off, c->size, c->handle, 0);
-    if (st == SA_OK) off += c->size;
+  for (sa_chunk *p = pieces; st == SA_OK && p != NULL; p = p->next) {
+    st = a->drv->ops->map(a->drv, va + off, p->size, p->phys->handle, p->offset);
+    if (st == SA_OK) off += p->size;
   }
-  /* One access setting for the whole range, not one per chunk. */
+  /* One access setting for the whole range, not one per piece. */
   if (st == SA_OK) st = a->drv->ops->set_access(a->drv, va, size);
   if (st == SA_OK) return SA_OK;
-  /* Undo what was mapped; if the driver refuses, the chunks stay mapped
+  /* Undo what was mapped; if the driver refuses, the pieces stay mapped
    * and the caller keeps the range out of circulation. */
   if (off > 0 && a->drv->ops->unmap(a->drv, va, off) != SA_OK) {
-    *stuck = chunks;
+    *stuck = pieces;
     return SA_ERR_DRIVER;
   }
-  sa__physical_return(a, chunks);
+  sa__physical_return(a, pieces);
   return st;
 }
 
-sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks) {
+sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *pieces) {
   sa_chunk *stuck;
-  sa_status st = sa__physical_map_at(a, d->base, d->size, chunks, &stuck);
-  d->chunks = st == SA_OK ? chunks : stuck;
+  sa_status st = sa__physical_map_at(a, d->base, d->size, pieces, &stuck);
+  d->chunks = st == SA_OK ? pieces : stuck;
   return st;
 }
 
@@ -219,4 +227,35 @@ sa_status sa__physical_unmap(sa_arena *a, sa_desc *d) {
   sa__physical_return(a, d->chunks);
   d->chunks = NULL;
   return SA_OK;
+}
+
+/* The remapping ledger. A reshape remaps memory to avoid a growth; both
+ * cost about the same per granule (H200: unmap + map + access against
+ * create + map + access), but growth is paid once while a workload whose
+ * shapes keep changing would pay for remapping again and again. So, as in
+ * ski rental, the arena remaps for the footprint target only while what it
+ * remapped stays within what it created (each byte grown buys the right to
+ * remap one), plus one granule per SA_REMAP_TRICKLE span allocations (so
+ * that a long run whose shapes drift keeps some; at the H200's costs at
+ * most ~0.05 us per allocation). Driver work for memory is then at most
+ * twice that of growth alone, and a training loop that settles pays it
+ * once. Under a budget the user set, remapping is what was asked for. */
+size_t sa__physical_remap_allowance(const sa_arena *a, size_t limit) {
+  if (limit >= a->reserve_limit) return SIZE_MAX; /* not the footprint target */
+  size_t created = atomic_load_explicit(&a->xcreated_bytes, memory_order_relaxed);
+  size_t remapped = atomic_load_explicit(&a->xremapped_bytes, memory_order_relaxed);
+  uint64_t spans = atomic_load_explicit(&a->xlarge_allocs, memory_order_relaxed);
+  size_t credit = created + (size_t)(spans / SA_REMAP_TRICKLE) * a->gran;
+  return credit > remapped ? credit - remapped : 0;
+}
+
+void sa__physical_fini(sa_arena *a) {
+  while (a->phys != NULL) { /* the driver refused to release these */
+    sa_phys *ph = a->phys;
+    a->phys = ph->next;
+    free(ph->pieces);
+    free(ph);
+  }
+  a->chunk_cache = NULL;
+  a->chunk_cache_bytes = 0;
 }

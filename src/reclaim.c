@@ -1,9 +1,9 @@
-/* Getting memory back, for the loop in alloc.c (an allocation past a
- * budget, sa_trim, sa_defragment).
+/* Getting memory back, for the loop in alloc.c (an allocation past the
+ * footprint target or a budget, sa_trim, sa_defragment).
  *
  * Memory that is free but held in some shape (free spans, empty
  * superblocks of a stream, superblocks on the global stack) is unmapped
- * once no pending work can touch it, and its chunks go to the chunk cache,
+ * once no pending work can touch it, and its pieces go to the piece cache,
  * where the next growth maps them wherever it needs them (stitching,
  * physical.c). Nothing is unmapped before its events completed: the
  * driver's unmap does not wait for queued work.
@@ -25,7 +25,7 @@ static void unmap_free_superblocks(sa_arena *a, bool wait) {
   sa__superblock_push_all(a, keep);
 }
 
-void sa__reclaim(sa_arena *a, size_t need, bool wait) {
+void sa__reclaim(sa_arena *a, size_t need, bool wait, unsigned what) {
   atomic_fetch_add_explicit(&a->xdefrags, 1, memory_order_relaxed);
   /* To wait is to synchronize the device, no stream named (any may be
    * destroyed): then also what came back without an event on its stream (a
@@ -33,14 +33,17 @@ void sa__reclaim(sa_arena *a, size_t need, bool wait) {
    * pending cross-stream frees are free for all. On failure: what
    * completed, as without waiting. */
   if (wait) (void)sa__device_sync(a);
-  /* Free spans first: their chunks are the large ones a span needs. */
-  pthread_mutex_lock(&a->lock);
-  (void)sa__span_unmap_free(a, need, wait);
-  bool covered = need > 0 && a->chunk_cache_bytes >= need;
-  pthread_mutex_unlock(&a->lock);
-  if (covered) return;
-  sa__stream_arenas_settle(a); /* empties to the global stack, as they may go */
-  unmap_free_superblocks(a, wait);
+  /* Empty superblocks first: nothing reuses them where they are, while a
+   * free span may be the one a request grows in place. */
+  if (what & SA_RECLAIM_SUPERBLOCKS) {
+    sa__stream_arenas_settle(a); /* empties to the global stack, as they may go */
+    unmap_free_superblocks(a, wait);
+  }
+  if (what & SA_RECLAIM_SPANS) {
+    pthread_mutex_lock(&a->lock);
+    (void)sa__span_unmap_free(a, need, wait);
+    pthread_mutex_unlock(&a->lock);
+  }
 }
 
 void sa__reclaim_release(sa_arena *a, size_t keep_bytes) {

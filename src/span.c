@@ -12,27 +12,33 @@
  *     request just above the 1 MiB threshold would lose up to half of a
  *     2 MiB granule, and traces' requests are rarely multiples of 2 MiB (the
  *     transformer trace loses 7% of its large bytes to granule rounding).
- *     The physical chunk is only the unit of unmapping. The page map keeps
- *     one entry per granule, naming the run; a span is found by its exact
- *     start in the live map.
+ *     The granule is only the unit of unmapping (every granule is its own
+ *     mapping, physical.c). The page map keeps one entry per granule,
+ *     naming the run; a span is found by its exact start in the live map.
  *   - When no free span fits, the arena grows (plan_growth): it maps only
  *     what is missing at an end of a run, next to the free span there (as
  *     PyTorch's expandable segments do), or fills the gap between two runs,
- *     or starts a run in the middle of free reserved space. One chunk (no
- *     budget) and one access setting per growth (physical.c).
- *   - Growth stops at the limit the caller passes (alloc.c: reserve_limit,
- *     max_physical, or what the driver could create). Past it the caller
- *     reclaims (reclaim.c): free span memory whose work completed is
- *     unmapped chunk by chunk (sa__span_unmap_free), and the retried growth
- *     maps those chunks where the request needs them. Remapping happens only
- *     then, never on the common path.
- *   - With a budget configured, memory is kept in units a budget can take
- *     back: one-granule chunks (physical.c), and spans that lose at most
- *     1/32 to rounding take whole granules at granule boundaries
- *     (placement): freed, they free whole chunks. Without this, a request
- *     that takes part of a freed span leaves a partly used chunk nothing
- *     can unmap (the fragmentation trace ran out of memory at 1.1 x its
- *     peak live bytes).
+ *     or starts a run in the middle of free reserved space. Upward on a tie:
+ *     best fit places at the lowest address, so the free rest of a run
+ *     that grew up stays at its top, where the next growth extends it (the
+ *     PyTorch trace's 4 GiB logits grew down once, and every later step
+ *     needed a new 4 GiB). One chunk and one access setting per growth.
+ *   - Growth stops at the limit the caller passes (alloc.c: the footprint
+ *     target, reserve_limit, max_physical, or what the driver could
+ *     create). Past it, the reshape (reshape_bytes): free span memory whose
+ *     work completed is unmapped elsewhere, the smallest free spans first,
+ *     never the span the growth extends (unmap_free), and the growth maps
+ *     those granules where the request needs them. Under the footprint
+ *     target only within the remapping ledger (physical.c), and not for a
+ *     request that sets a new live peak. Remapping happens only then, never
+ *     on the common path, and is decided without a scan.
+ *   - With a budget configured, spans that lose at most 1/32 to rounding
+ *     take whole granules at granule boundaries (placement): freed, they
+ *     free whole granules. Without this a freed span shares its end
+ *     granules with live neighbours, and under a budget of 1.1 x peak live
+ *     the fragmentation trace runs out of memory. Without a budget packed
+ *     placement keeps the footprint lower (dataframe 1.039 against 1.126,
+ *     torch_transformer 1.017 against 1.021).
  *
  * Stream order. A free span's marks (timeline.c) name the streams whose
  * work may still touch it. Its own stream reuses it at once; any other
@@ -343,7 +349,7 @@ typedef struct want_s {
  * configured: then a span that loses at most 1/32 of itself to rounding up
  * to whole granules (all of 64 MiB and more, and those just below a
  * multiple of the granularity) takes whole granules at a granule boundary,
- * so that freeing it frees whole chunks a budget can unmap and stitch
+ * so that freeing it frees whole granules a budget can unmap and stitch
  * elsewhere. Rounding a 1.1 MiB request to 2 MiB would waste 45%: small
  * spans stay packed. */
 static want placement(const sa_arena *a, size_t size) {
@@ -488,10 +494,11 @@ static growth plan_growth(const sa_arena *a, want w) {
   size_t g = a->gran, need = w.need;
   growth best = {GROW_FRESH, 0, round_up(need, g), SIZE_MAX};
 #define BETTER(m) ((m) < best.size || ((m) == best.size && best.dir == GROW_FRESH))
+#define BETTER_UP(m) (BETTER(m) || ((m) == best.size && best.dir == GROW_DOWN))
   for (const sa_run *r = a->runs; r != NULL; r = r->next) {
     uintptr_t lo = r->hdr.base, hi = lo + r->hdr.size;
     size_t above = sa__va_free_above(a, hi), m = missing(need, edge_use(a, r->last, w), g);
-    if (m <= above && BETTER(m)) best = (growth){GROW_UP, hi, m, above};
+    if (m <= above && BETTER_UP(m)) best = (growth){GROW_UP, hi, m, above};
     size_t below = sa__va_free_below(a, lo);
     m = missing(need, edge_use(a, r->first, w), g);
     if (m <= below && BETTER(m)) {
@@ -503,7 +510,39 @@ static growth plan_growth(const sa_arena *a, want w) {
     }
   }
 #undef BETTER
+#undef BETTER_UP
   return best;
+}
+
+static size_t unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t keep_hi,
+                         bool wait);
+
+/* The reshape decision: the bytes to unmap elsewhere so that mapping size
+ * more, for a request of request bytes, stays within limit physical bytes
+ * (cached pieces count as held). 0 when it fits, or when the last look for
+ * free memory found too little and no span was freed since (decided
+ * without a scan). Under the footprint target, also 0 for a request that
+ * takes live bytes past their highest so far: that growth is demand, and
+ * the target rises with it (the free memory a reshape would take is what
+ * the climb to the new peak reuses next; on the PyTorch trace reshaping
+ * there remapped GiBs to gain 0.1%); otherwise no more than the remapping
+ * ledger allows (physical.c). */
+static size_t reshape_bytes(const sa_arena *a, size_t size, size_t request, size_t limit) {
+  size_t cached = a->chunk_cache_bytes, held = a->physical_bytes;
+  if (cached >= size || held + (size - cached) <= limit) return 0;
+  if (a->reshape_futile == a->span_frees + 1) return 0;
+  size_t u = held + (size - cached) - (limit > held ? limit : held);
+  if (u > size - cached) u = size - cached;
+  size_t allowed = sa__physical_remap_allowance(a, limit);
+  if (allowed != SIZE_MAX) {
+    int64_t live = atomic_load_explicit(&a->xlive_bytes, memory_order_relaxed);
+    if (live + (int64_t)request > atomic_load_explicit(&a->xlive_peak, memory_order_relaxed))
+      return 0;
+    allowed &= ~(a->gran - 1);
+    if (u > allowed) u = allowed;
+  }
+  size_t free_whole = a->free_span_bytes & ~(a->gran - 1); /* at most */
+  return u < free_whole ? u : free_whole;
 }
 
 /* Map [at, at + size) as a run of one free span and join it with the runs
@@ -553,13 +592,18 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
  * physical bytes in all; returns it out of the index. */
 static sa_status grow(sa_arena *a, want w, size_t limit, sa_span **out) {
   growth g = plan_growth(a, w);
-  size_t size = g.size;
-  /* A cached chunk larger than the growth is mapped whole where there is
-   * room for it: held memory put to use rather than released. */
-  size_t slack = g.dir == GROW_FRESH ? a->va_size : g.room - size;
+  size_t u = reshape_bytes(a, g.size, w.need, limit);
+  if (u > 0) {
+    /* Past the limit: free memory elsewhere whose work completed is
+     * unmapped and stitched here instead. The free span the growth extends
+     * stays (unmapping it would only map it again). */
+    uintptr_t lo = g.dir == GROW_UP ? g.edge - 1 : g.dir == GROW_DOWN ? g.edge - g.room - 1 : 0;
+    uintptr_t hi = g.dir == GROW_UP ? g.edge + g.room + 1 : g.dir == GROW_DOWN ? g.edge + 1 : 0;
+    if (unmap_free(a, u, lo, hi, false) < u) a->reshape_futile = a->span_frees + 1;
+  }
+  size_t total = g.size;
   sa_chunk *chunks;
-  size_t total;
-  sa_status st = sa__physical_gather(a, size, slack, limit, &chunks, &total);
+  sa_status st = sa__physical_gather(a, total, limit, &chunks);
   if (st != SA_OK) return st;
   uintptr_t at = g.dir == GROW_DOWN ? g.edge - total : g.edge;
   if (g.dir == GROW_FRESH)
@@ -657,6 +701,7 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
   }
   sa__live_remove(a, sp);
   a->live_spans--;
+  a->span_frees++;
   atomic_fetch_sub_explicit(&sp->owner->xspans, 1, memory_order_release);
   sp->owner = freer; /* from now on only a name (sa__span_forget_stream) */
   sp->nstarts = 0;
@@ -759,42 +804,36 @@ static sa_run *cut(sa_arena *a, sa_run *r, sa_span *f, uintptr_t lo, uintptr_t h
   return up;
 }
 
-size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait) {
-  size_t unmapped = 0;
-  sa_run *r = a->runs;
-  while (r != NULL && !(need > 0 && a->chunk_cache_bytes >= need)) {
-    /* Walk the chunks and the spans together, for the first stretch of
-     * whole chunks inside one free span whose work is done. */
-    sa_run *next = r->next;
-    uintptr_t at = r->hdr.base;
-    sa_span *sp = r->first;
-    for (sa_chunk *c = r->hdr.chunks; c != NULL;) {
-      while (sp != NULL && sp->base + sp->size <= at) sp = sp->next;
-      uintptr_t lo = at, hi = at;
-      sa_chunk *d = c;
-      if (sp != NULL && is_free(sp) && sp->base <= lo) {
-        for (; d != NULL && hi + d->size <= sp->base + sp->size; d = d->next) hi += d->size;
-      }
-      if (hi == lo) { /* not inside a free span: the next chunk */
-        at += c->size;
-        c = c->next;
-        continue;
-      }
-      if (marks_reached(a, sp, wait)) {
-        bool done;
-        sa_run *up = cut(a, r, sp, lo, hi, &done);
-        if (done) {
-          unmapped += hi - lo;
-          if (up != NULL) next = up; /* go on above the hole */
-          break;
-        }
-      }
-      at = hi;
-      c = d;
-    }
-    r = next;
+/* Unmap up to bytes (SIZE_MAX: all) of free span memory whose work is done
+ * (with wait: after waiting), none of a span that overlaps [keep_lo,
+ * keep_hi): the whole granules (pieces, physical.c) inside free spans, the
+ * smallest spans first. A small free span is what best fit can use least;
+ * a large one is a place where a later request fits without remapping
+ * (the transformer traces remapped 7-17 GiB to gain 0.1% when memory was
+ * taken in address order). From a span, its highest granules: what stays
+ * free stays at its low end, where best fit places first. Returns the
+ * bytes unmapped. */
+static size_t unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t keep_hi,
+                         bool wait) {
+  size_t unmapped = 0, g = a->gran;
+  sa_span *next;
+  for (sa_span *sp = sa__fit_ceiling(a, g, 0); sp != NULL && unmapped < bytes; sp = next) {
+    next = sa__fit_ceiling(a, sp->size, sp->base + 1); /* before sp changes */
+    uintptr_t lo = round_up(sp->base, g), hi = (sp->base + sp->size) & ~(g - 1);
+    if (hi <= lo || (sp->base < keep_hi && keep_lo < sp->base + sp->size)) continue;
+    if (!marks_reached(a, sp, wait)) continue;
+    if (hi - lo > bytes - unmapped) lo = hi - round_up(bytes - unmapped, g);
+    bool done;
+    (void)cut(a, sp->run, sp, lo, hi, &done);
+    if (done) unmapped += hi - lo;
   }
   return unmapped;
+}
+
+size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait) {
+  size_t cached = a->chunk_cache_bytes;
+  if (need > 0 && cached >= need) return 0;
+  return unmap_free(a, need > 0 ? need - cached : SIZE_MAX, 0, 0, wait);
 }
 
 bool sa__span_forget_stream(sa_arena *a, const sa_stream_arena *sa) {
@@ -833,11 +872,7 @@ sa_status sa__span_fini(sa_arena *a) {
   while (a->all_runs != NULL) {
     sa_run *r = a->all_runs;
     a->all_runs = r->all_next;
-    for (sa_chunk *c = r->hdr.chunks, *n; c != NULL; c = n) { /* refused unmap */
-      n = c->next;
-      free(c);
-    }
-    free(r);
+    free(r); /* pieces of a refused unmap are the chunks' (physical.c) */
   }
   while (a->all_spans != NULL) {
     sa_span *sp = a->all_spans;

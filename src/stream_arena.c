@@ -288,7 +288,7 @@ bool sa__stream_arena_fence(sa_stream_arena *sa) {
 }
 
 uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_block *out,
-                               uint32_t want, sa_status *st) {
+                               uint32_t want, size_t limit, sa_status *st) {
   uint32_t got = 0;
   *st = SA_OK;
   pthread_mutex_lock(&sa->lock);
@@ -301,7 +301,7 @@ uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_bloc
       sb = sa->bins[cls];
     }
     if (sb == NULL) {
-      *st = sa__superblock_acquire(sa, cls, &sb);
+      *st = sa__superblock_acquire(sa, cls, limit, &sb);
       if (*st != SA_OK) break;
       bin_insert(sa, sb);
     }

@@ -116,8 +116,9 @@ void sa__superblock_push_all(sa_arena *a, sa_superblock *list) {
 
 /* Carve and map a fresh superblock of the arena's current size, or larger
  * when a block of need bytes would not fit (a thread that read the large
- * threshold before sa_set_superblock_size shrank it). */
-static sa_status carve(sa_arena *a, size_t need, sa_superblock **out) {
+ * threshold before sa_set_superblock_size shrank it), holding no more than
+ * limit physical bytes in all. */
+static sa_status carve(sa_arena *a, size_t need, size_t limit, sa_superblock **out) {
   size_t size = atomic_load_explicit(&a->xsuperblock_size, memory_order_relaxed);
   if (size < need) size = (need + a->gran - 1) & ~(a->gran - 1);
   uint32_t nstate = (uint32_t)(size / SA_ALIGNMENT);
@@ -145,8 +146,7 @@ static sa_status carve(sa_arena *a, size_t need, sa_superblock **out) {
   }
   sb->hdr.size = size;
   sa_chunk *chunks = NULL;
-  size_t total = 0;
-  sa_status st = sa__physical_gather(a, size, 0, a->physical_cap, &chunks, &total);
+  sa_status st = sa__physical_gather(a, size, limit, &chunks);
   if (st == SA_OK) {
     st = sa__va_alloc(a, size, &sb->hdr.base);
     if (st != SA_OK) sa__physical_return(a, chunks);
@@ -222,7 +222,8 @@ static sa_superblock *take_global(sa_stream_arena *sa, size_t need, sa_status *s
  * global stack (a device-side wait at most), then fresh memory. Every one
  * holds at least one block of cls: a superblock formatted with none would
  * never empty again, and so never return. */
-sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, sa_superblock **out) {
+sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, size_t limit,
+                                 sa_superblock **out) {
   sa_arena *a = sa->arena;
   size_t need = sa_class_size(cls);
   sa_status st = SA_OK;
@@ -230,7 +231,7 @@ sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, sa_superbloc
   if (sb == NULL) sb = take_global(sa, need, &st);
   if (st != SA_OK) return st;
   if (sb == NULL) {
-    st = carve(a, need, &sb);
+    st = carve(a, need, limit, &sb);
     if (st != SA_OK) return st;
     count(a, sb, +1, 0); /* a new empty one */
   }

@@ -25,6 +25,7 @@
 #include <streamarena/streamarena.h>
 
 #include "fixture.h"
+#include "internal.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -80,9 +81,9 @@ static void small_frees_become_one_span_under_cap(void **state) {
   teardown(&f);
 }
 
-/* Without a budget the arena grows rather than remap: a large request
- * that fits no free span maps new memory beside the freed superblocks and
- * unmaps nothing (remapping costs driver calls on every such request). */
+/* Within the footprint target (here its floor: 16 MiB above the peak) the
+ * arena grows rather than remap: a large request that fits no free span
+ * maps new memory beside the freed superblocks and unmaps nothing. */
 static void spans_grow_rather_than_remap_without_a_budget(void **state) {
   (void)state;
   sa_fixture f;
@@ -189,6 +190,111 @@ static void soft_budget_gives_way_while_work_is_pending(void **state) {
   teardown(&f);
 }
 
+/* Four 32 MiB spans in a run, the first and third freed: the shape the
+ * footprint-target tests below start from (peak live 128 MiB, so a target
+ * of 128 + 2 + 16 = 146 MiB). The second and fourth hold patterns. */
+static void four_spans_two_freed(sa_fixture *f, void *p[4]) {
+  sa_stream s = f->streams[0];
+  for (int i = 0; i < 4; i++) {
+    sa_assert_ok(sa_alloc(f->arena, &p[i], 32 * MiB, s));
+    sa_assert_ok(sa_host_fill(s, p[i], 32 * MiB, 0x1000u + (uint32_t)i));
+  }
+  sa_assert_ok(sa_free(p[0], s));
+  sa_assert_ok(sa_free(p[2], s));
+  sa_assert_ok(sa_host_stream_drain(s)); /* the holes' work is done */
+}
+
+static void check_and_free_survivors(sa_fixture *f, void *p[4]) {
+  sa_stream s = f->streams[0];
+  uint64_t bad = 0;
+  sa_assert_ok(sa_host_check(s, p[1], 32 * MiB, 0x1001u, &bad));
+  sa_assert_ok(sa_host_check(s, p[3], 32 * MiB, 0x1003u, &bad));
+  sa_assert_ok(sa_host_stream_drain(s));
+  assert_int_equal(bad, 0);
+  sa_assert_ok(sa_free(p[1], s));
+  sa_assert_ok(sa_free(p[3], s));
+}
+
+/* Without a budget the footprint target (1/64 above the highest live bytes
+ * so far, plus 16 MiB) bounds growth: a 64 MiB request extends the freed
+ * span at the run's low end by 32 MiB, 14 of them unmapped from the other
+ * hole and 18 new, so the footprint stops at 146 MiB instead of 160. */
+static void footprint_target_reshapes_before_growing(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 1, SA_HOST_MANUAL);
+  uint64_t v0 = violations();
+  void *p[4], *q;
+  four_spans_two_freed(&f, p);
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  sa_assert_ok(sa_alloc(f.arena, &q, 64 * MiB, f.streams[0]));
+  assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * MiB);
+  assert_true(sa_host_call_count(SA_HOST_FN_UNMAP) > unmaps);
+  sa_assert_ok(sa_host_fill(f.streams[0], q, 64 * MiB, 0xABCDu));
+  check_and_free_survivors(&f, p);
+  assert_int_equal(violations(), v0);
+  sa_assert_ok(sa_free(q, f.streams[0]));
+  teardown(&f);
+}
+
+/* A request that takes live bytes past their highest so far grows: the
+ * target rises with it, and the free memory is what the climb reuses. */
+static void a_new_live_peak_grows_rather_than_reshape(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 1, SA_HOST_MANUAL);
+  void *p[4], *q;
+  four_spans_two_freed(&f, p);
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  sa_assert_ok(sa_alloc(f.arena, &q, 96 * MiB, f.streams[0])); /* live 160 MiB */
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
+  assert_int_equal(stats(f.arena).reserved_bytes, 192 * MiB);
+  check_and_free_survivors(&f, p);
+  sa_assert_ok(sa_free(q, f.streams[0]));
+  teardown(&f);
+}
+
+/* The footprint target remaps only what the ledger allows: with as many
+ * bytes remapped as created already, the same request grows instead. */
+static void the_remapping_ledger_bounds_reshaping(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 1, SA_HOST_MANUAL);
+  void *p[4], *q;
+  four_spans_two_freed(&f, p);
+  atomic_store(&f.arena->xremapped_bytes, atomic_load(&f.arena->xcreated_bytes));
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  sa_assert_ok(sa_alloc(f.arena, &q, 64 * MiB, f.streams[0]));
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
+  assert_int_equal(stats(f.arena).reserved_bytes, 160 * MiB);
+  check_and_free_survivors(&f, p);
+  sa_assert_ok(sa_free(q, f.streams[0]));
+  teardown(&f);
+}
+
+/* Superblocks are bound by the same target: past it, a stream's first
+ * small block gets a superblock stitched from a free span's granules.
+ * After two 64 MiB spans (one freed), blocks of two classes on 8 streams
+ * need 16 superblocks: 9 fit under the 146 MiB target, 7 come from the
+ * free span. */
+static void superblocks_past_the_target_come_from_free_spans(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 8, SA_HOST_AUTO);
+  void *a, *b, *small[16];
+  sa_assert_ok(sa_alloc(f.arena, &a, 64 * MiB, f.streams[0]));
+  sa_assert_ok(sa_alloc(f.arena, &b, 64 * MiB, f.streams[0]));
+  sa_assert_ok(sa_free(a, f.streams[0]));
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  for (int i = 0; i < 16; i++)
+    sa_assert_ok(sa_alloc(f.arena, &small[i], i % 2 ? MiB : 768 * KiB, f.streams[i / 2]));
+  assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * MiB);
+  assert_true(sa_host_call_count(SA_HOST_FN_UNMAP) > unmaps);
+  for (int i = 0; i < 16; i++) sa_assert_ok(sa_free(small[i], f.streams[i / 2]));
+  sa_assert_ok(sa_free(b, f.streams[0]));
+  teardown(&f);
+}
+
 /* Spans are packed at 256 bytes, not whole granules: eight requests just
  * above the 1 MiB threshold take 8.8 MiB, not 16. */
 static void spans_pack_at_256_bytes(void **state) {
@@ -205,7 +311,7 @@ static void spans_pack_at_256_bytes(void **state) {
 }
 
 /* A request that fits no free span maps only what is missing, next to the
- * free span at the run's end: one chunk, one map, one access setting. */
+ * free span at the run's end: one chunk, one access setting. */
 static void growth_maps_only_what_is_missing(void **state) {
   (void)state;
   sa_fixture f;
@@ -219,8 +325,10 @@ static void growth_maps_only_what_is_missing(void **state) {
   sa_assert_ok(sa_alloc(f.arena, &b, 16 * MiB, s));
   sa_host_get_totals(&t1);
   assert_ptr_equal(b, a);
+  /* One chunk of 6 MiB, mapped a granule at a time (each can be unmapped
+   * alone later), one access setting. */
   assert_int_equal(t1.calls[SA_HOST_FN_CHUNK_CREATE] - t0.calls[SA_HOST_FN_CHUNK_CREATE], 1);
-  assert_int_equal(t1.calls[SA_HOST_FN_MAP] - t0.calls[SA_HOST_FN_MAP], 1);
+  assert_int_equal(t1.calls[SA_HOST_FN_MAP] - t0.calls[SA_HOST_FN_MAP], 3);
   assert_int_equal(t1.calls[SA_HOST_FN_SET_ACCESS] - t0.calls[SA_HOST_FN_SET_ACCESS], 1);
   assert_int_equal(t1.bytes_created - t0.bytes_created, 6 * MiB);
   assert_int_equal(stats(f.arena).reserved_bytes, 16 * MiB);
@@ -590,6 +698,10 @@ int main(void) {
       cmocka_unit_test(spans_grow_rather_than_remap_without_a_budget),
       cmocka_unit_test(small_frees_become_one_span_under_a_soft_budget),
       cmocka_unit_test(soft_budget_remaps_before_growing),
+      cmocka_unit_test(footprint_target_reshapes_before_growing),
+      cmocka_unit_test(a_new_live_peak_grows_rather_than_reshape),
+      cmocka_unit_test(the_remapping_ledger_bounds_reshaping),
+      cmocka_unit_test(superblocks_past_the_target_come_from_free_spans),
       cmocka_unit_test(soft_budget_gives_way_while_work_is_pending),
       cmocka_unit_test(remap_preserves_contents),
       cmocka_unit_test(cached_chunk_serves_a_smaller_growth_whole),

@@ -135,7 +135,7 @@ static void a_class_larger_than_the_superblock_size_gets_room(void **state) {
   unsigned cls = sa_size_class(3 * MiB);
   sa_superblock *sb;
   pthread_mutex_lock(&sa->lock);
-  sa_status st = sa__superblock_acquire(sa, cls, &sb);
+  sa_status st = sa__superblock_acquire(sa, cls, f.arena->physical_cap, &sb);
   if (st == SA_OK) {
     assert_true(sb->nblocks >= 1);
     assert_true(sb->hdr.size >= sa_class_size(cls));

@@ -128,11 +128,13 @@ typedef struct sa_config_s {
   size_t superblock_size;         /* default: allocation granularity (2 MiB) */
   size_t va_reserve_bytes;        /* default: 0 = 4 x device memory */
   size_t max_physical_bytes;      /* default: 0 = the whole device */
-  size_t reserve_limit_bytes;     /* soft budget: large allocations reuse free
+  size_t reserve_limit_bytes;     /* soft budget: allocations reuse free
                                      memory by remapping rather than grow the
                                      physical footprint past it, and pass it
                                      only when that is not enough; default
-                                     0 = max_physical_bytes */
+                                     0 = the footprint target, 1/64 above
+                                     the highest live bytes so far (plus
+                                     16 MiB), remapping within a ledger */
   size_t release_threshold_bytes; /* physical bytes kept cached by trims; default 0 */
   size_t large_threshold;         /* larger requests get their own span;
                                      default 0 = superblock_size / 2 */
