@@ -52,6 +52,7 @@
 #define SA_KEEP_EMPTY_SUPERBLOCKS 2 /* per stream, kept before going global */
 #define SA_TARGET_SLACK 64         /* footprint target: peak live x (1 + 1/64) */
 #define SA_TARGET_FLOOR 8          /* ... plus 8 granules (alloc.c) */
+#define SA_TARGET_BAND 32          /* no reshape once 1/32 past it (span.c) */
 #define SA_LIVE_FLUSH_BYTES (256u << 10) /* per-thread live-byte slack, plus a block */
 #define SA_BATCH_MAX 64            /* blocks per cross-stream batch */
 #define SA_RECORD_BUCKETS 1024
@@ -92,21 +93,22 @@ enum {
 };
 
 /* Physical memory (physical.c): a chunk (sa_phys) is one driver allocation,
- * mapped in pieces (sa_chunk) of one granule, each its own mapping. */
+ * mapped in pieces (sa_chunk), each its own mapping. */
 typedef struct sa_phys_s {
   sa_chunk_handle handle;
   size_t size;
-  size_t cached;             /* bytes of its pieces in the piece cache */
-  struct sa_chunk_s *pieces; /* size / granularity of them, by offset */
-  struct sa_phys_s *next;    /* every chunk of the arena */
-  bool released;             /* handed back (release_cached, briefly) */
+  size_t cached;              /* bytes of its pieces in the piece cache */
+  struct sa_chunk_s *records; /* every piece record of it (sibling list) */
+  struct sa_phys_s *next;     /* every chunk of the arena */
+  bool released;              /* handed back (release_cached, briefly) */
 } sa_phys;
 
 typedef struct sa_chunk_s {
   sa_phys *phys;
-  size_t offset;           /* in phys */
-  size_t size;             /* one granule */
-  struct sa_chunk_s *next; /* in the piece cache or a descriptor's list */
+  size_t offset;              /* in phys */
+  size_t size;                /* a multiple of the granularity */
+  struct sa_chunk_s *next;    /* in the piece cache or a descriptor's list */
+  struct sa_chunk_s *sibling; /* phys's records */
 } sa_chunk;
 
 typedef struct sa_desc_s {
@@ -458,6 +460,7 @@ static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
 
 /* physical.c: all with the arena lock held */
 #define SA_CHUNK_MAX ((size_t)1 << 30) /* bytes per chunk created, at most */
+#define SA_MAP_PIECES 16                /* a range maps in about this many pieces */
 /* Pieces for need bytes (a granule multiple): cached ones first, then new
  * chunks, within limit physical bytes held; then map them at d->base
  * (d->size == need). A failed map returns them to the cache, unless the

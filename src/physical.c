@@ -1,34 +1,37 @@
 /* Physical memory: chunks from the driver, the pieces they are mapped in,
  * the piece cache.
  *
- * A chunk is one driver allocation (cuMemCreate). It is mapped in pieces of
- * one granule, each its own mapping (cuMemMap takes an offset into the
- * chunk), so that the unit of creation and the unit of unmapping differ:
+ * A chunk is one driver allocation (cuMemCreate). It is mapped in pieces,
+ * each its own mapping (cuMemMap takes an offset into the chunk), so that
+ * the unit of creation and the unit of unmapping differ:
  *
- *   - Creation is per call: 2 MiB chunks cost about 13 us each on the
- *     H200, 1 GiB as one chunk about 0.6 ms (as 512 chunks of 2 MiB:
- *     ~53 ms). A growth of N granules therefore creates its power-of-two
- *     decomposition (chunk_sizes: at most log2 N + 1 chunks, none above
- *     SA_CHUNK_MAX), and sets access once for the whole range.
+ *   - Creation is per call: a 2 MiB chunk costs about 13 us on the H200,
+ *     1 GiB as one chunk about 0.6 ms (as 512 chunks of 2 MiB: ~53 ms). A
+ *     growth is one chunk (chunk_size) and one access setting for the
+ *     whole range.
  *   - Unmapping is per mapping: the driver unmaps only whole mappings, and
  *     memory a reshape takes back is rarely a whole growth (a span that
- *     took part of a freed one pins what it covers). With one mapping per
- *     granule any granule that lies wholly in free memory can be unmapped
- *     and mapped elsewhere while the rest of its chunk stays in use. A map
- *     costs about 1 us per 2 MiB, against the 13 us of a create.
+ *     took part of a freed one pins what it covers). The mapping policy
+ *     (piece_size) maps a range in pieces of a granule up to 16 granules,
+ *     then of about 1/16 of it, and of a granule under a budget: any piece
+ *     that lies wholly in free memory can be unmapped and mapped elsewhere
+ *     while the rest of its chunk stays in use. A map costs about 1 us.
  *
  * A descriptor's range (a superblock, a run of spans) is backed by pieces
  * mapped back to back; pieces need not come from one chunk or lie in order
- * ("stitching"). Unmapped pieces wait in the piece cache (chunk_cache),
- * and a growth maps them before it creates anything. A chunk goes back to
- * the driver only when all its pieces are cached (release_cached): the
- * footprint is counted in chunks (physical_bytes).
+ * ("stitching"). Unmapped pieces wait in the piece cache (chunk_cache), an
+ * unmapped piece splits freely, and a growth maps cached pieces before it
+ * creates anything. A chunk goes back to the driver only when all of it is
+ * cached (release_cached): the footprint is counted in chunks
+ * (physical_bytes). Piece records belong to their chunk (sibling list).
  *
  * The remapping ledger (created and remapped bytes) is kept here, where
- * both happen; the decision to reshape that reads it is alloc.c's.
+ * both happen; the decision to reshape that reads it is span.c's and
+ * alloc.c's.
  *
- * Every function here runs with the arena lock held. Only pieces with no
- * pending device work enter the cache: callers unmap after their events.
+ * Every function here runs with the arena lock held, but the ledger's
+ * reader. Only pieces with no pending device work enter the cache: callers
+ * unmap after their events.
  */
 #include <stdlib.h>
 
@@ -41,14 +44,12 @@ static void cache_push(sa_arena *a, sa_chunk *p) {
   p->phys->cached += p->size;
 }
 
-static sa_chunk *cache_pop(sa_arena *a) {
-  sa_chunk *p = a->chunk_cache;
-  if (p == NULL) return NULL;
-  a->chunk_cache = p->next;
+static void cache_unlink(sa_arena *a, sa_chunk **pp) {
+  sa_chunk *p = *pp;
+  *pp = p->next;
   a->chunk_cache_bytes -= p->size;
   p->phys->cached -= p->size;
   p->next = NULL;
-  return p;
 }
 
 void sa__physical_return(sa_arena *a, sa_chunk *pieces) {
@@ -56,6 +57,34 @@ void sa__physical_return(sa_arena *a, sa_chunk *pieces) {
     n = p->next;
     cache_push(a, p);
   }
+}
+
+/* A piece record for [offset, offset + size) of ph; NULL without memory. */
+static sa_chunk *piece_new(sa_phys *ph, size_t offset, size_t size) {
+  sa_chunk *p = malloc(sizeof *p);
+  if (p == NULL) return NULL;
+  *p = (sa_chunk){.phys = ph, .offset = offset, .size = size, .sibling = ph->records};
+  ph->records = p;
+  return p;
+}
+
+/* p (in a list, not the cache) keeps its first bytes; a record for the
+ * rest follows it. false, and p unchanged, without memory. */
+static bool piece_split(sa_chunk *p, size_t bytes) {
+  sa_chunk *rest = piece_new(p->phys, p->offset + bytes, p->size - bytes);
+  if (rest == NULL) return false;
+  p->size = bytes;
+  rest->next = p->next;
+  p->next = rest;
+  return true;
+}
+
+static void phys_free(sa_phys *ph) {
+  for (sa_chunk *p = ph->records, *n; p != NULL; p = n) {
+    n = p->sibling;
+    free(p);
+  }
+  free(ph);
 }
 
 static int larger_first(const void *x, const void *y) {
@@ -109,62 +138,77 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
     *pp = ph->next;
     a->physical_bytes -= ph->size;
     a->nchunks--;
-    free(ph->pieces);
-    free(ph);
+    phys_free(ph);
   }
   return released;
 }
 
-/* The chunk-size policy: the size of the next chunk to create while missing
+/* The chunk-size policy: the size of the next chunk to create when missing
  * bytes are missing. All of them, up to SA_CHUNK_MAX: a growth is one
- * create. Smaller chunks would not make memory easier to take back, since
- * pieces are unmapped one by one; they would only let a trim release a
- * chunk of which some piece is still mapped. */
+ * create. Smaller chunks would not make memory easier to take back (pieces
+ * are unmapped one by one); they would only let a trim release a chunk of
+ * which some piece is still mapped. */
 static size_t chunk_size(const sa_arena *a, size_t missing) {
   (void)a;
   return missing < SA_CHUNK_MAX ? missing : SA_CHUNK_MAX;
 }
 
-/* A new chunk of size bytes, its pieces out of any list; within limit
- * physical bytes held. */
-static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_phys **out) {
+/* The mapping policy: the size of the pieces a range of size bytes is
+ * mapped in, the unit a reshape can later unmap. Without a budget a
+ * granule up to 16 granules, then 1/16 of the range (a power of two): a
+ * growth is at most ~16 maps (a map costs ~1 us on the H200, and a 4 GiB
+ * growth mapped granule by granule took 2048 of them), and a span that
+ * takes part of a freed one pins at most a sixteenth of it beyond what it
+ * covers. Under a budget, where remapping is what was asked for, one
+ * granule: with 1/16 pieces dataframe ran out of memory under 1.03 x. */
+static size_t piece_size(const sa_arena *a, size_t size) {
+  size_t unit = a->gran;
+  if (a->budgeted) return unit;
+  while (unit * 2 <= size / SA_MAP_PIECES) unit *= 2;
+  return unit;
+}
+
+/* A new chunk of size bytes as one record; within limit physical bytes. */
+static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_chunk **out) {
   if (a->physical_bytes + size > limit) return SA_ERR_OUT_OF_MEMORY;
-  size_t n = size / a->gran;
-  sa_phys *ph = malloc(sizeof *ph);
-  sa_chunk *pieces = calloc(n, sizeof *pieces);
-  if (ph == NULL || pieces == NULL) {
+  sa_phys *ph = calloc(1, sizeof *ph);
+  sa_chunk *p = ph != NULL ? piece_new(ph, 0, size) : NULL;
+  if (p == NULL) {
     free(ph);
-    free(pieces);
     return SA_ERR_OUT_OF_MEMORY;
   }
   sa_status st = a->drv->ops->chunk_create(a->drv, size, &ph->handle);
   if (st != SA_OK) {
-    free(ph);
-    free(pieces);
+    phys_free(ph);
     return st;
   }
-  for (size_t i = 0; i < n; i++)
-    pieces[i] = (sa_chunk){.phys = ph, .offset = i * a->gran, .size = a->gran};
   ph->size = size;
-  ph->cached = 0;
-  ph->released = false;
-  ph->pieces = pieces;
   ph->next = a->phys;
   a->phys = ph;
   a->physical_bytes += size;
   a->nchunks++;
   if (a->physical_bytes > a->physical_peak) a->physical_peak = a->physical_bytes;
   atomic_fetch_add_explicit(&a->xcreated_bytes, size, memory_order_relaxed);
-  *out = ph;
+  *out = p;
   return SA_OK;
 }
 
 sa_status sa__physical_gather(sa_arena *a, size_t need, size_t limit, sa_chunk **out) {
-  sa_chunk *head = NULL, **tail = &head, *p;
+  sa_chunk *head = NULL, **tail = &head;
   size_t missing = need, remapped = 0;
   /* Cached pieces first: memory held already is mapped again rather than
-   * new memory created beside it. */
-  while (missing > 0 && (p = cache_pop(a)) != NULL) {
+   * new memory created beside it. An unmapped piece splits freely (only a
+   * mapping is indivisible). */
+  while (missing > 0 && a->chunk_cache != NULL) {
+    sa_chunk *p = a->chunk_cache, *rest = NULL;
+    if (p->size > missing && (rest = piece_new(p->phys, p->offset + missing,
+                                               p->size - missing)) == NULL)
+      break;
+    cache_unlink(a, &a->chunk_cache);
+    if (rest != NULL) {
+      p->size = missing;
+      cache_push(a, rest);
+    }
     *tail = p;
     tail = &p->next;
     missing -= p->size;
@@ -172,16 +216,15 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t limit, sa_chunk *
   }
   sa_status st = SA_OK;
   while (st == SA_OK && missing > 0) {
-    sa_phys *ph;
+    sa_chunk *p;
     size_t size = chunk_size(a, missing);
-    st = phys_create(a, size, limit, &ph);
-    for (size_t i = 0; st == SA_OK && i < size / a->gran; i++) {
-      *tail = &ph->pieces[i];
-      tail = &ph->pieces[i].next;
+    st = phys_create(a, size, limit, &p);
+    if (st == SA_OK) {
+      *tail = p;
+      tail = &p->next;
+      missing -= size;
     }
-    if (st == SA_OK) missing -= size;
   }
-  *tail = NULL;
   if (st != SA_OK) {
     sa__physical_return(a, head); /* new chunks too: a later growth uses them */
     return st;
@@ -194,6 +237,14 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t limit, sa_chunk *
 sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *pieces,
                               sa_chunk **stuck) {
   *stuck = NULL;
+  /* Cut into the mapping policy's pieces first: nothing is mapped unless
+   * every record exists. */
+  size_t unit = piece_size(a, size);
+  for (sa_chunk *p = pieces; p != NULL; p = p->next)
+    if (p->size > unit && !piece_split(p, unit)) {
+      sa__physical_return(a, pieces);
+      return SA_ERR_OUT_OF_MEMORY;
+    }
   sa_status st = SA_OK;
   size_t off = 0;
   for (sa_chunk *p = pieces; st == SA_OK && p != NULL; p = p->next) {
@@ -253,8 +304,7 @@ void sa__physical_fini(sa_arena *a) {
   while (a->phys != NULL) { /* the driver refused to release these */
     sa_phys *ph = a->phys;
     a->phys = ph->next;
-    free(ph->pieces);
-    free(ph);
+    phys_free(ph);
   }
   a->chunk_cache = NULL;
   a->chunk_cache_bytes = 0;

@@ -12,8 +12,8 @@
  *     request just above the 1 MiB threshold would lose up to half of a
  *     2 MiB granule, and traces' requests are rarely multiples of 2 MiB (the
  *     transformer trace loses 7% of its large bytes to granule rounding).
- *     The granule is only the unit of unmapping (every granule is its own
- *     mapping, physical.c). The page map keeps one entry per granule,
+ *     The mapped piece is only the unit of unmapping (physical.c: a
+ *     granule for small growths, about 1/16 of a large one). The page map keeps one entry per granule,
  *     naming the run; a span is found by its exact start in the live map.
  *   - When no free span fits, the arena grows (plan_growth): it maps only
  *     what is missing at an end of a run, next to the free span there (as
@@ -29,9 +29,10 @@
  *     work completed is unmapped elsewhere, the smallest free spans first,
  *     never the span the growth extends (unmap_free), and the growth maps
  *     those granules where the request needs them. Under the footprint
- *     target only within the remapping ledger (physical.c), and not for a
- *     request that sets a new live peak. Remapping happens only then, never
- *     on the common path, and is decided without a scan.
+ *     target only within the remapping ledger (physical.c), not for a
+ *     request that sets a new live peak, and not once the footprint is
+ *     1/32 past the target. Remapping happens only then, never on the
+ *     common path, and is decided without a scan.
  *   - With a budget configured, spans that lose at most 1/32 to rounding
  *     take whole granules at granule boundaries (placement): freed, they
  *     free whole granules. Without this a freed span shares its end
@@ -526,7 +527,10 @@ static size_t unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t
  * the target rises with it (the free memory a reshape would take is what
  * the climb to the new peak reuses next; on the PyTorch trace reshaping
  * there remapped GiBs to gain 0.1%); otherwise no more than the remapping
- * ledger allows (physical.c). */
+ * ledger allows (physical.c), and not at all once the footprint is more
+ * than 1/32 past the target: growth has shown that the workload's shapes
+ * need more, the peak will not come down, and remapping only churns (RMM's
+ * random allocations up to 4 GiB remapped 25 GiB without gaining a byte). */
 static size_t reshape_bytes(const sa_arena *a, size_t size, size_t request, size_t limit) {
   size_t cached = a->chunk_cache_bytes, held = a->physical_bytes;
   if (cached >= size || held + (size - cached) <= limit) return 0;
@@ -538,6 +542,7 @@ static size_t reshape_bytes(const sa_arena *a, size_t size, size_t request, size
     int64_t live = atomic_load_explicit(&a->xlive_bytes, memory_order_relaxed);
     if (live + (int64_t)request > atomic_load_explicit(&a->xlive_peak, memory_order_relaxed))
       return 0;
+    if (held > limit + limit / SA_TARGET_BAND) return 0; /* the target was lost */
     allowed &= ~(a->gran - 1);
     if (u > allowed) u = allowed;
   }
@@ -804,25 +809,39 @@ static sa_run *cut(sa_arena *a, sa_run *r, sa_span *f, uintptr_t lo, uintptr_t h
   return up;
 }
 
+/* The pieces (mappings, physical.c) wholly inside the free span sp: the
+ * highest of them that hold at least bytes, or all; false if none. */
+static bool whole_pieces(const sa_span *sp, size_t bytes, uintptr_t *lo, uintptr_t *hi) {
+  uintptr_t end = sp->base + sp->size, at = sp->run->hdr.base;
+  const sa_chunk *c = sp->run->hdr.chunks;
+  for (; c != NULL && at < sp->base; c = c->next) at += c->size; /* not wholly inside */
+  const sa_chunk *first = c;
+  *lo = at;
+  for (; c != NULL && at + c->size <= end; c = c->next) at += c->size;
+  *hi = at;
+  if (*hi == *lo) return false;
+  /* From the top: drop pieces at the bottom while the rest holds bytes. */
+  for (c = first; *lo + c->size < *hi && *hi - (*lo + c->size) >= bytes; c = c->next)
+    *lo += c->size;
+  return true;
+}
+
 /* Unmap up to bytes (SIZE_MAX: all) of free span memory whose work is done
  * (with wait: after waiting), none of a span that overlaps [keep_lo,
- * keep_hi): the whole granules (pieces, physical.c) inside free spans, the
+ * keep_hi): the whole pieces (mappings, physical.c) inside free spans, the
  * smallest spans first. A small free span is what best fit can use least;
- * a large one is a place where a later request fits without remapping
- * (the transformer traces remapped 7-17 GiB to gain 0.1% when memory was
- * taken in address order). From a span, its highest granules: what stays
- * free stays at its low end, where best fit places first. Returns the
- * bytes unmapped. */
+ * a large one is a place where a later request fits without remapping.
+ * From a span, its highest pieces: what stays free stays at its low end,
+ * where best fit places first. Returns the bytes unmapped. */
 static size_t unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t keep_hi,
                          bool wait) {
-  size_t unmapped = 0, g = a->gran;
+  size_t unmapped = 0;
   sa_span *next;
-  for (sa_span *sp = sa__fit_ceiling(a, g, 0); sp != NULL && unmapped < bytes; sp = next) {
+  for (sa_span *sp = sa__fit_ceiling(a, a->gran, 0); sp != NULL && unmapped < bytes; sp = next) {
     next = sa__fit_ceiling(a, sp->size, sp->base + 1); /* before sp changes */
-    uintptr_t lo = round_up(sp->base, g), hi = (sp->base + sp->size) & ~(g - 1);
-    if (hi <= lo || (sp->base < keep_hi && keep_lo < sp->base + sp->size)) continue;
-    if (!marks_reached(a, sp, wait)) continue;
-    if (hi - lo > bytes - unmapped) lo = hi - round_up(bytes - unmapped, g);
+    if (sp->base < keep_hi && keep_lo < sp->base + sp->size) continue;
+    uintptr_t lo, hi;
+    if (!whole_pieces(sp, bytes - unmapped, &lo, &hi) || !marks_reached(a, sp, wait)) continue;
     bool done;
     (void)cut(a, sp->run, sp, lo, hi, &done);
     if (done) unmapped += hi - lo;

@@ -272,6 +272,47 @@ static void the_remapping_ledger_bounds_reshaping(void **state) {
   teardown(&f);
 }
 
+/* Once the footprint is more than 1/32 past the target, growth has shown
+ * that the workload's shapes need more: the peak will not come down, and
+ * remapping for it only churns (RMM's random allocations up to 4 GiB
+ * remapped 25 GiB without gaining anything). Here the highest live bytes
+ * are made 100 MiB (a target of 117.6 MiB) while 128 MiB are held: a 36
+ * MiB request grows. */
+static void reshaping_stops_once_the_target_is_lost(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 1, SA_HOST_MANUAL);
+  void *p[4], *q;
+  four_spans_two_freed(&f, p);
+  atomic_store(&f.arena->xlive_peak, (int64_t)(100 * MiB));
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  sa_assert_ok(sa_alloc(f.arena, &q, 36 * MiB, f.streams[0]));
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
+  assert_int_equal(stats(f.arena).reserved_bytes, 132 * MiB);
+  check_and_free_survivors(&f, p);
+  sa_assert_ok(sa_free(q, f.streams[0]));
+  teardown(&f);
+}
+
+/* Without a budget a range maps in pieces of 1/16 of it (at least a
+ * granule): a 64 MiB growth is one create, 16 maps of 4 MiB, one access
+ * setting. */
+static void a_large_growth_maps_in_sixteenths(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO);
+  sa_host_totals t0, t1;
+  sa_host_get_totals(&t0);
+  void *p;
+  sa_assert_ok(sa_alloc(f.arena, &p, 64 * MiB, f.streams[0]));
+  sa_host_get_totals(&t1);
+  assert_int_equal(t1.calls[SA_HOST_FN_CHUNK_CREATE] - t0.calls[SA_HOST_FN_CHUNK_CREATE], 1);
+  assert_int_equal(t1.calls[SA_HOST_FN_MAP] - t0.calls[SA_HOST_FN_MAP], 16);
+  assert_int_equal(t1.calls[SA_HOST_FN_SET_ACCESS] - t0.calls[SA_HOST_FN_SET_ACCESS], 1);
+  sa_assert_ok(sa_free(p, f.streams[0]));
+  teardown(&f);
+}
+
 /* Superblocks are bound by the same target: past it, a stream's first
  * small block gets a superblock stitched from a free span's granules.
  * After two 64 MiB spans (one freed), blocks of two classes on 8 streams
@@ -702,6 +743,8 @@ int main(void) {
       cmocka_unit_test(a_new_live_peak_grows_rather_than_reshape),
       cmocka_unit_test(the_remapping_ledger_bounds_reshaping),
       cmocka_unit_test(superblocks_past_the_target_come_from_free_spans),
+      cmocka_unit_test(reshaping_stops_once_the_target_is_lost),
+      cmocka_unit_test(a_large_growth_maps_in_sixteenths),
       cmocka_unit_test(soft_budget_gives_way_while_work_is_pending),
       cmocka_unit_test(remap_preserves_contents),
       cmocka_unit_test(cached_chunk_serves_a_smaller_growth_whole),
