@@ -118,7 +118,7 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
     a->va_size = r.va_size;
     size_t soft = a->cfg.reserve_limit_bytes;
     a->reserve_limit = soft != 0 && soft < a->physical_cap ? soft : a->physical_cap;
-    a->budgeted = a->cfg.max_physical_bytes != 0 || soft != 0;
+    a->budgeted = a->cfg.max_physical_bytes != 0 || a->reserve_limit < a->physical_cap;
   }
   if (st == SA_OK) {
     /* A slot of slack, so that the range can start on a slot boundary and

@@ -272,6 +272,29 @@ static void the_remapping_ledger_bounds_reshaping(void **state) {
   teardown(&f);
 }
 
+/* reserve_limit at the device's size or more turns the reshape off below
+ * max_physical: the arena grows as a pool does, the fastest setting, and
+ * maps as without a budget (a 256 MiB growth in 16 pieces, not 128). */
+static void a_reserve_limit_of_the_device_grows_as_a_pool(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "reserve_limit=1TiB,check_stream_order=1", 1, SA_HOST_MANUAL);
+  void *p[4], *q;
+  four_spans_two_freed(&f, p);
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  sa_assert_ok(sa_alloc(f.arena, &q, 64 * MiB, f.streams[0]));
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
+  assert_int_equal(stats(f.arena).reserved_bytes, 160 * MiB);
+  uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
+  void *r;
+  sa_assert_ok(sa_alloc(f.arena, &r, 256 * MiB, f.streams[0]));
+  assert_true(sa_host_call_count(SA_HOST_FN_MAP) - maps <= 17);
+  check_and_free_survivors(&f, p);
+  sa_assert_ok(sa_free(q, f.streams[0]));
+  sa_assert_ok(sa_free(r, f.streams[0]));
+  teardown(&f);
+}
+
 /* Once the footprint is more than 1/32 past the target, growth has shown
  * that the workload's shapes need more: the peak will not come down, and
  * remapping for it only churns (RMM's random allocations up to 4 GiB
@@ -744,6 +767,7 @@ int main(void) {
       cmocka_unit_test(the_remapping_ledger_bounds_reshaping),
       cmocka_unit_test(superblocks_past_the_target_come_from_free_spans),
       cmocka_unit_test(reshaping_stops_once_the_target_is_lost),
+      cmocka_unit_test(a_reserve_limit_of_the_device_grows_as_a_pool),
       cmocka_unit_test(a_large_growth_maps_in_sixteenths),
       cmocka_unit_test(soft_budget_gives_way_while_work_is_pending),
       cmocka_unit_test(remap_preserves_contents),
