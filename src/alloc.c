@@ -108,7 +108,7 @@ static size_t soft_limit(const sa_arena *a) {
  *      first reshapes free span memory (span.c), as much as the remapping
  *      ledger allows under the footprint target (physical.c);
  *   2. after unmapping free memory whose work completed, still within it;
- *      the pieces are stitched where the request needs them. Under the
+ *      the chunks are stitched where the request needs them. Under the
  *      footprint target: span memory for a superblock, this thread's
  *      cached blocks and empty superblocks for a span, within the ledger;
  *      under a budget the user set: everything;

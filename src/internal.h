@@ -93,21 +93,21 @@ enum {
 };
 
 /* Physical memory (physical.c): a chunk (sa_phys) is one driver allocation,
- * mapped in pieces (sa_chunk), each its own mapping. */
+ * mapped whole; its record (sa_chunk) sits in the chunk cache or in the
+ * list of what backs a descriptor. */
 typedef struct sa_phys_s {
   sa_chunk_handle handle;
   size_t size;
-  size_t cached;              /* bytes of its pieces in the piece cache */
-  struct sa_chunk_s *records; /* every piece record of it (sibling list) */
+  size_t cached;              /* bytes of it in the chunk cache */
+  struct sa_chunk_s *records; /* its record (sibling list) */
   struct sa_phys_s *next;     /* every chunk of the arena */
   bool released;              /* handed back (release_cached, briefly) */
 } sa_phys;
 
 typedef struct sa_chunk_s {
   sa_phys *phys;
-  size_t offset;              /* in phys */
-  size_t size;                /* a multiple of the granularity */
-  struct sa_chunk_s *next;    /* in the piece cache or a descriptor's list */
+  size_t size;                /* phys's, a multiple of the granularity */
+  struct sa_chunk_s *next;    /* in the chunk cache or a descriptor's list */
   struct sa_chunk_s *sibling; /* phys's records */
 } sa_chunk;
 
@@ -115,7 +115,7 @@ typedef struct sa_desc_s {
   sa_desc_kind kind;
   uintptr_t base;
   size_t size;       /* virtual bytes, a multiple of the granularity */
-  sa_chunk *chunks;  /* pieces mapped here, in address order */
+  sa_chunk *chunks;  /* chunks mapped here, in address order */
 } sa_desc;
 
 typedef struct sa_superblock_s {
@@ -339,7 +339,7 @@ struct sa_arena_s {
 
   pthread_mutex_t lock;         /* physical, va, spans, stream map, lists */
   sa_phys *phys;                /* every chunk (physical.c) */
-  sa_chunk *chunk_cache;        /* unmapped pieces, no pending work */
+  sa_chunk *chunk_cache;        /* unmapped chunks, no pending work */
   size_t chunk_cache_bytes;
   size_t physical_bytes, physical_peak, nchunks; /* of chunks */
   /* The remapping ledger (physical.c): bytes created, bytes of cached
@@ -460,21 +460,21 @@ static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
 
 /* physical.c: all with the arena lock held */
 #define SA_CHUNK_MAX ((size_t)1 << 30) /* bytes per chunk created, at most */
-#define SA_MAP_PIECES 16                /* a range maps in about this many pieces */
+#define SA_MAP_PIECES 16                /* a growth is created in about this many chunks */
 /* Pieces for need bytes (a granule multiple): cached ones first, then new
  * chunks, within limit physical bytes held; then map them at d->base
  * (d->size == need). A failed map returns them to the cache, unless the
  * driver refused to unwind (they then stay on d). */
 sa_status sa__physical_gather(sa_arena *a, size_t need, size_t limit, sa_chunk **out);
-sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *pieces);
-/* Map pieces back to back at va with one access setting; on failure they go
+sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks);
+/* Map chunks back to back at va with one access setting; on failure they go
  * back to the cache (SA_ERR_DRIVER with *stuck set: the driver refused to
  * unwind, and they stay mapped, listed in *stuck). */
-sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *pieces,
+sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks,
                               sa_chunk **stuck);
-void sa__physical_return(sa_arena *a, sa_chunk *pieces); /* to the cache */
-sa_status sa__physical_unmap(sa_arena *a, sa_desc *d); /* pieces to the cache */
-/* Release chunks whose pieces are all cached until at most keep_bytes are. */
+void sa__physical_return(sa_arena *a, sa_chunk *chunks); /* to the cache */
+sa_status sa__physical_unmap(sa_arena *a, sa_desc *d); /* chunks to the cache */
+/* Release cached chunks until at most keep_bytes stay cached. */
 size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes);
 /* Destroy: forget every chunk left (the driver refused to release it). */
 void sa__physical_fini(sa_arena *a);
@@ -639,7 +639,7 @@ bool sa__record_names_stream(sa_arena *a, sa_stream s);
 void sa__record_fini(sa_arena *a);
 
 /* reclaim.c: no lock held */
-/* Free memory back to the piece cache once its work completed (with wait:
+/* Free memory back to the chunk cache once its work completed (with wait:
  * after waiting for it): what names which, streams' empty superblocks and
  * the global stack's, then free spans until the cache holds need bytes (0:
  * all of them). Does not touch thread caches: the caller flushes its own

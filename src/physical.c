@@ -1,36 +1,35 @@
-/* Physical memory: chunks from the driver, the pieces they are mapped in,
- * the piece cache.
+/* Physical memory: chunks from the driver, how large they are made, the
+ * cache of unmapped chunks.
  *
- * A chunk is one driver allocation (cuMemCreate). It is mapped in pieces,
- * each its own mapping (cuMemMap takes an offset into the chunk), so that
- * the unit of creation and the unit of unmapping differ:
+ * A chunk is one driver allocation (cuMemCreate), and it is also the unit
+ * of mapping and of unmapping: the driver maps a chunk only whole (on an
+ * H200 with driver 580, a cuMemMap at an offset into a chunk is refused),
+ * so the size a chunk is created at decides what a reshape can later take
+ * back.
  *
- *   - Creation is per call: a 2 MiB chunk costs about 13 us on the H200,
- *     1 GiB as one chunk about 0.6 ms (as 512 chunks of 2 MiB: ~53 ms). A
- *     growth is one chunk (chunk_size) and one access setting for the
- *     whole range.
- *   - Unmapping is per mapping: the driver unmaps only whole mappings, and
- *     memory a reshape takes back is rarely a whole growth (a span that
- *     took part of a freed one pins what it covers). The mapping policy
- *     (piece_size) maps a range in pieces of a granule up to 16 granules,
- *     then of about 1/16 of it, and of a granule under a budget: any piece
- *     that lies wholly in free memory can be unmapped and mapped elsewhere
- *     while the rest of its chunk stays in use. A map costs about 1 us.
+ *   - Creation costs per call: a 2 MiB chunk about 13 us on the H200,
+ *     1 GiB as one chunk about 0.6 ms (as 512 chunks of 2 MiB: ~53 ms).
+ *   - Unmapping is per chunk: memory a reshape takes back is rarely a whole
+ *     growth (a span that took part of a freed one pins what it covers).
  *
- * A descriptor's range (a superblock, a run of spans) is backed by pieces
- * mapped back to back; pieces need not come from one chunk or lie in order
- * ("stitching"). Unmapped pieces wait in the piece cache (chunk_cache), an
- * unmapped piece splits freely, and a growth maps cached pieces before it
- * creates anything. A chunk goes back to the driver only when all of it is
- * cached (release_cached): the footprint is counted in chunks
- * (physical_bytes). Piece records belong to their chunk (sibling list).
+ * The chunk-size policy (chunk_size) makes a growth of a range in chunks of
+ * a granule up to 16 granules, then of about 1/16 of it, and of a granule
+ * under a budget: a growth is at most ~16 creates and maps and one access
+ * setting, and any chunk that lies wholly in free memory can be unmapped
+ * and mapped elsewhere while the rest of the growth stays in use.
+ *
+ * A descriptor's range (a superblock, a run of spans) is backed by chunks
+ * mapped back to back; they need not lie in order ("stitching"). Unmapped
+ * chunks wait in the chunk cache, and a growth maps cached chunks that fit
+ * before it creates anything. The footprint (physical_bytes) counts every
+ * chunk held, mapped or cached; release_cached gives cached ones back.
  *
  * The remapping ledger (created and remapped bytes) is kept here, where
  * both happen; the decision to reshape that reads it is span.c's and
  * alloc.c's.
  *
  * Every function here runs with the arena lock held, but the ledger's
- * reader. Only pieces with no pending device work enter the cache: callers
+ * reader. Only chunks with no pending device work enter the cache: callers
  * unmap after their events.
  */
 #include <stdlib.h>
@@ -52,31 +51,20 @@ static void cache_unlink(sa_arena *a, sa_chunk **pp) {
   p->next = NULL;
 }
 
-void sa__physical_return(sa_arena *a, sa_chunk *pieces) {
-  for (sa_chunk *p = pieces, *n; p != NULL; p = n) {
+void sa__physical_return(sa_arena *a, sa_chunk *chunks) {
+  for (sa_chunk *p = chunks, *n; p != NULL; p = n) {
     n = p->next;
     cache_push(a, p);
   }
 }
 
-/* A piece record for [offset, offset + size) of ph; NULL without memory. */
-static sa_chunk *piece_new(sa_phys *ph, size_t offset, size_t size) {
+/* The record of a chunk of ph (one per chunk: it maps only whole). */
+static sa_chunk *record_new(sa_phys *ph, size_t size) {
   sa_chunk *p = malloc(sizeof *p);
   if (p == NULL) return NULL;
-  *p = (sa_chunk){.phys = ph, .offset = offset, .size = size, .sibling = ph->records};
+  *p = (sa_chunk){.phys = ph, .size = size, .sibling = ph->records};
   ph->records = p;
   return p;
-}
-
-/* p (in a list, not the cache) keeps its first bytes; a record for the
- * rest follows it. false, and p unchanged, without memory. */
-static bool piece_split(sa_chunk *p, size_t bytes) {
-  sa_chunk *rest = piece_new(p->phys, p->offset + bytes, p->size - bytes);
-  if (rest == NULL) return false;
-  p->size = bytes;
-  rest->next = p->next;
-  p->next = rest;
-  return true;
 }
 
 static void phys_free(sa_phys *ph) {
@@ -92,7 +80,7 @@ static int larger_first(const void *x, const void *y) {
   return a < b ? 1 : a > b ? -1 : 0;
 }
 
-/* Release chunks whose pieces are all cached, largest first, until at most
+/* Release cached chunks, largest first, until at most
  * keep_bytes stay cached. A chunk the driver refuses stays (a later trim may
  * succeed); the others are still released, so that arena destroy leaks only
  * the refused ones. */
@@ -122,7 +110,7 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
     released += ph->size;
   }
   free(order);
-  /* Their pieces leave the cache, and they the arena's chunks. */
+  /* Released chunks leave the cache and the arena. */
   for (sa_chunk **pp = &a->chunk_cache; *pp != NULL;)
     if ((*pp)->phys->released)
       *pp = (*pp)->next;
@@ -143,28 +131,18 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
   return released;
 }
 
-/* The chunk-size policy: the size of the next chunk to create when missing
- * bytes are missing. All of them, up to SA_CHUNK_MAX: a growth is one
- * create. Smaller chunks would not make memory easier to take back (pieces
- * are unmapped one by one); they would only let a trim release a chunk of
- * which some piece is still mapped. */
-static size_t chunk_size(const sa_arena *a, size_t missing) {
-  (void)a;
-  return missing < SA_CHUNK_MAX ? missing : SA_CHUNK_MAX;
-}
-
-/* The mapping policy: the size of the pieces a range of size bytes is
- * mapped in, the unit a reshape can later unmap. Without a budget a
- * granule up to 16 granules, then 1/16 of the range (a power of two): a
- * growth is at most ~16 maps (a map costs ~1 us on the H200, and a 4 GiB
- * growth mapped granule by granule took 2048 of them), and a span that
- * takes part of a freed one pins at most a sixteenth of it beyond what it
- * covers. Under a budget, where remapping is what was asked for, one
- * granule: with 1/16 pieces dataframe ran out of memory under 1.03 x. */
-static size_t piece_size(const sa_arena *a, size_t size) {
+/* The chunk-size policy: the size of the chunks a growth of size bytes is
+ * created in, the unit a reshape can later unmap. Without a budget a
+ * granule up to 16 granules, then 1/16 of the range (a power of two, at
+ * most SA_CHUNK_MAX): a growth is at most ~16 creates and maps (a 4 GiB
+ * growth made granule by granule took 2048 of each), and a span that takes
+ * part of a freed one pins at most a sixteenth of it beyond what it covers.
+ * Under a budget, where remapping is what was asked for, one granule: with
+ * 1/16 chunks dataframe ran out of memory under 1.03 x. */
+static size_t chunk_size(const sa_arena *a, size_t size) {
   size_t unit = a->gran;
   if (a->budgeted) return unit;
-  while (unit * 2 <= size / SA_MAP_PIECES) unit *= 2;
+  while (unit * 2 <= size / SA_MAP_PIECES && unit * 2 <= SA_CHUNK_MAX) unit *= 2;
   return unit;
 }
 
@@ -172,7 +150,7 @@ static size_t piece_size(const sa_arena *a, size_t size) {
 static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_chunk **out) {
   if (a->physical_bytes + size > limit) return SA_ERR_OUT_OF_MEMORY;
   sa_phys *ph = calloc(1, sizeof *ph);
-  sa_chunk *p = ph != NULL ? piece_new(ph, 0, size) : NULL;
+  sa_chunk *p = ph != NULL ? record_new(ph, size) : NULL;
   if (p == NULL) {
     free(ph);
     return SA_ERR_OUT_OF_MEMORY;
@@ -196,28 +174,33 @@ static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_chunk **
 sa_status sa__physical_gather(sa_arena *a, size_t need, size_t limit, sa_chunk **out) {
   sa_chunk *head = NULL, **tail = &head;
   size_t missing = need, remapped = 0;
-  /* Cached pieces first: memory held already is mapped again rather than
-   * new memory created beside it. An unmapped piece splits freely (only a
-   * mapping is indivisible). */
-  while (missing > 0 && a->chunk_cache != NULL) {
-    sa_chunk *p = a->chunk_cache, *rest = NULL;
-    if (p->size > missing && (rest = piece_new(p->phys, p->offset + missing,
-                                               p->size - missing)) == NULL)
-      break;
-    cache_unlink(a, &a->chunk_cache);
-    if (rest != NULL) {
-      p->size = missing;
-      cache_push(a, rest);
+  /* Cached chunks first, each that fits what is missing: memory held
+   * already is mapped again rather than new memory created beside it. */
+  for (sa_chunk **pp = &a->chunk_cache; missing > 0 && *pp != NULL;) {
+    sa_chunk *p = *pp;
+    if (p->size > missing) {
+      pp = &p->next;
+      continue;
     }
+    cache_unlink(a, pp);
     *tail = p;
     tail = &p->next;
     missing -= p->size;
     remapped += p->size;
   }
+  /* The rest is created, all of it within limit or none: cached chunks
+   * too large for what is missing are given back first if that makes room
+   * (they stay cached otherwise, for a later growth). */
   sa_status st = SA_OK;
+  if (missing > 0 && a->physical_bytes + missing > limit) {
+    if (a->physical_bytes - a->chunk_cache_bytes + missing <= limit)
+      (void)sa__physical_release_cached(a, 0);
+    if (a->physical_bytes + missing > limit) st = SA_ERR_OUT_OF_MEMORY;
+  }
+  size_t unit = chunk_size(a, need);
   while (st == SA_OK && missing > 0) {
     sa_chunk *p;
-    size_t size = chunk_size(a, missing);
+    size_t size = missing < unit ? missing : unit;
     st = phys_create(a, size, limit, &p);
     if (st == SA_OK) {
       *tail = p;
@@ -234,40 +217,32 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t limit, sa_chunk *
   return SA_OK;
 }
 
-sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *pieces,
+sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks,
                               sa_chunk **stuck) {
   *stuck = NULL;
-  /* Cut into the mapping policy's pieces first: nothing is mapped unless
-   * every record exists. */
-  size_t unit = piece_size(a, size);
-  for (sa_chunk *p = pieces; p != NULL; p = p->next)
-    if (p->size > unit && !piece_split(p, unit)) {
-      sa__physical_return(a, pieces);
-      return SA_ERR_OUT_OF_MEMORY;
-    }
   sa_status st = SA_OK;
   size_t off = 0;
-  for (sa_chunk *p = pieces; st == SA_OK && p != NULL; p = p->next) {
-    st = a->drv->ops->map(a->drv, va + off, p->size, p->phys->handle, p->offset);
+  for (sa_chunk *p = chunks; st == SA_OK && p != NULL; p = p->next) {
+    st = a->drv->ops->map(a->drv, va + off, p->size, p->phys->handle);
     if (st == SA_OK) off += p->size;
   }
-  /* One access setting for the whole range, not one per piece. */
+  /* One access setting for the whole range, not one per chunk. */
   if (st == SA_OK) st = a->drv->ops->set_access(a->drv, va, size);
   if (st == SA_OK) return SA_OK;
-  /* Undo what was mapped; if the driver refuses, the pieces stay mapped
+  /* Undo what was mapped; if the driver refuses, the chunks stay mapped
    * and the caller keeps the range out of circulation. */
   if (off > 0 && a->drv->ops->unmap(a->drv, va, off) != SA_OK) {
-    *stuck = pieces;
+    *stuck = chunks;
     return SA_ERR_DRIVER;
   }
-  sa__physical_return(a, pieces);
+  sa__physical_return(a, chunks);
   return st;
 }
 
-sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *pieces) {
+sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks) {
   sa_chunk *stuck;
-  sa_status st = sa__physical_map_at(a, d->base, d->size, pieces, &stuck);
-  d->chunks = st == SA_OK ? pieces : stuck;
+  sa_status st = sa__physical_map_at(a, d->base, d->size, chunks, &stuck);
+  d->chunks = st == SA_OK ? chunks : stuck;
   return st;
 }
 

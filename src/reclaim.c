@@ -3,7 +3,7 @@
  *
  * Memory that is free but held in some shape (free spans, empty
  * superblocks of a stream, superblocks on the global stack) is unmapped
- * once no pending work can touch it, and its pieces go to the piece cache,
+ * once no pending work can touch it, and its chunks go to the chunk cache,
  * where the next growth maps them wherever it needs them (stitching,
  * physical.c). Nothing is unmapped before its events completed: the
  * driver's unmap does not wait for queued work.

@@ -12,7 +12,7 @@
  *     request just above the 1 MiB threshold would lose up to half of a
  *     2 MiB granule, and traces' requests are rarely multiples of 2 MiB (the
  *     transformer trace loses 7% of its large bytes to granule rounding).
- *     The mapped piece is only the unit of unmapping (physical.c: a
+ *     The mapped chunk is only the unit of unmapping (physical.c: a
  *     granule for small growths, about 1/16 of a large one). The page map keeps one entry per granule,
  *     naming the run; a span is found by its exact start in the live map.
  *   - When no free span fits, the arena grows (plan_growth): it maps only
@@ -520,7 +520,7 @@ static size_t unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t
 
 /* The reshape decision: the bytes to unmap elsewhere so that mapping size
  * more, for a request of request bytes, stays within limit physical bytes
- * (cached pieces count as held). 0 when it fits, or when the last look for
+ * (cached chunks count as held). 0 when it fits, or when the last look for
  * free memory found too little and no span was freed since (decided
  * without a scan). Under the footprint target, also 0 for a request that
  * takes live bytes past their highest so far: that growth is demand, and
@@ -809,9 +809,9 @@ static sa_run *cut(sa_arena *a, sa_run *r, sa_span *f, uintptr_t lo, uintptr_t h
   return up;
 }
 
-/* The pieces (mappings, physical.c) wholly inside the free span sp: the
+/* The chunks (chunks, each mapped whole: physical.c) wholly inside the free span sp: the
  * highest of them that hold at least bytes, or all; false if none. */
-static bool whole_pieces(const sa_span *sp, size_t bytes, uintptr_t *lo, uintptr_t *hi) {
+static bool whole_chunks(const sa_span *sp, size_t bytes, uintptr_t *lo, uintptr_t *hi) {
   uintptr_t end = sp->base + sp->size, at = sp->run->hdr.base;
   const sa_chunk *c = sp->run->hdr.chunks;
   for (; c != NULL && at < sp->base; c = c->next) at += c->size; /* not wholly inside */
@@ -820,7 +820,7 @@ static bool whole_pieces(const sa_span *sp, size_t bytes, uintptr_t *lo, uintptr
   for (; c != NULL && at + c->size <= end; c = c->next) at += c->size;
   *hi = at;
   if (*hi == *lo) return false;
-  /* From the top: drop pieces at the bottom while the rest holds bytes. */
+  /* From the top: drop chunks at the bottom while the rest holds bytes. */
   for (c = first; *lo + c->size < *hi && *hi - (*lo + c->size) >= bytes; c = c->next)
     *lo += c->size;
   return true;
@@ -828,10 +828,10 @@ static bool whole_pieces(const sa_span *sp, size_t bytes, uintptr_t *lo, uintptr
 
 /* Unmap up to bytes (SIZE_MAX: all) of free span memory whose work is done
  * (with wait: after waiting), none of a span that overlaps [keep_lo,
- * keep_hi): the whole pieces (mappings, physical.c) inside free spans, the
+ * keep_hi): the whole chunks (chunks, each mapped whole: physical.c) inside free spans, the
  * smallest spans first. A small free span is what best fit can use least;
  * a large one is a place where a later request fits without remapping.
- * From a span, its highest pieces: what stays free stays at its low end,
+ * From a span, its highest chunks: what stays free stays at its low end,
  * where best fit places first. Returns the bytes unmapped. */
 static size_t unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t keep_hi,
                          bool wait) {
@@ -841,7 +841,7 @@ static size_t unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t
     next = sa__fit_ceiling(a, sp->size, sp->base + 1); /* before sp changes */
     if (sp->base < keep_hi && keep_lo < sp->base + sp->size) continue;
     uintptr_t lo, hi;
-    if (!whole_pieces(sp, bytes - unmapped, &lo, &hi) || !marks_reached(a, sp, wait)) continue;
+    if (!whole_chunks(sp, bytes - unmapped, &lo, &hi) || !marks_reached(a, sp, wait)) continue;
     bool done;
     (void)cut(a, sp->run, sp, lo, hi, &done);
     if (done) unmapped += hi - lo;
@@ -891,7 +891,7 @@ sa_status sa__span_fini(sa_arena *a) {
   while (a->all_runs != NULL) {
     sa_run *r = a->all_runs;
     a->all_runs = r->all_next;
-    free(r); /* pieces of a refused unmap are the chunks' (physical.c) */
+    free(r); /* chunks of a refused unmap stay with phys (physical.c) */
   }
   while (a->all_spans != NULL) {
     sa_span *sp = a->all_spans;

@@ -69,7 +69,7 @@ static void buffer_make(fixture *f, buffer *b, size_t size) {
   b->size = size;
   assert_int_equal(o->va_reserve(f->d, size, f->g, &b->va), SA_OK);
   assert_int_equal(o->chunk_create(f->d, size, &b->chunk), SA_OK);
-  assert_int_equal(o->map(f->d, b->va, size, b->chunk, 0), SA_OK);
+  assert_int_equal(o->map(f->d, b->va, size, b->chunk), SA_OK);
   assert_int_equal(o->set_access(f->d, b->va, size), SA_OK);
 }
 
@@ -113,8 +113,8 @@ static void remap_keeps_bytes(void **state) {
   assert_true(va % g == 0);
   assert_int_equal(o->chunk_create(f->d, g, &a), SA_OK);
   assert_int_equal(o->chunk_create(f->d, g, &b), SA_OK);
-  assert_int_equal(o->map(f->d, va, g, a, 0), SA_OK);
-  assert_int_equal(o->map(f->d, va + g, g, b, 0), SA_OK);
+  assert_int_equal(o->map(f->d, va, g, a), SA_OK);
+  assert_int_equal(o->map(f->d, va + g, g, b), SA_OK);
   /* One call over two mappings, as the arena does for spans. */
   assert_int_equal(o->set_access(f->d, va, 2 * g), SA_OK);
   assert_int_equal(o->memset32_async(f->d, va, 0xA5A5A5A5u, g / 4, f->s1), SA_OK);
@@ -125,8 +125,8 @@ static void remap_keeps_bytes(void **state) {
 
   assert_int_equal(o->unmap(f->d, va, 2 * g), SA_OK); /* both mappings at once */
   /* Swapped, elsewhere in the range: the physical bytes travel. */
-  assert_int_equal(o->map(f->d, va + 2 * g, g, b, 0), SA_OK);
-  assert_int_equal(o->map(f->d, va + 3 * g, g, a, 0), SA_OK);
+  assert_int_equal(o->map(f->d, va + 2 * g, g, b), SA_OK);
+  assert_int_equal(o->map(f->d, va + 3 * g, g, a), SA_OK);
   assert_int_equal(o->set_access(f->d, va + 2 * g, 2 * g), SA_OK);
   assert_int_equal(mismatches(f, va + 2 * g, g, 0x5A5A5A5Au), 0);
   assert_int_equal(mismatches(f, va + 3 * g, g, 0xA5A5A5A5u), 0);
@@ -160,7 +160,7 @@ static void failing_call_records_driver_error(void **state) {
   assert_int_equal(o->chunk_create(f->d, f->g, &c), SA_OK);
   sa_driver_set_error(0, NULL);
   /* The range is no longer reserved. */
-  assert_int_equal(o->map(f->d, va, f->g, c, 0), SA_ERR_DRIVER);
+  assert_int_equal(o->map(f->d, va, f->g, c), SA_ERR_DRIVER);
   const char *name = NULL;
   assert_int_not_equal(sa_last_driver_error(&name), 0);
   assert_non_null(name);
@@ -262,7 +262,7 @@ static void *calls_from_fresh_thread(void *arg) {
   sa_event e = NULL;
   sa_status st = o->va_reserve(f->d, f->g, f->g, &b.va);
   if (st == SA_OK) st = o->chunk_create(f->d, f->g, &b.chunk);
-  if (st == SA_OK) st = o->map(f->d, b.va, f->g, b.chunk, 0);
+  if (st == SA_OK) st = o->map(f->d, b.va, f->g, b.chunk);
   if (st == SA_OK) st = o->set_access(f->d, b.va, f->g);
   if (st == SA_OK) st = o->event_create(f->d, &e);
   if (st == SA_OK) st = o->memset32_async(f->d, b.va, 9u, f->g / 4, NULL);

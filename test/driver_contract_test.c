@@ -62,7 +62,7 @@ static void fill(uintptr_t dst, size_t bytes, uint32_t value, sa_stream s) {
 }
 
 static void map_rw(uintptr_t va, size_t size, sa_chunk_handle c) {
-  assert_int_equal(d->ops->map(d, va, size, c, 0), SA_OK);
+  assert_int_equal(d->ops->map(d, va, size, c), SA_OK);
   assert_int_equal(d->ops->set_access(d, va, size), SA_OK);
 }
 
@@ -145,8 +145,8 @@ static void one_unmap_covers_several_chunks(void **state) {
   assert_int_equal(d->ops->va_reserve(d, 3 * g, 0, &va), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, g, &c1), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, 2 * g, &c2), SA_OK);
-  assert_int_equal(d->ops->map(d, va, g, c1, 0), SA_OK);
-  assert_int_equal(d->ops->map(d, va + g, 2 * g, c2, 0), SA_OK);
+  assert_int_equal(d->ops->map(d, va, g, c1), SA_OK);
+  assert_int_equal(d->ops->map(d, va + g, 2 * g, c2), SA_OK);
   assert_int_equal(d->ops->set_access(d, va, 3 * g), SA_OK); /* one call for both */
   fill(va, 3 * g, 0xa5a5a5a5u, s);                            /* across the seam */
   assert_int_equal(d->ops->stream_synchronize(d, s), SA_OK);
@@ -158,33 +158,22 @@ static void one_unmap_covers_several_chunks(void **state) {
   assert_int_equal(d->ops->stream_destroy(d, s), SA_OK);
 }
 
-/* The granules of one chunk map as separate mappings (at an offset into
- * it): one can be unmapped alone, while the others stay in use, and mapped
- * elsewhere with its bytes; one access setting covers several mappings.
- * The allocator maps every chunk this way (src/physical.c). */
-static void a_chunk_maps_and_unmaps_granule_by_granule(void **state) {
+/* The allocator maps every chunk whole (src/physical.c): on an H200 with
+ * driver 580 a map at an offset into a chunk failed, so a chunk is also
+ * the unit of unmapping. A map of part of a chunk is refused on both
+ * backends; the whole chunk maps. */
+static void a_chunk_maps_only_whole(void **state) {
   (void)state;
   uintptr_t va;
   sa_chunk_handle c;
-  sa_stream s = new_stream();
-  assert_int_equal(d->ops->va_reserve(d, 4 * g, 0, &va), SA_OK);
+  assert_int_equal(d->ops->va_reserve(d, 3 * g, 0, &va), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, 3 * g, &c), SA_OK);
-  for (size_t i = 0; i < 3; i++) assert_int_equal(d->ops->map(d, va + i * g, g, c, i * g), SA_OK);
+  assert_int_not_equal(d->ops->map(d, va, g, c), SA_OK);
+  assert_int_equal(d->ops->map(d, va, 3 * g, c), SA_OK);
   assert_int_equal(d->ops->set_access(d, va, 3 * g), SA_OK);
-  for (uint32_t i = 0; i < 3; i++) fill(va + i * g, g, 0x100u + i, s);
-  assert_int_equal(d->ops->stream_synchronize(d, s), SA_OK);
-  assert_int_equal(d->ops->unmap(d, va + g, g), SA_OK); /* the middle one alone */
-  assert_int_equal(d->ops->map(d, va + 3 * g, g, c, g), SA_OK);
-  assert_int_equal(d->ops->set_access(d, va + 3 * g, g), SA_OK);
-  assert_int_equal(mismatches(va + 3 * g, g, 0x101u), 0); /* moved with its bytes */
-  assert_int_equal(mismatches(va, g, 0x100u), 0);
-  assert_int_equal(mismatches(va + 2 * g, g, 0x102u), 0);
-  assert_int_not_equal(d->ops->map(d, va + g, g, c, 3 * g), SA_OK); /* past its end */
-  assert_int_equal(d->ops->unmap(d, va + 2 * g, 2 * g), SA_OK);      /* two mappings */
-  assert_int_equal(d->ops->unmap(d, va, g), SA_OK);
+  assert_int_equal(d->ops->unmap(d, va, 3 * g), SA_OK);
   assert_int_equal(d->ops->chunk_release(d, c), SA_OK);
-  assert_int_equal(d->ops->va_release(d, va, 4 * g), SA_OK);
-  assert_int_equal(d->ops->stream_destroy(d, s), SA_OK);
+  assert_int_equal(d->ops->va_release(d, va, 3 * g), SA_OK);
 }
 
 static void chunks_are_created_and_released(void **state) {
@@ -378,7 +367,7 @@ static void peer_reads_and_writes_memory_of_device_0(void **state) {
   sa_chunk_handle c, cp;
   assert_int_equal(d0->ops->va_reserve(d0, 2 * g, 0, &va), SA_OK);
   assert_int_equal(d0->ops->chunk_create(d0, 2 * g, &c), SA_OK);
-  assert_int_equal(d0->ops->map(d0, va, 2 * g, c, 0), SA_OK);
+  assert_int_equal(d0->ops->map(d0, va, 2 * g, c), SA_OK);
   assert_int_equal(d0->ops->set_access(d0, va, 2 * g), SA_OK);
   assert_int_equal(d->ops->va_reserve(d, g, 0, &plain), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, g, &cp), SA_OK);
@@ -432,7 +421,7 @@ int main(void) {
       cmocka_unit_test(written_memory_reads_back),
       cmocka_unit_test(remap_keeps_bytes),
       cmocka_unit_test(one_unmap_covers_several_chunks),
-      cmocka_unit_test(a_chunk_maps_and_unmaps_granule_by_granule),
+      cmocka_unit_test(a_chunk_maps_only_whole),
       cmocka_unit_test(chunks_are_created_and_released),
       cmocka_unit_test(chunk_released_while_mapped_stays_usable_until_unmapped),
       cmocka_unit_test(events_record_query_and_synchronize),

@@ -218,7 +218,7 @@ static void kernel_reaching_unmapped_memory_is_reported_not_run(void **state) {
   uint64_t bad = 0, before = violations();
   assert_int_equal(d->ops->va_reserve(d, g, 0, &va), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, g, &c), SA_OK);
-  assert_int_equal(d->ops->map(d, va, g, c, 0), SA_OK);
+  assert_int_equal(d->ops->map(d, va, g, c), SA_OK);
   assert_int_equal(d->ops->set_access(d, va, g), SA_OK);
   assert_int_equal(sa_host_fill(a, (void *)va, g, 1), SA_OK);
   assert_int_equal(sa_host_check(a, (void *)va, 64, 1, &bad), SA_OK);

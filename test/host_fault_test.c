@@ -70,7 +70,7 @@ static void prepare(sa_host_fn fn, trial *t) {
       assert_int_equal(d->ops->chunk_create(d, G, &t->chunk), SA_OK);
       t->has_va = t->has_chunk = 1;
       if (fn != SA_HOST_FN_MAP) {
-        assert_int_equal(d->ops->map(d, t->va, G, t->chunk, 0), SA_OK);
+        assert_int_equal(d->ops->map(d, t->va, G, t->chunk), SA_OK);
         t->mapped = 1;
       }
       break;
@@ -112,7 +112,7 @@ static sa_status call(sa_host_fn fn, trial *t) {
       t->has_chunk = st != SA_OK;
       break;
     case SA_HOST_FN_MAP:
-      st = d->ops->map(d, t->va, G, t->chunk, 0);
+      st = d->ops->map(d, t->va, G, t->chunk);
       t->mapped = st == SA_OK;
       break;
     case SA_HOST_FN_UNMAP:

@@ -110,7 +110,7 @@ static void mapped_memory_is_readable_and_writable_after_set_access(void **state
   sa_chunk_handle c;
   assert_int_equal(d->ops->va_reserve(d, 2 * G, 0, &va), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, 2 * G, &c), SA_OK);
-  assert_int_equal(d->ops->map(d, va, 2 * G, c, 0), SA_OK);
+  assert_int_equal(d->ops->map(d, va, 2 * G, c), SA_OK);
   assert_int_equal(faults_on_touch((unsigned char *)va, 0), 1); /* no access yet */
   assert_int_equal(d->ops->set_access(d, va, 2 * G), SA_OK);
   unsigned char *p = (unsigned char *)va;
@@ -129,11 +129,11 @@ static void remap_keeps_bytes(void **state) {
   assert_int_equal(d->ops->va_reserve(d, G, 0, &a), SA_OK);
   assert_int_equal(d->ops->va_reserve(d, 4 * G, 0, &b), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, G, &c), SA_OK);
-  assert_int_equal(d->ops->map(d, a, G, c, 0), SA_OK);
+  assert_int_equal(d->ops->map(d, a, G, c), SA_OK);
   assert_int_equal(d->ops->set_access(d, a, G), SA_OK);
   for (size_t i = 0; i < G; i += 4096) ((unsigned char *)a)[i] = (unsigned char)(i >> 12);
   assert_int_equal(d->ops->unmap(d, a, G), SA_OK);
-  assert_int_equal(d->ops->map(d, b + 3 * G, G, c, 0), SA_OK);
+  assert_int_equal(d->ops->map(d, b + 3 * G, G, c), SA_OK);
   assert_int_equal(d->ops->set_access(d, b + 3 * G, G), SA_OK);
   for (size_t i = 0; i < G; i += 4096) {
     assert_int_equal(((unsigned char *)(b + 3 * G))[i], (unsigned char)(i >> 12));
@@ -150,7 +150,7 @@ static void access_after_unmap_faults(void **state) {
   sa_chunk_handle c;
   assert_int_equal(d->ops->va_reserve(d, G, 0, &va), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, G, &c), SA_OK);
-  assert_int_equal(d->ops->map(d, va, G, c, 0), SA_OK);
+  assert_int_equal(d->ops->map(d, va, G, c), SA_OK);
   assert_int_equal(d->ops->set_access(d, va, G), SA_OK);
   assert_int_equal(faults_on_touch((unsigned char *)va + 100, 1), 0);
   assert_int_equal(d->ops->unmap(d, va, G), SA_OK);
@@ -168,14 +168,14 @@ static void double_map_is_rejected(void **state) {
   assert_int_equal(d->ops->chunk_create(d, G, &c1), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, G, &c2), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, 2 * G, &big), SA_OK);
-  assert_int_equal(d->ops->map(d, va + G, G, c1, 0), SA_OK);
-  assert_int_equal(d->ops->map(d, va + G, G, c2, 0), SA_ERR_DRIVER);
-  assert_int_equal(d->ops->map(d, va, 2 * G, big, 0), SA_ERR_DRIVER);     /* overlaps the tail */
-  assert_int_equal(d->ops->map(d, va + G, 2 * G, big, 0), SA_ERR_DRIVER); /* overlaps the head */
+  assert_int_equal(d->ops->map(d, va + G, G, c1), SA_OK);
+  assert_int_equal(d->ops->map(d, va + G, G, c2), SA_ERR_DRIVER);
+  assert_int_equal(d->ops->map(d, va, 2 * G, big), SA_ERR_DRIVER);     /* overlaps the tail */
+  assert_int_equal(d->ops->map(d, va + G, 2 * G, big), SA_ERR_DRIVER); /* overlaps the head */
   sa_host_counters cnt;
   sa_host_get_counters(&cnt);
   assert_int_equal(cnt.mappings, 1);
-  assert_int_equal(d->ops->map(d, va + 2 * G, 2 * G, big, 0), SA_OK); /* right after it */
+  assert_int_equal(d->ops->map(d, va + 2 * G, 2 * G, big), SA_OK); /* right after it */
   assert_int_equal(d->ops->unmap(d, va + G, 3 * G), SA_OK);         /* both at once */
   assert_int_equal(d->ops->chunk_release(d, c1), SA_OK);
   assert_int_equal(d->ops->chunk_release(d, c2), SA_OK);
@@ -189,14 +189,12 @@ static void map_is_validated_like_cuda(void **state) {
   sa_chunk_handle c;
   assert_int_equal(d->ops->va_reserve(d, 2 * G, 0, &va), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, G, &c), SA_OK);
-  assert_int_equal(d->ops->map(d, va, 2 * G, c, 0), SA_ERR_DRIVER);      /* past the chunk */
-  assert_int_equal(d->ops->map(d, va, G, c, G), SA_ERR_DRIVER);          /* from past it */
-  assert_int_equal(d->ops->map(d, va, G / 2, c, G / 2), SA_ERR_DRIVER);  /* half a granule */
-  assert_int_equal(d->ops->map(d, va + 4096, G, c, 0), SA_ERR_DRIVER);   /* unaligned */
-  assert_int_equal(d->ops->map(d, va + 2 * G, G, c, 0), SA_ERR_DRIVER);  /* past the range */
-  assert_int_equal(d->ops->map(d, va - G, G, c, 0), SA_ERR_DRIVER);      /* before it */
-  assert_int_equal(d->ops->map(d, va, G, c + 8, 0), SA_ERR_DRIVER);      /* bogus handle */
-  assert_int_equal(d->ops->map(d, va, G, 0, 0), SA_ERR_DRIVER);
+  assert_int_equal(d->ops->map(d, va, 2 * G, c), SA_ERR_DRIVER);      /* size != chunk's */
+  assert_int_equal(d->ops->map(d, va + 4096, G, c), SA_ERR_DRIVER);   /* unaligned */
+  assert_int_equal(d->ops->map(d, va + 2 * G, G, c), SA_ERR_DRIVER);  /* past the range */
+  assert_int_equal(d->ops->map(d, va - G, G, c), SA_ERR_DRIVER);      /* before it */
+  assert_int_equal(d->ops->map(d, va, G, c + 8), SA_ERR_DRIVER);      /* bogus handle */
+  assert_int_equal(d->ops->map(d, va, G, 0), SA_ERR_DRIVER);
   const char *name = NULL;
   assert_int_equal(sa_last_driver_error(&name), 22 /* EINVAL */);
   assert_non_null(name);
@@ -215,8 +213,8 @@ static void unmap_and_set_access_need_whole_mappings(void **state) {
   assert_int_equal(d->ops->va_reserve(d, 8 * G, 0, &va), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, 2 * G, &c1), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, 2 * G, &c2), SA_OK);
-  assert_int_equal(d->ops->map(d, va, 2 * G, c1, 0), SA_OK);
-  assert_int_equal(d->ops->map(d, va + 4 * G, 2 * G, c2, 0), SA_OK); /* a gap between */
+  assert_int_equal(d->ops->map(d, va, 2 * G, c1), SA_OK);
+  assert_int_equal(d->ops->map(d, va + 4 * G, 2 * G, c2), SA_OK); /* a gap between */
   assert_int_equal(d->ops->unmap(d, va, G), SA_ERR_DRIVER);         /* part of one */
   assert_int_equal(d->ops->unmap(d, va + G, 2 * G), SA_ERR_DRIVER);
   assert_int_equal(d->ops->unmap(d, va, 6 * G), SA_ERR_DRIVER);     /* spans the gap */
@@ -243,8 +241,8 @@ static void same_chunk_mapped_twice_shares_bytes(void **state) {
   sa_chunk_handle c;
   assert_int_equal(d->ops->va_reserve(d, 2 * G, 0, &va), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, G, &c), SA_OK);
-  assert_int_equal(d->ops->map(d, va, G, c, 0), SA_OK);
-  assert_int_equal(d->ops->map(d, va + G, G, c, 0), SA_OK);
+  assert_int_equal(d->ops->map(d, va, G, c), SA_OK);
+  assert_int_equal(d->ops->map(d, va + G, G, c), SA_OK);
   assert_int_equal(d->ops->set_access(d, va, 2 * G), SA_OK);
   ((unsigned char *)va)[77] = 0x5a;
   assert_int_equal(((unsigned char *)(va + G))[77], 0x5a);
@@ -260,12 +258,12 @@ static void chunk_released_while_mapped_lives_until_unmapped(void **state) {
   sa_host_counters cnt;
   assert_int_equal(d->ops->va_reserve(d, 2 * G, 0, &va), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, G, &c), SA_OK);
-  assert_int_equal(d->ops->map(d, va, G, c, 0), SA_OK);
+  assert_int_equal(d->ops->map(d, va, G, c), SA_OK);
   assert_int_equal(d->ops->set_access(d, va, G), SA_OK);
   assert_int_equal(d->ops->chunk_release(d, c), SA_OK);
   ((unsigned char *)va)[5] = 9; /* still backed */
   assert_int_equal(((unsigned char *)va)[5], 9);
-  assert_int_equal(d->ops->map(d, va + G, G, c, 0), SA_ERR_DRIVER); /* the handle is gone */
+  assert_int_equal(d->ops->map(d, va + G, G, c), SA_ERR_DRIVER); /* the handle is gone */
   assert_int_equal(d->ops->chunk_release(d, c), SA_ERR_DRIVER);
   sa_host_get_counters(&cnt);
   assert_int_equal(cnt.chunks, 1); /* its memory is not */
@@ -284,7 +282,7 @@ static void released_chunk_memory_comes_back_zeroed(void **state) {
   assert_int_equal(d->ops->va_reserve(d, G, 0, &va), SA_OK);
   for (int round = 0; round < 3; round++) {
     assert_int_equal(d->ops->chunk_create(d, G, &c), SA_OK);
-    assert_int_equal(d->ops->map(d, va, G, c, 0), SA_OK);
+    assert_int_equal(d->ops->map(d, va, G, c), SA_OK);
     assert_int_equal(d->ops->set_access(d, va, G), SA_OK);
     for (size_t i = 0; i < G; i += 4096) assert_int_equal(((unsigned char *)va)[i], 0);
     memset((void *)va, 0xff, G);
@@ -343,8 +341,8 @@ static void counters_follow_ranges_chunks_and_mappings(void **state) {
   assert_int_equal(d->ops->va_reserve(d, G, 0, &v2), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, G, &c1), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, 3 * G, &c2), SA_OK);
-  assert_int_equal(d->ops->map(d, v1, G, c1, 0), SA_OK);
-  assert_int_equal(d->ops->map(d, v1 + G, 3 * G, c2, 0), SA_OK);
+  assert_int_equal(d->ops->map(d, v1, G, c1), SA_OK);
+  assert_int_equal(d->ops->map(d, v1 + G, 3 * G, c2), SA_OK);
   sa_host_get_counters(&cnt);
   assert_int_equal(cnt.va_ranges, 2);
   assert_int_equal(cnt.chunks, 2);
@@ -389,9 +387,9 @@ static void totals_count_calls_and_bytes(void **state) {
   assert_int_equal(d->ops->va_reserve(d, 8 * G, 0, &va), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, G, &a), SA_OK);
   assert_int_equal(d->ops->chunk_create(d, 2 * G, &b), SA_OK);
-  assert_int_equal(d->ops->map(d, va, G, a, 0), SA_OK);
-  assert_int_equal(d->ops->map(d, va + G, 2 * G, b, 0), SA_OK);
-  assert_int_equal(d->ops->map(d, va, G, b, 0), SA_ERR_DRIVER); /* refused: no bytes */
+  assert_int_equal(d->ops->map(d, va, G, a), SA_OK);
+  assert_int_equal(d->ops->map(d, va + G, 2 * G, b), SA_OK);
+  assert_int_equal(d->ops->map(d, va, G, b), SA_ERR_DRIVER); /* refused: no bytes */
   assert_int_equal(d->ops->set_access(d, va, 3 * G), SA_OK);
   assert_int_equal(d->ops->unmap(d, va + G, 2 * G), SA_OK);
   assert_int_equal(d->ops->unmap(d, va, G), SA_OK);

@@ -133,8 +133,8 @@ static void each_device_has_its_own_memory(void **state) {
   /* Memory is mapped anywhere, and says whose it is. */
   uintptr_t va = 0;
   sa_assert_ok(d0->ops->va_reserve(d0, 4 * MiB, 0, &va));
-  sa_assert_ok(d0->ops->map(d0, va, 2 * MiB, c1[0], 0));
-  sa_assert_ok(d0->ops->map(d0, va + 2 * MiB, 2 * MiB, c0[0], 0));
+  sa_assert_ok(d0->ops->map(d0, va, 2 * MiB, c1[0]));
+  sa_assert_ok(d0->ops->map(d0, va + 2 * MiB, 2 * MiB, c0[0]));
   assert_int_equal(device_of((void *)va), 1);
   assert_int_equal(device_of((void *)(va + 2 * MiB)), 0);
   int dev = 0;
@@ -200,9 +200,9 @@ static void kernel_of_a_peer_runs_only_with_access(void **state) {
   sa_assert_ok(d0->ops->va_reserve(d0, 4 * MiB, 0, &va));
   sa_assert_ok(d0->ops->chunk_create(d0, 2 * MiB, &c));
   sa_assert_ok(d0p->ops->chunk_create(d0p, 2 * MiB, &cp));
-  sa_assert_ok(d0->ops->map(d0, va, 2 * MiB, c, 0));
+  sa_assert_ok(d0->ops->map(d0, va, 2 * MiB, c));
   sa_assert_ok(d0->ops->set_access(d0, va, 2 * MiB)); /* device 0 only */
-  sa_assert_ok(d0p->ops->map(d0p, va + 2 * MiB, 2 * MiB, cp, 0));
+  sa_assert_ok(d0p->ops->map(d0p, va + 2 * MiB, 2 * MiB, cp));
   sa_assert_ok(d0p->ops->set_access(d0p, va + 2 * MiB, 2 * MiB)); /* devices 0 and 1 */
   uint64_t bad = 0, v = violations();
   void *own = (void *)va, *shared = (void *)(va + 2 * MiB);
@@ -232,7 +232,7 @@ static void kernel_of_a_peer_runs_only_with_access(void **state) {
   /* The grant goes with the mapping: mapped again by device 0's own
    * driver, the chunk is device 0's alone. */
   sa_assert_ok(d0->ops->unmap(d0, va + 2 * MiB, 2 * MiB));
-  sa_assert_ok(d0->ops->map(d0, va + 2 * MiB, 2 * MiB, cp, 0));
+  sa_assert_ok(d0->ops->map(d0, va + 2 * MiB, 2 * MiB, cp));
   sa_assert_ok(d0->ops->set_access(d0, va + 2 * MiB, 2 * MiB));
   sa_assert_ok(sa_host_fill(s1, shared, 4096, 3));
   assert_int_equal(violations(), v + 2);
@@ -517,7 +517,7 @@ static void refused_peers_fail_at_create(void **state) {
   sa_assert_status(d->ops->set_peer_access(d, (uint64_t)1 << 1), SA_ERR_NOT_SUPPORTED);
   sa_assert_ok(d->ops->va_reserve(d, 2 * MiB, 0, &va));
   sa_assert_ok(d->ops->chunk_create(d, 2 * MiB, &c));
-  sa_assert_ok(d->ops->map(d, va, 2 * MiB, c, 0));
+  sa_assert_ok(d->ops->map(d, va, 2 * MiB, c));
   sa_assert_status(d->ops->set_access(d, va, 2 * MiB), SA_ERR_DRIVER);
   sa_fixture_assert_driver_error("cannot access");
   sa_assert_ok(d->ops->unmap(d, va, 2 * MiB));

@@ -204,7 +204,7 @@ static void driver_level_violation_names_both_streams_and_the_block(void **state
   sa_chunk_handle h;
   sa_assert_ok(d->ops->va_reserve(d, g, g, &va));
   sa_assert_ok(d->ops->chunk_create(d, g, &h));
-  sa_assert_ok(d->ops->map(d, va, g, h, 0));
+  sa_assert_ok(d->ops->map(d, va, g, h));
   sa_assert_ok(d->ops->set_access(d, va, g));
 
   /* B writes [va + 4096, va + 8192); nothing orders A after it. */

@@ -314,10 +314,9 @@ static sa_status cuda_chunk_release(sa_driver *d, sa_chunk_handle chunk) {
   CU_IN_CTX(as_cuda(d), g_cu.MemRelease((CUmemGenericAllocationHandle)chunk));
 }
 
-static sa_status cuda_map(sa_driver *d, uintptr_t va, size_t size, sa_chunk_handle chunk,
-                          size_t offset) {
+static sa_status cuda_map(sa_driver *d, uintptr_t va, size_t size, sa_chunk_handle chunk) {
   CU_IN_CTX(as_cuda(d),
-            g_cu.MemMap((CUdeviceptr)va, size, offset, (CUmemGenericAllocationHandle)chunk, 0));
+            g_cu.MemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)chunk, 0));
 }
 
 static sa_status cuda_unmap(sa_driver *d, uintptr_t va, size_t size) {

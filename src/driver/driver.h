@@ -37,11 +37,9 @@ typedef struct sa_driver_ops_s {
   sa_status (*va_release)(sa_driver *d, uintptr_t va, size_t size);
   sa_status (*chunk_create)(sa_driver *d, size_t size, sa_chunk_handle *out);
   sa_status (*chunk_release)(sa_driver *d, sa_chunk_handle chunk);
-  /* Map [offset, offset + size) of chunk at va, inside a reserved range (all
-   * multiples of the granularity): one mapping, which only a whole unmap
-   * undoes. Not accessible until set_access. */
-  sa_status (*map)(sa_driver *d, uintptr_t va, size_t size, sa_chunk_handle chunk,
-                   size_t offset);
+  /* Map the whole chunk (of exactly size bytes) at va, inside a reserved range.
+   * Not accessible until set_access. */
+  sa_status (*map)(sa_driver *d, uintptr_t va, size_t size, sa_chunk_handle chunk);
   /* Unmap [va, va + size), which may cover several mapped chunks. Does NOT wait
    * for queued work (as on the real device). */
   sa_status (*unmap)(sa_driver *d, uintptr_t va, size_t size);

@@ -66,10 +66,9 @@ static sa_status host_chunk_release(sa_driver *d, sa_chunk_handle chunk) {
   HOST_OP(SA_HOST_FN_CHUNK_RELEASE, sa_sim_chunk_release(chunk));
 }
 
-static sa_status host_map(sa_driver *d, uintptr_t va, size_t size, sa_chunk_handle chunk,
-                          size_t offset) {
+static sa_status host_map(sa_driver *d, uintptr_t va, size_t size, sa_chunk_handle chunk) {
   (void)d;
-  HOST_OP(SA_HOST_FN_MAP, sa_sim_map(va, size, chunk, offset));
+  HOST_OP(SA_HOST_FN_MAP, sa_sim_map(va, size, chunk));
 }
 
 static sa_status host_unmap(sa_driver *d, uintptr_t va, size_t size) {

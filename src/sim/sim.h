@@ -80,8 +80,7 @@ sa_status sa_sim_va_release(uintptr_t va, size_t size);
 /* Physical memory of device (an existing one). */
 sa_status sa_sim_chunk_create(int device, size_t size, uint64_t *out);
 sa_status sa_sim_chunk_release(uint64_t chunk);
-/* Map [offset, offset + size) of chunk at va (all granule multiples). */
-sa_status sa_sim_map(uintptr_t va, size_t size, uint64_t chunk, size_t offset);
+sa_status sa_sim_map(uintptr_t va, size_t size, uint64_t chunk);
 sa_status sa_sim_unmap(uintptr_t va, size_t size);
 /* Grant read-write access to devices (besides what was granted before), as
  * cuMemSetAccess with one descriptor per device; each must be allowed to

@@ -14,8 +14,8 @@
  * (the CPU may touch it once any device may); a kernel of a device outside
  * that set does not run (sim/stream.c), as a GPU would fault.
  *
- * Validation follows CUDA: maps never over a mapping, of a part of a chunk
- * (offset and size granularity-aligned, within the chunk); unmap and set_access never of part of a
+ * Validation follows CUDA: maps never over a mapping, exactly the chunk's
+ * size, granularity-aligned; unmap and set_access never of part of a
  * mapping; va_release only of a whole reservation with nothing mapped in it.
  * Releasing a chunk that is still mapped is allowed (as in CUDA): its handle
  * dies at once, its memory at its last unmap. Stricter than CUDA on purpose,
@@ -62,7 +62,7 @@ typedef struct sim_chunk_s {
 
 typedef struct mapping_s {
   uintptr_t va;
-  size_t size; /* of chunk, from some granule-aligned offset */
+  size_t size; /* == chunk->size */
   sim_chunk *chunk;
   sa_sim_devices access; /* devices set_access granted; 0: none yet */
 } mapping;
@@ -325,13 +325,11 @@ sa_status sa_sim_chunk_release(uint64_t handle) {
 
 /* ---- mappings ----------------------------------------------------------- */
 
-sa_status sa_sim_map(uintptr_t va, size_t size, uint64_t handle, size_t offset) {
+sa_status sa_sim_map(uintptr_t va, size_t size, uint64_t handle) {
   sim_chunk *c = chunk_lookup(handle);
   if (c == NULL) return einval("host: map of an unknown or released chunk");
-  if (size == 0 || offset > c->size || size > c->size - offset)
-    return einval("host: map past the end of the chunk");
-  if (va % G != 0 || size % G != 0 || offset % G != 0)
-    return einval("host: map address, size or offset not aligned to the granularity");
+  if (size != c->size) return einval("host: map size differs from the chunk's size");
+  if (va % G != 0) return einval("host: map address not aligned to the granularity");
   if (range_holding(va, size) == NULL) return einval("host: map outside a reserved range");
   size_t j = maps_upto(va);
   if ((j > 0 && va - vmm.maps[j - 1].va < vmm.maps[j - 1].size) ||
@@ -341,7 +339,7 @@ sa_status sa_sim_map(uintptr_t va, size_t size, uint64_t handle, size_t offset) 
   if (grow((void **)&vmm.maps, &vmm.maps_cap, vmm.nmaps + 1, sizeof(mapping)) != SA_OK) {
     return sa_sim_fail(SA_ERR_OUT_OF_MEMORY, ENOMEM, "host: out of host memory");
   }
-  void *m = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, vmm.fd, (off_t)(c->off + offset));
+  void *m = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, vmm.fd, (off_t)c->off);
   if (m == MAP_FAILED) {
     int err = errno;
     /* A failed MAP_FIXED may have dropped the old range: reserve it again. */
