@@ -13,10 +13,11 @@ import sys
 
 ALLOCATORS = ("streamarena", "default", "expandable")
 # The configuration the examples run streamarena with (README's keys). Spans
-# from 4 KiB up: train.py's trace replayed with a lagging device
-# (bench/torch_replay.py) peaks at 1.0085 x its requested bytes, against
-# 1.0167 x with the default threshold (half a superblock); docs/TORCH.md.
-DEFAULT_CONF = "large_threshold=4KiB"
+# from 1 KiB up (only 512-byte requests in superblocks): PyTorch's trace of
+# train.py (bench/traces/torch_transformer.csv.gz) replays at 1.0065 x its
+# peak live bytes, against 1.0071 at 4 KiB and 1.016 with the default
+# threshold (half a superblock); docs/TORCH.md.
+DEFAULT_CONF = "large_threshold=1KiB"
 
 _TORCH_ENV = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 _REPO = pathlib.Path(__file__).resolve().parents[2]
