@@ -99,7 +99,7 @@ typedef struct sa_phys_s {
   sa_chunk_handle handle;
   size_t size;
   size_t cached;              /* bytes of it in the chunk cache */
-  struct sa_chunk_s *records; /* its record (sibling list) */
+  struct sa_chunk_s *record;  /* its record */
   struct sa_phys_s *next;     /* every chunk of the arena */
   bool released;              /* handed back (release_cached, briefly) */
 } sa_phys;
@@ -108,7 +108,6 @@ typedef struct sa_chunk_s {
   sa_phys *phys;
   size_t size;                /* phys's, a multiple of the granularity */
   struct sa_chunk_s *next;    /* in the chunk cache or a descriptor's list */
-  struct sa_chunk_s *sibling; /* phys's records */
 } sa_chunk;
 
 typedef struct sa_desc_s {

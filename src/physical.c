@@ -62,16 +62,13 @@ void sa__physical_return(sa_arena *a, sa_chunk *chunks) {
 static sa_chunk *record_new(sa_phys *ph, size_t size) {
   sa_chunk *p = malloc(sizeof *p);
   if (p == NULL) return NULL;
-  *p = (sa_chunk){.phys = ph, .size = size, .sibling = ph->records};
-  ph->records = p;
+  *p = (sa_chunk){.phys = ph, .size = size};
+  ph->record = p;
   return p;
 }
 
 static void phys_free(sa_phys *ph) {
-  for (sa_chunk *p = ph->records, *n; p != NULL; p = n) {
-    n = p->sibling;
-    free(p);
-  }
+  free(ph->record);
   free(ph);
 }
 
