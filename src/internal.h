@@ -93,22 +93,22 @@ enum {
 };
 
 /* Physical memory (physical.c): a chunk (sa_phys) is one driver allocation,
- * mapped whole; its record (sa_chunk) sits in the chunk cache or in the
- * list of what backs a descriptor. */
+ * mapped whole; its record (sa_chunk, inside it) sits in the chunk cache or
+ * in the list of what backs a descriptor. */
+typedef struct sa_chunk_s {
+  struct sa_phys_s *phys;  /* the chunk this record is part of */
+  size_t size;             /* phys's, a multiple of the granularity */
+  struct sa_chunk_s *next; /* in the chunk cache or a descriptor's list */
+} sa_chunk;
+
 typedef struct sa_phys_s {
   sa_chunk_handle handle;
   size_t size;
-  size_t cached;              /* bytes of it in the chunk cache */
-  struct sa_chunk_s *record;  /* its record */
-  struct sa_phys_s *next;     /* every chunk of the arena */
-  bool released;              /* handed back (release_cached, briefly) */
+  size_t cached;          /* bytes of it in the chunk cache */
+  sa_chunk record;        /* its record */
+  struct sa_phys_s *next; /* every chunk of the arena */
+  bool released;          /* handed back (release_cached, briefly) */
 } sa_phys;
-
-typedef struct sa_chunk_s {
-  sa_phys *phys;
-  size_t size;                /* phys's, a multiple of the granularity */
-  struct sa_chunk_s *next;    /* in the chunk cache or a descriptor's list */
-} sa_chunk;
 
 typedef struct sa_desc_s {
   sa_desc_kind kind;
@@ -460,8 +460,8 @@ static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
 /* physical.c: all with the arena lock held */
 #define SA_CHUNK_MAX ((size_t)1 << 30) /* bytes per chunk created, at most */
 #define SA_MAP_PIECES 16                /* a growth is created in about this many chunks */
-/* Pieces for need bytes (a granule multiple): cached ones first, then new
- * chunks, within limit physical bytes held; then map them at d->base
+/* Chunks for need bytes (a granule multiple): cached ones first, then new
+ * ones, within limit physical bytes held; then map them at d->base
  * (d->size == need). A failed map returns them to the cache, unless the
  * driver refused to unwind (they then stay on d). */
 sa_status sa__physical_gather(sa_arena *a, size_t need, size_t limit, sa_chunk **out);

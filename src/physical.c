@@ -58,20 +58,6 @@ void sa__physical_return(sa_arena *a, sa_chunk *chunks) {
   }
 }
 
-/* The record of a chunk of ph (one per chunk: it maps only whole). */
-static sa_chunk *record_new(sa_phys *ph, size_t size) {
-  sa_chunk *p = malloc(sizeof *p);
-  if (p == NULL) return NULL;
-  *p = (sa_chunk){.phys = ph, .size = size};
-  ph->record = p;
-  return p;
-}
-
-static void phys_free(sa_phys *ph) {
-  free(ph->record);
-  free(ph);
-}
-
 static int larger_first(const void *x, const void *y) {
   size_t a = (*(sa_phys *const *)x)->size, b = (*(sa_phys *const *)y)->size;
   return a < b ? 1 : a > b ? -1 : 0;
@@ -123,7 +109,7 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
     *pp = ph->next;
     a->physical_bytes -= ph->size;
     a->nchunks--;
-    phys_free(ph);
+    free(ph);
   }
   return released;
 }
@@ -147,16 +133,14 @@ static size_t chunk_size(const sa_arena *a, size_t size) {
 static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_chunk **out) {
   if (a->physical_bytes + size > limit) return SA_ERR_OUT_OF_MEMORY;
   sa_phys *ph = calloc(1, sizeof *ph);
-  sa_chunk *p = ph != NULL ? record_new(ph, size) : NULL;
-  if (p == NULL) {
-    free(ph);
-    return SA_ERR_OUT_OF_MEMORY;
-  }
+  if (ph == NULL) return SA_ERR_OUT_OF_MEMORY;
   sa_status st = a->drv->ops->chunk_create(a->drv, size, &ph->handle);
   if (st != SA_OK) {
-    phys_free(ph);
+    free(ph);
     return st;
   }
+  sa_chunk *p = &ph->record;
+  *p = (sa_chunk){.phys = ph, .size = size};
   ph->size = size;
   ph->next = a->phys;
   a->phys = ph;
@@ -276,7 +260,7 @@ void sa__physical_fini(sa_arena *a) {
   while (a->phys != NULL) { /* the driver refused to release these */
     sa_phys *ph = a->phys;
     a->phys = ph->next;
-    phys_free(ph);
+    free(ph);
   }
   a->chunk_cache = NULL;
   a->chunk_cache_bytes = 0;
