@@ -215,6 +215,15 @@ static void check_and_free_survivors(sa_fixture *f, void *p[4]) {
   sa_assert_ok(sa_free(p[3], s));
 }
 
+/* Allocates size bytes on the first stream and checks that the arena grew
+ * to reserved bytes without unmapping anything (no reshape). */
+static void grows_without_unmapping(sa_fixture *f, void **q, size_t size, size_t reserved) {
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  sa_assert_ok(sa_alloc(f->arena, q, size, f->streams[0]));
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
+  assert_int_equal(stats(f->arena).reserved_bytes, reserved);
+}
+
 /* Without a budget the footprint target (1/64 above the highest live bytes
  * so far, plus 16 MiB) bounds growth: a 64 MiB request extends the freed
  * span at the run's low end by 32 MiB, 14 of them unmapped from the other
@@ -245,10 +254,7 @@ static void a_new_live_peak_grows_rather_than_reshape(void **state) {
   setup(&f, "check_stream_order=1", 1, SA_HOST_MANUAL);
   void *p[4], *q;
   four_spans_two_freed(&f, p);
-  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
-  sa_assert_ok(sa_alloc(f.arena, &q, 96 * MiB, f.streams[0])); /* live 160 MiB */
-  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
-  assert_int_equal(stats(f.arena).reserved_bytes, 192 * MiB);
+  grows_without_unmapping(&f, &q, 96 * MiB, 192 * MiB); /* live 160 MiB */
   check_and_free_survivors(&f, p);
   sa_assert_ok(sa_free(q, f.streams[0]));
   teardown(&f);
@@ -263,10 +269,7 @@ static void the_remapping_ledger_bounds_reshaping(void **state) {
   void *p[4], *q;
   four_spans_two_freed(&f, p);
   atomic_store(&f.arena->xremapped_bytes, atomic_load(&f.arena->xcreated_bytes));
-  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
-  sa_assert_ok(sa_alloc(f.arena, &q, 64 * MiB, f.streams[0]));
-  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
-  assert_int_equal(stats(f.arena).reserved_bytes, 160 * MiB);
+  grows_without_unmapping(&f, &q, 64 * MiB, 160 * MiB);
   check_and_free_survivors(&f, p);
   sa_assert_ok(sa_free(q, f.streams[0]));
   teardown(&f);
@@ -274,17 +277,14 @@ static void the_remapping_ledger_bounds_reshaping(void **state) {
 
 /* reserve_limit at the device's size or more turns the reshape off below
  * max_physical: the arena grows as a pool does, the fastest setting, and
- * maps as without a budget (a 256 MiB growth in 16 pieces, not 128). */
+ * creates as without a budget (a 256 MiB growth in 16 chunks, not 128). */
 static void a_reserve_limit_of_the_device_grows_as_a_pool(void **state) {
   (void)state;
   sa_fixture f;
   setup(&f, "reserve_limit=1TiB,check_stream_order=1", 1, SA_HOST_MANUAL);
   void *p[4], *q;
   four_spans_two_freed(&f, p);
-  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
-  sa_assert_ok(sa_alloc(f.arena, &q, 64 * MiB, f.streams[0]));
-  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
-  assert_int_equal(stats(f.arena).reserved_bytes, 160 * MiB);
+  grows_without_unmapping(&f, &q, 64 * MiB, 160 * MiB);
   uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
   void *r;
   sa_assert_ok(sa_alloc(f.arena, &r, 256 * MiB, f.streams[0]));
