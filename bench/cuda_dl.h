@@ -42,7 +42,15 @@ extern "C" {
   X(MemPoolCreate, v11020)               \
   X(MemPoolDestroy, v11020)              \
   X(MemAllocFromPoolAsync, v11020)       \
-  X(MemGetInfo, v3020)
+  X(MemGetInfo, v3020)                   \
+  X(MemAddressReserve, v10020)           \
+  X(MemAddressFree, v10020)              \
+  X(MemCreate, v10020)                   \
+  X(MemRelease, v10020)                  \
+  X(MemMap, v10020)                      \
+  X(MemUnmap, v10020)                    \
+  X(MemSetAccess, v10020)                \
+  X(MemGetAllocationGranularity, v10020)
 
 #define BENCH_CU_FIELD(name, ver) PFN_cu##name##_##ver name;
 

@@ -199,6 +199,8 @@ static sa_status run_streamarena(const trace *t, size_t capacity, const options 
   r->work.bytes_mapped = w1.bytes_mapped - w0.bytes_mapped;
   r->work.bytes_unmapped = w1.bytes_unmapped - w0.bytes_unmapped;
   r->work.bytes_access = w1.bytes_access - w0.bytes_access;
+  r->work.chunks_unmapped = w1.chunks_unmapped - w0.chunks_unmapped;
+  r->work.chunks_access = w1.chunks_access - w0.chunks_access;
 
   sa_stats stats;
   sa_status s = report("sa_get_stats", sa_get_stats(a, &stats));
@@ -258,18 +260,29 @@ static uint64_t vmm_calls(const result *r) {
 }
 
 /* The driver's time on an H200 (driver 580), modelled from what the
- * simulator counted: microseconds per call as measured there with 2 MiB
- * chunks (docs/DEFRAG.md; calls on larger ranges were not measured and
- * count the same). A model to compare policies by, not a measurement. */
+ * simulator counted, with the costs bench/driver_costs measured there
+ * (docs/DEFRAG.md): creating a chunk costs about the same at 2 MiB as at
+ * 256 MiB, setting access and unmapping cost per chunk in the range; only
+ * releasing memory costs mostly per byte, the rest a little above 256 MiB. A model to compare policies by,
+ * not a measurement. */
 static double h200_us_per_op(const result *r) {
-  static const double us[SA_HOST_FN_COUNT] = {
-      [SA_HOST_FN_VA_RESERVE] = 21,  [SA_HOST_FN_CHUNK_CREATE] = 13, [SA_HOST_FN_CHUNK_RELEASE] = 13,
-      [SA_HOST_FN_MAP] = 1,          [SA_HOST_FN_UNMAP] = 18,        [SA_HOST_FN_SET_ACCESS] = 27,
+  static const double per_call[SA_HOST_FN_COUNT] = {
+      [SA_HOST_FN_VA_RESERVE] = 21,  [SA_HOST_FN_CHUNK_CREATE] = 12, [SA_HOST_FN_CHUNK_RELEASE] = 13,
+      [SA_HOST_FN_MAP] = 1,          [SA_HOST_FN_SET_ACCESS] = 20,
       [SA_HOST_FN_EVENT_CREATE] = 0.45, [SA_HOST_FN_EVENT_RECORD] = 0.18,
       [SA_HOST_FN_EVENT_QUERY] = 0.18,  [SA_HOST_FN_STREAM_WAIT_EVENT] = 0.13,
   };
+  const double per_chunk_access = 30, per_chunk_unmap = 25;
+  const double per_mib_created = 0.075, per_mib_released = 0.5;
+  const double per_mib_access = 0.04, per_mib_unmapped = 0.01; /* large chunks */
   double total = 0;
-  for (int f = 0; f < SA_HOST_FN_COUNT; f++) total += us[f] * (double)r->work.calls[f];
+  for (int f = 0; f < SA_HOST_FN_COUNT; f++) total += per_call[f] * (double)r->work.calls[f];
+  total += per_chunk_access * (double)r->work.chunks_access +
+           per_chunk_unmap * (double)r->work.chunks_unmapped +
+           per_mib_created * (double)r->work.bytes_created / MiB +
+           per_mib_access * (double)r->work.bytes_access / MiB +
+           per_mib_unmapped * (double)r->work.bytes_unmapped / MiB +
+           per_mib_released * (double)r->work.bytes_released / MiB;
   return total / (double)(r->t->nops ? r->t->nops : 1);
 }
 
@@ -294,15 +307,17 @@ static void print_summary(const result *r) {
   const uint64_t *c = r->work.calls;
   printf("%s: %s format, %zu ops, %zu streams, peak live %.1f MiB, capacity %.1f MiB | "
          "streamarena: peak reserved %.1f MiB (%.3fx), %s, %.1f ms (%.2f us/op), "
-         "driver: %" PRIu64 " chunks created, %" PRIu64 " maps, %" PRIu64 " unmaps, %" PRIu64
-         " set_access, %.1f MiB remapped, %.1f vmm calls and %.1f calls per 1000 ops, "
+         "driver: %" PRIu64 " chunks created, %" PRIu64 " maps, %" PRIu64 " unmaps (%" PRIu64
+         " chunks), %" PRIu64 " set_access (%" PRIu64 " chunks), %.1f MiB remapped, "
+         "%.1f vmm calls and %.1f calls per 1000 ops, "
          "%.2f us/op of driver time at H200 costs (model) | "
          "first-fit reference: extent %.1f MiB (%.3fx), ",
          r->name, t->format, t->nops, t->nstreams, live / MiB, (double)r->capacity / MiB,
          (double)r->reserved_peak / MiB, (double)r->reserved_peak / live,
          r->oom_count ? "OUT OF MEMORY" : "no OOM", r->seconds * 1e3,
          r->seconds * 1e6 / (double)(t->nops ? t->nops : 1), c[SA_HOST_FN_CHUNK_CREATE],
-         c[SA_HOST_FN_MAP], c[SA_HOST_FN_UNMAP], c[SA_HOST_FN_SET_ACCESS], remapped_mib(r),
+         c[SA_HOST_FN_MAP], c[SA_HOST_FN_UNMAP], r->work.chunks_unmapped,
+         c[SA_HOST_FN_SET_ACCESS], r->work.chunks_access, remapped_mib(r),
          per_kop(r, vmm_calls(r)), per_kop(r, all_calls(r)), h200_us_per_op(r),
          (double)r->ff_extent / MiB,
          (double)r->ff_extent / live);

@@ -1,6 +1,6 @@
 /* sa_alloc, sa_free, sa_record_stream: the fast paths and their slow paths;
  * and the loop that gets memory back when an allocation would pass the
- * footprint target or a budget (soft_limit, alloc_reclaiming; sa_trim,
+ * footprint target or a budget (sa__physical_soft_limit, alloc_reclaiming; sa_trim,
  * sa_defragment).
  *
  * Fast path (same thread, same stream as the last call, block in the thread
@@ -88,23 +88,8 @@ static void oom_report(sa_arena *a, size_t size, sa_stream s) {
   (void)sa_snapshot_write(a, stderr);
 }
 
-/* The soft limit on physical bytes, past which an allocation reshapes
- * free memory before it grows: reserve_limit when the user set one, else
- * the footprint target, (1 + 1/SA_TARGET_SLACK) x the highest live bytes
- * so far plus SA_TARGET_FLOOR granules (below the peak's own rounding and
- * the threads' unpublished live bytes, the floor keeps a small arena from
- * reshaping at every growth). The arena cannot know a run's peak in
- * advance; the peak so far is what it has proved it needs. */
-static size_t soft_limit(const sa_arena *a) {
-  if (a->cfg.reserve_limit_bytes != 0) return a->reserve_limit;
-  int64_t peak = atomic_load_explicit(&a->xlive_peak, memory_order_relaxed);
-  size_t p = peak > 0 ? (size_t)peak : 0;
-  size_t target = p + p / SA_TARGET_SLACK + SA_TARGET_FLOOR * a->gran;
-  return target < a->reserve_limit ? target : a->reserve_limit;
-}
-
 /* Allocate; past a limit, get memory back and try again:
- *   1. within the soft limit (soft_limit); a span that would grow past it
+ *   1. within the soft limit (sa__physical_soft_limit); a span that would grow past it
  *      first reshapes free span memory (span.c), as much as the remapping
  *      ledger allows under the footprint target (physical.c);
  *   2. after unmapping free memory whose work completed, still within it;
@@ -127,7 +112,7 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
     atomic_fetch_add_explicit(&a->xoom_events, 1, memory_order_relaxed);
     return SA_ERR_OUT_OF_MEMORY; /* no reclaim can make it fit */
   }
-  size_t soft = soft_limit(a), hard = a->physical_cap;
+  size_t soft = sa__physical_soft_limit(a), hard = a->physical_cap;
   size_t need = large ? size : atomic_load_explicit(&a->xsuperblock_size, memory_order_relaxed);
   sa_status st = try_alloc(a, e, size, soft, out);
   bool all_reclaimed = false; /* step 2 took everything free already */

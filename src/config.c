@@ -32,6 +32,7 @@ void sa_config_init(sa_config *config) {
   config->reserve_limit_bytes = 0;     /* 0 = the footprint target (alloc.c) */
   config->release_threshold_bytes = 0;
   config->large_threshold = 0;         /* 0 = superblock_size / 2 */
+  config->chunk_size = 0;              /* 0 = the growth, a granule under a budget */
   config->flags = 0;
   config->trace_path[0] = '\0';
   config->oom_callback = NULL;
@@ -142,8 +143,10 @@ static const key_desc keys[] = {
     {"reserve_limit", KEY_SIZE, offsetof(sa_config, reserve_limit_bytes), 0},
     {"release_threshold", KEY_SIZE, offsetof(sa_config, release_threshold_bytes), 0},
     {"large_threshold", KEY_SIZE, offsetof(sa_config, large_threshold), 0},
+    {"chunk_size", KEY_SIZE, offsetof(sa_config, chunk_size), 0},
     {"check_stream_order", KEY_FLAG, 0, SA_FLAG_CHECK_STREAM_ORDER},
     {"oom_report", KEY_FLAG, 0, SA_FLAG_OOM_REPORT},
+    {"exact_growth", KEY_FLAG, 0, SA_FLAG_EXACT_GROWTH},
     {"trace", KEY_PATH, 0, 0},
 };
 
@@ -376,6 +379,14 @@ sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_r
               size_text(v, sizeof v, c->large_threshold),
               size_text(w, sizeof w, sa_class_size(sa_size_class(lt))),
               size_text(x, sizeof x, sb), size_text(y, sizeof y, limit));
+    return SA_ERR_BAD_CONFIG;
+  }
+  if (c->chunk_size % gran != 0 || c->chunk_size > SA_CHUNK_MAX) {
+    set_error(err, err_size,
+              "chunk_size=%s: must be a multiple of the allocation granularity, %s on this "
+              "device, and at most %s",
+              size_text(v, sizeof v, c->chunk_size), size_text(w, sizeof w, gran),
+              size_text(x, sizeof x, SA_CHUNK_MAX));
     return SA_ERR_BAD_CONFIG;
   }
   size_t cap = c->max_physical_bytes != 0 ? c->max_physical_bytes : total;

@@ -51,8 +51,7 @@
 
 #define SA_KEEP_EMPTY_SUPERBLOCKS 2 /* per stream, kept before going global */
 #define SA_TARGET_SLACK 64         /* footprint target: peak live x (1 + 1/64) */
-#define SA_TARGET_FLOOR 8          /* ... plus 8 granules (alloc.c) */
-#define SA_TARGET_BAND 32          /* no reshape once 1/32 past it (span.c) */
+#define SA_TARGET_FLOOR 8          /* ... plus 8 granules (physical.c) */
 #define SA_LIVE_FLUSH_BYTES (256u << 10) /* per-thread live-byte slack, plus a block */
 #define SA_BATCH_MAX 64            /* blocks per cross-stream batch */
 #define SA_RECORD_BUCKETS 1024
@@ -459,12 +458,14 @@ static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
 
 /* physical.c: all with the arena lock held */
 #define SA_CHUNK_MAX ((size_t)1 << 30) /* bytes per chunk created, at most */
-#define SA_MAP_PIECES 16                /* a growth is created in about this many chunks */
-/* Chunks for need bytes (a granule multiple): cached ones first, then new
- * ones, within limit physical bytes held; then map them at d->base
- * (d->size == need). A failed map returns them to the cache, unless the
- * driver refused to unwind (they then stay on d). */
-sa_status sa__physical_gather(sa_arena *a, size_t need, size_t limit, sa_chunk **out);
+/* Chunks for need bytes (a granule multiple), *got bytes in all, at most
+ * most: cached ones first, then new ones, within limit physical bytes
+ * held; when memory is created, ahead bytes more where they too fit under
+ * limit (a growth mapped ahead of the requests that follow it: span.c). */
+sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t most, size_t limit,
+                              sa_chunk **out, size_t *got);
+/* Map chunks at d->base (d->size their bytes). A failed map returns them to
+ * the cache, unless the driver refused to unwind (they then stay on d). */
 sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks);
 /* Map chunks back to back at va with one access setting; on failure they go
  * back to the cache (SA_ERR_DRIVER with *stuck set: the driver refused to
@@ -473,6 +474,9 @@ sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *
                               sa_chunk **stuck);
 void sa__physical_return(sa_arena *a, sa_chunk *chunks); /* to the cache */
 sa_status sa__physical_unmap(sa_arena *a, sa_desc *d); /* chunks to the cache */
+/* The physical bytes past which an allocation reshapes before it grows:
+ * reserve_limit when the user set one, else the footprint target. */
+size_t sa__physical_soft_limit(const sa_arena *a);
 /* Release cached chunks until at most keep_bytes stay cached. */
 size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes);
 /* Destroy: forget every chunk left (the driver refused to release it). */
@@ -480,6 +484,7 @@ void sa__physical_fini(sa_arena *a);
 /* Bytes the arena may remap to keep within limit: SIZE_MAX for a budget the
  * user set (reserve_limit, max_physical), the ledger's credit for the
  * footprint target below them. No lock needed. */
+#define SA_REMAP_SHARE 8 /* remap at most 1/8 of the bytes created (physical.c) */
 #define SA_REMAP_TRICKLE 1024
 size_t sa__physical_remap_allowance(const sa_arena *a, size_t limit);
 

@@ -7,16 +7,18 @@
  * so the size a chunk is created at decides what a reshape can later take
  * back.
  *
- *   - Creation costs per call: a 2 MiB chunk about 13 us on the H200,
- *     1 GiB as one chunk about 0.6 ms (as 512 chunks of 2 MiB: ~53 ms).
- *   - Unmapping is per chunk: memory a reshape takes back is rarely a whole
- *     growth (a span that took part of a freed one pins what it covers).
+ *   - Bringing a chunk up costs per chunk, not per byte (H200, driver 580,
+ *     bench/driver_costs): create ~12 us, map ~1, access ~30 per chunk in
+ *     the range plus ~20 per call, the same from 2 MiB to 256 MiB; above
+ *     that only a little more (1 GiB: 164 + 2 + 94 us).
+ *   - Unmapping is per chunk too (~25 us): memory a reshape takes back is
+ *     rarely a whole growth (a span that took part of a freed one pins
+ *     what it covers).
  *
- * The chunk-size policy (chunk_size) makes a growth of a range in chunks of
- * a granule up to 16 granules, then of about 1/16 of it, and of a granule
- * under a budget: a growth is at most ~16 creates and maps and one access
- * setting, and any chunk that lies wholly in free memory can be unmapped
- * and mapped elsewhere while the rest of the growth stays in use.
+ * The chunk-size policy (chunk_size) makes a growth one chunk by default,
+ * chunks of the user's chunk_size when set, and of a granule under a
+ * budget: a chunk that lies wholly in free memory can be unmapped and
+ * mapped elsewhere while the rest of the growth stays in use.
  *
  * A descriptor's range (a superblock, a run of spans) is backed by chunks
  * mapped back to back; they need not lie in order ("stitching"). Unmapped
@@ -114,19 +116,19 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
   return released;
 }
 
-/* The chunk-size policy: the size of the chunks a growth of size bytes is
- * created in, the unit a reshape can later unmap. Without a budget a
- * granule up to 16 granules, then 1/16 of the range (a power of two, at
- * most SA_CHUNK_MAX): a growth is at most ~16 creates and maps (a 4 GiB
- * growth made granule by granule took 2048 of each), and a span that takes
- * part of a freed one pins at most a sixteenth of it beyond what it covers.
- * Under a budget, where remapping is what was asked for, one granule: with
- * 1/16 chunks dataframe ran out of memory under 1.03 x. */
-static size_t chunk_size(const sa_arena *a, size_t size) {
-  size_t unit = a->gran;
-  if (a->budgeted) return unit;
-  while (unit * 2 <= size / SA_MAP_PIECES && unit * 2 <= SA_CHUNK_MAX) unit *= 2;
-  return unit;
+/* The chunk-size policy: the size of the chunks new memory is created in,
+ * the unit a reshape can later unmap. On an H200 a chunk costs about the
+ * same to create, map and give access to at 2 MiB as at 256 MiB (~45-65
+ * us: bench/driver_costs), so by default a growth is one chunk (up to
+ * SA_CHUNK_MAX): a climb costs per growth, not per byte. Smaller chunks let
+ * a reshape take back memory in smaller pieces (dataframe: 1.039 x peak
+ * live in 2 MiB chunks against 1.155 whole, at ~6 x the driver time), so
+ * the user may ask for them (chunk_size); under a budget, where remapping
+ * is what was asked for, they are a granule (with larger chunks dataframe
+ * ran out of memory under 1.03 x). */
+static size_t chunk_size(const sa_arena *a) {
+  if (a->cfg.chunk_size != 0) return a->cfg.chunk_size;
+  return a->budgeted ? a->gran : SA_CHUNK_MAX;
 }
 
 /* A new chunk of size bytes as one record; within limit physical bytes. */
@@ -152,33 +154,58 @@ static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_chunk **
   return SA_OK;
 }
 
-sa_status sa__physical_gather(sa_arena *a, size_t need, size_t limit, sa_chunk **out) {
+/* The smallest cached chunk of lo to hi bytes, NULL if none. */
+static sa_chunk **cached_between(sa_arena *a, size_t lo, size_t hi) {
+  sa_chunk **best = NULL;
+  for (sa_chunk **pp = &a->chunk_cache; *pp != NULL; pp = &(*pp)->next)
+    if ((*pp)->size >= lo && (*pp)->size <= hi && (best == NULL || (*pp)->size < (*best)->size))
+      best = pp;
+  return best;
+}
+
+sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t most, size_t limit,
+                              sa_chunk **out, size_t *got) {
   sa_chunk *head = NULL, **tail = &head;
-  size_t missing = need, remapped = 0;
-  /* Cached chunks first, each that fits what is missing: memory held
-   * already is mapped again rather than new memory created beside it. */
-  for (sa_chunk **pp = &a->chunk_cache; missing > 0 && *pp != NULL;) {
+  size_t have = 0;
+  /* Memory held already is mapped again rather than new memory created
+   * beside it: cached chunks that fit what is missing, then the smallest
+   * that covers the rest if the place has room for it (the bytes beyond
+   * the request stay free there; new memory would cost a chunk and
+   * footprint). */
+  for (sa_chunk **pp = &a->chunk_cache; have < need && *pp != NULL;) {
     sa_chunk *p = *pp;
-    if (p->size > missing) {
+    if (p->size > need - have) {
       pp = &p->next;
       continue;
     }
     cache_unlink(a, pp);
     *tail = p;
     tail = &p->next;
-    missing -= p->size;
-    remapped += p->size;
+    have += p->size;
   }
+  sa_chunk **cover = have < need ? cached_between(a, need - have, most - have) : NULL;
+  if (cover != NULL) {
+    sa_chunk *p = *cover;
+    cache_unlink(a, cover);
+    *tail = p;
+    tail = &p->next;
+    have += p->size;
+  }
+  size_t remapped = have;
   /* The rest is created, all of it within limit or none: cached chunks
    * too large for what is missing are given back first if that makes room
-   * (they stay cached otherwise, for a later growth). */
+   * (they stay cached otherwise, for a later growth). The bytes ahead too
+   * where they fit under limit. */
   sa_status st = SA_OK;
+  size_t missing = have < need ? need - have : 0;
   if (missing > 0 && a->physical_bytes + missing > limit) {
     if (a->physical_bytes - a->chunk_cache_bytes + missing <= limit)
       (void)sa__physical_release_cached(a, 0);
     if (a->physical_bytes + missing > limit) st = SA_ERR_OUT_OF_MEMORY;
   }
-  size_t unit = chunk_size(a, need);
+  if (st == SA_OK && missing > 0 && a->physical_bytes + missing + ahead <= limit)
+    missing += ahead;
+  size_t unit = chunk_size(a);
   while (st == SA_OK && missing > 0) {
     sa_chunk *p;
     size_t size = missing < unit ? missing : unit;
@@ -187,6 +214,7 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t limit, sa_chunk *
       *tail = p;
       tail = &p->next;
       missing -= size;
+      have += size;
     }
   }
   if (st != SA_OK) {
@@ -195,6 +223,7 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t limit, sa_chunk *
   }
   atomic_fetch_add_explicit(&a->xremapped_bytes, remapped, memory_order_relaxed);
   *out = head;
+  *got = have;
   return SA_OK;
 }
 
@@ -236,23 +265,45 @@ sa_status sa__physical_unmap(sa_arena *a, sa_desc *d) {
   return SA_OK;
 }
 
-/* The remapping ledger. A reshape remaps memory to avoid a growth; both
- * cost about the same per granule (H200: unmap + map + access against
- * create + map + access), but growth is paid once while a workload whose
- * shapes keep changing would pay for remapping again and again. So, as in
- * ski rental, the arena remaps for the footprint target only while what it
- * remapped stays within what it created (each byte grown buys the right to
- * remap one), plus one granule per SA_REMAP_TRICKLE span allocations (so
- * that a long run whose shapes drift keeps some; at the H200's costs at
- * most ~0.05 us per allocation). Driver work for memory is then at most
- * twice that of growth alone, and a training loop that settles pays it
- * once. Under a budget the user set, remapping is what was asked for. */
+/* The soft limit on physical bytes, past which an allocation reshapes
+ * free memory before it grows: reserve_limit when the user set one, else
+ * the footprint target, (1 + 1/SA_TARGET_SLACK) x the highest live bytes
+ * so far plus SA_TARGET_FLOOR granules (below the peak's own rounding and
+ * the threads' unpublished live bytes, the floor keeps a small arena from
+ * reshaping at every growth). The arena cannot know a run's peak in
+ * advance; the peak so far is what it has proved it needs. */
+size_t sa__physical_soft_limit(const sa_arena *a) {
+  if (a->cfg.reserve_limit_bytes != 0) return a->reserve_limit;
+  int64_t peak = atomic_load_explicit(&a->xlive_peak, memory_order_relaxed);
+  size_t p = peak > 0 ? (size_t)peak : 0;
+  size_t target = p + p / SA_TARGET_SLACK + SA_TARGET_FLOOR * a->gran;
+  return target < a->reserve_limit ? target : a->reserve_limit;
+}
+
+/* The remapping ledger. A reshape remaps memory to avoid a growth, and a
+ * workload whose shapes keep changing would pay for it again and again.
+ * So, as in ski rental, the arena remaps for the footprint target only
+ * while what it remapped stays within a share of what it created, plus
+ * one granule per SA_REMAP_TRICKLE span allocations (so that a long run
+ * whose shapes drift keeps some; at the H200's costs at most ~0.05 us per
+ * allocation). The share follows the costs (H200: a chunk ~60-80 us to
+ * create or to move, whatever its size up to 256 MiB):
+ *   - chunks of the user's chunk_size: growing and remapping a byte cost
+ *     the same, so each byte grown buys the right to remap one (driver
+ *     work at most twice growth's);
+ *   - one chunk per growth (the default): a growth is one chunk while a
+ *     reshape moves many, so 1/SA_REMAP_SHARE of it. RMM's random
+ *     allocations up to 4 GiB then remap 4 chunks instead of 35, while
+ *     dataframe and fragmentation keep their footprint (1.155 and 1.535 x
+ *     peak live).
+ * Under a budget the user set, remapping is what was asked for. */
 size_t sa__physical_remap_allowance(const sa_arena *a, size_t limit) {
   if (limit >= a->reserve_limit) return SIZE_MAX; /* not the footprint target */
   size_t created = atomic_load_explicit(&a->xcreated_bytes, memory_order_relaxed);
   size_t remapped = atomic_load_explicit(&a->xremapped_bytes, memory_order_relaxed);
   uint64_t spans = atomic_load_explicit(&a->xlarge_allocs, memory_order_relaxed);
-  size_t credit = created + (size_t)(spans / SA_REMAP_TRICKLE) * a->gran;
+  size_t share = a->cfg.chunk_size != 0 ? 1 : SA_REMAP_SHARE;
+  size_t credit = created / share + (size_t)(spans / SA_REMAP_TRICKLE) * a->gran;
   return credit > remapped ? credit - remapped : 0;
 }
 

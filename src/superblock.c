@@ -146,7 +146,8 @@ static sa_status carve(sa_arena *a, size_t need, size_t limit, sa_superblock **o
   }
   sb->hdr.size = size;
   sa_chunk *chunks = NULL;
-  sa_status st = sa__physical_gather(a, size, limit, &chunks);
+  size_t got;
+  sa_status st = sa__physical_gather(a, size, 0, size, limit, &chunks, &got);
   if (st == SA_OK) {
     st = sa__va_alloc(a, size, &sb->hdr.base);
     if (st != SA_OK) sa__physical_return(a, chunks);

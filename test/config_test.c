@@ -61,7 +61,8 @@ static void every_key_sets_its_field(void **state) {
   assert_int_equal(parse(&c,
                          "device=3,backend=host,superblock_size=4MiB,va_reserve=1TiB,"
                          "max_physical=8GiB,release_threshold=1GiB,large_threshold=512KiB,"
-                         "check_stream_order=1,oom_report=1,trace=/tmp/sa.trace,peer_access=1+2",
+                         "check_stream_order=1,oom_report=1,trace=/tmp/sa.trace,peer_access=1+2,"
+                         "chunk_size=8MiB,exact_growth=1",
                          err, sizeof err),
                    SA_OK);
   assert_string_equal(err, "");
@@ -73,7 +74,8 @@ static void every_key_sets_its_field(void **state) {
   assert_int_equal(c.max_physical_bytes, (size_t)8 << 30);
   assert_int_equal(c.release_threshold_bytes, (size_t)1 << 30);
   assert_int_equal(c.large_threshold, (size_t)512 << 10);
-  assert_int_equal(c.flags, SA_FLAG_CHECK_STREAM_ORDER | SA_FLAG_OOM_REPORT);
+  assert_int_equal(c.chunk_size, (size_t)8 << 20);
+  assert_int_equal(c.flags, SA_FLAG_CHECK_STREAM_ORDER | SA_FLAG_OOM_REPORT | SA_FLAG_EXACT_GROWTH);
   assert_string_equal(c.trace_path, "/tmp/sa.trace");
 }
 
@@ -311,6 +313,8 @@ static void check_names_key_value_and_rule(void **state) {
   expect_rule("superblock_size=3MiB", SA_ERR_BAD_CONFIG, "superblock_size=3MiB", "granularity",
               "2MiB");
   expect_rule("superblock_size=2GiB", SA_ERR_BAD_CONFIG, "superblock_size=2GiB", "1GiB", NULL);
+  expect_rule("chunk_size=3MiB", SA_ERR_BAD_CONFIG, "chunk_size=3MiB", "granularity", "2MiB");
+  expect_rule("chunk_size=2GiB", SA_ERR_BAD_CONFIG, "chunk_size=2GiB", "1GiB", NULL);
   /* A 33 MiB request is a 36 MiB block: no 34 MiB superblock holds one. */
   expect_rule("superblock_size=34MiB,large_threshold=34MiB", SA_ERR_BAD_CONFIG,
               "large_threshold=34MiB", "36MiB", "at most 32MiB");

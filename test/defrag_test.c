@@ -192,7 +192,11 @@ static void soft_budget_gives_way_while_work_is_pending(void **state) {
 
 /* Four 32 MiB spans in a run, the first and third freed: the shape the
  * footprint-target tests below start from (peak live 128 MiB, so a target
- * of 128 + 2 + 16 = 146 MiB). The second and fourth hold patterns. */
+ * of 128 + 2 + 16 = 146 MiB). The second and fourth hold patterns. Those
+ * tests run with EXACT_GROWTH_IN_GRANULES, so that every growth is what
+ * its request misses, in chunks a reshape can take one by one. */
+#define EXACT_GROWTH_IN_GRANULES "exact_growth=1,chunk_size=2MiB,"
+
 static void four_spans_two_freed(sa_fixture *f, void *p[4]) {
   sa_stream s = f->streams[0];
   for (int i = 0; i < 4; i++) {
@@ -231,7 +235,7 @@ static void grows_without_unmapping(sa_fixture *f, void **q, size_t size, size_t
 static void footprint_target_reshapes_before_growing(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "check_stream_order=1", 1, SA_HOST_MANUAL);
+  setup(&f, EXACT_GROWTH_IN_GRANULES "check_stream_order=1", 1, SA_HOST_MANUAL);
   uint64_t v0 = violations();
   void *p[4], *q;
   four_spans_two_freed(&f, p);
@@ -251,7 +255,7 @@ static void footprint_target_reshapes_before_growing(void **state) {
 static void a_new_live_peak_grows_rather_than_reshape(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "check_stream_order=1", 1, SA_HOST_MANUAL);
+  setup(&f, EXACT_GROWTH_IN_GRANULES "check_stream_order=1", 1, SA_HOST_MANUAL);
   void *p[4], *q;
   four_spans_two_freed(&f, p);
   grows_without_unmapping(&f, &q, 96 * MiB, 192 * MiB); /* live 160 MiB */
@@ -260,16 +264,36 @@ static void a_new_live_peak_grows_rather_than_reshape(void **state) {
   teardown(&f);
 }
 
-/* The footprint target remaps only what the ledger allows: with as many
- * bytes remapped as created already, the same request grows instead. */
+/* The footprint target remaps only what the ledger allows: a share of the
+ * bytes created, all of them with chunks of the user's chunk_size, 1/8
+ * with one chunk per growth (a growth is one chunk, a reshape moves many).
+ * With that share remapped already, the same request grows instead; with
+ * one chunk per growth and a fresh ledger it reshapes (the other 32 MiB
+ * hole, one chunk, is moved under it). */
 static void the_remapping_ledger_bounds_reshaping(void **state) {
   (void)state;
+  const char *specs[2] = {EXACT_GROWTH_IN_GRANULES "check_stream_order=1",
+                          "exact_growth=1,check_stream_order=1"};
+  const size_t share[2] = {1, SA_REMAP_SHARE};
+  for (int k = 0; k < 2; k++) {
+    sa_fixture f;
+    setup(&f, specs[k], 1, SA_HOST_MANUAL);
+    void *p[4], *q;
+    four_spans_two_freed(&f, p);
+    atomic_store(&f.arena->xremapped_bytes, atomic_load(&f.arena->xcreated_bytes) / share[k]);
+    grows_without_unmapping(&f, &q, 64 * MiB, 160 * MiB);
+    check_and_free_survivors(&f, p);
+    sa_assert_ok(sa_free(q, f.streams[0]));
+    teardown(&f);
+  }
   sa_fixture f;
-  setup(&f, "check_stream_order=1", 1, SA_HOST_MANUAL);
+  setup(&f, specs[1], 1, SA_HOST_MANUAL);
   void *p[4], *q;
   four_spans_two_freed(&f, p);
-  atomic_store(&f.arena->xremapped_bytes, atomic_load(&f.arena->xcreated_bytes));
-  grows_without_unmapping(&f, &q, 64 * MiB, 160 * MiB);
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  sa_assert_ok(sa_alloc(f.arena, &q, 64 * MiB, f.streams[0]));
+  assert_true(sa_host_call_count(SA_HOST_FN_UNMAP) > unmaps);
+  assert_int_equal(stats(f.arena).reserved_bytes_peak, 128 * MiB);
   check_and_free_survivors(&f, p);
   sa_assert_ok(sa_free(q, f.streams[0]));
   teardown(&f);
@@ -277,7 +301,9 @@ static void the_remapping_ledger_bounds_reshaping(void **state) {
 
 /* reserve_limit at the device's size or more turns the reshape off below
  * max_physical: the arena grows as a pool does, the fastest setting, and
- * creates as without a budget (a 256 MiB growth in 16 chunks, not 128). */
+ * creates as without a budget (a 256 MiB growth is one chunk, not 128),
+ * mapping only what is missing (reserve_limit is a limit, not a target to
+ * map ahead to: it used to create a whole device's worth and fail). */
 static void a_reserve_limit_of_the_device_grows_as_a_pool(void **state) {
   (void)state;
   sa_fixture f;
@@ -288,52 +314,71 @@ static void a_reserve_limit_of_the_device_grows_as_a_pool(void **state) {
   uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
   void *r;
   sa_assert_ok(sa_alloc(f.arena, &r, 256 * MiB, f.streams[0]));
-  assert_true(sa_host_call_count(SA_HOST_FN_MAP) - maps <= 17);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_MAP) - maps, 1);
+  assert_int_equal(stats(f.arena).reserved_bytes, 160 * MiB + 256 * MiB);
   check_and_free_survivors(&f, p);
   sa_assert_ok(sa_free(q, f.streams[0]));
   sa_assert_ok(sa_free(r, f.streams[0]));
   teardown(&f);
 }
 
-/* Once the footprint is more than 1/32 past the target, growth has shown
- * that the workload's shapes need more: the peak will not come down, and
- * remapping for it only churns (RMM's random allocations up to 4 GiB
- * remapped 25 GiB without gaining anything). Here the highest live bytes
- * are made 100 MiB (a target of 117.6 MiB) while 128 MiB are held: a 36
- * MiB request grows. */
-static void reshaping_stops_once_the_target_is_lost(void **state) {
+/* Without a budget a growth is one chunk whatever its size (on an H200 a
+ * chunk costs about the same to bring up at 2 MiB as at 256 MiB): one
+ * create, one map, one access setting. chunk_size sets the unit instead. */
+static void a_growth_is_one_chunk_unless_chunk_size_is_set(void **state) {
   (void)state;
-  sa_fixture f;
-  setup(&f, "check_stream_order=1", 1, SA_HOST_MANUAL);
-  void *p[4], *q;
-  four_spans_two_freed(&f, p);
-  atomic_store(&f.arena->xlive_peak, (int64_t)(100 * MiB));
-  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
-  sa_assert_ok(sa_alloc(f.arena, &q, 36 * MiB, f.streams[0]));
-  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
-  assert_int_equal(stats(f.arena).reserved_bytes, 132 * MiB);
-  check_and_free_survivors(&f, p);
-  sa_assert_ok(sa_free(q, f.streams[0]));
-  teardown(&f);
+  const char *specs[2] = {"exact_growth=1", "exact_growth=1,chunk_size=4MiB"};
+  const uint64_t chunks[2] = {1, 16};
+  for (int k = 0; k < 2; k++) {
+    sa_fixture f;
+    setup(&f, specs[k], 1, SA_HOST_AUTO);
+    sa_host_totals t0, t1;
+    sa_host_get_totals(&t0);
+    void *p;
+    sa_assert_ok(sa_alloc(f.arena, &p, 64 * MiB, f.streams[0]));
+    sa_host_get_totals(&t1);
+    assert_int_equal(t1.calls[SA_HOST_FN_CHUNK_CREATE] - t0.calls[SA_HOST_FN_CHUNK_CREATE],
+                     chunks[k]);
+    assert_int_equal(t1.calls[SA_HOST_FN_MAP] - t0.calls[SA_HOST_FN_MAP], chunks[k]);
+    assert_int_equal(t1.calls[SA_HOST_FN_SET_ACCESS] - t0.calls[SA_HOST_FN_SET_ACCESS], 1);
+    assert_int_equal(t1.bytes_created - t0.bytes_created, 64 * MiB);
+    sa_assert_ok(sa_free(p, f.streams[0]));
+    teardown(&f);
+  }
 }
 
-/* Without a budget a growth is created in chunks of 1/16 of it (at least
- * a granule), each mapped whole: a 64 MiB growth is 16 creates and 16 maps
- * of 4 MiB, and one access setting. */
-static void a_large_growth_maps_in_sixteenths(void **state) {
+/* A climb to a new live peak maps ahead, up to the footprint target (the
+ * highest live bytes so far, 1/64 more, plus 16 MiB), so that the climb's
+ * next requests find memory mapped: a 64 MiB request and eight of 4 MiB
+ * make three growths (64, 16 and 16 MiB), not nine, and the footprint
+ * stays within the target. Nothing is mapped ahead for a request below the peak, nor with
+ * exact_growth=1 (nine growths). */
+static void a_climb_maps_ahead_up_to_the_footprint_target(void **state) {
   (void)state;
-  sa_fixture f;
-  setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO);
-  sa_host_totals t0, t1;
-  sa_host_get_totals(&t0);
-  void *p;
-  sa_assert_ok(sa_alloc(f.arena, &p, 64 * MiB, f.streams[0]));
-  sa_host_get_totals(&t1);
-  assert_int_equal(t1.calls[SA_HOST_FN_CHUNK_CREATE] - t0.calls[SA_HOST_FN_CHUNK_CREATE], 16);
-  assert_int_equal(t1.calls[SA_HOST_FN_MAP] - t0.calls[SA_HOST_FN_MAP], 16);
-  assert_int_equal(t1.calls[SA_HOST_FN_SET_ACCESS] - t0.calls[SA_HOST_FN_SET_ACCESS], 1);
-  sa_assert_ok(sa_free(p, f.streams[0]));
-  teardown(&f);
+  const char *specs[2] = {"check_stream_order=1", "exact_growth=1,check_stream_order=1"};
+  const uint64_t growths[2] = {3, 9};
+  for (int k = 0; k < 2; k++) {
+    sa_fixture f;
+    setup(&f, specs[k], 1, SA_HOST_AUTO);
+    sa_stream s = f.streams[0];
+    uint64_t creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
+    void *big, *p[8];
+    sa_assert_ok(sa_alloc(f.arena, &big, 64 * MiB, s));
+    for (int i = 0; i < 8; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], 4 * MiB, s));
+    assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_CREATE) - creates, growths[k]);
+    sa_stats st = stats(f.arena);
+    size_t peak = 96 * MiB, target = peak + peak / 64 + 16 * MiB;
+    assert_true(st.reserved_bytes_peak >= peak && st.reserved_bytes_peak <= target);
+    if (k == 1) assert_int_equal(st.reserved_bytes_peak, peak);
+    /* Below the peak: what is freed serves, nothing new is mapped. */
+    sa_assert_ok(sa_free(p[7], s));
+    uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
+    sa_assert_ok(sa_alloc(f.arena, &p[7], 4 * MiB, s));
+    assert_int_equal(sa_host_call_count(SA_HOST_FN_MAP), maps);
+    for (int i = 0; i < 8; i++) sa_assert_ok(sa_free(p[i], s));
+    sa_assert_ok(sa_free(big, s));
+    teardown(&f);
+  }
 }
 
 /* Superblocks are bound by the same target: past it, a stream's first
@@ -364,7 +409,7 @@ static void superblocks_past_the_target_come_from_free_spans(void **state) {
 static void spans_pack_at_256_bytes(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO);
+  setup(&f, "exact_growth=1,check_stream_order=1", 1, SA_HOST_AUTO);
   void *p[8];
   size_t size = MiB + 100 * KiB;
   for (int i = 0; i < 8; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], size, f.streams[0]));
@@ -379,7 +424,7 @@ static void spans_pack_at_256_bytes(void **state) {
 static void growth_maps_only_what_is_missing(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO);
+  setup(&f, "exact_growth=1,check_stream_order=1", 1, SA_HOST_AUTO);
   sa_stream s = f.streams[0];
   void *a, *b;
   sa_assert_ok(sa_alloc(f.arena, &a, 10 * MiB, s));
@@ -389,10 +434,9 @@ static void growth_maps_only_what_is_missing(void **state) {
   sa_assert_ok(sa_alloc(f.arena, &b, 16 * MiB, s));
   sa_host_get_totals(&t1);
   assert_ptr_equal(b, a);
-  /* 6 MiB in chunks of a granule (each can be unmapped alone later), each
-   * mapped whole, one access setting. */
-  assert_int_equal(t1.calls[SA_HOST_FN_CHUNK_CREATE] - t0.calls[SA_HOST_FN_CHUNK_CREATE], 3);
-  assert_int_equal(t1.calls[SA_HOST_FN_MAP] - t0.calls[SA_HOST_FN_MAP], 3);
+  /* 6 MiB as one chunk, mapped whole, one access setting. */
+  assert_int_equal(t1.calls[SA_HOST_FN_CHUNK_CREATE] - t0.calls[SA_HOST_FN_CHUNK_CREATE], 1);
+  assert_int_equal(t1.calls[SA_HOST_FN_MAP] - t0.calls[SA_HOST_FN_MAP], 1);
   assert_int_equal(t1.calls[SA_HOST_FN_SET_ACCESS] - t0.calls[SA_HOST_FN_SET_ACCESS], 1);
   assert_int_equal(t1.bytes_created - t0.bytes_created, 6 * MiB);
   assert_int_equal(stats(f.arena).reserved_bytes, 16 * MiB);
@@ -405,7 +449,7 @@ static void growth_maps_only_what_is_missing(void **state) {
 static void remap_preserves_contents(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "release_threshold=64MiB", 1, SA_HOST_MANUAL);
+  setup(&f, "release_threshold=64MiB,exact_growth=1", 1, SA_HOST_MANUAL);
   sa_stream s = f.streams[0];
   void *a, *b;
   sa_assert_ok(sa_alloc(f.arena, &a, 8 * MiB, s));
@@ -419,7 +463,7 @@ static void remap_preserves_contents(void **state) {
   assert_int_equal(st.large_spans, 0);
   uint64_t creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
   sa_assert_ok(sa_alloc(f.arena, &b, 16 * MiB, s)); /* 8 cached, 8 new */
-  assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_CREATE), creates + 4);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_CREATE), creates + 1);
   uint64_t bad = 0;
   sa_assert_ok(sa_host_check(s, b, 8 * MiB, 0xFEEDF00Du, &bad));
   sa_assert_ok(sa_host_stream_drain(s));
@@ -433,7 +477,7 @@ static void remap_preserves_contents(void **state) {
 static void cached_chunk_serves_a_smaller_growth_whole(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, NULL, 1, SA_HOST_AUTO);
+  setup(&f, "exact_growth=1", 1, SA_HOST_AUTO);
   void *a, *b;
   sa_assert_ok(sa_alloc(f.arena, &a, 64 * MiB, f.streams[0]));
   sa_assert_ok(sa_free(a, f.streams[0]));
@@ -454,7 +498,7 @@ static void cached_chunk_serves_a_smaller_growth_whole(void **state) {
 static void trim_honours_release_threshold(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "release_threshold=8MiB", 1, SA_HOST_AUTO);
+  setup(&f, "release_threshold=8MiB," EXACT_GROWTH_IN_GRANULES, 1, SA_HOST_AUTO);
   sa_stream s = f.streams[0];
   void *p[4];
   for (int i = 0; i < 4; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], 4 * MiB, s));
@@ -464,7 +508,7 @@ static void trim_honours_release_threshold(void **state) {
   sa_stats st = stats(f.arena);
   assert_int_equal(st.reserved_bytes, 8 * MiB);
   assert_int_equal(st.cached_bytes, 8 * MiB);
-  assert_int_equal(st.chunks_total, 4); /* 4 MiB growths are granule chunks */
+  assert_int_equal(st.chunks_total, 4); /* granule chunks */
   /* The four cached chunks serve a 32 MiB span, with twelve new ones (a
    * 32 MiB growth is made of granules) for the 24 MiB missing. */
   void *big;
@@ -680,7 +724,7 @@ static void oom_report_summarises_the_arena(void **state) {
 static void adjacent_free_spans_merge_without_the_driver(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO);
+  setup(&f, "exact_growth=1,check_stream_order=1", 1, SA_HOST_AUTO);
   sa_stream s = f.streams[0];
   void *p[3];
   for (int i = 0; i < 3; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], 4 * MiB, s));
@@ -704,10 +748,10 @@ static void adjacent_free_spans_merge_without_the_driver(void **state) {
 static void free_span_splits_at_chunk_boundaries(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO);
+  setup(&f, "exact_growth=1,check_stream_order=1", 1, SA_HOST_AUTO);
   sa_stream s = f.streams[0];
   void *p, *q, *r;
-  sa_assert_ok(sa_alloc(f.arena, &p, 12 * MiB, s)); /* chunks of 8 and 4 MiB */
+  sa_assert_ok(sa_alloc(f.arena, &p, 12 * MiB, s)); /* one 12 MiB chunk */
   sa_assert_ok(sa_free(p, s));
   uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
   sa_assert_ok(sa_alloc(f.arena, &q, 7 * MiB, s));  /* the 8 MiB end */
@@ -766,9 +810,9 @@ int main(void) {
       cmocka_unit_test(a_new_live_peak_grows_rather_than_reshape),
       cmocka_unit_test(the_remapping_ledger_bounds_reshaping),
       cmocka_unit_test(superblocks_past_the_target_come_from_free_spans),
-      cmocka_unit_test(reshaping_stops_once_the_target_is_lost),
-      cmocka_unit_test(a_reserve_limit_of_the_device_grows_as_a_pool),
-      cmocka_unit_test(a_large_growth_maps_in_sixteenths),
+            cmocka_unit_test(a_reserve_limit_of_the_device_grows_as_a_pool),
+      cmocka_unit_test(a_growth_is_one_chunk_unless_chunk_size_is_set),
+      cmocka_unit_test(a_climb_maps_ahead_up_to_the_footprint_target),
       cmocka_unit_test(soft_budget_gives_way_while_work_is_pending),
       cmocka_unit_test(remap_preserves_contents),
       cmocka_unit_test(cached_chunk_serves_a_smaller_growth_whole),

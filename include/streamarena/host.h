@@ -153,6 +153,10 @@ typedef struct sa_host_totals_s {
   uint64_t bytes_mapped;            /* map */
   uint64_t bytes_unmapped;          /* unmap */
   uint64_t bytes_access;            /* set_access */
+  /* Chunk mappings the unmap and set_access calls covered: on a GPU these
+   * calls cost per chunk in the range, not per call (bench/driver_costs). */
+  uint64_t chunks_unmapped;
+  uint64_t chunks_access;
 } sa_host_totals;
 
 void sa_host_get_totals(sa_host_totals *out);

@@ -106,6 +106,9 @@ const char *sa_backend_name(sa_backend backend);
 /* Flags for sa_config.flags. */
 #define SA_FLAG_CHECK_STREAM_ORDER 0x1u /* host backend: verify every handout */
 #define SA_FLAG_OOM_REPORT 0x2u         /* write a report to stderr on OOM */
+#define SA_FLAG_EXACT_GROWTH 0x4u       /* a growth maps only what its request
+                                           misses: nothing ahead on a climb to
+                                           a new live peak (docs/DEFRAG.md) */
 
 /* sa_config.peer_access: every device of the backend. */
 #define SA_PEER_ACCESS_ALL UINT64_MAX
@@ -138,6 +141,16 @@ typedef struct sa_config_s {
   size_t release_threshold_bytes; /* physical bytes kept cached by trims; default 0 */
   size_t large_threshold;         /* larger requests get their own span;
                                      default 0 = superblock_size / 2 */
+  size_t chunk_size;              /* physical memory for large requests is
+                                     created in chunks of this size (a
+                                     multiple of the granularity), the unit
+                                     a reshape can take back: smaller chunks
+                                     keep the footprint lower where request
+                                     sizes keep changing, at ~50 us of
+                                     driver time per chunk on an H200;
+                                     default 0 = one chunk per growth, or a
+                                     granule under max_physical or
+                                     reserve_limit (docs/DEFRAG.md) */
   unsigned flags;                 /* SA_FLAG_*; default 0 */
   char trace_path[256];           /* non-empty: write an allocation trace */
   sa_oom_callback oom_callback;   /* default NULL */
@@ -151,8 +164,9 @@ void sa_config_init(sa_config *config);
  * "backend=host,superblock_size=4MiB,release_threshold=1GiB".
  * Keys: device, backend (auto|cuda|host), peer_access (all|none|devices
  * joined by '+', e.g. 1+2), superblock_size, va_reserve, max_physical,
- * reserve_limit, release_threshold, large_threshold, check_stream_order
- * (0|1), oom_report (0|1), trace (a file path).
+ * reserve_limit, release_threshold, large_threshold, chunk_size,
+ * check_stream_order (0|1), oom_report (0|1), exact_growth (0|1), trace
+ * (a file path).
  * Sizes take an optional suffix: B, KiB, MiB, GiB, TiB (also K, M, G, T).
  * On SA_ERR_BAD_CONFIG, *config is unchanged and, if err is not NULL, a
  * message naming the offending key or value is written to err (at most
@@ -173,6 +187,8 @@ sa_status sa_config_parse(sa_config *config, const char *spec, char *err,
  *                     superblock: superblock_size itself when it is a power
  *                     of two, less for some other sizes (the message names
  *                     the largest that fits);
+ *   chunk_size        a multiple of the granularity, at most 1 GiB (0: the
+ *                     default);
  *   max_physical      (or the device's memory) at least superblock_size;
  *   va_reserve        at least superblock_size, at most 64 TiB;
  *   trace             a file that can be opened for writing. */

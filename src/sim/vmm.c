@@ -83,6 +83,7 @@ static struct {
   size_t device_bytes;  /* of each device */
   /* Successful calls' bytes since the process started (sa_host_totals). */
   uint64_t bytes_created, bytes_released, bytes_mapped, bytes_unmapped, bytes_access;
+  uint64_t chunks_unmapped, chunks_access; /* mappings the calls covered */
 } vmm = {.fd = -1, .device_bytes = SA_SIM_DEFAULT_DEVICE_BYTES};
 
 static sa_status einval(const char *what) { return sa_sim_fail(SA_ERR_DRIVER, EINVAL, what); }
@@ -369,6 +370,7 @@ sa_status sa_sim_unmap(uintptr_t va, size_t size) {
   memmove(&vmm.maps[first], &vmm.maps[end], (vmm.nmaps - end) * sizeof(mapping));
   vmm.nmaps -= end - first;
   vmm.bytes_unmapped += size;
+  vmm.chunks_unmapped += end - first;
   return SA_OK;
 }
 
@@ -390,6 +392,7 @@ sa_status sa_sim_set_access(uintptr_t va, size_t size, sa_sim_devices devices) {
   }
   for (size_t k = first; k < end; k++) vmm.maps[k].access |= devices;
   vmm.bytes_access += size;
+  vmm.chunks_access += end - first;
   return SA_OK;
 }
 
@@ -451,6 +454,8 @@ void sa_sim_vmm_totals(sa_host_totals *out) {
   out->bytes_mapped = vmm.bytes_mapped;
   out->bytes_unmapped = vmm.bytes_unmapped;
   out->bytes_access = vmm.bytes_access;
+  out->chunks_unmapped = vmm.chunks_unmapped;
+  out->chunks_access = vmm.chunks_access;
 }
 
 sa_status sa_host_pointer_device(const void *p, int *device) {

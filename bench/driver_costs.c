@@ -1,0 +1,186 @@
+/* What the CUDA driver's virtual-memory calls cost, by size, on this GPU.
+ *
+ * The large path's policy (src/physical.c: how big a chunk is created, when
+ * a reshape pays for remapping) rests on these figures, so they are taken
+ * here rather than guessed: for each chunk size, the median time of
+ * cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, a second map and
+ * access elsewhere (what a reshape pays for memory held already), and
+ * cuMemRelease; beside them cuMemAlloc/cuMemFree of the same size (what
+ * RMM's pool grows by). A second table sets access once over many chunks
+ * mapped back to back, to tell the per-call part of cuMemSetAccess from the
+ * per-byte part.
+ *
+ *   driver_costs [--device N] [--max-size SIZE_MiB]
+ *
+ * Needs a GPU; prints "skipped" and exits 0 without one.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench/cuda_dl.h"
+
+#define MIB ((size_t)1 << 20)
+#define MAX_REPS 24
+
+static bench_cu cu;
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+#define CHECK(call)                                                                  \
+  do {                                                                               \
+    CUresult r_ = (call);                                                            \
+    if (r_ != CUDA_SUCCESS) {                                                        \
+      fprintf(stderr, "driver_costs: %s: %s (line %d)\n", #call, bench_cu_error(&cu, r_), \
+              __LINE__);                                                             \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+
+/* Time one call into *slot. */
+#define TIMED(slot, call)   \
+  do {                      \
+    double t0_ = now_us();  \
+    CHECK(call);            \
+    (slot) = now_us() - t0_; \
+  } while (0)
+
+static int by_value(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, by_value);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static CUmemAllocationProp prop(void) {
+  CUmemAllocationProp p;
+  memset(&p, 0, sizeof p);
+  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.location.id = (int)cu.dev;
+  return p;
+}
+
+static CUmemAccessDesc access_rw(void) {
+  CUmemAccessDesc d;
+  memset(&d, 0, sizeof d);
+  d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  d.location.id = (int)cu.dev;
+  d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return d;
+}
+
+enum { C_CREATE, C_MAP, C_ACCESS, C_UNMAP, C_REMAP, C_REACCESS, C_RELEASE, C_ALLOC, C_FREE, NCOLS };
+static const char *const col_name[NCOLS] = {"create", "map",   "access", "unmap", "map again",
+                                            "access again", "release", "cuMemAlloc", "cuMemFree"};
+
+static void one_size(CUdeviceptr va, size_t size, int reps) {
+  CUmemAllocationProp p = prop();
+  CUmemAccessDesc acc = access_rw();
+  double t[NCOLS][MAX_REPS];
+  for (int r = 0; r < reps; r++) {
+    CUmemGenericAllocationHandle h;
+    TIMED(t[C_CREATE][r], cu.MemCreate(&h, size, &p, 0));
+    TIMED(t[C_MAP][r], cu.MemMap(va, size, 0, h, 0));
+    TIMED(t[C_ACCESS][r], cu.MemSetAccess(va, size, &acc, 1));
+    TIMED(t[C_UNMAP][r], cu.MemUnmap(va, size));
+    /* Elsewhere in the range, as a reshape maps memory it holds. */
+    TIMED(t[C_REMAP][r], cu.MemMap(va + size, size, 0, h, 0));
+    TIMED(t[C_REACCESS][r], cu.MemSetAccess(va + size, size, &acc, 1));
+    CHECK(cu.MemUnmap(va + size, size));
+    TIMED(t[C_RELEASE][r], cu.MemRelease(h));
+    CUdeviceptr d;
+    TIMED(t[C_ALLOC][r], cu.MemAlloc(&d, size));
+    TIMED(t[C_FREE][r], cu.MemFree(d));
+  }
+  printf("| %zu MiB |", size / MIB);
+  for (int c = 0; c < NCOLS; c++) printf(" %.1f |", median(t[c], reps));
+  printf("\n");
+}
+
+/* k chunks of chunk bytes mapped back to back, access set once over all
+ * of them and, after unmapping, once per chunk. */
+static void many_chunks(CUdeviceptr va, size_t chunk, int k) {
+  CUmemAllocationProp p = prop();
+  CUmemAccessDesc acc = access_rw();
+  CUmemGenericAllocationHandle *h = calloc((size_t)k, sizeof *h);
+  if (h == NULL) exit(1);
+  double create = 0, map = 0, once, per_chunk = 0;
+  for (int i = 0; i < k; i++) {
+    double t;
+    TIMED(t, cu.MemCreate(&h[i], chunk, &p, 0));
+    create += t;
+    TIMED(t, cu.MemMap(va + (size_t)i * chunk, chunk, 0, h[i], 0));
+    map += t;
+  }
+  TIMED(once, cu.MemSetAccess(va, (size_t)k * chunk, &acc, 1));
+  CHECK(cu.MemUnmap(va, (size_t)k * chunk));
+  for (int i = 0; i < k; i++) CHECK(cu.MemMap(va + (size_t)i * chunk, chunk, 0, h[i], 0));
+  for (int i = 0; i < k; i++) {
+    double t;
+    TIMED(t, cu.MemSetAccess(va + (size_t)i * chunk, chunk, &acc, 1));
+    per_chunk += t;
+  }
+  CHECK(cu.MemUnmap(va, (size_t)k * chunk));
+  for (int i = 0; i < k; i++) CHECK(cu.MemRelease(h[i]));
+  free(h);
+  printf("| %d x %zu MiB | %.1f | %.1f | %.1f | %.1f |\n", k, chunk / MIB, create, map, once,
+         per_chunk);
+}
+
+int main(int argc, char **argv) {
+  int device = 0;
+  size_t max_size = 4096 * MIB;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+      device = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--max-size") == 0 && i + 1 < argc)
+      max_size = (size_t)strtoull(argv[++i], NULL, 10) * MIB;
+    else {
+      fprintf(stderr, "usage: driver_costs [--device N] [--max-size MiB]\n");
+      return 2;
+    }
+  }
+  char why[256];
+  if (bench_cu_open(&cu, device, why, sizeof why) != 0) {
+    printf("driver_costs: skipped (%s)\n", why);
+    return 0;
+  }
+  CUmemAllocationProp p = prop();
+  size_t gran = 0;
+  CHECK(cu.MemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CUdeviceptr va;
+  size_t span = 2 * max_size + 512 * MIB;
+  CHECK(cu.MemAddressReserve(&va, span, 0, 0, 0));
+  printf("device %d: %s, driver %d, granule %zu KiB\n\n", device, cu.name, cu.driver_version,
+         gran >> 10);
+  printf("One chunk: median us per call\n\n| size |");
+  for (int c = 0; c < NCOLS; c++) printf(" %s |", col_name[c]);
+  printf("\n| ---: |");
+  for (int c = 0; c < NCOLS; c++) printf(" ---: |");
+  printf("\n");
+  one_size(va, gran, 3); /* warm-up, printed too */
+  for (size_t s = gran; s <= max_size; s *= 2) {
+    int reps = s <= 64 * MIB ? MAX_REPS : s <= 512 * MIB ? 8 : 3;
+    one_size(va, s, reps);
+  }
+  printf("\nMany chunks back to back: total us\n\n"
+         "| chunks | create | map | access once | access per chunk |\n"
+         "| ---: | ---: | ---: | ---: | ---: |\n");
+  many_chunks(va, gran, 16);
+  many_chunks(va, gran, 128);
+  many_chunks(va, 32 * MIB, 32);
+  many_chunks(va, 128 * MIB, 8);
+  CHECK(cu.MemAddressFree(va, span));
+  bench_cu_close(&cu);
+  return 0;
+}
