@@ -52,6 +52,7 @@
 #define SA_KEEP_EMPTY_SUPERBLOCKS 2 /* per stream, kept before going global */
 #define SA_TARGET_SLACK 64         /* footprint target: peak live x (1 + 1/64) */
 #define SA_TARGET_FLOOR 8          /* ... plus 8 granules (physical.c) */
+#define SA_AHEAD_SHARE 512         /* a climb maps ahead 1/512 of what is held (span.c) */
 #define SA_LIVE_FLUSH_BYTES (256u << 10) /* per-thread live-byte slack, plus a block */
 #define SA_BATCH_MAX 64            /* blocks per cross-stream batch */
 #define SA_RECORD_BUCKETS 1024

@@ -294,7 +294,7 @@ size_t sa__physical_soft_limit(const sa_arena *a) {
  *   - one chunk per growth (the default): a growth is one chunk while a
  *     reshape moves many, so 1/SA_REMAP_SHARE of it. RMM's random
  *     allocations up to 4 GiB then remap 4 chunks instead of 35, while
- *     dataframe and fragmentation keep their footprint (1.155 and 1.535 x
+ *     dataframe and fragmentation keep their footprint (1.155 and 1.559 x
  *     peak live).
  * Under a budget the user set, remapping is what was asked for. */
 size_t sa__physical_remap_allowance(const sa_arena *a, size_t limit) {
