@@ -21,10 +21,10 @@ shift 2
 # transformer traces (1.013, and 1.015 on PyTorch's own), 1.16 on dataframe
 # (1.155) and 1.57 on fragmentation (1.559; 1.02 takes 13 x its peak live
 # remapped, docs/DEFRAG.md). Driver time at the H200's measured costs (a
-# model, bench/driver_costs): at most 2.5 us per operation (0.29-1.95; with
+# model, bench/driver_costs): at most 2.5 us per operation (0.18-1.95; with
 # chunks of a granule 4.1-11.8, and a policy that remapped per allocation
 # took more), and at most 100 virtual-memory calls per 1000 operations
-# (9-86; 186-465 in granule chunks).
+# (5-86; 186-465 in granule chunks).
 for trace in "$@"; do
   case "$(basename "$trace")" in
     dataframe.csv) ratio=1.16 ;;
