@@ -15,6 +15,8 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include "driver/cuda_vmm.h" /* the VMM entry points, as the library loads them */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -43,14 +45,7 @@ extern "C" {
   X(MemPoolDestroy, v11020)              \
   X(MemAllocFromPoolAsync, v11020)       \
   X(MemGetInfo, v3020)                   \
-  X(MemAddressReserve, v10020)           \
-  X(MemAddressFree, v10020)              \
-  X(MemCreate, v10020)                   \
-  X(MemRelease, v10020)                  \
-  X(MemMap, v10020)                      \
-  X(MemUnmap, v10020)                    \
-  X(MemSetAccess, v10020)                \
-  X(MemGetAllocationGranularity, v10020)
+  SA_CU_VMM_ENTRY_POINTS(X)
 
 #define BENCH_CU_FIELD(name, ver) PFN_cu##name##_##ver name;
 

@@ -36,6 +36,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include "cuda_vmm.h"
 #include "driver.h"
 
 /* The ABI we are written against: for each name, cuGetProcAddress returns
@@ -61,14 +62,7 @@
   X(CtxSynchronize, v2000)              \
   X(CtxPushCurrent, v4000)              \
   X(CtxPopCurrent, v4000)               \
-  X(MemGetAllocationGranularity, v10020) \
-  X(MemAddressReserve, v10020)          \
-  X(MemAddressFree, v10020)             \
-  X(MemCreate, v10020)                  \
-  X(MemRelease, v10020)                 \
-  X(MemMap, v10020)                     \
-  X(MemUnmap, v10020)                   \
-  X(MemSetAccess, v10020)               \
+  SA_CU_VMM_ENTRY_POINTS(X)             \
   X(EventCreate, v2000)                 \
   X(EventDestroy, v4000)                \
   X(EventRecord, v2000)                 \
