@@ -185,6 +185,7 @@ sa_status sa_arena_destroy(sa_arena *a) {
     if (sb->event != NULL) note(&first, sa__event_settle(a, sb->event));
   for (sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
     if (sb->hdr.chunks != NULL) note(&first, sa__physical_unmap(a, &sb->hdr));
+  note(&first, sa__superblock_slabs_fini(a));
   sa__physical_release_cached(a, 0);
   if (a->phys != NULL) note(&first, SA_ERR_DRIVER);
   sa__physical_fini(a); /* refused: they stay with the driver */
@@ -269,7 +270,8 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   out->reserved_bytes = a->physical_bytes;
   out->reserved_bytes_peak = a->physical_peak;
   out->cached_bytes =
-      a->chunk_cache_bytes + atomic_load(&a->xsuperblock_empty_bytes) + a->free_span_bytes;
+      a->chunk_cache_bytes + atomic_load(&a->xsuperblock_empty_bytes) + a->free_span_bytes +
+      a->slab_free_bytes;
   out->va_used_bytes = a->va_used;
   out->va_reserved_bytes = a->va_size;
   out->large_spans = a->live_spans;

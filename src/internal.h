@@ -117,6 +117,18 @@ typedef struct sa_desc_s {
   sa_chunk *chunks;  /* chunks mapped here, in address order */
 } sa_desc;
 
+/* Superblocks mapped together (superblock.c): one chunk for nslots
+ * superblocks of slot bytes, unmapped once none of them is carved. */
+#define SA_SLAB_MAX 16
+#define SA_SLAB_SHARE 256 /* slots: 1/256 of the superblocks mapped, up to SA_SLAB_MAX */
+typedef struct sa_slab_s {
+  sa_desc hdr;                      /* its range and chunk; not in the page map */
+  size_t slot;                      /* bytes of each superblock */
+  uint32_t nslots, ncarved, nfree;  /* carved + free = nslots */
+  uint32_t free_slots[SA_SLAB_MAX];
+  struct sa_slab_s *next;           /* the arena's slabs */
+} sa_slab;
+
 typedef struct sa_superblock_s {
   sa_desc hdr;
   ck_stack_entry_t link;            /* global free stack */
@@ -136,6 +148,8 @@ typedef struct sa_superblock_s {
                                        one per smallest block of hdr.size */
   uint32_t nstate;
   bool in_bin;                      /* on its bin's partial list */
+  sa_slab *slab;                    /* its memory's slab; NULL: its own chunks */
+  uint32_t slot;                    /* ... and its place there */
   uint64_t dirty_gen;               /* work of its owner's stream may use a block
                                        until a device sync of a later generation
                                        completed (device_sync.c); last: the fast
@@ -346,6 +360,8 @@ struct sa_arena_s {
   _Atomic size_t xcreated_bytes, xremapped_bytes;
   sa_superblock *all_superblocks;
   sa_superblock *spare_superblocks; /* descriptors without a mapping */
+  sa_slab *slabs;               /* superblocks mapped together (superblock.c) */
+  size_t slab_free_bytes;       /* their free slots, mapped */
   size_t reserve_limit;         /* the user's soft budget, else physical_cap */
   bool budgeted;                /* max_physical or reserve_limit configured:
                                    spans near whole granules take whole ones */
@@ -523,6 +539,9 @@ void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, bool wait,
                                   sa_superblock **keep);
 void sa__superblock_push_all(sa_arena *a, sa_superblock *list);
 void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb); /* its last block came back */
+/* Destroy: unmap every slab (superblocks of their own went with their
+ * descriptors' chunks) and free them. Device synchronized already. */
+sa_status sa__superblock_slabs_fini(sa_arena *a);
 
 /* device_sync.c: what a device-wide synchronize makes clean */
 /* The generation of a hand-back made now, after the frees it covers: clean

@@ -53,7 +53,7 @@ static size_t live_block_bytes(const sa_superblock *sb) {
 void sa__holding_locked(sa_arena *a, const sa_stream_arena *sa, sa_holding *h) {
   *h = (sa_holding){0};
   for (const sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next) {
-    if (sb->hdr.chunks == NULL || sb->owner != sa) continue;
+    if (sb->hdr.base == 0 || sb->owner != sa) continue;
     h->superblocks++;
     h->superblock_bytes += sb->hdr.size;
     if (sb->used == 0) {
@@ -84,9 +84,10 @@ void sa__summary_locked(sa_arena *a, sa_summary *s) {
   s->reserved = a->physical_bytes;
   size_t stitchable = a->chunk_cache_bytes;
   for (const sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next) {
-    if (sb->hdr.chunks == NULL) continue;
+    if (sb->hdr.base == 0) continue;
     if (sb->owner == NULL) {
-      if (sb->event == NULL) stitchable += sb->hdr.size; /* else: awaiting its event */
+      /* else: awaiting its event; in a slab, unmapped only with the slab */
+      if (sb->event == NULL && sb->slab == NULL) stitchable += sb->hdr.size;
     } else if (sb->used > 0) {
       size_t live = live_block_bytes(sb);
       s->in_use += live;

@@ -99,7 +99,7 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
   fprintf(f, "\n  ],\n  \"superblocks\": [");
   first = true;
   for (sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next) {
-    if (sb->hdr.chunks == NULL) continue;
+    if (sb->hdr.base == 0) continue;
     write_superblock(f, sb, first);
     first = false;
   }
@@ -119,6 +119,10 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
     for (sa_chunk *c = sb->hdr.chunks; c != NULL; c = c->next, first = false)
       fprintf(f, "%s{\"size\": %zu, \"mapped_at\": \"0x%" PRIxPTR "\"}", first ? "" : ", ",
               c->size, sb->hdr.base);
+  for (const sa_slab *sl = a->slabs; sl != NULL; sl = sl->next)
+    for (sa_chunk *c = sl->hdr.chunks; c != NULL; c = c->next, first = false)
+      fprintf(f, "%s{\"size\": %zu, \"mapped_at\": \"0x%" PRIxPTR "\"}", first ? "" : ", ",
+              c->size, sl->hdr.base);
   for (const sa_run *r = a->all_runs; r != NULL; r = r->all_next) { /* kept-aside ones too */
     uintptr_t at = r->hdr.base;
     for (const sa_chunk *c = r->hdr.chunks; c != NULL; at += c->size, c = c->next, first = false)

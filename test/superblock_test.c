@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <cmocka.h>
 
@@ -173,6 +174,61 @@ static void state_bytes_never_move(void **state) {
   sa_assert_ok(sa_fixture_teardown(&f));
 }
 
+/* Once the arena holds many superblocks, new ones are mapped together in
+ * slabs (1/256 of those mapped, up to 16, in one chunk): 1200 superblocks
+ * take 812 chunks, not 1200 (512 alone, then slabs of 2, then of 4).
+ * Blocks in a slab hold their contents, a slot given back serves the next
+ * superblock without the driver, and a trim unmaps a slab once all of its
+ * superblocks are empty. With the user's chunk_size every superblock
+ * keeps a chunk of its own. */
+#define MANY_SUPERBLOCKS 1200
+static void many_superblocks_are_mapped_in_slabs(void **state) {
+  (void)state;
+  const char *specs[2] = {"check_stream_order=1", "check_stream_order=1,chunk_size=2MiB"};
+  const uint64_t chunks[2] = {812, MANY_SUPERBLOCKS};
+  void **p = calloc(2 * MANY_SUPERBLOCKS, sizeof *p);
+  assert_non_null(p);
+  for (int k = 0; k < 2; k++) {
+    sa_fixture f;
+    sa_assert_ok(sa_fixture_setup(&f, specs[k], 1, SA_HOST_AUTO));
+    sa_stream s = f.streams[0];
+    uint64_t creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
+    for (int i = 0; i < 2 * MANY_SUPERBLOCKS; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], MiB, s));
+    sa_stats st;
+    sa_assert_ok(sa_get_stats(f.arena, &st));
+    assert_int_equal(st.superblocks_total, MANY_SUPERBLOCKS);
+    assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_CREATE) - creates, chunks[k]);
+    assert_int_equal(st.reserved_bytes, (size_t)MANY_SUPERBLOCKS * 2 * MiB);
+    uint64_t bad = 0;
+    void *last = p[2 * MANY_SUPERBLOCKS - 1];
+    sa_assert_ok(sa_host_fill(s, last, MiB, 0x5AB5AB5Au));
+    sa_assert_ok(sa_host_check(s, last, MiB, 0x5AB5AB5Au, &bad));
+    sa_assert_ok(sa_host_stream_drain(s));
+    assert_int_equal(bad, 0);
+    /* Four superblocks emptied and given back by a trim: their slots stay
+     * mapped in slabs whose other superblocks are carved, and serve the
+     * next superblocks without the driver. */
+    size_t held = st.reserved_bytes;
+    for (int i = 2 * MANY_SUPERBLOCKS - 8; i < 2 * MANY_SUPERBLOCKS; i++)
+      sa_assert_ok(sa_free(p[i], s));
+    sa_assert_ok(sa_trim(f.arena, SIZE_MAX));
+    sa_assert_ok(sa_get_stats(f.arena, &st));
+    assert_int_equal(st.superblocks_total, MANY_SUPERBLOCKS - 4);
+    if (k == 0) assert_int_equal(st.reserved_bytes, held);
+    creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
+    for (int i = 2 * MANY_SUPERBLOCKS - 8; i < 2 * MANY_SUPERBLOCKS; i++)
+      sa_assert_ok(sa_alloc(f.arena, &p[i], MiB, s));
+    if (k == 0) assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_CREATE), creates);
+    for (int i = 0; i < 2 * MANY_SUPERBLOCKS; i++) sa_assert_ok(sa_free(p[i], s));
+    sa_assert_ok(sa_trim(f.arena, 0));
+    sa_assert_ok(sa_get_stats(f.arena, &st));
+    assert_int_equal(st.reserved_bytes, 0);
+    assert_int_equal(st.cached_bytes, 0);
+    sa_assert_ok(sa_fixture_teardown(&f));
+  }
+  free(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(index_is_division_for_every_class),
@@ -181,6 +237,7 @@ int main(void) {
       cmocka_unit_test(smaller_empty_superblocks_are_not_lost),
       cmocka_unit_test(a_class_larger_than_the_superblock_size_gets_room),
       cmocka_unit_test(state_bytes_never_move),
+      cmocka_unit_test(many_superblocks_are_mapped_in_slabs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
