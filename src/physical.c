@@ -163,6 +163,15 @@ static sa_chunk **cached_between(sa_arena *a, size_t lo, size_t hi) {
   return best;
 }
 
+/* Move the cached chunk at *pp to the list whose end is **tail; its size. */
+static size_t take_cached(sa_arena *a, sa_chunk **pp, sa_chunk ***tail) {
+  sa_chunk *p = *pp;
+  cache_unlink(a, pp);
+  **tail = p;
+  *tail = &p->next;
+  return p->size;
+}
+
 sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t most, size_t limit,
                               sa_chunk **out, size_t *got) {
   sa_chunk *head = NULL, **tail = &head;
@@ -173,24 +182,13 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t mos
    * the request stay free there; new memory would cost a chunk and
    * footprint). */
   for (sa_chunk **pp = &a->chunk_cache; have < need && *pp != NULL;) {
-    sa_chunk *p = *pp;
-    if (p->size > need - have) {
-      pp = &p->next;
-      continue;
-    }
-    cache_unlink(a, pp);
-    *tail = p;
-    tail = &p->next;
-    have += p->size;
+    if ((*pp)->size > need - have)
+      pp = &(*pp)->next;
+    else
+      have += take_cached(a, pp, &tail);
   }
   sa_chunk **cover = have < need ? cached_between(a, need - have, most - have) : NULL;
-  if (cover != NULL) {
-    sa_chunk *p = *cover;
-    cache_unlink(a, cover);
-    *tail = p;
-    tail = &p->next;
-    have += p->size;
-  }
+  if (cover != NULL) have += take_cached(a, cover, &tail);
   size_t remapped = have;
   /* The rest is created, all of it within limit or none: cached chunks
    * too large for what is missing are given back first if that makes room

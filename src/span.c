@@ -23,8 +23,8 @@
  *     that grew up stays at its top, where the next growth extends it (the
  *     PyTorch trace's 4 GiB logits grew down once, and every later step
  *     needed a new 4 GiB). One chunk and one access setting per growth,
- *     and on a climb to a new live peak memory mapped ahead, up to the
- *     footprint target (map_ahead).
+ *     and on a climb to a new live peak a little memory mapped ahead
+ *     (map_ahead).
  *   - Growth stops at the limit the caller passes (alloc.c: the footprint
  *     target, reserve_limit, max_physical, or what the driver could
  *     create). Past it, the reshape (reshape_bytes): free span memory whose
@@ -592,7 +592,7 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
 }
 
 /* The bytes to map beyond what a growth for a request needs (missing):
- * on a climb to a new live peak, up to the footprint target. A climb (a
+ * on a climb to a new live peak, a little, within the footprint target. A climb (a
  * training step's first forward pass) is a run of growths, and each costs
  * a chunk whatever its size (physical.c), so memory mapped ahead serves
  * the next requests of the climb without a driver call. What the last

@@ -95,6 +95,25 @@ sa_superblock *sa__superblock_pop_global(sa_arena *a) {
  * units the user asked for. Arena lock held throughout.
  * ---------------------------------------------------------------------- */
 
+/* Map bytes of memory (cached chunks, else new) at a range of its own for
+ * d, within limit physical bytes. On failure the range goes back, unless
+ * the driver refused to unwind: then d keeps it and its chunks. */
+static sa_status map_fresh(sa_arena *a, sa_desc *d, size_t bytes, size_t limit) {
+  sa_chunk *chunks;
+  size_t got;
+  sa_status st = sa__physical_gather(a, bytes, 0, bytes, limit, &chunks, &got);
+  if (st == SA_OK) {
+    st = sa__va_alloc(a, bytes, &d->base);
+    if (st != SA_OK) sa__physical_return(a, chunks);
+  }
+  if (st == SA_OK) {
+    d->size = bytes;
+    st = sa__physical_map(a, d, chunks);
+    if (st != SA_OK && d->chunks == NULL) sa__va_free(a, d->base, bytes);
+  }
+  return st;
+}
+
 /* Superblocks of size bytes the next slab maps together (1: none). */
 static uint32_t slab_slots(const sa_arena *a, size_t size) {
   if (a->budgeted || a->cfg.chunk_size != 0) return 1;
@@ -124,18 +143,8 @@ static uintptr_t slab_take(sa_arena *a, size_t size, sa_slab **slab, uint32_t *s
 static sa_status slab_new(sa_arena *a, size_t size, uint32_t k, size_t limit) {
   sa_slab *sl = calloc(1, sizeof *sl);
   if (sl == NULL) return SA_ERR_OUT_OF_MEMORY;
-  size_t bytes = (size_t)k * size, got;
-  sa_chunk *chunks;
-  sa_status st = sa__physical_gather(a, bytes, 0, bytes, limit, &chunks, &got);
-  if (st == SA_OK) {
-    st = sa__va_alloc(a, bytes, &sl->hdr.base);
-    if (st != SA_OK) sa__physical_return(a, chunks);
-  }
-  if (st == SA_OK) {
-    sl->hdr.size = bytes;
-    st = sa__physical_map(a, &sl->hdr, chunks);
-    if (st != SA_OK && sl->hdr.chunks == NULL) sa__va_free(a, sl->hdr.base, bytes);
-  }
+  size_t bytes = (size_t)k * size;
+  sa_status st = map_fresh(a, &sl->hdr, bytes, limit);
   if (st != SA_OK && sl->hdr.chunks == NULL) {
     free(sl);
     return st;
@@ -269,20 +278,8 @@ static sa_status carve(sa_arena *a, size_t need, size_t limit, sa_superblock **o
     sb->hdr.base = at;
     sa__pagemap_set(a, at, size, &sb->hdr);
   } else {
-    sa_chunk *chunks = NULL;
-    size_t got;
-    st = sa__physical_gather(a, size, 0, size, limit, &chunks, &got);
-    if (st == SA_OK) {
-      st = sa__va_alloc(a, size, &sb->hdr.base);
-      if (st != SA_OK) sa__physical_return(a, chunks);
-    }
-    if (st == SA_OK) {
-      st = sa__physical_map(a, &sb->hdr, chunks);
-      if (st == SA_OK)
-        sa__pagemap_set(a, sb->hdr.base, size, &sb->hdr);
-      else if (sb->hdr.chunks == NULL) /* a refused unwind keeps its range */
-        sa__va_free(a, sb->hdr.base, size);
-    }
+    st = map_fresh(a, &sb->hdr, size, limit);
+    if (st == SA_OK) sa__pagemap_set(a, sb->hdr.base, size, &sb->hdr);
   }
   if (st != SA_OK && sb->hdr.chunks == NULL) {
     sb->hdr.base = 0;
