@@ -100,7 +100,7 @@ done
 
 cp bench/peers/run.sh bench/peers/plot.py bench/peers/record_torch_trace.py bench/torch_trace.py \
   "$dest/"
-cp bench/traces/*.csv "$dest/traces/"
+cp bench/traces/*.csv bench/traces/*.csv.gz "$dest/traces/"
 {
   echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!*.md' || echo '+dirty') ($(git rev-parse --abbrev-ref HEAD))"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), glibc $(ldd --version | head -1 | awk '{print $NF}')"

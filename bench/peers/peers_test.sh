@@ -63,11 +63,13 @@ for case in ("random-1MiB", "random-4GiB"):
     a, b = rnd[("streamarena", case)], rnd[("test-count", case)]
     assert a["failed"] == b["failed"] == 0 and a["allocs"] == b["allocs"] > 0, (a, b)
     assert a["peak_live"] == b["peak_live"] <= 16000 << 20, (a, b)
+    assert a["create_seconds"] >= 0 and b["create_seconds"] >= 0, (a, b)
 print("results: ok")
 PY
 
 python3 "$plot" --no-plots --out "$out/md" "$json" > "$out/plot.log"
-for want in "ns per alloc+free pair" "trace replay" "streamarena" "test-count" "pt.csv.gz"; do
+for want in "ns per alloc+free pair" "trace replay" "streamarena" "test-count" "pt.csv.gz" \
+  "cold, with construction"; do
   grep -qF -- "$want" "$out/md/RESULTS.md" || { echo "RESULTS.md lacks: $want"; exit 1; }
 done
 echo PASS

@@ -105,6 +105,14 @@ def sections(rows):
                     cell += f" (stopped after {r['allocs']} allocs)"
                 cells.append(cell)
             body.append([c, "cold" if run == 1 else f"warm ({run})"] + cells)
+            if run == 1:  # what a new process pays: construction and the first run
+                both = []
+                for b in bks:
+                    r = result(res, b, "random", c, run=1)
+                    ok = r and "create_seconds" in r and r["allocs"]
+                    both.append(fmt((r["seconds"] + r["create_seconds"]) * 1e6 / r["allocs"]
+                                    if ok else None, 2))
+                body.append([c, "cold, with construction"] + both)
         out.append(("RMM's random allocations (N=100000 up to 1 MiB, N=1000 up to 4 GiB, live "
                     "capped at 16000 MiB): us per allocation (lower is better)",
                     table(["case", "run"] + bks, body), None))

@@ -96,7 +96,7 @@ else
 fi
 
 # --- a PyTorch trace of its own ------------------------------------------
-traces=("$here"/traces/*.csv)
+traces=("$here"/traces/*.csv "$here"/traces/*.csv.gz)
 if [ $record -eq 1 ] && [ "$torch_version" != none ]; then
   echo "== recording a PyTorch trace ($steps steps)"
   if timeout -k 10 120 python3 "$here/record_torch_trace.py" --steps "$steps" \
