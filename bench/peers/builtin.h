@@ -10,6 +10,8 @@ namespace peers {
 // streamarena through its public API, one arena per instance, on the CUDA
 // backend on a GPU and on the host simulator elsewhere.
 const peer_backend *streamarena_backend();
+// The same with the configuration docs/TORCH.md gives PyTorch.
+const peer_backend *streamarena_torch_backend();
 
 // cudaMallocAsync's pools through the driver API (cuMemAllocFromPoolAsync /
 // cuMemFreeAsync, the calls cudaMallocAsync makes), one pool per instance;

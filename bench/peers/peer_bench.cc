@@ -275,6 +275,7 @@ int main(int argc, char **argv) {
   }
   Registry reg;
   reg.add(streamarena_backend(), "built in");
+  reg.add(streamarena_torch_backend(), "built in");
   reg.add(cuda_async_backend(dev.cu()), "built in");
   for (const std::string &path : a.plugins)
     if (!reg.load(path, &err)) report.error(path, "plugin", err);
@@ -293,7 +294,7 @@ int main(int argc, char **argv) {
     const peer_backend *b = e.backend;
     if (!wanted(a.backends, b->name)) continue;
     peer_env env = {0, dev.gpu() ? 1 : 0, nullptr};
-    if (a.sa_conf_set && std::strcmp(b->name, "streamarena") == 0) env.conf = a.sa_conf.c_str();
+    if (a.sa_conf_set && std::strncmp(b->name, "streamarena", 11) == 0) env.conf = a.sa_conf.c_str();
     report.line(Json()
                     .str("type", "backend")
                     .str("backend", b->name)

@@ -57,7 +57,11 @@ for r in res:
     if r["backend"] == "test-count" and r["workload"] == "trace":
         assert r["reserved_peak"] == r["peak_live"], r
 pt = [r for r in res if r["workload"] == "trace" and r["case"] == "pt.csv.gz"]
-assert len(pt) == 2 and all(r["format"] == "pytorch" and r["ops"] == 8 for r in pt), pt
+assert len(pt) == 3 and all(r["format"] == "pytorch" and r["ops"] == 8 for r in pt), pt
+# streamarena-torch: the same library with the configuration TORCH.md gives PyTorch
+about = {r["backend"]: r["about"] for r in rows if r["type"] == "backend"}
+assert "large_threshold=1KiB" in about["streamarena-torch"], about
+assert any(r["backend"] == "streamarena-torch" for r in pt), pt
 rnd = {(r["backend"], r["case"]): r for r in res if r["workload"] == "random"}
 for case in ("random-1MiB", "random-4GiB"):
     a, b = rnd[("streamarena", case)], rnd[("test-count", case)]

@@ -6,8 +6,9 @@
 #   bash .gpu/peers/run.sh [--quick] [--backends=a,b] [--no-record] [--steps=N]
 #                          [--per-backend-s=S] [--deadline-s=S] [TRACE...]
 #   --quick          small counts (a smoke run, not figures to report)
-#   --backends       default: streamarena,cudaMallocAsync,rmm-pool,rmm-arena,
-#                    rmm-async,torch,torch-expandable
+#   --backends       default: streamarena,streamarena-torch,cudaMallocAsync,
+#                    rmm-pool,rmm-arena,rmm-async,torch,torch-expandable
+#                    (streamarena-torch: the trace replays only)
 #   --no-record      do not record a PyTorch trace (it is replayed with the
 #                    shipped traces and any TRACE given)
 #   --steps          training steps of the recorded trace (default 30; 8 quick)
@@ -29,7 +30,7 @@ mkdir -p "$FINAL"
 OUT=$(mktemp -d /tmp/peers-run.XXXXXX) # the work folder; bundled at the end
 
 start=$(date +%s)
-quick=0 record=1 steps="" per_s="" deadline="" backends="streamarena,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,torch,torch-expandable"
+quick=0 record=1 steps="" per_s="" deadline="" backends="streamarena,streamarena-torch,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,torch,torch-expandable"
 extra=()
 for a in "$@"; do
   case "$a" in
@@ -122,8 +123,9 @@ PY
 declare -A rc
 IFS=, read -r -a list <<<"$backends"
 for b in "${list[@]}"; do
-  plugin=() env=()
+  plugin=() env=() only=()
   case "$b" in
+    streamarena-torch) only=(--workloads=trace) ;;
     rmm-*) plugin=(--plugin="$here/plugins/peer_rmm.so") ;;
     torch|torch-expandable)
       if [ -z "$torch_plugin" ]; then rc[$b]=skipped; continue; fi
@@ -143,7 +145,7 @@ for b in "${list[@]}"; do
   limit=$((left < per_s ? left : per_s))
   echo "== $b"
   t0=$(date +%s)
-  env "${env[@]}" timeout -k 10 "$limit" "$here/peer_bench" "${bench_args[@]}" --backends="$b" \
+  env "${env[@]}" timeout -k 10 "$limit" "$here/peer_bench" "${bench_args[@]}" "${only[@]}" --backends="$b" \
     "${plugin[@]}" --json="$results" "${traces[@]}" > "$OUT/peer_bench-$b.log" 2>&1
   r=$?
   rc[$b]=$r

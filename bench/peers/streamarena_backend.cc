@@ -1,7 +1,10 @@
 // streamarena as a peer backend (builtin.h): sa_alloc/sa_free on an arena of
 // its own per instance; sa_stream_release before the program destroys a
-// stream, as a user of the library does.
+// stream, as a user of the library does. Two entries: the default
+// configuration, and the one docs/TORCH.md gives PyTorch (examples/torch),
+// as torch-expandable is PyTorch's allocator with its VMM setting.
 #include <cstdio>
+#include <initializer_list>
 
 #include <streamarena/host.h>
 #include <streamarena/streamarena.h>
@@ -23,15 +26,21 @@ int fail(const char *what, sa_status st, int code) {
   return code;
 }
 
-int sa_create(const peer_env *env, void **self, char *err, size_t err_size) {
+constexpr const char *TORCH_CONF = "large_threshold=1KiB"; // examples/torch/allocators.py
+
+// conf: the entry's own configuration, applied before --sa-conf's.
+int create_with(const char *conf, const peer_env *env, void **self, char *err,
+                size_t err_size) {
   sa_config cfg;
   sa_config_init(&cfg);
   cfg.device = env->device;
   cfg.backend = env->gpu ? SA_BACKEND_CUDA : SA_BACKEND_HOST;
   char why[256] = "";
-  if (env->conf != nullptr && sa_config_parse(&cfg, env->conf, why, sizeof why) != SA_OK) {
-    std::snprintf(err, err_size, "configuration '%s': %s", env->conf, why);
-    return PEER_ERROR;
+  for (const char *c : {conf, env->conf}) {
+    if (c != nullptr && sa_config_parse(&cfg, c, why, sizeof why) != SA_OK) {
+      std::snprintf(err, err_size, "configuration '%s': %s", c, why);
+      return PEER_ERROR;
+    }
   }
   if (cfg.backend == SA_BACKEND_HOST) {
     // A simulated device the size of an H200, so traces recorded on one fit
@@ -89,6 +98,14 @@ int sa_destroy(void *self, char *err, size_t err_size) {
 
 const char *sa_error(void *) { return last_error; }
 
+int sa_create(const peer_env *env, void **self, char *err, size_t err_size) {
+  return create_with(nullptr, env, self, err, err_size);
+}
+
+int sa_create_torch(const peer_env *env, void **self, char *err, size_t err_size) {
+  return create_with(TORCH_CONF, env, self, err, err_size);
+}
+
 const peer_backend backend = {
     "streamarena",
     "streamarena " SA_VERSION_TEXT ": sa_alloc/sa_free, one arena per instance, "
@@ -103,8 +120,24 @@ const peer_backend backend = {
     sa_error,
 };
 
+const peer_backend torch_backend = {
+    "streamarena-torch",
+    "streamarena " SA_VERSION_TEXT ": as streamarena, with the configuration docs/TORCH.md "
+    "gives PyTorch (large_threshold=1KiB: PyTorch's small requests get spans too)",
+    "sa_get_stats reserved_bytes_peak (physical memory mapped)",
+    sa_create_torch,
+    sa_alloc_op,
+    sa_free_op,
+    sa_stream_done,
+    sa_stats_op,
+    sa_destroy,
+    sa_error,
+};
+
 }  // namespace
 
 const peer_backend *streamarena_backend() { return &backend; }
+
+const peer_backend *streamarena_torch_backend() { return &torch_backend; }
 
 }  // namespace peers
