@@ -106,33 +106,27 @@ int sa_create_torch(const peer_env *env, void **self, char *err, size_t err_size
   return create_with(TORCH_CONF, env, self, err, err_size);
 }
 
-const peer_backend backend = {
-    "streamarena",
-    "streamarena " SA_VERSION_TEXT ": sa_alloc/sa_free, one arena per instance, "
-    "default configuration",
-    "sa_get_stats reserved_bytes_peak (physical memory mapped)",
-    sa_create,
-    sa_alloc_op,
-    sa_free_op,
-    sa_stream_done,
-    sa_stats_op,
-    sa_destroy,
-    sa_error,
-};
+// The two entries differ in name, text and configuration only.
+constexpr peer_backend entry(const char *name, const char *about,
+                             int (*create)(const peer_env *, void **, char *, size_t)) {
+  return peer_backend{name,           about,
+                      "sa_get_stats reserved_bytes_peak (physical memory mapped)",
+                      create,         sa_alloc_op, sa_free_op,
+                      sa_stream_done, sa_stats_op, sa_destroy,
+                      sa_error};
+}
 
-const peer_backend torch_backend = {
-    "streamarena-torch",
-    "streamarena " SA_VERSION_TEXT ": as streamarena, with the configuration docs/TORCH.md "
-    "gives PyTorch (large_threshold=1KiB: PyTorch's small requests get spans too)",
-    "sa_get_stats reserved_bytes_peak (physical memory mapped)",
-    sa_create_torch,
-    sa_alloc_op,
-    sa_free_op,
-    sa_stream_done,
-    sa_stats_op,
-    sa_destroy,
-    sa_error,
-};
+const peer_backend backend = entry("streamarena",
+                                   "streamarena " SA_VERSION_TEXT
+                                   ": sa_alloc/sa_free, one arena per instance, "
+                                   "default configuration",
+                                   sa_create);
+
+const peer_backend torch_backend =
+    entry("streamarena-torch",
+          "streamarena " SA_VERSION_TEXT ": as streamarena, with the configuration docs/TORCH.md "
+          "gives PyTorch (large_threshold=1KiB: PyTorch's small requests get spans too)",
+          sa_create_torch);
 
 }  // namespace
 
