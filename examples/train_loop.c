@@ -127,6 +127,7 @@ static void help(void) {
          "  large_threshold=SIZE     larger requests get their own span (superblock/2)\n"
          "  chunk_size=SIZE          physical chunks of spans, the unit a reshape takes\n"
          "                           back (one per growth; a granule under a budget)\n"
+         "  initial_physical=SIZE    mapped at creation, a pool for large requests (0)\n"
          "  exact_growth=0|1         map only what a request misses, nothing ahead (0)\n"
          "  check_stream_order=0|1   host backend: verify every handout (0)\n"
          "  oom_report=0|1           report on stderr at out of memory (0)\n"

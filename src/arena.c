@@ -148,6 +148,15 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
     arena_free(a);
     return st;
   }
+  /* What the user asked to map up front: on failure the whole arena goes,
+   * through the path that returns everything it mapped. */
+  if (a->cfg.initial_physical_bytes != 0) {
+    st = sa__span_prefill(a, a->cfg.initial_physical_bytes);
+    if (st != SA_OK) {
+      (void)sa_arena_destroy(a);
+      return st;
+    }
+  }
   *out = a;
   return SA_OK;
 }

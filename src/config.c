@@ -33,6 +33,7 @@ void sa_config_init(sa_config *config) {
   config->release_threshold_bytes = 0;
   config->large_threshold = 0;         /* 0 = superblock_size / 2 */
   config->chunk_size = 0;              /* 0 = the growth, a granule under a budget */
+  config->initial_physical_bytes = 0;  /* 0 = nothing mapped up front */
   config->flags = 0;
   config->trace_path[0] = '\0';
   config->oom_callback = NULL;
@@ -144,6 +145,7 @@ static const key_desc keys[] = {
     {"release_threshold", KEY_SIZE, offsetof(sa_config, release_threshold_bytes), 0},
     {"large_threshold", KEY_SIZE, offsetof(sa_config, large_threshold), 0},
     {"chunk_size", KEY_SIZE, offsetof(sa_config, chunk_size), 0},
+    {"initial_physical", KEY_SIZE, offsetof(sa_config, initial_physical_bytes), 0},
     {"check_stream_order", KEY_FLAG, 0, SA_FLAG_CHECK_STREAM_ORDER},
     {"oom_report", KEY_FLAG, 0, SA_FLAG_OOM_REPORT},
     {"exact_growth", KEY_FLAG, 0, SA_FLAG_EXACT_GROWTH},
@@ -402,6 +404,20 @@ sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_r
                 size_text(w, sizeof w, cap));
     return SA_ERR_BAD_CONFIG;
   }
+  size_t init = c->initial_physical_bytes;
+  if (init > cap) {
+    set_error(err, err_size, "initial_physical=%s: above %s, %s; what is mapped up front must "
+              "fit under the physical cap", size_text(v, sizeof v, init),
+              c->max_physical_bytes != 0 ? "max_physical" : "the device's memory",
+              size_text(w, sizeof w, cap));
+    return SA_ERR_BAD_CONFIG;
+  }
+  if (c->reserve_limit_bytes != 0 && init > c->reserve_limit_bytes) {
+    set_error(err, err_size, "initial_physical=%s: above reserve_limit=%s; what is mapped up "
+              "front must fit under the budget", size_text(v, sizeof v, init),
+              size_text(w, sizeof w, c->reserve_limit_bytes));
+    return SA_ERR_BAD_CONFIG;
+  }
   size_t va = c->va_reserve_bytes;
   if (va == 0) va = total <= SA_VA_RESERVE_MAX / 4 ? 4 * total : SA_VA_RESERVE_MAX;
   if (va > SA_VA_RESERVE_MAX) {
@@ -413,6 +429,11 @@ sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_r
     set_error(err, err_size,
               "va_reserve=%s: below superblock_size=%s; the range must hold a superblock",
               size_text(v, sizeof v, va), size_text(w, sizeof w, sb));
+    return SA_ERR_BAD_CONFIG;
+  }
+  if (init > va) {
+    set_error(err, err_size, "initial_physical=%s: above va_reserve=%s; it must fit in the range",
+              size_text(v, sizeof v, init), size_text(w, sizeof w, va));
     return SA_ERR_BAD_CONFIG;
   }
   r->superblock_size = sb;

@@ -598,6 +598,9 @@ void sa__stream_arenas_destroy(sa_arena *a); /* device synchronized already */
 /* span.c: sizes in bytes; limit: the physical bytes growth may reach */
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t limit,
                          void **out);
+/* Map size bytes (rounded up to the granularity) as one free span
+ * (initial_physical); takes the arena lock. */
+sa_status sa__span_prefill(sa_arena *a, size_t size);
 /* The live span at p: SA_OK with *sp, or SA_ERR_INVALID_POINTER /
  * SA_ERR_DOUBLE_FREE. No lock held. */
 sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **sp);

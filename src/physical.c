@@ -274,6 +274,10 @@ size_t sa__physical_soft_limit(const sa_arena *a) {
   if (a->cfg.reserve_limit_bytes != 0) return a->reserve_limit;
   int64_t peak = atomic_load_explicit(&a->xlive_peak, memory_order_relaxed);
   size_t p = peak > 0 ? (size_t)peak : 0;
+  /* What the user mapped up front (initial_physical) counts as live: the
+   * arena neither reshapes it away nor grows past it by more than the
+   * target's slack. */
+  if (p < a->cfg.initial_physical_bytes) p = a->cfg.initial_physical_bytes;
   size_t target = p + p / SA_TARGET_SLACK + SA_TARGET_FLOOR * a->gran;
   return target < a->reserve_limit ? target : a->reserve_limit;
 }

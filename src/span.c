@@ -345,6 +345,7 @@ static sa_span *coalesce(sa_arena *a, sa_span *sp) {
 typedef struct want_s {
   size_t need;
   bool aligned;
+  bool exact; /* map no more than need (growth maps ahead on a climb) */
 } want;
 
 /* The placement policy. Packed at SA_SPAN_QUANTUM, except with a budget
@@ -356,7 +357,7 @@ typedef struct want_s {
  * spans stay packed. */
 static want placement(const sa_arena *a, size_t size) {
   size_t q = round_up(size, SA_SPAN_QUANTUM), g = round_up(size, a->gran);
-  return a->budgeted && g - q <= q / 32 ? (want){g, true} : (want){q, false};
+  return a->budgeted && g - q <= q / 32 ? (want){g, true, false} : (want){q, false, false};
 }
 
 /* Where w would start in the free span sp: its lowest address, or lowest
@@ -630,7 +631,7 @@ static sa_status grow(sa_arena *a, want w, size_t limit, sa_span **out) {
     uintptr_t hi = g.dir == GROW_UP ? g.edge + g.room + 1 : g.dir == GROW_DOWN ? g.edge + 1 : 0;
     if (unmap_free(a, u, lo, hi, false) < u) a->reshape_futile = a->span_frees + 1;
   }
-  size_t ahead = map_ahead(a, w.need, g.size);
+  size_t ahead = w.exact ? 0 : map_ahead(a, w.need, g.size);
   /* A fresh run maps ahead at most its request again: it lies apart from
    * the run the climb was extending (dataframe: 1.155 x peak live against
    * 1.469 with no such bound). */
@@ -661,6 +662,16 @@ static sa_status grow(sa_arena *a, want w, size_t limit, sa_span **out) {
   }
   *out = sp;
   return SA_OK;
+}
+
+sa_status sa__span_prefill(sa_arena *a, size_t size) {
+  want w = {round_up(size, a->gran), false, true};
+  pthread_mutex_lock(&a->lock);
+  sa_span *sp;
+  sa_status st = grow(a, w, a->physical_cap, &sp);
+  if (st == SA_OK) free_insert(a, sp); /* free, no marks: nothing used it */
+  pthread_mutex_unlock(&a->lock);
+  return st;
 }
 
 /* ------------------------------------------------------------------------

@@ -363,6 +363,8 @@ static void configuration_out_of_range(void **state) {
   bad_config("superblock_size=2GiB", SA_ERR_BAD_CONFIG);   /* above 1 GiB */
   bad_config("chunk_size=1MiB", SA_ERR_BAD_CONFIG);        /* not a granule multiple */
   bad_config("chunk_size=2GiB", SA_ERR_BAD_CONFIG);        /* above 1 GiB */
+  bad_config("max_physical=64MiB,initial_physical=66MiB", SA_ERR_BAD_CONFIG); /* above the cap */
+  bad_config("reserve_limit=64MiB,initial_physical=66MiB", SA_ERR_BAD_CONFIG); /* the budget */
   bad_config("superblock_size=17179869184T", SA_ERR_BAD_CONFIG); /* overflows */
   bad_config("large_threshold=4MiB", SA_ERR_BAD_CONFIG);   /* above the superblock */
   bad_config("large_threshold=255", SA_ERR_BAD_CONFIG);    /* below the alignment */

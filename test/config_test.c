@@ -62,7 +62,7 @@ static void every_key_sets_its_field(void **state) {
                          "device=3,backend=host,superblock_size=4MiB,va_reserve=1TiB,"
                          "max_physical=8GiB,release_threshold=1GiB,large_threshold=512KiB,"
                          "check_stream_order=1,oom_report=1,trace=/tmp/sa.trace,peer_access=1+2,"
-                         "chunk_size=8MiB,exact_growth=1",
+                         "chunk_size=8MiB,exact_growth=1,initial_physical=3GiB",
                          err, sizeof err),
                    SA_OK);
   assert_string_equal(err, "");
@@ -75,6 +75,7 @@ static void every_key_sets_its_field(void **state) {
   assert_int_equal(c.release_threshold_bytes, (size_t)1 << 30);
   assert_int_equal(c.large_threshold, (size_t)512 << 10);
   assert_int_equal(c.chunk_size, (size_t)8 << 20);
+  assert_int_equal(c.initial_physical_bytes, (size_t)3 << 30);
   assert_int_equal(c.flags, SA_FLAG_CHECK_STREAM_ORDER | SA_FLAG_OOM_REPORT | SA_FLAG_EXACT_GROWTH);
   assert_string_equal(c.trace_path, "/tmp/sa.trace");
 }
@@ -315,6 +316,12 @@ static void check_names_key_value_and_rule(void **state) {
   expect_rule("superblock_size=2GiB", SA_ERR_BAD_CONFIG, "superblock_size=2GiB", "1GiB", NULL);
   expect_rule("chunk_size=3MiB", SA_ERR_BAD_CONFIG, "chunk_size=3MiB", "granularity", "2MiB");
   expect_rule("chunk_size=2GiB", SA_ERR_BAD_CONFIG, "chunk_size=2GiB", "1GiB", NULL);
+  expect_rule("max_physical=64MiB,initial_physical=128MiB", SA_ERR_BAD_CONFIG,
+              "initial_physical=128MiB", "max_physical", "64MiB");
+  expect_rule("reserve_limit=64MiB,initial_physical=128MiB", SA_ERR_BAD_CONFIG,
+              "initial_physical=128MiB", "reserve_limit=64MiB", NULL);
+  expect_rule("va_reserve=64MiB,initial_physical=128MiB", SA_ERR_BAD_CONFIG,
+              "initial_physical=128MiB", "va_reserve=64MiB", NULL);
   /* A 33 MiB request is a 36 MiB block: no 34 MiB superblock holds one. */
   expect_rule("superblock_size=34MiB,large_threshold=34MiB", SA_ERR_BAD_CONFIG,
               "large_threshold=34MiB", "36MiB", "at most 32MiB");

@@ -384,6 +384,58 @@ static void a_climb_maps_ahead_up_to_the_footprint_target(void **state) {
   }
 }
 
+/* initial_physical maps a pool up front, as one free range: large
+ * requests that fit in it, freed and made again on two streams, make no
+ * driver call for memory; a superblock grows beside it (the footprint
+ * target starts from it: nothing of it is unmapped to make room); a request
+ * beyond it grows by what the pool's free end lacks; a trim gives it back. A refused create at startup fails
+ * sa_arena_create with nothing left behind. */
+static void initial_physical_is_a_pool_mapped_up_front(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "initial_physical=255MiB,check_stream_order=1", 2, SA_HOST_AUTO);
+  assert_int_equal(stats(f.arena).reserved_bytes, 256 * MiB); /* whole granules */
+  sa_host_totals t0, t1;
+  sa_host_get_totals(&t0);
+  void *p[3], *q;
+  const size_t sizes[3] = {10 * MiB, 20 * MiB + 3 * KiB, 16 * MiB}; /* far below the pool */
+  for (int round = 0; round < 3; round++) {
+    sa_stream s = f.streams[round % 2];
+    for (int i = 0; i < 3; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], sizes[i], s));
+    for (int i = 0; i < 3; i++) sa_assert_ok(sa_free(p[i], s));
+  }
+  sa_assert_ok(sa_alloc(f.arena, &q, 4 * KiB, f.streams[0])); /* a superblock */
+  sa_host_get_totals(&t1);
+  assert_int_equal(t1.calls[SA_HOST_FN_UNMAP], t0.calls[SA_HOST_FN_UNMAP]);
+  assert_int_equal(t1.calls[SA_HOST_FN_CHUNK_CREATE] - t0.calls[SA_HOST_FN_CHUNK_CREATE], 1);
+  assert_int_equal(t1.calls[SA_HOST_FN_MAP] - t0.calls[SA_HOST_FN_MAP], 1);
+  assert_int_equal(stats(f.arena).reserved_bytes, 258 * MiB);
+  void *big;
+  sa_assert_ok(sa_alloc(f.arena, &big, 300 * MiB, f.streams[1]));
+  size_t grown = stats(f.arena).reserved_bytes - 258 * MiB; /* what the pool's end missed */
+  assert_true(grown >= 44 * MiB && grown <= 48 * MiB);
+  sa_assert_ok(sa_free(big, f.streams[1]));
+  sa_assert_ok(sa_free(q, f.streams[0]));
+  sa_assert_ok(sa_trim(f.arena, 0));
+  assert_int_equal(stats(f.arena).reserved_bytes, 0);
+  assert_int_equal(violations(), 0);
+  teardown(&f);
+
+  /* The driver refuses the pool's memory: no arena, nothing held. */
+  sa_host_counters before, after;
+  sa_host_get_counters(&before);
+  sa_assert_ok(sa_host_fault_inject(SA_HOST_FN_CHUNK_CREATE, 1, 1));
+  sa_config c;
+  sa_config_init(&c);
+  sa_assert_ok(sa_config_parse(&c, "backend=host,initial_physical=64MiB", NULL, 0));
+  sa_arena *a = (sa_arena *)1;
+  assert_int_not_equal(sa_arena_create(&c, &a), SA_OK);
+  sa_host_fault_clear();
+  sa_host_get_counters(&after);
+  assert_int_equal(after.chunks, before.chunks);
+  assert_int_equal(after.va_ranges, before.va_ranges);
+}
+
 /* Superblocks are bound by the same target: past it, a stream's first
  * small block gets a superblock stitched from a free span's granules.
  * After two 64 MiB spans (one freed), blocks of two classes on 8 streams
@@ -816,6 +868,7 @@ int main(void) {
             cmocka_unit_test(a_reserve_limit_of_the_device_grows_as_a_pool),
       cmocka_unit_test(a_growth_is_one_chunk_unless_chunk_size_is_set),
       cmocka_unit_test(a_climb_maps_ahead_up_to_the_footprint_target),
+      cmocka_unit_test(initial_physical_is_a_pool_mapped_up_front),
       cmocka_unit_test(soft_budget_gives_way_while_work_is_pending),
       cmocka_unit_test(remap_preserves_contents),
       cmocka_unit_test(cached_chunk_serves_a_smaller_growth_whole),

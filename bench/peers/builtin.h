@@ -12,6 +12,8 @@ namespace peers {
 const peer_backend *streamarena_backend();
 // The same with the configuration docs/TORCH.md gives PyTorch.
 const peer_backend *streamarena_torch_backend();
+// The same with a pool mapped up front (its size from --sa-conf).
+const peer_backend *streamarena_prefill_backend();
 
 // cudaMallocAsync's pools through the driver API (cuMemAllocFromPoolAsync /
 // cuMemFreeAsync, the calls cudaMallocAsync makes), one pool per instance;

@@ -276,6 +276,7 @@ int main(int argc, char **argv) {
   Registry reg;
   reg.add(streamarena_backend(), "built in");
   reg.add(streamarena_torch_backend(), "built in");
+  reg.add(streamarena_prefill_backend(), "built in");
   reg.add(cuda_async_backend(dev.cu()), "built in");
   for (const std::string &path : a.plugins)
     if (!reg.load(path, &err)) report.error(path, "plugin", err);

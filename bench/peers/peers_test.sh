@@ -57,7 +57,7 @@ for r in res:
     if r["backend"] == "test-count" and r["workload"] == "trace":
         assert r["reserved_peak"] == r["peak_live"], r
 pt = [r for r in res if r["workload"] == "trace" and r["case"] == "pt.csv.gz"]
-assert len(pt) == 3 and all(r["format"] == "pytorch" and r["ops"] == 8 for r in pt), pt
+assert len(pt) == 4 and all(r["format"] == "pytorch" and r["ops"] == 8 for r in pt), pt
 # streamarena-torch: the same library with the configuration TORCH.md gives PyTorch
 about = {r["backend"]: r["about"] for r in rows if r["type"] == "backend"}
 assert "large_threshold=1KiB" in about["streamarena-torch"], about
@@ -69,6 +69,22 @@ for case in ("random-1MiB", "random-4GiB"):
     assert a["peak_live"] == b["peak_live"] <= 16000 << 20, (a, b)
     assert a["create_seconds"] >= 0 and b["create_seconds"] >= 0, (a, b)
 print("results: ok")
+PY
+
+# streamarena-prefill maps what --sa-conf's initial_physical says up front.
+if ! "$bench" --quick --backends=streamarena-prefill --workloads=random --random-n=200,20 \
+  --sa-conf=initial_physical=1GiB --json="$out/prefill.jsonl" > "$out/prefill.log" 2>&1; then
+  tail -n 20 "$out/prefill.log"
+  echo "peer_bench with initial_physical failed"
+  exit 1
+fi
+python3 - "$out/prefill.jsonl" <<'PY'
+import json, sys
+res = [json.loads(l) for l in open(sys.argv[1])]
+rnd = [r for r in res if r["type"] == "result" and r["workload"] == "random"]
+assert len(rnd) == 2 and all(r["backend"] == "streamarena-prefill" for r in rnd), rnd
+assert all(r["reserved_peak"] >= 1 << 30 for r in rnd), rnd
+print("prefill: ok")
 PY
 
 python3 "$plot" --no-plots --out "$out/md" "$json" > "$out/plot.log"

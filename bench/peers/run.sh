@@ -6,9 +6,12 @@
 #   bash .gpu/peers/run.sh [--quick] [--backends=a,b] [--no-record] [--steps=N]
 #                          [--per-backend-s=S] [--deadline-s=S] [TRACE...]
 #   --quick          small counts (a smoke run, not figures to report)
-#   --backends       default: streamarena,streamarena-torch,cudaMallocAsync,
-#                    rmm-pool,rmm-arena,rmm-async,torch,torch-expandable
-#                    (streamarena-torch: the trace replays only)
+#   --backends       default: streamarena,streamarena-torch,
+#                    streamarena-prefill,cudaMallocAsync,rmm-pool,rmm-arena,
+#                    rmm-async,torch,torch-expandable (streamarena-torch: the
+#                    trace replays only; streamarena-prefill: the random
+#                    allocations, with half the free device memory mapped up
+#                    front, the size RMM's arena takes)
 #   --no-record      do not record a PyTorch trace (it is replayed with the
 #                    shipped traces and any TRACE given)
 #   --steps          training steps of the recorded trace (default 30; 8 quick)
@@ -30,7 +33,7 @@ mkdir -p "$FINAL"
 OUT=$(mktemp -d /tmp/peers-run.XXXXXX) # the work folder; bundled at the end
 
 start=$(date +%s)
-quick=0 record=1 steps="" per_s="" deadline="" backends="streamarena,streamarena-torch,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,torch,torch-expandable"
+quick=0 record=1 steps="" per_s="" deadline="" backends="streamarena,streamarena-torch,streamarena-prefill,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,torch,torch-expandable"
 extra=()
 for a in "$@"; do
   case "$a" in
@@ -126,6 +129,10 @@ for b in "${list[@]}"; do
   plugin=() env=() only=()
   case "$b" in
     streamarena-torch) only=(--workloads=trace) ;;
+    streamarena-prefill)
+      free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
+      if [ -z "$free_mib" ]; then rc[$b]=skipped; continue; fi
+      only=(--workloads=random --sa-conf=initial_physical=$((free_mib / 2))MiB) ;;
     rmm-*) plugin=(--plugin="$here/plugins/peer_rmm.so") ;;
     torch|torch-expandable)
       if [ -z "$torch_plugin" ]; then rc[$b]=skipped; continue; fi

@@ -1,8 +1,10 @@
 // streamarena as a peer backend (builtin.h): sa_alloc/sa_free on an arena of
 // its own per instance; sa_stream_release before the program destroys a
-// stream, as a user of the library does. Two entries: the default
-// configuration, and the one docs/TORCH.md gives PyTorch (examples/torch),
-// as torch-expandable is PyTorch's allocator with its VMM setting.
+// stream, as a user of the library does. Three entries: the default
+// configuration; the one docs/TORCH.md gives PyTorch (examples/torch), as
+// torch-expandable is PyTorch's allocator with its VMM setting; and a pool
+// mapped up front (initial_physical, which run.sh sets with --sa-conf to
+// half the free device memory, the size RMM's arena takes).
 #include <cstdio>
 #include <initializer_list>
 
@@ -106,7 +108,7 @@ int sa_create_torch(const peer_env *env, void **self, char *err, size_t err_size
   return create_with(TORCH_CONF, env, self, err, err_size);
 }
 
-// The two entries differ in name, text and configuration only.
+// The entries differ in name, text and configuration only.
 constexpr peer_backend entry(const char *name, const char *about,
                              int (*create)(const peer_env *, void **, char *, size_t)) {
   return peer_backend{name,           about,
@@ -122,6 +124,12 @@ const peer_backend backend = entry("streamarena",
                                    "default configuration",
                                    sa_create);
 
+const peer_backend prefill_backend =
+    entry("streamarena-prefill",
+          "streamarena " SA_VERSION_TEXT ": as streamarena, with a pool mapped up front "
+          "(initial_physical: run.sh gives half the free device memory, as RMM's arena takes)",
+          sa_create);
+
 const peer_backend torch_backend =
     entry("streamarena-torch",
           "streamarena " SA_VERSION_TEXT ": as streamarena, with the configuration docs/TORCH.md "
@@ -133,5 +141,7 @@ const peer_backend torch_backend =
 const peer_backend *streamarena_backend() { return &backend; }
 
 const peer_backend *streamarena_torch_backend() { return &torch_backend; }
+
+const peer_backend *streamarena_prefill_backend() { return &prefill_backend; }
 
 }  // namespace peers

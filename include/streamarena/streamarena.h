@@ -151,6 +151,15 @@ typedef struct sa_config_s {
                                      default 0 = one chunk per growth, or a
                                      granule under max_physical or
                                      reserve_limit (docs/DEFRAG.md) */
+  size_t initial_physical_bytes;  /* physical memory mapped when the arena is
+                                     created, one free range for large
+                                     requests (rounded up to the
+                                     granularity), as a pool takes its
+                                     memory up front: requests that fit in
+                                     it make no driver call, and the
+                                     footprint target starts from it; a trim
+                                     gives it back like any free memory;
+                                     default 0 = none */
   unsigned flags;                 /* SA_FLAG_*; default 0 */
   char trace_path[256];           /* non-empty: write an allocation trace */
   sa_oom_callback oom_callback;   /* default NULL */
@@ -165,7 +174,7 @@ void sa_config_init(sa_config *config);
  * Keys: device, backend (auto|cuda|host), peer_access (all|none|devices
  * joined by '+', e.g. 1+2), superblock_size, va_reserve, max_physical,
  * reserve_limit, release_threshold, large_threshold, chunk_size,
- * check_stream_order (0|1), oom_report (0|1), exact_growth (0|1), trace
+ * initial_physical, check_stream_order (0|1), oom_report (0|1), exact_growth (0|1), trace
  * (a file path).
  * Sizes take an optional suffix: B, KiB, MiB, GiB, TiB (also K, M, G, T).
  * On SA_ERR_BAD_CONFIG, *config is unchanged and, if err is not NULL, a
@@ -190,6 +199,8 @@ sa_status sa_config_parse(sa_config *config, const char *spec, char *err,
  *   chunk_size        a multiple of the granularity, at most 1 GiB (0: the
  *                     default);
  *   max_physical      (or the device's memory) at least superblock_size;
+ *   initial_physical  at most max_physical (or the device's memory), and at
+ *                     most reserve_limit when that is set;
  *   va_reserve        at least superblock_size, at most 64 TiB;
  *   trace             a file that can be opened for writing. */
 sa_status sa_config_check(const sa_config *config, char *err, size_t err_size);
