@@ -120,7 +120,7 @@ typedef struct sa_desc_s {
 /* Superblocks mapped together (superblock.c): one chunk for nslots
  * superblocks of slot bytes, unmapped once none of them is carved. */
 #define SA_SLAB_MAX 16
-#define SA_SLAB_SHARE 256 /* slots: 1/256 of the superblocks mapped, up to SA_SLAB_MAX */
+#define SA_SLAB_SHARE 128 /* slots: 1/128 of the superblocks mapped, up to SA_SLAB_MAX */
 typedef struct sa_slab_s {
   sa_desc hdr;                      /* its range and chunk; not in the page map */
   size_t slot;                      /* bytes of each superblock */

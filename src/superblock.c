@@ -86,8 +86,9 @@ sa_superblock *sa__superblock_pop_global(sa_arena *a) {
  * 1/SA_SLAB_SHARE of those already mapped, so that what a slab may hold
  * unused stays a small share of the superblocks' (with 1/16, slabs pinned
  * free memory that the dataframe trace's reshapes needed: 1.292 x peak
- * live against 1.155; with 1/256 the shipped traces make none, and RMM's
- * random allocations up to 1 MiB map 1,655 chunks instead of 10,079).
+ * live against 1.155, and with 1/64 1.158; with 1/128 the shipped traces
+ * make none, and RMM's random allocations up to 1 MiB map 1,143 chunks
+ * instead of 10,079, 1,655 with 1/256).
  * A slab is unmapped once none of its
  * superblocks is carved (a trim then gives it back); its free slots serve
  * the next superblocks of their size without a driver call. Not under a

@@ -175,8 +175,8 @@ static void state_bytes_never_move(void **state) {
 }
 
 /* Once the arena holds many superblocks, new ones are mapped together in
- * slabs (1/256 of those mapped, up to 16, in one chunk): 1200 superblocks
- * take 812 chunks, not 1200 (512 alone, then slabs of 2, then of 4).
+ * slabs (1/128 of those mapped, up to 16, in one chunk): 1200 superblocks
+ * take 534 chunks, not 1200 (256 alone, then slabs of 2, 4 and 8).
  * Blocks in a slab hold their contents, a slot given back serves the next
  * superblock without the driver, and a trim unmaps a slab once all of its
  * superblocks are empty. With the user's chunk_size every superblock
@@ -185,7 +185,7 @@ static void state_bytes_never_move(void **state) {
 static void many_superblocks_are_mapped_in_slabs(void **state) {
   (void)state;
   const char *specs[2] = {"check_stream_order=1", "check_stream_order=1,chunk_size=2MiB"};
-  const uint64_t chunks[2] = {812, MANY_SUPERBLOCKS};
+  const uint64_t chunks[2] = {534, MANY_SUPERBLOCKS};
   void **p = calloc(2 * MANY_SUPERBLOCKS, sizeof *p);
   assert_non_null(p);
   for (int k = 0; k < 2; k++) {
