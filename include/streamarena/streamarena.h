@@ -174,8 +174,8 @@ void sa_config_init(sa_config *config);
  * Keys: device, backend (auto|cuda|host), peer_access (all|none|devices
  * joined by '+', e.g. 1+2), superblock_size, va_reserve, max_physical,
  * reserve_limit, release_threshold, large_threshold, chunk_size,
- * initial_physical, check_stream_order (0|1), oom_report (0|1), exact_growth (0|1), trace
- * (a file path).
+ * initial_physical, check_stream_order (0|1), oom_report (0|1),
+ * exact_growth (0|1), trace (a file path).
  * Sizes take an optional suffix: B, KiB, MiB, GiB, TiB (also K, M, G, T).
  * On SA_ERR_BAD_CONFIG, *config is unchanged and, if err is not NULL, a
  * message naming the offending key or value is written to err (at most
