@@ -121,7 +121,8 @@ static uint32_t slab_slots(const sa_arena *a, size_t size) {
   size_t mapped = atomic_load_explicit(&a->xsuperblocks_active, memory_order_relaxed) +
                   atomic_load_explicit(&a->xsuperblocks_empty, memory_order_relaxed);
   uint32_t k = 1;
-  while (k * 2 <= SA_SLAB_MAX && k * 2 <= mapped / SA_SLAB_SHARE && (size_t)k * 2 * size <= SA_CHUNK_MAX)
+  while (k * 2 <= SA_SLAB_MAX && k * 2 <= mapped / SA_SLAB_SHARE &&
+         (size_t)k * 2 * size <= SA_CHUNK_MAX)
     k *= 2;
   return k;
 }
@@ -194,16 +195,16 @@ sa_status sa__superblock_slabs_fini(sa_arena *a) {
  * chunks go to the cache, its range to the free list, its descriptor to
  * the spares. Arena lock held. */
 static sa_status unmap(sa_arena *a, sa_superblock *sb) {
-  if (sb->slab != NULL) {
-    count(a, sb, -1, 0);
-    sa__pagemap_set(a, sb->hdr.base, sb->hdr.size, NULL);
-    slab_put(a, sb->slab, sb->slot);
-    sb->slab = NULL;
-  } else {
+  if (sb->slab == NULL) { /* chunks of its own: unmapped first, they may refuse */
     sa_status st = sa__physical_unmap(a, &sb->hdr);
     if (st != SA_OK) return st;
-    count(a, sb, -1, 0);
-    sa__pagemap_set(a, sb->hdr.base, sb->hdr.size, NULL);
+  }
+  count(a, sb, -1, 0);
+  sa__pagemap_set(a, sb->hdr.base, sb->hdr.size, NULL);
+  if (sb->slab != NULL) {
+    slab_put(a, sb->slab, sb->slot); /* the slab goes with its last slot */
+    sb->slab = NULL;
+  } else {
     sa__va_free(a, sb->hdr.base, sb->hdr.size);
   }
   sb->hdr.base = 0;
