@@ -97,21 +97,18 @@ def sections(rows):
     if rnd:
         body = []
         for c, run in rnd:
-            cells = []
+            cells, both = [], []  # both: what a new process pays, construction and run 1
             for b in bks:
                 r = result(res, b, "random", c, run=run)
                 cell = fmt(r and r["us_per_alloc"], 2)
                 if r and r.get("truncated"):
                     cell += f" (stopped after {r['allocs']} allocs)"
                 cells.append(cell)
+                ok = r and "create_seconds" in r and r["allocs"]
+                both.append(fmt((r["seconds"] + r["create_seconds"]) * 1e6 / r["allocs"]
+                                if ok else None, 2))
             body.append([c, "cold" if run == 1 else f"warm ({run})"] + cells)
-            if run == 1:  # what a new process pays: construction and the first run
-                both = []
-                for b in bks:
-                    r = result(res, b, "random", c, run=1)
-                    ok = r and "create_seconds" in r and r["allocs"]
-                    both.append(fmt((r["seconds"] + r["create_seconds"]) * 1e6 / r["allocs"]
-                                    if ok else None, 2))
+            if run == 1:
                 body.append([c, "cold, with construction"] + both)
         out.append(("RMM's random allocations (N=100000 up to 1 MiB, N=1000 up to 4 GiB, live "
                     "capped at 16000 MiB): us per allocation (lower is better)",
