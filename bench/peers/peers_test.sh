@@ -87,6 +87,36 @@ assert all(r["reserved_peak"] >= 1 << 30 for r in rnd), rnd
 print("prefill: ok")
 PY
 
+# Trace replays in rounds (run.sh interleaves the backends): each result
+# tagged with its round; plot.py gives the median and the range.
+if "$bench" --trace-round=0 --workloads=trace "${traces[0]}" > /dev/null 2>&1; then
+  echo "--trace-round=0 must fail"; exit 1
+fi
+for round in 1 2 3; do
+  if ! "$bench" --quick --backends=test-count --plugin="$plugin" --workloads=trace \
+    --trace-round=$round --json="$out/rounds.jsonl" "${traces[0]}" > "$out/rounds.log" 2>&1; then
+    tail -n 20 "$out/rounds.log"; echo "peer_bench --trace-round failed"; exit 1
+  fi
+done
+python3 - "$out/rounds.jsonl" "$plot" "$out/md_rounds" <<'PY'
+import json, os, subprocess, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+tr = [r for r in rows if r["type"] == "result" and r["workload"] == "trace"]
+assert sorted(r["round"] for r in tr) == [1, 2, 3], tr
+# Known times, to check the summary: the median of 1, 2 and 9 us is 2.
+for r, us in zip(tr, (9.0, 1.0, 2.0)):
+    r["us_per_op"] = us
+path = sys.argv[1] + ".known"
+with open(path, "w") as f:
+    f.write("".join(json.dumps(r) + "\n" for r in rows))
+subprocess.run([sys.executable, sys.argv[2], "--no-plots", "--out", sys.argv[3], path],
+               check=True, stdout=subprocess.DEVNULL)
+md = open(os.path.join(sys.argv[3], "RESULTS.md")).read()
+assert "median us per op of 3 rounds" in md, md
+assert "**2.00 (1.00-9.00)**" in md, md
+print("rounds: ok")
+PY
+
 python3 "$plot" --no-plots --out "$out/md" "$json" > "$out/plot.log"
 for want in "ns per alloc+free pair" "trace replay" "streamarena" "test-count" "pt.csv.gz" \
   "cold, with construction"; do

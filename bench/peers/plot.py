@@ -69,6 +69,21 @@ def result(res, backend, workload, case, **match):
     return None
 
 
+def trace_summary(res, backend, case):
+    """A backend's replays of one trace, one per round: the median us per
+    op with its range, the highest footprint and OOM count of the rounds."""
+    rs = [r for r in res if r["backend"] == backend and r["workload"] == "trace"
+          and r["case"] == case]
+    if not rs:
+        return None
+    us = sorted(r["us_per_op"] for r in rs)
+    n = len(us)
+    median = us[n // 2] if n % 2 else (us[n // 2 - 1] + us[n // 2]) / 2
+    return {"n": n, "us": median, "lo": us[0], "hi": us[-1], "ops": rs[0]["ops"],
+            "peak_live": rs[0]["peak_live"], "ratio": max(r["ratio"] for r in rs),
+            "ooms": max(r["ooms"] for r in rs)}
+
+
 def sections(rows):
     res = [r for r in rows if r.get("type") == "result"]
     bks = backends_of(rows)
@@ -121,27 +136,38 @@ def sections(rows):
         out.append(("producer/consumer: allocated on one thread and stream, freed on another "
                     "(sizes 256 B..1 MiB)", table([""] + bks, body), None))
 
-    traces = []
-    for r in res:
-        if r["workload"] == "trace" and r["case"] not in traces:
-            traces.append(r["case"])
+    traces = list(dict.fromkeys(r["case"] for r in res if r["workload"] == "trace"))
     if traces:
-        body = []
+        body, rounds = [], 1
         for t in traces:
-            cells = [result(res, b, "trace", t) for b in bks]
+            cells = [trace_summary(res, b, t) for b in bks]
             any_r = next(r for r in cells if r)
+            rounds = max([rounds] + [r["n"] for r in cells if r])
+            fastest = min(r["us"] for r in cells if r)
+            smallest = min(round(r["ratio"], 3) for r in cells if r)
             row = [t, f"{any_r['ops']:,}", f"{any_r['peak_live'] / 2**30:.2f}"]
             for r in cells:
                 if r is None:
                     row.append("–")
                     continue
-                cell = f"{r['us_per_op']:.2f} / {r['ratio']:.3f}"
+                us = f"{r['us']:.2f}"
+                if r["n"] > 1:
+                    us += f" ({r['lo']:.2f}-{r['hi']:.2f})"
+                if r["us"] == fastest:
+                    us = f"**{us}**"
+                ratio = f"{r['ratio']:.3f}"
+                if round(r["ratio"], 3) == smallest:
+                    ratio = f"**{ratio}**"
+                cell = f"{us} / {ratio}"
                 if r["ooms"]:
                     cell += f" ({r['ooms']} OOM)"
                 row.append(cell)
             body.append(row)
-        out.append(("trace replay, a fresh allocator per trace: us per op / peak reserved over "
-                    "peak live (lower is better for both)",
+        how = (f"median us per op of {rounds} rounds (min-max), the backends interleaved in "
+               "each round; the highest footprint of the rounds" if rounds > 1 else
+               "us per op / peak reserved over peak live")
+        out.append(("trace replay, a fresh allocator per trace: " + how + " (lower is better for "
+                    "both; the best of a row in bold)",
                     table(["trace", "ops", "peak live GiB"] + bks, body), "peers_traces.png"))
 
     fails = [r for r in rows if r.get("type") == "error"]
@@ -240,9 +266,12 @@ def plots(rows, out_dir):
         markers = "osD^v<>ph*"
         fig, ax = plt.subplots(figsize=(7.5, 5))
         colors = {b: f"C{i}" for i, b in enumerate(bks)}
-        for r in tr:
-            ax.scatter(r["ratio"], r["us_per_op"], color=colors[r["backend"]],
-                       marker=markers[traces.index(r["case"]) % len(markers)], s=40)
+        for b in bks:
+            for t in traces:
+                r = trace_summary(res, b, t)
+                if r:
+                    ax.scatter(r["ratio"], r["us"], color=colors[b],
+                               marker=markers[traces.index(t) % len(markers)], s=40)
         for b in bks:
             ax.scatter([], [], color=colors[b], marker="s", label=b)
         for i, t in enumerate(traces):

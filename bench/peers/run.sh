@@ -4,7 +4,8 @@
 # .gpu/peers/run.sh; run from anywhere:
 #
 #   bash .gpu/peers/run.sh [--quick] [--backends=a,b] [--no-record] [--steps=N]
-#                          [--per-backend-s=S] [--deadline-s=S] [TRACE...]
+#                          [--per-backend-s=S] [--trace-rounds=R] [--deadline-s=S]
+#                          [TRACE...]
 #   --quick          small counts (a smoke run, not figures to report)
 #   --backends       default: streamarena,streamarena-torch,
 #                    streamarena-prefill,cudaMallocAsync,rmm-pool,rmm-arena,
@@ -16,12 +17,15 @@
 #                    shipped traces and any TRACE given)
 #   --steps          training steps of the recorded trace (default 30; 8 quick)
 #   --per-backend-s  time limit of one backend's process (default 75; 45 quick)
-#   --deadline-s     the whole run's time limit (default 330; 240 quick): a
+#   --trace-rounds   rounds of trace replays, the backends interleaved
+#                    (default 3; 1 quick): RESULTS.md gives the median
+#   --deadline-s     the whole run's time limit (default 420; 240 quick): a
 #                    backend that would start past it is left out, and one
 #                    that would end past it gets less time
 #
-# One process per backend: each allocator starts fresh, and PyTorch's
-# settings (expandable segments) are fixed per process. Writes three files
+# A process per backend (and per round of trace replays): each allocator
+# starts fresh, and PyTorch's settings (expandable segments) are fixed per
+# process. Writes three files
 # under $OUT (default /tmp/peers-out): results.jsonl (every result as it
 # comes, what plot.py reads), RESULTS.md, and peers.tar.gz with the rest:
 # the plots peers_*.png, machine.txt, the recorded torch_trace.csv.gz, a log
@@ -33,7 +37,7 @@ mkdir -p "$FINAL"
 OUT=$(mktemp -d /tmp/peers-run.XXXXXX) # the work folder; bundled at the end
 
 start=$(date +%s)
-quick=0 record=1 steps="" per_s="" deadline="" backends="streamarena,streamarena-torch,streamarena-prefill,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,torch,torch-expandable"
+quick=0 record=1 steps="" per_s="" deadline="" trace_rounds="" backends="streamarena,streamarena-torch,streamarena-prefill,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,torch,torch-expandable"
 extra=()
 for a in "$@"; do
   case "$a" in
@@ -43,6 +47,7 @@ for a in "$@"; do
     --steps=*) steps=${a#*=} ;;
     --per-backend-s=*) per_s=${a#*=} ;;
     --deadline-s=*) deadline=${a#*=} ;;
+    --trace-rounds=*) trace_rounds=${a#*=} ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     --*) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
     *) extra+=("$(realpath "$a")") ;;
@@ -50,7 +55,9 @@ for a in "$@"; do
 done
 [ -n "$steps" ] || steps=$([ $quick -eq 1 ] && echo 8 || echo 30)
 [ -n "$per_s" ] || per_s=$([ $quick -eq 1 ] && echo 45 || echo 75)
-[ -n "$deadline" ] || deadline=$([ $quick -eq 1 ] && echo 240 || echo 330)
+[ -n "$deadline" ] || deadline=$([ $quick -eq 1 ] && echo 240 || echo 420)
+[ -n "$trace_rounds" ] || trace_rounds=$([ $quick -eq 1 ] && echo 1 || echo 3)
+case "$trace_rounds" in ''|*[!0-9]*) echo "run.sh: --trace-rounds needs a number" >&2; exit 2 ;; esac
 bench_args=(--require-gpu)
 [ $quick -eq 1 ] && bench_args+=(--quick) || bench_args+=(--random-max-s=15)
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -122,20 +129,26 @@ with open(f, "a") as out:
                           "command": command, "torch": torch, "quick": quick == "1"}) + "\n")
 PY
 
-# --- one process per backend ----------------------------------------------
+# --- one process per backend and workload group ----------------------------
+# Phase 1: each backend's pairs, threads, random and prodcons in one process.
+# Phase 2: the trace replays in rounds, every backend once per round (the
+# first backend moves on by one each round), so that a noisy spell of the
+# machine falls on all of them alike; plot.py reports the median.
 declare -A rc
+keys=() # every process, in order
 IFS=, read -r -a list <<<"$backends"
-for b in "${list[@]}"; do
-  plugin=() env=() only=()
+run_backend() { # backend, workloads (peer_bench --workloads), round (0: not the traces)
+  local b=$1 workloads=$2 round=$3 plugin=() env=() conf=() left limit t0 r key=$1
+  [ "$round" = 0 ] || key="$b/trace $round"
+  keys+=("$key")
   case "$b" in
-    streamarena-torch) only=(--workloads=trace) ;;
     streamarena-prefill)
       free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
-      if [ -z "$free_mib" ]; then rc[$b]=skipped; continue; fi
-      only=(--workloads=random --sa-conf=initial_physical=$((free_mib / 2))MiB) ;;
+      if [ -z "$free_mib" ]; then rc[$key]=skipped; return; fi
+      conf=(--sa-conf=initial_physical=$((free_mib / 2))MiB) ;;
     rmm-*) plugin=(--plugin="$here/plugins/peer_rmm.so") ;;
     torch|torch-expandable)
-      if [ -z "$torch_plugin" ]; then rc[$b]=skipped; continue; fi
+      if [ -z "$torch_plugin" ]; then rc[$key]=skipped; return; fi
       plugin=(--plugin="$torch_plugin")
       # torch's libraries find its CUDA runtime through their own rpath;
       # the toolkit's is the fallback.
@@ -144,23 +157,41 @@ for b in "${list[@]}"; do
   esac
   left=$((deadline - ($(date +%s) - start)))
   if [ $left -lt 20 ]; then
-    echo "run.sh: $b left out: the run's deadline (${deadline} s) is near"
-    echo "{\"type\": \"skip\", \"backend\": \"$b\", \"workload\": \"all\", \"why\": \"left out: the run's deadline (${deadline} s) came\"}" >> "$results"
-    rc[$b]=deadline
-    continue
+    echo "run.sh: $key left out: the run's deadline (${deadline} s) is near"
+    echo "{\"type\": \"skip\", \"backend\": \"$b\", \"workload\": \"${workloads%%,*}\", \"why\": \"left out: the run's deadline (${deadline} s) came\"}" >> "$results"
+    rc[$key]=deadline
+    return
   fi
   limit=$((left < per_s ? left : per_s))
-  echo "== $b"
+  local round_arg=()
+  [ "$round" = 0 ] || round_arg=(--trace-round="$round")
+  echo "== $key"
   t0=$(date +%s)
-  env "${env[@]}" timeout -k 10 "$limit" "$here/peer_bench" "${bench_args[@]}" "${only[@]}" --backends="$b" \
-    "${plugin[@]}" --json="$results" "${traces[@]}" > "$OUT/peer_bench-$b.log" 2>&1
+  env "${env[@]}" timeout -k 10 "$limit" "$here/peer_bench" "${bench_args[@]}" --workloads="$workloads" \
+    "${round_arg[@]}" "${conf[@]}" --backends="$b" "${plugin[@]}" --json="$results" "${traces[@]}" \
+    >> "$OUT/peer_bench-$b.log" 2>&1
   r=$?
-  rc[$b]=$r
-  echo "$b: exit $r in $(($(date +%s) - t0)) s"
+  rc[$key]=$r
+  echo "$key: exit $r in $(($(date +%s) - t0)) s"
   if [ $r -eq 124 ] || [ $r -eq 137 ]; then
-    echo "{\"type\": \"error\", \"backend\": \"$b\", \"workload\": \"all\", \"error\": \"stopped after $limit s (what it measured before is kept)\"}" >> "$results"
+    echo "{\"type\": \"error\", \"backend\": \"$b\", \"workload\": \"${workloads%%,*}\", \"error\": \"stopped after $limit s (what it measured before is kept)\"}" >> "$results"
   fi
   [ $r -eq 0 ] || tail -n 15 "$OUT/peer_bench-$b.log"
+}
+for b in "${list[@]}"; do
+  case "$b" in
+    streamarena-torch) ;;                      # the traces only
+    streamarena-prefill) run_backend "$b" random 0 ;; # the random allocations only
+    *) run_backend "$b" pairs,threads,random,prodcons 0 ;;
+  esac
+done
+replayers=()
+for b in "${list[@]}"; do [ "$b" = streamarena-prefill ] || replayers+=("$b"); done
+n=${#replayers[@]}
+for ((round = 1; round <= trace_rounds && n > 0; round++)); do
+  for ((k = 0; k < n; k++)); do
+    run_backend "${replayers[$(((k + round - 1) % n))]}" trace "$round"
+  done
 done
 
 # --- the tables, RESULTS.md and plots --------------------------------------
@@ -171,8 +202,8 @@ tar -C "$OUT" -czf "$FINAL/peers.tar.gz" . && rm -rf "$OUT"
 echo "run.sh: $FINAL/results.jsonl, RESULTS.md, peers.tar.gz (plots, logs, the recorded trace) in $(($(date +%s) - start)) s"
 echo
 failed=0
-for b in "${list[@]}"; do
-  echo "backend $b: exit ${rc[$b]}"
-  case "${rc[$b]}" in 0|skipped) ;; *) failed=1 ;; esac
+for k in "${keys[@]}"; do
+  echo "backend $k: exit ${rc[$k]}"
+  case "${rc[$k]}" in 0|skipped) ;; *) failed=1 ;; esac
 done
 exit $failed

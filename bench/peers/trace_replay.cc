@@ -106,20 +106,21 @@ bool run_trace(Ctx &c) {
                     name, t.nops, us, mib(t.peak_live).c_str(),
                     mib(r.stats.reserved_peak).c_str(), ratio,
                     static_cast<unsigned long long>(r.ooms));
-      c.report.result("trace", Json()
-                                   .str("backend", c.b->name)
-                                   .str("workload", "trace")
-                                   .str("case", name)
-                                   .str("format", t.format)
-                                   .count("ops", t.nops)
-                                   .count("streams", t.nstreams)
-                                   .num("seconds", r.seconds)
-                                   .num("us_per_op", us)
-                                   .count("peak_live", t.peak_live)
-                                   .count("reserved_peak", r.stats.reserved_peak)
-                                   .num("ratio", ratio)
-                                   .count("ooms", r.ooms),
-                       row);
+      Json j;
+      j.str("backend", c.b->name)
+          .str("workload", "trace")
+          .str("case", name)
+          .str("format", t.format)
+          .count("ops", t.nops)
+          .count("streams", t.nstreams)
+          .num("seconds", r.seconds)
+          .num("us_per_op", us)
+          .count("peak_live", t.peak_live)
+          .count("reserved_peak", r.stats.reserved_peak)
+          .num("ratio", ratio)
+          .count("ooms", r.ooms);
+      if (c.opt.trace_round != 0) j.count("round", c.opt.trace_round);
+      c.report.result("trace", j, row);
     }
     trace_free(&t);
   }
