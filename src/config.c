@@ -412,6 +412,17 @@ sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_r
               size_text(w, sizeof w, cap));
     return SA_ERR_BAD_CONFIG;
   }
+  /* It is mapped in whole granules (sa__span_prefill): those must fit too.
+   * Counted in granules, so that rounding up cannot overflow. */
+  if (init / gran + (init % gran != 0) > cap / gran) {
+    set_error(err, err_size, "initial_physical=%s: mapped in whole granules, %s, above %s, %s; "
+              "what is mapped up front must fit under the physical cap",
+              size_text(v, sizeof v, init),
+              size_text(w, sizeof w, (init / gran + (init % gran != 0)) * gran),
+              c->max_physical_bytes != 0 ? "max_physical" : "the device's memory",
+              size_text(x, sizeof x, cap));
+    return SA_ERR_BAD_CONFIG;
+  }
   if (c->reserve_limit_bytes != 0 && init > c->reserve_limit_bytes) {
     set_error(err, err_size, "initial_physical=%s: above reserve_limit=%s; what is mapped up "
               "front must fit under the budget", size_text(v, sizeof v, init),

@@ -337,6 +337,27 @@ static void check_names_key_value_and_rule(void **state) {
   expect_rule("device=7", SA_ERR_NO_DEVICE, "device=7", "host", NULL);
 }
 
+/* initial_physical is mapped in whole granules: 3 MiB maps 4 MiB, which a
+ * cap of 3 MiB cannot hold. sa_config_check must say so, as sa_arena_create
+ * refuses it (it gave SA_ERR_OUT_OF_MEMORY after check said SA_OK). */
+static void initial_physical_is_checked_after_rounding(void **state) {
+  (void)state;
+  expect_rule("max_physical=3MiB,initial_physical=3MiB", SA_ERR_BAD_CONFIG,
+              "initial_physical=3MiB", "max_physical", "4MiB");
+  expect_rule("max_physical=5MiB,initial_physical=4194305", SA_ERR_BAD_CONFIG,
+              "initial_physical=4194305", "6MiB", NULL);
+  /* Rounded up to no more than the cap: accepted by both. */
+  sa_config c;
+  sa_config_init(&c);
+  assert_int_equal(sa_config_parse(&c, "backend=host,max_physical=4MiB,initial_physical=3MiB",
+                                   NULL, 0),
+                   SA_OK);
+  assert_int_equal(sa_config_check(&c, NULL, 0), SA_OK);
+  sa_arena *a;
+  assert_int_equal(sa_arena_create(&c, &a), SA_OK);
+  assert_int_equal(sa_arena_destroy(a), SA_OK);
+}
+
 static void check_accepts_what_create_accepts(void **state) {
   (void)state;
   const char *good[] = {
@@ -383,6 +404,7 @@ int main(void) {
       cmocka_unit_test(defaults_are_documented),
       cmocka_unit_test(check_names_key_value_and_rule),
       cmocka_unit_test(check_accepts_what_create_accepts),
+      cmocka_unit_test(initial_physical_is_checked_after_rounding),
       cmocka_unit_test(granularity_is_public),
       cmocka_unit_test(init_accepts_null),
       cmocka_unit_test(every_key_sets_its_field),
