@@ -9,6 +9,7 @@
  * so its line comes before the next alloc line of that memory.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,10 +21,51 @@
 static _Atomic unsigned next_thread = 1;
 static _Thread_local unsigned thread_number;
 
+/* Open trace files, shared by every arena that names the same file (the
+ * default arenas of several devices all get STREAMARENA_CONF's trace=PATH):
+ * one FILE, one header, opened once, closed with its last arena. Each
+ * line is one fprintf, which stdio makes atomic on a shared FILE; an
+ * arena's trace_lock still orders its own lines. */
+typedef struct trace_file_s {
+  struct trace_file_s *next;
+  dev_t dev;
+  ino_t ino;
+  FILE *f;
+  unsigned refs;
+} trace_file;
+
+static pthread_mutex_t files_lock = PTHREAD_MUTEX_INITIALIZER;
+static trace_file *files;
+
 sa_status sa__trace_open(sa_arena *a, const char *path) {
-  a->trace = fopen(path, "w");
-  if (a->trace == NULL) return SA_ERR_BAD_CONFIG;
-  fprintf(a->trace, "thread,stream,op,id,size,time_ns\n");
+  sa_status st = SA_OK;
+  pthread_mutex_lock(&files_lock);
+  struct stat s;
+  trace_file *t = NULL;
+  if (stat(path, &s) == 0)
+    for (t = files; t != NULL && (t->dev != s.st_dev || t->ino != s.st_ino);) t = t->next;
+  if (t == NULL) {
+    FILE *f = fopen(path, "w");
+    if (f == NULL || fstat(fileno(f), &s) != 0) {
+      st = SA_ERR_BAD_CONFIG;
+    } else if ((t = calloc(1, sizeof *t)) == NULL) {
+      st = SA_ERR_OUT_OF_MEMORY;
+    }
+    if (st != SA_OK) {
+      if (f != NULL) fclose(f);
+      pthread_mutex_unlock(&files_lock);
+      return st;
+    }
+    t->dev = s.st_dev;
+    t->ino = s.st_ino;
+    t->f = f;
+    t->next = files;
+    files = t;
+    fprintf(f, "thread,stream,op,id,size,time_ns\n");
+  }
+  t->refs++;
+  a->trace = t->f;
+  pthread_mutex_unlock(&files_lock);
   return SA_OK;
 }
 
@@ -72,6 +114,20 @@ void sa__trace(sa_arena *a, char op, const void *p, size_t size, sa_stream s) {
 }
 
 void sa__trace_close(sa_arena *a) {
-  if (a->trace != NULL) fclose(a->trace);
+  if (a->trace == NULL) return;
+  pthread_mutex_lock(&files_lock);
+  for (trace_file **pt = &files; *pt != NULL; pt = &(*pt)->next) {
+    trace_file *t = *pt;
+    if (t->f != a->trace) continue;
+    if (--t->refs == 0) {
+      *pt = t->next;
+      fclose(t->f);
+      free(t);
+    } else {
+      fflush(t->f); /* this arena's lines are complete on disk */
+    }
+    break;
+  }
+  pthread_mutex_unlock(&files_lock);
   a->trace = NULL;
 }

@@ -139,10 +139,56 @@ static void unwritable_trace_path_is_bad_config(void **state) {
   assert_null(a);
 }
 
+/* Two arenas with one trace path, as the default arenas of two devices get
+ * from STREAMARENA_CONF=trace=PATH: each opened the file with "w" on its own,
+ * so one truncated and overwrote the other's lines and the file silently
+ * lost operations. Every operation of both must be in the file, under one
+ * header. */
+static void arenas_sharing_a_trace_path_keep_every_line(void **state) {
+  (void)state;
+  char path[] = "/tmp/sa_trace_shared_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  sa_arena *a[2];
+  for (int k = 0; k < 2; k++)
+    sa_assert_ok(sa_fixture_arena_create(&a[k], "backend=host,trace=%s", path));
+  for (int i = 0; i < 50; i++) {
+    for (int k = 0; k < 2; k++) {
+      void *p;
+      sa_assert_ok(sa_alloc(a[k], &p, 1000 + (size_t)i, NULL));
+      sa_assert_ok(sa_free(p, NULL));
+    }
+  }
+  sa_assert_ok(sa_host_drain_all());
+  for (int k = 0; k < 2; k++) sa_assert_ok(sa_arena_destroy(a[k]));
+  FILE *in = fopen(path, "r");
+  assert_non_null(in);
+  char line[256];
+  size_t headers = 0, allocs = 0, frees = 0, other = 0;
+  while (fgets(line, sizeof line, in) != NULL) {
+    if (strcmp(line, "thread,stream,op,id,size,time_ns\n") == 0)
+      headers++;
+    else if (strstr(line, ",alloc,") != NULL)
+      allocs++;
+    else if (strstr(line, ",free,") != NULL)
+      frees++;
+    else
+      other++;
+  }
+  fclose(in);
+  unlink(path);
+  assert_int_equal(headers, 1);
+  assert_int_equal(other, 0);
+  assert_int_equal(allocs, 100);
+  assert_int_equal(frees, 100);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(trace_is_the_documented_csv),
       cmocka_unit_test(unwritable_trace_path_is_bad_config),
+      cmocka_unit_test(arenas_sharing_a_trace_path_keep_every_line),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
