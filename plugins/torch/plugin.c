@@ -85,6 +85,9 @@ void *sa_torch_malloc(size_t size, int dev, sa_stream stream) {
     report(valid_device(dev) ? dev : 0, "malloc", NULL, size, st);
     return NULL;
   }
+  /* Size 0 is NULL and nothing allocated: PyTorch never frees a NULL data
+   * pointer, so counting it would leave the live count off for good. */
+  if (p == NULL) return NULL;
   device *d = &devices[dev];
   atomic_fetch_add_explicit(&d->xallocs, 1, memory_order_relaxed);
   requested_add(d, (int64_t)size);

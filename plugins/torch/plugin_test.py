@@ -75,7 +75,14 @@ def case_malloc_free_counts_requested_bytes():
     expect(st["free_count"] == len(sizes) and st["errors"] == 0, "free count, no error")
     plugin.reset_peak(0)
     expect(plugin.stats(0)["requested_bytes_peak"] == 0, "reset_peak")
+    before = plugin.stats(0)
     expect(plugin.malloc(0, 0, s) is None, "size 0 is NULL")
+    # PyTorch never frees a NULL data pointer: counting it as an allocation
+    # would leave allocation.current (alloc_count - free_count) off for good.
+    after = plugin.stats(0)
+    expect(after["alloc_count"] == before["alloc_count"] and after["errors"] == 0,
+           f"size 0 is no allocation: alloc_count {before['alloc_count']} -> "
+           f"{after['alloc_count']}")
     expect(plugin.stats(1)["alloc_count"] == 0, "an unused device reads zero")
     expect(host.counters().order_violations == 0, "no stream-order finding")
     return 2 * len(sizes)
