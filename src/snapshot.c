@@ -134,5 +134,7 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
   fprintf(f, "]\n}\n");
 
   sa__world_unlock(a, head);
-  return ferror(f) ? SA_ERR_INTERNAL : SA_OK;
+  /* Flushed, so that a full disk or a stream not open for writing shows
+   * here: the caller's file failed, not the arena. */
+  return fflush(f) != 0 || ferror(f) ? SA_ERR_INVALID_ARGUMENT : SA_OK;
 }

@@ -69,6 +69,17 @@ static void null_arguments(void **state) {
   BAD(sa_get_stats(f->arena, NULL), SA_ERR_INVALID_ARGUMENT);
   BAD(sa_snapshot_write(NULL, stderr), SA_ERR_INVALID_ARGUMENT);
   BAD(sa_snapshot_write(f->arena, NULL), SA_ERR_INVALID_ARGUMENT);
+  /* A file that cannot take it: the caller's error, not a lost snapshot
+   * reported as written (a full disk) nor an internal one (read-only). */
+  FILE *full = fopen("/dev/full", "w");
+  if (full != NULL) {
+    BAD(sa_snapshot_write(f->arena, full), SA_ERR_INVALID_ARGUMENT);
+    fclose(full);
+  }
+  FILE *read_only = fopen("/dev/null", "r");
+  assert_non_null(read_only);
+  BAD(sa_snapshot_write(f->arena, read_only), SA_ERR_INVALID_ARGUMENT);
+  fclose(read_only);
   BAD(sa_config_parse(NULL, "backend=host", NULL, 0), SA_ERR_INVALID_ARGUMENT);
   BAD(sa_malloc_async(NULL, 64, NULL), SA_ERR_INVALID_ARGUMENT);
   BAD(sa_default_arena(0, NULL), SA_ERR_INVALID_ARGUMENT);

@@ -386,7 +386,9 @@ sa_status sa_get_stats(sa_arena *arena, sa_stats *out);
  * ---------------------------------------------------------------------- */
 
 /* Write the arena's state as JSON: spans, superblocks, chunks and blocks with
- * their state, per stream arena and size class. */
+ * their state, per stream arena and size class. out is flushed before the
+ * call returns; SA_ERR_INVALID_ARGUMENT if it could not be written (a full
+ * disk, a stream not open for writing) or a pointer is NULL. */
 sa_status sa_snapshot_write(sa_arena *arena, FILE *out);
 
 #ifdef __cplusplus
