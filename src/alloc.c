@@ -293,12 +293,16 @@ static sa_status locate_live(void *ptr, sa_arena **a, block_ref *ref) {
 static sa_status free_span(sa_arena *a, sa_tentry *e, sa_span *sp, uint8_t state, void *p) {
   sa_record *r = state == SA_BLOCK_RECORDED ? sa__record_take(a, (uintptr_t)p) : NULL;
   unsigned n = r != NULL ? r->n : 0;
-  sa_stream_arena **recorded = n > 0 ? malloc(n * sizeof *recorded) : NULL;
+  sa_stream_arena **recorded = n > 0 ? calloc(n, sizeof *recorded) : NULL;
   sa_status st = n > 0 && recorded == NULL ? SA_ERR_OUT_OF_MEMORY : SA_OK;
   for (unsigned i = 0; st == SA_OK && i < n; i++)
     st = sa__stream_arena_get(a, r->streams[i], &recorded[i]);
   size_t request = sp->request;
   if (st == SA_OK) st = sa__span_free(a, (uintptr_t)p, e->sarena, recorded, n);
+  /* The free span's marks name them without a binding (reap asks
+   * sa__span_forget_stream), as they name the freer. */
+  for (unsigned i = 0; recorded != NULL && i < n && recorded[i] != NULL; i++)
+    sa__stream_arena_unbind(recorded[i]);
   free(recorded);
   if (st != SA_OK) {
     sa__record_restore(a, r); /* the span stays live, its record too */

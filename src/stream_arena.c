@@ -233,7 +233,8 @@ static sa_deferred *unpark(sa_stream_arena *sa, bool fence) {
   sa_deferred *out = NULL;
   for (sa_deferred **pd = &sa->parked; *pd != NULL;) {
     sa_deferred *d = *pd;
-    bool ready = sa__clean_since(sa->arena, d->gen);
+    /* Released: sa_stream_release waited for the stream's work. */
+    bool ready = sa->synced || sa__clean_since(sa->arena, d->gen);
     if (!ready && fence) {
       ready = sa__event_record_new(sa->arena, sa->stream, &d->events[0]) == SA_OK;
       if (ready) d->nevents = 1;
@@ -338,8 +339,10 @@ static void shed_locked(sa_stream_arena *sa, bool named) {
 
 void sa__stream_arena_shed(sa_stream_arena *sa, bool named) {
   pthread_mutex_lock(&sa->lock);
+  sa_deferred *clean = unpark(sa, false); /* those a release or a device sync made clean */
   shed_locked(sa, named);
   pthread_mutex_unlock(&sa->lock);
+  push_all(clean);
 }
 
 /* ---- the arena's list of stream arenas ---------------------------------- */

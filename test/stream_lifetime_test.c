@@ -342,6 +342,55 @@ static void out_of_memory_settles_other_streams_pending_frees(void **state) {
   sa_assert_ok(sa_host_stream_destroy(c));
 }
 
+/* ---- review: a span's recorded stream lets go of its stream arena ------- */
+
+/* Freeing a span recorded on t bound t's stream arena (the marks of the
+ * free span name it) and never let go: after t was released and destroyed
+ * its stream arena could never be freed, one more per recorded stream. */
+static void a_spans_recorded_stream_arena_is_freed_after_release(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0];
+  void *p;
+  sa_assert_ok(sa_alloc(f->arena, &p, 3 * MiB, a)); /* a's stream arena exists */
+  sa_assert_ok(sa_free(p, a));
+  size_t before = stream_arenas(f->arena);
+  for (int i = 0; i < 4; i++) {
+    sa_stream t = new_stream(SA_HOST_MANUAL);
+    sa_assert_ok(sa_alloc(f->arena, &p, 3 * MiB, a));
+    sa_assert_ok(sa_record_stream(p, t));
+    sa_assert_ok(sa_free(p, a));
+    sa_assert_ok(sa_host_drain_all());
+    sa_assert_ok(sa_stream_release(f->arena, t));
+    sa_assert_ok(sa_host_stream_destroy(t));
+  }
+  sa_assert_ok(sa_trim(f->arena, 0));
+  sa_assert_ok(sa_trim(f->arena, 0)); /* the first unmaps the spans that name them */
+  assert_int_equal(stream_arenas(f->arena), before);
+}
+
+/* ---- review: release hands back batches parked on the stream ------------ */
+
+/* Blocks of A freed on B by a thread that then exits: its exit may not
+ * record an event on B, so the batch is parked on B. sa_stream_release(B)
+ * waited for B's work, so the batch is clean: it must go home at once
+ * ("sa_stream_release hands them back at once"), not wait, parked on a gone
+ * stream arena, for a device-wide synchronize. */
+static void release_hands_back_batches_parked_by_an_exited_thread(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], b = new_stream(SA_HOST_MANUAL);
+  worker_arg w = {f->arena, b, {0}};
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_alloc(f->arena, &w.foreign[i], MiB, a)); /* the cap */
+  run_thread(cross_free_and_exit, &w); /* parked on B */
+  sa_assert_ok(sa_stream_release(f->arena, b));
+  sa_assert_ok(sa_host_stream_destroy(b));
+  uint64_t syncs = sa_host_call_count(SA_HOST_FN_DEVICE_SYNCHRONIZE);
+  void *q[8];
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_alloc(f->arena, &q[i], MiB, a));
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_DEVICE_SYNCHRONIZE), syncs);
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_free(q[i], a));
+  assert_int_equal(stats(f->arena).deferred_frees, 0);
+}
+
 int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -353,6 +402,8 @@ int main(void) {
       T(release_takes_back_what_other_threads_cached),
       T(stream_arenas_of_gone_streams_are_freed),
       T(out_of_memory_settles_other_streams_pending_frees),
+      T(a_spans_recorded_stream_arena_is_freed_after_release),
+      T(release_hands_back_batches_parked_by_an_exited_thread),
   };
 #undef T
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
