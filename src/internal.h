@@ -486,10 +486,12 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t mos
 sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks);
 /* Map chunks back to back at va with one access setting; on failure they go
  * back to the cache (SA_ERR_DRIVER with *stuck set: the driver refused to
- * unwind, and they stay mapped, listed in *stuck). */
+ * unwind, and those mapped stay mapped at va, listed in *stuck; the others
+ * went back to the cache). */
 sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks,
                               sa_chunk **stuck);
 void sa__physical_return(sa_arena *a, sa_chunk *chunks); /* to the cache */
+size_t sa__chunks_bytes(const sa_chunk *chunks);          /* their bytes in all */
 sa_status sa__physical_unmap(sa_arena *a, sa_desc *d); /* chunks to the cache */
 /* The physical bytes past which an allocation reshapes before it grows:
  * reserve_limit when the user set one, else the footprint target. */

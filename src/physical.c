@@ -53,6 +53,12 @@ static void cache_unlink(sa_arena *a, sa_chunk **pp) {
   p->next = NULL;
 }
 
+size_t sa__chunks_bytes(const sa_chunk *chunks) {
+  size_t n = 0;
+  for (; chunks != NULL; chunks = chunks->next) n += chunks->size;
+  return n;
+}
+
 void sa__physical_return(sa_arena *a, sa_chunk *chunks) {
   for (sa_chunk *p = chunks, *n; p != NULL; p = n) {
     n = p->next;
@@ -237,9 +243,16 @@ sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *
   /* One access setting for the whole range, not one per chunk. */
   if (st == SA_OK) st = a->drv->ops->set_access(a->drv, va, size);
   if (st == SA_OK) return SA_OK;
-  /* Undo what was mapped; if the driver refuses, the chunks stay mapped
-   * and the caller keeps the range out of circulation. */
+  /* Undo what was mapped; if the driver refuses, the chunks mapped stay
+   * mapped and the caller keeps their range, [va, va + off), out of
+   * circulation. Those after them were never mapped: back to the cache
+   * (kept with the stuck range they would be lost to every budget, and an
+   * unmap of the whole range would cover a hole). */
   if (off > 0 && a->drv->ops->unmap(a->drv, va, off) != SA_OK) {
+    sa_chunk **link = &chunks;
+    for (size_t at = 0; *link != NULL && at < off; link = &(*link)->next) at += (*link)->size;
+    sa__physical_return(a, *link);
+    *link = NULL;
     *stuck = chunks;
     return SA_ERR_DRIVER;
   }
@@ -251,6 +264,7 @@ sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks) {
   sa_chunk *stuck;
   sa_status st = sa__physical_map_at(a, d->base, d->size, chunks, &stuck);
   d->chunks = st == SA_OK ? chunks : stuck;
+  if (st != SA_OK && stuck != NULL) d->size = sa__chunks_bytes(stuck); /* what destroy unmaps */
   return st;
 }
 

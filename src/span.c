@@ -571,9 +571,11 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
       run_put(a, r);
       sa__va_free(a, at, size);
     } else {
+      size_t kept = sa__chunks_bytes(stuck); /* the mapped part; the rest is free */
       r->hdr.base = at; /* kept aside, off the arena's runs */
-      r->hdr.size = size;
+      r->hdr.size = kept;
       r->hdr.chunks = stuck;
+      if (kept < size) sa__va_free(a, at + kept, size - kept);
     }
     return st;
   }

@@ -110,7 +110,10 @@ static sa_status map_fresh(sa_arena *a, sa_desc *d, size_t bytes, size_t limit) 
   if (st == SA_OK) {
     d->size = bytes;
     st = sa__physical_map(a, d, chunks);
-    if (st != SA_OK && d->chunks == NULL) sa__va_free(a, d->base, bytes);
+    if (st != SA_OK && d->chunks == NULL)
+      sa__va_free(a, d->base, bytes);
+    else if (st != SA_OK && d->size < bytes) /* only the part still mapped stays */
+      sa__va_free(a, d->base + d->size, bytes - d->size);
   }
   return st;
 }
