@@ -66,6 +66,7 @@
 
 #define MiB ((double)(1 << 20))
 #define GRANULE ((size_t)2 << 20)
+#define MAX_CAPACITY ((size_t)1 << 62) /* device sizes below it round up safely */
 
 typedef struct options_s {
   size_t capacity; /* 0: from headroom */
@@ -182,11 +183,6 @@ static sa_status run_streamarena(const trace *t, size_t capacity, const options 
       if (r->oom_count++ == 0) r->first_oom_op = i;
     } else {
       st = report("sa_alloc", s);
-    }
-    if (getenv("TRACKPEAK")) {
-      sa_stats ss; sa_get_stats(a, &ss);
-      static size_t last; if (ss.reserved_bytes_peak > last) { last = ss.reserved_bytes_peak; fprintf(stderr, "op %zu reserved %.1f live %.1f livepeak %.1f op=%s size %.1f\n", i, last/1048576.0, ss.live_bytes/1048576.0, ss.live_bytes_peak/1048576.0, op->is_free?"free":"alloc", op->size/1048576.0); }
-      if (getenv("SNAPOP") && i == (size_t)atol(getenv("SNAPOP"))) write_snapshot(a, o->snapshot_dir, "at.csv");
     }
     if (st == SA_OK && i == t->peak_op && o->snapshot_dir != NULL)
       st = write_snapshot(a, o->snapshot_dir, r->name);
@@ -363,8 +359,9 @@ static void print_table(const result *rs, size_t n) {
 
 static const char help_text[] =
     "usage: replay [options] TRACE.csv...\n"
-    "Replays allocation traces (streamarena's CSV or an RMM log) on the host\n"
-    "simulator with a capped device size, beside a first-fit reference model.\n"
+    "Replays allocation traces (streamarena's CSV, an RMM log or PyTorch's memory\n"
+    "history, plain or gzipped) on the host simulator with a capped device size,\n"
+    "beside a first-fit reference model.\n"
     "\n"
     "The device size comes from one of --capacity, --headroom or --conf=max_physical:\n"
     "  --capacity SIZE        device size for every trace, e.g. 80GiB\n"
@@ -514,6 +511,10 @@ static int parse_options(int argc, char **argv, options *o, int *first) {
     return 2;
   }
   if (cfg.max_physical_bytes != 0) o->capacity = cfg.max_physical_bytes;
+  if (o->capacity >= MAX_CAPACITY) { /* rounding it up to 2 MiB would wrap to 0 */
+    fprintf(stderr, "replay: a device size of %zu bytes is beyond any device\n", o->capacity);
+    return 2;
+  }
   return 0;
 }
 
@@ -546,7 +547,15 @@ int main(int argc, char **argv) {
     r->name = base_name(path);
     r->t = &traces[i];
     size_t cap = o.capacity;
-    if (cap == 0) cap = (size_t)((double)traces[i].peak_live * o.headroom);
+    if (cap == 0) {
+      double want = (double)traces[i].peak_live * o.headroom;
+      if (!(want < (double)MAX_CAPACITY)) { /* no size_t holds it */
+        fprintf(stderr, "replay: %s: %g x peak live is beyond any device\n", path, o.headroom);
+        broken = true;
+        break;
+      }
+      cap = (size_t)want;
+    }
     r->capacity = (cap + GRANULE - 1) / GRANULE * GRANULE;
     if (run_streamarena(r->t, r->capacity, &o, r) != SA_OK ||
         run_first_fit(r->t, r->capacity, r) != SA_OK) {

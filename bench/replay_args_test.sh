@@ -42,6 +42,18 @@ expect 2 "unknown key 'foo'" --conf foo=1 "$rmm_log"
 expect 2 "no trace given" --capacity 64MiB
 printf 'thread,stream,op,id,size,time_ns\n' >"$tmp/empty.csv"
 expect 1 "the trace allocates nothing" "$tmp/empty.csv"
+# A device size past what size_t arithmetic can round up to 2 MiB: refused,
+# not replayed as "capacity 0.0 MiB".
+expect 2 "beyond any device" --capacity 18446744073709551615 "$rmm_log"
+expect 1 "beyond any device" --headroom 1e30 "$rmm_log"
+# No hidden debugging hooks in the timed loop: the environment changes nothing.
+out="$(TRACKPEAK=1 SNAPOP=0 "$replay" --capacity 64MiB "$rmm_log" 2>&1)"
+rc=$?
+if [[ $rc -ne 0 ]] || grep -q '^op ' <<<"$out"; then
+  echo "FAIL: TRACKPEAK=1 SNAPOP=0 replay: exit $rc, output:"
+  echo "$out"
+  fails=$((fails + 1))
+fi
 
-echo "replay_args_test: 15 cases, $fails failed"
+echo "replay_args_test: 18 cases, $fails failed"
 [[ $fails -eq 0 ]]

@@ -46,6 +46,15 @@ PY
 }
 python3 "$render" "$snap" -o "$out/snapshot.svg" >/dev/null
 check_svg "$out/snapshot.svg"
+# Without -o the picture goes beside the snapshot, named after it, also
+# when a folder's name has a dot and the file's has none.
+mkdir -p "$out/run.1"
+cp "$snap" "$out/run.1/snap"
+python3 "$render" "$out/run.1/snap" >/dev/null
+if [[ ! -f "$out/run.1/snap.svg" || -e "$out/run.svg" ]]; then
+  echo "render_snapshot.py run.1/snap did not write run.1/snap.svg:"; ls "$out" "$out/run.1"; exit 1
+fi
+check_svg "$out/run.1/snap.svg"
 
 # Out of memory with the report on: in an 8 MiB device the RMM log's 6 MiB
 # request fails (a 256-byte and a 1 MiB block pin two superblocks).

@@ -15,6 +15,9 @@
 #include "user_path.h"
 
 #define MAX_FIELDS 16
+/* Live bytes past this are no device's: a malformed size, refused before
+ * sums (and the replay's capacity from them) wrap around. */
+#define TRACE_MAX_LIVE ((size_t)1 << 56) /* 64 PiB */
 
 /* A string -> number map (open addressing). Keys are copied. */
 typedef struct smap_s {
@@ -264,11 +267,18 @@ static sa_status line(loader *l, char **f, size_t n, const int *col, size_t line
   uint32_t stream;
   sa_status st = line_stream(l, f[col[0]], lineno, &stream, err, err_size);
   if (st != SA_OK) return st;
+  const char *sz = f[col[3]];
   errno = 0;
   char *end;
-  unsigned long long size = strtoull(f[col[3]], &end, 10);
-  if (errno != 0 || end == f[col[3]] || *end != '\0' || size == 0) {
-    snprintf(err, err_size, "line %zu: bad size '%s'", lineno, f[col[3]]);
+  unsigned long long size = strtoull(sz, &end, 10);
+  /* strtoull takes "-1" as 2^64 - 1: a sign is no size */
+  if (errno != 0 || end == sz || *end != '\0' || size == 0 || sz[0] == '-') {
+    snprintf(err, err_size, "line %zu: bad size '%s'", lineno, sz);
+    return SA_ERR_INVALID_ARGUMENT;
+  }
+  if (size > TRACE_MAX_LIVE - l->live_bytes) {
+    snprintf(err, err_size, "line %zu: size %s takes the live bytes past 64 PiB, beyond any "
+             "device", lineno, sz);
     return SA_ERR_INVALID_ARGUMENT;
   }
   if (k != SIZE_MAX) { /* handed out again before its free completed */
@@ -308,7 +318,7 @@ static bool read_failed(gzFile gz) {
 /* The next line of gz into *buf (grown as needed), without its line end.
  * Its length; -1 at the end of the file or on a read error (gzerror says
  * which: a line cut short by the error is not returned); -2 when the buffer
- * cannot grow. */
+ * cannot grow; -3 when the line holds a NUL byte. */
 static ssize_t read_line(gzFile gz, char **buf, size_t *cap) {
   size_t len = 0;
   for (;;) {
@@ -321,8 +331,13 @@ static ssize_t read_line(gzFile gz, char **buf, size_t *cap) {
     }
     int room = *cap - len > INT_MAX ? INT_MAX : (int)(*cap - len);
     if (gzgets(gz, *buf + len, room) == NULL) break;
-    len += strlen(*buf + len);
+    size_t got = strlen(*buf + len);
+    len += got;
     if (len > 0 && (*buf)[len - 1] == '\n') break;
+    /* gzgets stops at a line end, a full buffer or the end of the file;
+     * stopping short of all three, the string ends at a NUL it copied (the
+     * rest of the line would be overwritten by the next one). */
+    if (got < (size_t)room - 1 && !gzeof(gz)) return -3;
   }
   bool whole = len > 0 && (*buf)[len - 1] == '\n';
   if (len == 0 || (!whole && read_failed(gz))) return -1;
@@ -386,8 +401,17 @@ sa_status trace_load(const char *path, trace *t, char *err, size_t err_size) {
       continue;
     }
     st = line(&l, fields, n, col, lineno, err, err_size);
+    if (st == SA_ERR_INVALID_ARGUMENT) { /* which file, too: replay reads several */
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", err);
+      snprintf(err, err_size, "%s: %s", full, msg);
+    }
   }
   if (st == SA_OK && len == -2) st = SA_ERR_OUT_OF_MEMORY;
+  if (st == SA_OK && len == -3) {
+    snprintf(err, err_size, "%s: line %zu: a NUL byte (not a text file?)", full, lineno + 1);
+    st = SA_ERR_INVALID_ARGUMENT;
+  }
   if (st == SA_OK && !read_ok(gz, full, err, err_size)) st = SA_ERR_INVALID_ARGUMENT;
   if (st == SA_OK && !header) {
     snprintf(err, err_size, "%s: no header line", full);

@@ -237,6 +237,79 @@ static void missing_file_and_unknown_action_are_errors(void **state) {
   assert_non_null(strstr(err, "line 3: unknown operation 'freed'"));
 }
 
+/* Sizes the reader must refuse, each naming its line: a negative size
+ * (strtoull would wrap "-1" to 2^64 - 1), and sizes whose sum no device
+ * holds (the live bytes would wrap around, and the replay's capacity with
+ * them). A large but possible size is read. */
+static void negative_and_overflowing_sizes_are_errors(void **state) {
+  (void)state;
+  char dir[512], path[600];
+  make_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/sizes.csv", dir);
+  static const struct {
+    const char *text, *want;
+  } cases[] = {
+      {"stream,op,id,size\n1,alloc,0xa,-1\n", "line 2: bad size '-1'"},
+      {"stream,op,id,size\n1,alloc,0xa,18446744073709551615\n1,alloc,0xb,4096\n", "line 2: "},
+      {"stream,op,id,size\n1,alloc,0xa,9223372036854775808\n"
+       "1,alloc,0xb,9223372036854775808\n", "line 2: "},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    write_file(path, cases[i].text);
+    trace t;
+    char err[512] = "";
+    assert_int_equal(trace_load(path, &t, err, sizeof err), SA_ERR_INVALID_ARGUMENT);
+    if (strstr(err, cases[i].want) == NULL) fail_msg("case %zu: '%s' lacks '%s'", i, err, cases[i].want);
+    assert_null(t.ops);
+  }
+  write_file(path, "stream,op,id,size\n1,alloc,0xa,1099511627776\n1,free,0xa,0\n"); /* 1 TiB */
+  trace t;
+  load_ok(path, &t);
+  assert_int_equal(t.peak_live, (size_t)1 << 40);
+  trace_free(&t);
+}
+
+/* A NUL byte inside a line (a file padded with zeros after a crash, say) is
+ * an error naming the line: it must not join what follows it on that line
+ * with the next line. */
+static void nul_byte_in_a_line_is_an_error(void **state) {
+  (void)state;
+  char dir[512], path[600];
+  make_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/nul.csv", dir);
+  static const char text[] = "stream,op,id,size\n1,alloc,0xa,4096\n1,alloc,0xb,4\0" "096\n"
+                             "1,free,0xa,0\n1,free,0xb,0\n";
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(text, 1, sizeof text - 1, f), sizeof text - 1);
+  assert_int_equal(fclose(f), 0);
+  trace t;
+  char err[512] = "";
+  sa_status st = trace_load(path, &t, err, sizeof err);
+  if (st == SA_OK) {
+    size_t nops = t.nops, never = t.never_freed;
+    trace_free(&t);
+    fail_msg("read as %zu ops, %zu never freed, without an error", nops, never);
+  }
+  assert_int_equal(st, SA_ERR_INVALID_ARGUMENT);
+  if (strstr(err, "line 3") == NULL) fail_msg("'%s' does not name line 3", err);
+}
+
+/* An error in a data line names the file as well as the line: replay reads
+ * several traces in one run (every file of bench/traces). */
+static void line_errors_name_the_file(void **state) {
+  (void)state;
+  char dir[512], path[600];
+  make_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/named.csv", dir);
+  write_file(path, "stream,op,id,size\n1,alloc,0xa,4096\n1,alloc\n");
+  trace t;
+  char err[512] = "";
+  assert_int_equal(trace_load(path, &t, err, sizeof err), SA_ERR_INVALID_ARGUMENT);
+  if (strstr(err, path) == NULL || strstr(err, "line 3") == NULL)
+    fail_msg("'%s' does not name %s and its line 3", err, path);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(pytorch_free_is_at_free_requested),
@@ -245,6 +318,9 @@ int main(void) {
       cmocka_unit_test(truncated_gzip_is_an_error),
       cmocka_unit_test(relative_path_is_the_users),
       cmocka_unit_test(missing_file_and_unknown_action_are_errors),
+      cmocka_unit_test(negative_and_overflowing_sizes_are_errors),
+      cmocka_unit_test(nul_byte_in_a_line_is_an_error),
+      cmocka_unit_test(line_errors_name_the_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

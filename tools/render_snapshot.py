@@ -21,6 +21,7 @@ Hovering a cell shows its details (an SVG <title>).
 """
 import argparse
 import json
+import os
 import sys
 from xml.sax.saxutils import escape
 
@@ -244,7 +245,7 @@ def main(argv):
     p.add_argument("--columns", type=int, default=64, help="granules per row (default 64)")
     args = p.parse_args(argv)
     snap = load(args.snapshot)
-    out = args.output or (args.snapshot.rsplit(".", 1)[0] + ".svg")
+    out = args.output or (os.path.splitext(args.snapshot)[0] + ".svg")
     with open(out, "w") as f:
         f.write(render(snap, max(8, args.columns)))
     print(out)
