@@ -86,7 +86,8 @@ int sa_last_driver_error(const char **name);
  * ---------------------------------------------------------------------- */
 
 /* A stream handle: a CUstream / cudaStream_t on the CUDA backend (NULL is the
- * legacy default stream, CU_STREAM_PER_THREAD works too), or a stream made by
+ * legacy default stream; CU_STREAM_PER_THREAD, another stream on each thread,
+ * is SA_ERR_UNKNOWN_STREAM), or a stream made by
  * sa_host_stream_create (include/streamarena/host.h) on the host simulator,
  * where NULL is the simulator's default stream. */
 typedef void *sa_stream;

@@ -16,8 +16,10 @@
  * is a thread-local read inside the driver, and unlike a cache of our own it
  * cannot go stale when the user calls cuCtxSetCurrent or cudaSetDevice.
  *   - our primary context is current: nothing to do (the common case);
- *   - no context is current: ours is made current and left current, which
- *     is what the runtime does on a thread's first call anyway;
+ *   - no context is current: ours is made current for the call and popped
+ *     again (left current, it would switch the thread's device to ours:
+ *     the runtime's first call on a thread makes the thread's own device
+ *     current, device 0 unless it chose another);
  *   - the user has another context current (another device, or a context of
  *     their own): ours is made current for the call and theirs restored.
  * Calls on an explicit stream or event handle need no current context
@@ -200,23 +202,33 @@ static int stream_is_implicit(sa_stream s) {
   return s == NULL || (CUstream)s == CU_STREAM_LEGACY || (CUstream)s == CU_STREAM_PER_THREAD;
 }
 
-/* Make the primary context current for one call. *saved gets the user's
- * context to restore afterwards (NULL: nothing to restore). */
-static sa_status ctx_enter(cuda_driver *cd, CUcontext *saved) {
+/* What ctx_enter replaced, for ctx_leave. */
+typedef struct ctx_saved_s {
+  int restore;  /* 0: ours was current already */
+  CUcontext ctx; /* the caller's context, NULL when the thread had none */
+} ctx_saved;
+
+/* Make the primary context current for one call; *saved says what to put
+ * back. A thread that had no context gets none back: leaving ours current
+ * would switch its device (what cudaMalloc, kernel launches and
+ * sa_malloc_async use) to this arena's for good. */
+static sa_status ctx_enter(cuda_driver *cd, ctx_saved *saved) {
   CUcontext cur = NULL;
-  *saved = NULL;
+  saved->restore = 0;
+  saved->ctx = NULL;
   CU_CHECK(g_cu.CtxGetCurrent(&cur));
   if (cur == cd->ctx) return SA_OK;
   CU_CHECK(g_cu.CtxSetCurrent(cd->ctx));
-  *saved = cur;
+  saved->restore = 1;
+  saved->ctx = cur; /* NULL: cuCtxSetCurrent(NULL) pops ours again */
   return SA_OK;
 }
 
 /* Restore what ctx_enter replaced; returns st, or the restore's failure
  * when the call itself succeeded. */
-static sa_status ctx_leave(CUcontext saved, sa_status st) {
-  if (saved == NULL) return st;
-  CUresult r = g_cu.CtxSetCurrent(saved);
+static sa_status ctx_leave(ctx_saved saved, sa_status st) {
+  if (!saved.restore) return st;
+  CUresult r = g_cu.CtxSetCurrent(saved.ctx);
   if (r != CUDA_SUCCESS && st == SA_OK) return cu_fail(r);
   return st;
 }
@@ -224,7 +236,7 @@ static sa_status ctx_leave(CUcontext saved, sa_status st) {
 /* Run one CUDA call with the primary context current. */
 #define CU_IN_CTX(cd, call)                            \
   do {                                                 \
-    CUcontext in_ctx_saved_;                           \
+    ctx_saved in_ctx_saved_;                           \
     sa_status in_ctx_st_ = ctx_enter((cd), &in_ctx_saved_); \
     if (in_ctx_st_ != SA_OK) return in_ctx_st_;        \
     CUresult in_ctx_r_ = (call);                       \
@@ -269,7 +281,7 @@ static sa_status cuda_va_reserve(sa_driver *d, size_t size, size_t alignment, ui
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   CUdeviceptr p = 0;
   *out = 0;
-  CUcontext saved;
+  ctx_saved saved;
   sa_status st = ctx_enter(as_cuda(d), &saved);
   if (st != SA_OK) return st;
   CUresult r = g_cu.MemAddressReserve(&p, size, alignment, 0, 0);
@@ -291,7 +303,7 @@ static sa_status cuda_chunk_create(sa_driver *d, size_t size, sa_chunk_handle *o
   cuda_driver *cd = as_cuda(d);
   CUmemGenericAllocationHandle h = 0;
   *out = 0;
-  CUcontext saved;
+  ctx_saved saved;
   sa_status st = ctx_enter(cd, &saved);
   if (st != SA_OK) return st;
   CUresult r = g_cu.MemCreate(&h, size, &cd->prop, 0);
@@ -360,7 +372,7 @@ static sa_status cuda_event_create(sa_driver *d, sa_event *out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   CUevent e = NULL;
   *out = NULL;
-  CUcontext saved;
+  ctx_saved saved;
   sa_status st = ctx_enter(as_cuda(d), &saved);
   if (st != SA_OK) return st;
   /* No timing: recording and querying are cheaper, and we never time. */
@@ -420,6 +432,15 @@ static const char *stream_owner(CUcontext ctx, CUdevice ours) {
 }
 
 static sa_status cuda_stream_validate(sa_driver *d, sa_stream stream) {
+  /* One handle, a different stream on each thread: the allocator keys a
+   * stream by handle and id, and would hand what one thread freed on its
+   * per-thread stream to another thread's per-thread stream at once, with
+   * no wait (and record and query its events on whichever thread calls). */
+  if ((CUstream)stream == CU_STREAM_PER_THREAD) {
+    sa_driver_set_error(CUDA_ERROR_INVALID_HANDLE,
+                        "CU_STREAM_PER_THREAD is another stream on each thread: not supported");
+    return SA_ERR_UNKNOWN_STREAM;
+  }
   if (stream_is_implicit(stream)) return SA_OK; /* resolved in our context */
   CUcontext ctx = NULL;
   CUresult r = g_cu.StreamGetCtx((CUstream)stream, &ctx);
@@ -467,7 +488,7 @@ static sa_status cuda_stream_create(sa_driver *d, sa_stream *out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   CUstream s = NULL;
   *out = NULL;
-  CUcontext saved;
+  ctx_saved saved;
   sa_status st = ctx_enter(as_cuda(d), &saved);
   if (st != SA_OK) return st;
   /* Non-blocking: no implicit ordering with the NULL stream, so tests see

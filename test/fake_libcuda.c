@@ -1,0 +1,283 @@
+/* A fake libcuda.so.1 for tests of the CUDA backend on machines with no
+ * GPU (cuda_fake_test): two devices, one primary context each, a per-thread
+ * current context (and a push/pop stack), streams with process-unique ids
+ * (NULL and CU_STREAM_LEGACY: the current context's legacy stream;
+ * CU_STREAM_PER_THREAD: the calling thread's own stream of the current
+ * context, as in CUDA), events whose work never completes until a
+ * synchronize, and VMM on mmap. Calls that need a current context fail with
+ * CUDA_ERROR_INVALID_CONTEXT without one. Built with the soname libcuda.so.1:
+ * a test dlopens it by path before the library's own dlopen("libcuda.so.1"),
+ * which then finds it by soname.
+ *
+ * fake_cuda_waits() counts cuStreamWaitEvent calls; fake_cuda_last_wait_stream()
+ * is the id of the stream the last one was enqueued on.
+ */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define NDEV 2
+#define GRAN ((size_t)2 << 20)
+
+typedef struct fctx_s {
+  int dev;
+} fctx;
+
+typedef struct fstream_s {
+  fctx *ctx;
+  unsigned long long id;
+} fstream;
+
+typedef struct fevent_s {
+  fctx *ctx;
+  int recorded;
+  unsigned long long seq; /* when it was recorded */
+} fevent;
+
+static fctx ctxs[NDEV] = {{0}, {1}};
+static fstream legacy[NDEV] = {{&ctxs[0], 1}, {&ctxs[1], 2}};
+static _Thread_local fctx *tl_stack[8];
+static _Thread_local int tl_depth; /* tl_stack[tl_depth - 1] is current */
+static _Thread_local fstream *tl_pt[NDEV];
+static _Atomic unsigned long long next_id = 100;
+static _Atomic unsigned long long next_seq = 1;
+static _Atomic unsigned long long synced_upto = 0;
+static _Atomic unsigned long long next_handle = 1;
+static _Atomic int waits;
+static _Atomic unsigned long long last_wait_stream;
+
+int fake_cuda_waits(void);
+unsigned long long fake_cuda_last_wait_stream(void);
+unsigned long long fake_cuda_pt_id(int dev);
+int fake_cuda_current_device(void);
+
+int fake_cuda_waits(void) { return atomic_load(&waits); }
+unsigned long long fake_cuda_last_wait_stream(void) { return atomic_load(&last_wait_stream); }
+int fake_cuda_current_device(void) { return tl_depth > 0 && tl_stack[tl_depth - 1] ? tl_stack[tl_depth - 1]->dev : -1; }
+
+static fctx *cur(void) { return tl_depth > 0 ? tl_stack[tl_depth - 1] : NULL; }
+
+static fstream *pt_of(fctx *c) {
+  if (tl_pt[c->dev] == NULL) {
+    tl_pt[c->dev] = calloc(1, sizeof(fstream)); /* leaked at thread exit: a test */
+    tl_pt[c->dev]->ctx = c;
+    tl_pt[c->dev]->id = atomic_fetch_add(&next_id, 1);
+  }
+  return tl_pt[c->dev];
+}
+
+unsigned long long fake_cuda_pt_id(int dev) { return pt_of(&ctxs[dev])->id; }
+
+/* The stream a handle names for this thread, or NULL (no current context). */
+static fstream *resolve(CUstream s) {
+  if (s == NULL || s == CU_STREAM_LEGACY) return cur() ? &legacy[cur()->dev] : NULL;
+  if (s == CU_STREAM_PER_THREAD) return cur() ? pt_of(cur()) : NULL;
+  return (fstream *)s;
+}
+
+static CUresult f_GetErrorName(CUresult r, const char **name) {
+  *name = r == CUDA_SUCCESS ? "CUDA_SUCCESS" : "CUDA_ERROR_FAKE";
+  return CUDA_SUCCESS;
+}
+static CUresult f_Init(unsigned flags) { (void)flags; return CUDA_SUCCESS; }
+static CUresult f_DeviceGet(CUdevice *d, int ordinal) {
+  if (ordinal < 0 || ordinal >= NDEV) return CUDA_ERROR_INVALID_DEVICE;
+  *d = ordinal;
+  return CUDA_SUCCESS;
+}
+static CUresult f_DeviceGetCount(int *n) { *n = NDEV; return CUDA_SUCCESS; }
+static CUresult f_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
+  (void)a; (void)d;
+  *v = 1;
+  return CUDA_SUCCESS;
+}
+static CUresult f_DeviceTotalMem(size_t *b, CUdevice d) { (void)d; *b = (size_t)16 << 30; return CUDA_SUCCESS; }
+static CUresult f_DeviceCanAccessPeer(int *can, CUdevice d, CUdevice p) { (void)d; (void)p; *can = 1; return CUDA_SUCCESS; }
+static CUresult f_DevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = (CUcontext)&ctxs[d]; return CUDA_SUCCESS; }
+static CUresult f_DevicePrimaryCtxRelease(CUdevice d) { (void)d; return CUDA_SUCCESS; }
+static CUresult f_CtxGetCurrent(CUcontext *c) { *c = (CUcontext)cur(); return CUDA_SUCCESS; }
+static CUresult f_CtxSetCurrent(CUcontext c) {
+  if (c == NULL) {
+    if (tl_depth > 0) tl_depth--;
+    return CUDA_SUCCESS;
+  }
+  if (tl_depth == 0) tl_depth = 1;
+  tl_stack[tl_depth - 1] = (fctx *)c;
+  return CUDA_SUCCESS;
+}
+static CUresult f_CtxGetDevice(CUdevice *d) {
+  if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
+  *d = cur()->dev;
+  return CUDA_SUCCESS;
+}
+static CUresult f_CtxSynchronize(void) {
+  if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
+  atomic_store(&synced_upto, atomic_load(&next_seq));
+  return CUDA_SUCCESS;
+}
+static CUresult f_CtxPushCurrent(CUcontext c) {
+  if (tl_depth == 8) return CUDA_ERROR_UNKNOWN;
+  tl_stack[tl_depth++] = (fctx *)c;
+  return CUDA_SUCCESS;
+}
+static CUresult f_CtxPopCurrent(CUcontext *c) {
+  if (tl_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c) *c = (CUcontext)tl_stack[tl_depth - 1];
+  tl_depth--;
+  return CUDA_SUCCESS;
+}
+
+static CUresult f_MemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p,
+                                              CUmemAllocationGranularity_flags f) {
+  (void)p; (void)f;
+  *g = GRAN;
+  return CUDA_SUCCESS;
+}
+static CUresult f_MemAddressReserve(CUdeviceptr *out, size_t size, size_t align, CUdeviceptr addr,
+                                    unsigned long long flags) {
+  (void)addr; (void)flags;
+  if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (align < GRAN) align = GRAN;
+  void *m = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  uintptr_t raw = (uintptr_t)m, base = (raw + align - 1) & ~(uintptr_t)(align - 1);
+  if (base > raw) munmap(m, base - raw);
+  if (raw + align > base) munmap((void *)(base + size), raw + align - base);
+  *out = (CUdeviceptr)base;
+  return CUDA_SUCCESS;
+}
+static CUresult f_MemAddressFree(CUdeviceptr p, size_t size) {
+  if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
+  munmap((void *)(uintptr_t)p, size);
+  return CUDA_SUCCESS;
+}
+static CUresult f_MemCreate(CUmemGenericAllocationHandle *h, size_t size,
+                            const CUmemAllocationProp *p, unsigned long long flags) {
+  (void)size; (void)p; (void)flags;
+  if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
+  *h = atomic_fetch_add(&next_handle, 1);
+  return CUDA_SUCCESS;
+}
+static CUresult f_MemRelease(CUmemGenericAllocationHandle h) { (void)h; return CUDA_SUCCESS; }
+static CUresult f_MemMap(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
+                         unsigned long long flags) {
+  (void)off; (void)h; (void)flags;
+  if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (mmap((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  return CUDA_SUCCESS;
+}
+static CUresult f_MemUnmap(CUdeviceptr p, size_t size) {
+  if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
+  mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+       -1, 0);
+  return CUDA_SUCCESS;
+}
+static CUresult f_MemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t n) {
+  (void)p; (void)size; (void)d; (void)n;
+  if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
+  return CUDA_SUCCESS;
+}
+
+static CUresult f_EventCreate(CUevent *e, unsigned flags) {
+  (void)flags;
+  if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
+  fevent *ev = calloc(1, sizeof *ev);
+  ev->ctx = cur();
+  *e = (CUevent)ev;
+  return CUDA_SUCCESS;
+}
+static CUresult f_EventDestroy(CUevent e) { free(e); return CUDA_SUCCESS; }
+static CUresult f_EventRecord(CUevent e, CUstream s) {
+  fstream *st = resolve(s);
+  if (st == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  fevent *ev = (fevent *)e;
+  if (st->ctx != ev->ctx) return CUDA_ERROR_INVALID_HANDLE;
+  ev->recorded = 1;
+  ev->seq = atomic_fetch_add(&next_seq, 1);
+  return CUDA_SUCCESS;
+}
+static CUresult f_EventQuery(CUevent e) {
+  fevent *ev = (fevent *)e;
+  return !ev->recorded || ev->seq < atomic_load(&synced_upto) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+static CUresult f_EventSynchronize(CUevent e) { ((fevent *)e)->recorded = 0; return CUDA_SUCCESS; }
+static CUresult f_StreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
+  (void)e; (void)flags;
+  fstream *st = resolve(s);
+  if (st == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  atomic_fetch_add(&waits, 1);
+  atomic_store(&last_wait_stream, st->id);
+  return CUDA_SUCCESS;
+}
+static CUresult f_StreamSynchronize(CUstream s) {
+  if (resolve(s) == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  return CUDA_SUCCESS; /* events recorded on it stay "not ready": conservative */
+}
+static CUresult f_StreamGetCtx(CUstream s, CUcontext *c) {
+  fstream *st = resolve(s);
+  if (st == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  *c = (CUcontext)st->ctx;
+  return CUDA_SUCCESS;
+}
+static CUresult f_StreamGetId(CUstream s, unsigned long long *id) {
+  fstream *st = resolve(s);
+  if (st == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  *id = st->id;
+  return CUDA_SUCCESS;
+}
+static CUresult f_StreamCreate(CUstream *s, unsigned flags) {
+  (void)flags;
+  if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
+  fstream *st = calloc(1, sizeof *st);
+  st->ctx = cur();
+  st->id = atomic_fetch_add(&next_id, 1);
+  *s = (CUstream)st;
+  return CUDA_SUCCESS;
+}
+static CUresult f_StreamDestroy(CUstream s) { free(s); return CUDA_SUCCESS; }
+static CUresult f_MemsetD32Async(CUdeviceptr p, unsigned v, size_t n, CUstream s) {
+  if (resolve(s) == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  for (size_t i = 0; i < n; i++) ((unsigned *)(uintptr_t)p)[i] = v;
+  return CUDA_SUCCESS;
+}
+static CUresult f_MemcpyDtoH(void *dst, CUdeviceptr src, size_t n) {
+  if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
+  memcpy(dst, (void *)(uintptr_t)src, n);
+  return CUDA_SUCCESS;
+}
+
+#define E(name) {"cu" #name, (void *)f_##name}
+static const struct {
+  const char *name;
+  void *fn;
+} table[] = {
+    E(GetErrorName), E(Init), E(DeviceGet), E(DeviceGetCount), E(DeviceGetAttribute),
+    E(DeviceTotalMem), E(DeviceCanAccessPeer), E(DevicePrimaryCtxRetain),
+    E(DevicePrimaryCtxRelease), E(CtxGetCurrent), E(CtxSetCurrent), E(CtxGetDevice),
+    E(CtxSynchronize), E(CtxPushCurrent), E(CtxPopCurrent), E(MemGetAllocationGranularity),
+    E(MemAddressReserve), E(MemAddressFree), E(MemCreate), E(MemRelease), E(MemMap), E(MemUnmap),
+    E(MemSetAccess), E(EventCreate), E(EventDestroy), E(EventRecord), E(EventQuery),
+    E(EventSynchronize), E(StreamWaitEvent), E(StreamSynchronize), E(StreamGetCtx),
+    E(StreamGetId), E(StreamCreate), E(StreamDestroy), E(MemsetD32Async), E(MemcpyDtoH),
+};
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status) {
+  (void)version; (void)flags;
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    if (strcmp(table[i].name, symbol) == 0) {
+      *pfn = table[i].fn;
+      if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+      return CUDA_SUCCESS;
+    }
+  }
+  *pfn = NULL;
+  if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return CUDA_ERROR_NOT_FOUND;
+}
