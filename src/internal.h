@@ -544,6 +544,9 @@ void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb); /* its last b
 /* Destroy: unmap every slab (superblocks of their own went with their
  * descriptors' chunks) and free them. Device synchronized already. */
 sa_status sa__superblock_slabs_fini(sa_arena *a);
+/* Unmap the slabs none of whose slots is carved (a refused unmap is retried
+ * here). Arena lock held. */
+void sa__superblock_slabs_unmap_free(sa_arena *a);
 
 /* device_sync.c: what a device-wide synchronize makes clean */
 /* The generation of a hand-back made now, after the frees it covers: clean

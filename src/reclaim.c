@@ -23,6 +23,9 @@ static void unmap_free_superblocks(sa_arena *a, bool wait) {
   while ((sb = sa__superblock_pop_global(a)) != NULL)
     sa__superblock_unmap_or_keep(a, sb, wait, &keep);
   sa__superblock_push_all(a, keep);
+  pthread_mutex_lock(&a->lock);
+  sa__superblock_slabs_unmap_free(a);
+  pthread_mutex_unlock(&a->lock);
 }
 
 void sa__reclaim(sa_arena *a, size_t need, bool wait, unsigned what) {

@@ -164,13 +164,11 @@ static sa_status slab_new(sa_arena *a, size_t size, uint32_t k, size_t limit) {
   return st;
 }
 
-/* Slot of sl is free again; the slab is unmapped once none is carved (if
- * the driver refuses, it stays with every slot free). */
-static void slab_put(sa_arena *a, sa_slab *sl, uint32_t slot) {
-  sl->free_slots[sl->nfree++] = slot;
-  sl->ncarved--;
-  a->slab_free_bytes += sl->slot;
-  if (sl->ncarved > 0 || sa__physical_unmap(a, &sl->hdr) != SA_OK) return;
+/* Unmap sl, none of whose slots is carved, and forget it; false (sl stays,
+ * every slot free, for sa__superblock_slabs_unmap_free) if the driver
+ * refuses. */
+static bool slab_unmap(sa_arena *a, sa_slab *sl) {
+  if (sa__physical_unmap(a, &sl->hdr) != SA_OK) return false;
   sa__va_free(a, sl->hdr.base, sl->hdr.size);
   a->slab_free_bytes -= sl->hdr.size;
   for (sa_slab **p = &a->slabs; *p != NULL; p = &(*p)->next)
@@ -179,6 +177,24 @@ static void slab_put(sa_arena *a, sa_slab *sl, uint32_t slot) {
       break;
     }
   free(sl);
+  return true;
+}
+
+/* Slot of sl is free again; the slab is unmapped once none is carved. */
+static void slab_put(sa_arena *a, sa_slab *sl, uint32_t slot) {
+  sl->free_slots[sl->nfree++] = slot;
+  sl->ncarved--;
+  a->slab_free_bytes += sl->slot;
+  if (sl->ncarved == 0) (void)slab_unmap(a, sl);
+}
+
+void sa__superblock_slabs_unmap_free(sa_arena *a) {
+  /* Slabs whose unmap the driver refused when their last slot came back
+   * (a kept-aside one of a refused unwind has no free slot: it stays). */
+  for (sa_slab *sl = a->slabs, *next; sl != NULL; sl = next) {
+    next = sl->next;
+    if (sl->ncarved == 0 && sl->nfree == sl->nslots) (void)slab_unmap(a, sl);
+  }
 }
 
 sa_status sa__superblock_slabs_fini(sa_arena *a) {

@@ -229,6 +229,38 @@ static void many_superblocks_are_mapped_in_slabs(void **state) {
   free(p);
 }
 
+/* A slab whose unmap the driver refused once stays mapped with every slot
+ * free; a later trim must try again. It was never retried (only a new
+ * superblock carved from it and given back would): sa_trim(0) with nothing
+ * live in it left the slab's chunk reserved for the arena's life. */
+#define SLAB_LIVE 256 /* superblocks with chunks of their own, kept live */
+#define SLAB_MORE 64  /* then in slabs */
+static void a_refused_slab_unmap_is_retried_by_trim(void **state) {
+  (void)state;
+  enum { N = 2 * (SLAB_LIVE + SLAB_MORE) };
+  void **p = calloc(N, sizeof *p);
+  assert_non_null(p);
+  sa_fixture f;
+  sa_assert_ok(sa_fixture_setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO));
+  sa_stream s = f.streams[0];
+  for (int i = 0; i < N; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], MiB, s));
+  assert_non_null(f.arena->slabs);
+  /* Every slab superblock back; the first 256 (chunks of their own) stay. */
+  for (int i = 2 * SLAB_LIVE; i < N; i++) sa_assert_ok(sa_free(p[i], s));
+  sa_assert_ok(sa_host_fault_inject(SA_HOST_FN_UNMAP, 1, 0));
+  sa_assert_ok(sa_trim(f.arena, 0));
+  sa_host_fault_clear();
+  sa_assert_ok(sa_trim(f.arena, 0));
+  sa_stats st;
+  sa_assert_ok(sa_get_stats(f.arena, &st));
+  assert_int_equal(st.superblocks_total, SLAB_LIVE);
+  assert_int_equal(st.reserved_bytes, (size_t)SLAB_LIVE * 2 * MiB);
+  assert_int_equal(st.cached_bytes, 0);
+  for (int i = 0; i < 2 * SLAB_LIVE; i++) sa_assert_ok(sa_free(p[i], s));
+  free(p);
+  sa_assert_ok(sa_fixture_teardown(&f));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(index_is_division_for_every_class),
@@ -238,6 +270,7 @@ int main(void) {
       cmocka_unit_test(a_class_larger_than_the_superblock_size_gets_room),
       cmocka_unit_test(state_bytes_never_move),
       cmocka_unit_test(many_superblocks_are_mapped_in_slabs),
+      cmocka_unit_test(a_refused_slab_unmap_is_retried_by_trim),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
