@@ -61,8 +61,16 @@ def main(argv=None):
     p.add_argument("-o", "--output", help="the CSV, .gz to compress (default: standard output)")
     p.add_argument("--device", type=int, default=0)
     args = p.parse_args(argv)
-    with open(args.snapshot, "rb") as f:
-        snapshot = pickle.load(f)
+    try:
+        with open(args.snapshot, "rb") as f:
+            snapshot = pickle.load(f)
+    except Exception as e:  # a missing file, or garbage: pickle raises many kinds
+        print(f"torch_trace: {args.snapshot}: cannot read a snapshot: {e}", file=sys.stderr)
+        return 1
+    if not isinstance(snapshot, dict):
+        print(f"torch_trace: {args.snapshot}: not a memory snapshot (a {type(snapshot).__name__})",
+              file=sys.stderr)
+        return 1
     traces = snapshot.get("device_traces", [])
     if args.device >= len(traces):
         print(f"torch_trace: {args.snapshot} has the traces of {len(traces)} devices, not of "

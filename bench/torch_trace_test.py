@@ -66,6 +66,15 @@ def main():
         if r.returncode != 0 or want not in r.stdout:
             print(f"expected a replay with: {want}")
             return 1
+        # A missing file or one that is no snapshot: a message, not a traceback.
+        with open(os.path.join(tmp, "text.pickle"), "w") as f:
+            f.write("not a pickle\n")
+        for bad in (os.path.join(tmp, "missing.pickle"), os.path.join(tmp, "text.pickle")):
+            r = subprocess.run([sys.executable, converter, bad], capture_output=True, text=True)
+            if r.returncode != 1 or "Traceback" in r.stderr or bad not in r.stderr:
+                print(f"{bad}: exit {r.returncode}, expected 1 and a message naming it:\n"
+                      + r.stderr)
+                return 1
     print("torch_trace_test: converted and replayed")
     return 0
 

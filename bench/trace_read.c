@@ -14,7 +14,7 @@
 
 #include "user_path.h"
 
-#define MAX_FIELDS 16
+#define MAX_FIELDS 64 /* columns read per line; the rest are ignored */
 /* Live bytes past this are no device's: a malformed size, refused before
  * sums (and the replay's capacity from them) wrap around. */
 #define TRACE_MAX_LIVE ((size_t)1 << 56) /* 64 PiB */

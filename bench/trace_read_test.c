@@ -310,6 +310,31 @@ static void line_errors_name_the_file(void **state) {
     fail_msg("'%s' does not name %s and its line 3", err, path);
 }
 
+/* Columns are found by name and extra ones ignored (docs/TRACE.md), also
+ * when the trace's own come after twenty others (16 were read before). */
+static void columns_after_many_others_are_found(void **state) {
+  (void)state;
+  char dir[512], path[600], text[2048];
+  make_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/wide.csv", dir);
+  char extra[256] = "", header[512], pad[128] = "";
+  for (int i = 0; i < 20; i++) {
+    size_t n = strlen(extra);
+    snprintf(extra + n, sizeof extra - n, "x%d,", i);
+    n = strlen(pad);
+    snprintf(pad + n, sizeof pad - n, "0,");
+  }
+  snprintf(header, sizeof header, "%sstream,op,id,size\n", extra);
+  snprintf(text, sizeof text, "%s%s1,alloc,0xa,4096\n%s1,free,0xa,0\n", header, pad, pad);
+  write_file(path, text);
+  trace t;
+  load_ok(path, &t);
+  assert_int_equal(t.nops, 2);
+  assert_int_equal(t.ops[0].size, 4096);
+  assert_int_equal(t.ops[1].is_free, 1);
+  trace_free(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(pytorch_free_is_at_free_requested),
@@ -321,6 +346,7 @@ int main(void) {
       cmocka_unit_test(negative_and_overflowing_sizes_are_errors),
       cmocka_unit_test(nul_byte_in_a_line_is_an_error),
       cmocka_unit_test(line_errors_name_the_file),
+      cmocka_unit_test(columns_after_many_others_are_found),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
