@@ -83,6 +83,8 @@ static void explicit_streams_reuse_behind_a_wait(void **state) {
   if (jb.p == ja.p) assert_true(fake_waits() > w0);
   assert_int_equal(sa_free(jb.p, s2), SA_OK);
   assert_int_equal(sa_arena_destroy(a), SA_OK);
+  assert_int_equal(d->ops->stream_destroy(d, s1), SA_OK);
+  assert_int_equal(d->ops->stream_destroy(d, s2), SA_OK);
   sa_driver_close(d);
 }
 

@@ -61,9 +61,16 @@ int fake_cuda_current_device(void) { return tl_depth > 0 && tl_stack[tl_depth - 
 
 static fctx *cur(void) { return tl_depth > 0 ? tl_stack[tl_depth - 1] : NULL; }
 
+/* Every thread's per-thread streams, kept reachable for the process's life
+ * (a thread's may be named after it exited, as the real one's id is). */
+static fstream all_pt[256];
+static _Atomic unsigned npt;
+
 static fstream *pt_of(fctx *c) {
   if (tl_pt[c->dev] == NULL) {
-    tl_pt[c->dev] = calloc(1, sizeof(fstream)); /* leaked at thread exit: a test */
+    unsigned k = atomic_fetch_add(&npt, 1);
+    if (k >= sizeof all_pt / sizeof all_pt[0]) abort(); /* a test makes a few */
+    tl_pt[c->dev] = &all_pt[k];
     tl_pt[c->dev]->ctx = c;
     tl_pt[c->dev]->id = atomic_fetch_add(&next_id, 1);
   }
