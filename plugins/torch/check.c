@@ -107,6 +107,13 @@ sa_status sa__torch_check_record(void *ptr, sa_stream stream) {
   if (!atomic_load_explicit(&xenabled, memory_order_relaxed)) return SA_OK;
   sa_status st = SA_OK;
   pthread_mutex_lock(&lock);
+  /* One record per (block, stream), as the allocator keeps them: a block
+   * recorded again every step must not grow the table or the fill's waits. */
+  for (size_t i = 0; i < nrecs; i++)
+    if (recs[i].p == ptr && recs[i].stream == stream) {
+      pthread_mutex_unlock(&lock);
+      return SA_OK;
+    }
   if (nrecs == caprecs) {
     size_t cap = caprecs ? caprecs * 2 : 64;
     recorded *grown = realloc(recs, cap * sizeof *grown);

@@ -110,7 +110,12 @@ void sa_torch_free(void *ptr, size_t size, int dev, sa_stream stream) {
 }
 
 void sa_torch_record_stream(void *ptr, sa_stream stream) {
+  /* PyTorch passes the storage's pointer as it is: NULL for an empty tensor,
+   * and memory it did not allocate here (DLPack, from_blob) for others. Its
+   * own allocator skips both; nothing of ours needs ordering. */
+  if (ptr == NULL) return;
   sa_status st = sa_record_stream(ptr, stream);
+  if (st == SA_ERR_INVALID_POINTER) return;
   if (st == SA_OK) st = sa__torch_check_record(ptr, stream);
   /* PyTorch does not say the device: count it on the current one. */
   int dev = 0;

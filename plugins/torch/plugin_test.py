@@ -203,6 +203,28 @@ def case_bad_calls_are_counted_not_fatal():
     return 8
 
 
+def case_record_stream_of_an_empty_or_foreign_tensor_is_no_error():
+    """CUDAPluggableAllocator::recordStream hands the plugin ptr.get() as it
+    is: NULL for an empty tensor (torch.empty(0, device="cuda") has a NULL
+    data pointer), and memory PyTorch did not allocate (torch.from_dlpack of
+    another library's array). PyTorch's own allocator returns at once for
+    both ("Empty tensor's storage().data() might be a null ptr", "If a tensor
+    is not allocated by this instance, simply skip"): neither is a failure,
+    and errors() must stay 0 (train.py turns errors into findings)."""
+    plugin, host = setup()
+    s = host.stream(SA_HOST_AUTO)
+    p = plugin.malloc(4096, 0, s)  # the arena exists: the pointers below are not its
+    plugin.record_stream(None, s)
+    expect(plugin.errors() == 0, f"record_stream of an empty tensor: {plugin.errors()} errors")
+    junk = ctypes.create_string_buffer(4096)
+    plugin.record_stream(ctypes.addressof(junk), s)
+    expect(plugin.errors() == 0, f"record_stream of foreign memory: {plugin.errors()} errors")
+    expect(plugin.stats(0)["record_count"] == 0, "nothing recorded")
+    plugin.free(p, 4096, 0, s)
+    expect(plugin.errors() == 0, "no failed hook")
+    return 4
+
+
 def case_check_mode_fills_after_recorded_streams():
     """Check mode: the fill waits for the freeing stream and the recorded one,
     and then the memory holds the pattern."""
@@ -230,6 +252,31 @@ def case_check_mode_fills_after_recorded_streams():
     host.drain_all()
     expect(host.counters().order_violations == 0, "no stream-order finding")
     return 6
+
+
+def case_check_mode_keeps_one_record_per_stream():
+    """A long-lived tensor recorded on the same stream every step (a buffer
+    reused across steps; NCCL's process group with record streams on): the
+    fill waits for that stream once, as the allocator's own record table
+    keeps it once, and the plugin's table does not grow with every call."""
+    plugin, host = setup(check=True)
+    s1, s2 = host.stream(SA_HOST_MANUAL), host.stream(SA_HOST_MANUAL)
+    n = 4096
+    p = plugin.malloc(n, 0, s1)
+    steps = 2000
+    for _ in range(steps):
+        plugin.record_stream(p, s2)
+    fn = 12  # SA_HOST_FN_STREAM_WAIT_EVENT
+    plugin.lib.sa_host_call_count.argtypes = [ctypes.c_int]
+    plugin.lib.sa_host_call_count.restype = ctypes.c_uint64
+    before = plugin.lib.sa_host_call_count(fn)
+    plugin.free(p, n, 0, s1)
+    waits = plugin.lib.sa_host_call_count(fn) - before
+    host.drain_all()
+    expect(plugin.errors() == 0 and plugin.stats(0)["check_fills"] == 1, "one fill, no error")
+    expect(waits <= 4, f"the free made {waits} stream waits for 2 streams "
+           f"({steps} record_stream calls on one stream kept {steps} records)")
+    return steps + 2
 
 
 def case_check_mode_catches_a_missing_record_stream():
