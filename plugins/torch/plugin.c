@@ -24,6 +24,7 @@
 typedef struct device_s {
   _Alignas(64) _Atomic(sa_arena *) xarena; /* NULL until its first allocation */
   _Atomic int64_t xrequested, xrequested_peak;
+  _Atomic uint64_t xrequested_total, xfreed_total; /* bytes, ever */
   _Atomic uint64_t xallocs, xfrees, xrecords, xerrors;
 } device;
 
@@ -67,6 +68,10 @@ bool sa__torch_started(void) {
 }
 
 static void requested_add(device *d, int64_t delta) {
+  if (delta > 0)
+    atomic_fetch_add_explicit(&d->xrequested_total, (uint64_t)delta, memory_order_relaxed);
+  else
+    atomic_fetch_add_explicit(&d->xfreed_total, (uint64_t)-delta, memory_order_relaxed);
   int64_t now =
       atomic_fetch_add_explicit(&d->xrequested, delta, memory_order_relaxed) + delta;
   int64_t peak = atomic_load_explicit(&d->xrequested_peak, memory_order_relaxed);
@@ -152,6 +157,8 @@ sa_status sa_torch_get_stats(int dev, sa_torch_stats *out, size_t size) {
   out->requested_bytes = req > 0 ? (uint64_t)req : 0;
   out->requested_bytes_peak = (uint64_t)atomic_load_explicit(&d->xrequested_peak,
                                                              memory_order_relaxed);
+  out->requested_bytes_total = atomic_load_explicit(&d->xrequested_total, memory_order_relaxed);
+  out->freed_bytes_total = atomic_load_explicit(&d->xfreed_total, memory_order_relaxed);
   out->alloc_count = atomic_load_explicit(&d->xallocs, memory_order_relaxed);
   out->free_count = atomic_load_explicit(&d->xfrees, memory_order_relaxed);
   out->record_count = atomic_load_explicit(&d->xrecords, memory_order_relaxed);

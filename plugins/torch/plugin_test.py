@@ -73,6 +73,9 @@ def case_malloc_free_counts_requested_bytes():
     st = plugin.stats(0)
     expect(st["requested_bytes"] == 0 and st["requested_bytes_peak"] == sum(sizes), "peak")
     expect(st["free_count"] == len(sizes) and st["errors"] == 0, "free count, no error")
+    # Cumulative bytes, what memory_summary's Tot Alloc and Tot Freed read.
+    expect(st["requested_bytes_total"] == sum(sizes) and st["freed_bytes_total"] == sum(sizes),
+           f"totals {st['requested_bytes_total']} / {st['freed_bytes_total']}")
     plugin.reset_peak(0)
     expect(plugin.stats(0)["requested_bytes_peak"] == 0, "reset_peak")
     before = plugin.stats(0)

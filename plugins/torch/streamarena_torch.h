@@ -55,6 +55,7 @@ sa_status sa_torch_set_check(int enabled, uint32_t pattern);
 typedef struct sa_torch_stats_s {
   /* Kept by the plugin: what PyTorch holds, in bytes it asked for. */
   uint64_t requested_bytes, requested_bytes_peak;
+  uint64_t requested_bytes_total, freed_bytes_total; /* ever allocated, freed */
   uint64_t alloc_count, free_count, record_count;
   uint64_t check_fills;   /* frees filled in check mode */
   uint64_t errors;        /* failed hooks on this device */

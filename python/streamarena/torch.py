@@ -41,6 +41,8 @@ class _Stats(ctypes.Structure):
     _fields_ = [
         ("requested_bytes", ctypes.c_uint64),
         ("requested_bytes_peak", ctypes.c_uint64),
+        ("requested_bytes_total", ctypes.c_uint64),
+        ("freed_bytes_total", ctypes.c_uint64),
         ("alloc_count", ctypes.c_uint64),
         ("free_count", ctypes.c_uint64),
         ("record_count", ctypes.c_uint64),
@@ -255,8 +257,9 @@ def errors():
 
 def _nested_stats(s):
     """PyTorch's memory_stats_as_nested_dict shape, from the plugin's figures.
-    allocated, active and requested bytes are the bytes PyTorch asked for,
-    reserved bytes the arena's physical bytes; pools are not told apart (all
+    allocated, active and requested bytes are the bytes PyTorch asked for
+    (their allocated and freed totals too, memory_summary's Tot Alloc and Tot
+    Freed), reserved bytes the arena's physical bytes; pools are not told apart (all
     of it shows as the large pool); PyTorch's segment figures have no
     counterpart and read 0."""
 
@@ -267,7 +270,8 @@ def _nested_stats(s):
         return {"all": one(**kw), "large_pool": one(**kw), "small_pool": one()}
 
     live = s["alloc_count"] - s["free_count"]
-    req = dict(current=s["requested_bytes"], peak=s["requested_bytes_peak"])
+    req = dict(current=s["requested_bytes"], peak=s["requested_bytes_peak"],
+               allocated=s["requested_bytes_total"], freed=s["freed_bytes_total"])
     count = dict(current=live, allocated=s["alloc_count"], freed=s["free_count"])
     return {
         "allocated_bytes": pools(**req),
