@@ -64,7 +64,12 @@ static void edge(sa_stream u, sa_stream s) {
   assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
 }
 
-static void destroy(sa_stream s) { assert_int_equal(sa_host_stream_destroy(s), SA_OK); }
+/* Queued work outlives a destroyed stream (as cuStreamDestroy): run it first,
+ * so that no test leaves work behind for the next. */
+static void destroy(sa_stream s) {
+  if (sa_host_stream_pending(s) != 0) assert_int_equal(sa_host_stream_drain(s), SA_OK);
+  assert_int_equal(sa_host_stream_destroy(s), SA_OK);
+}
 
 static void handout_without_wait_edge_is_a_violation(void **state) {
   (void)state;
@@ -236,6 +241,35 @@ static void kernel_reaching_unmapped_memory_is_reported_not_run(void **state) {
   destroy(a);
 }
 
+/* cuMemUnmap does not wait for queued work (contract rule 4): unmapping
+ * memory a queued kernel will touch is a violation at the unmap, even when
+ * the range is mapped again (to another chunk) before the kernel runs. On a
+ * GPU that kernel faults, or writes into the new chunk's memory. */
+static void unmap_under_queued_work_is_a_violation_even_if_remapped(void **state) {
+  (void)state;
+  const size_t g = (size_t)2 << 20;
+  uintptr_t va;
+  sa_chunk_handle c1, c2;
+  sa_stream a = manual();
+  uint64_t before = violations();
+  assert_int_equal(d->ops->va_reserve(d, g, 0, &va), SA_OK);
+  assert_int_equal(d->ops->chunk_create(d, g, &c1), SA_OK);
+  assert_int_equal(d->ops->chunk_create(d, g, &c2), SA_OK);
+  assert_int_equal(d->ops->map(d, va, g, c1), SA_OK);
+  assert_int_equal(d->ops->set_access(d, va, g), SA_OK);
+  assert_int_equal(sa_host_fill(a, (void *)va, 4096, 7), SA_OK);
+  assert_int_equal(d->ops->unmap(d, va, g), SA_OK); /* the fill is still queued */
+  assert_int_equal(d->ops->map(d, va, g, c2), SA_OK);
+  assert_int_equal(d->ops->set_access(d, va, g), SA_OK);
+  assert_int_equal(sa_host_stream_drain(a), SA_OK);
+  assert_int_equal(violations(), before + 1);
+  assert_int_equal(d->ops->unmap(d, va, g), SA_OK);
+  assert_int_equal(d->ops->chunk_release(d, c1), SA_OK);
+  assert_int_equal(d->ops->chunk_release(d, c2), SA_OK);
+  assert_int_equal(d->ops->va_release(d, va, g), SA_OK);
+  destroy(a);
+}
+
 static void unknown_stream_is_rejected(void **state) {
   (void)state;
   sa_stream a = manual();
@@ -258,6 +292,7 @@ int main(void) {
       T(an_edge_from_the_wrong_stream_does_not_help),
       T(message_names_both_streams_the_block_and_the_op),
       T(kernel_reaching_unmapped_memory_is_reported_not_run),
+      T(unmap_under_queued_work_is_a_violation_even_if_remapped),
       T(unknown_stream_is_rejected),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -148,6 +148,14 @@ static sa_status call(sa_host_fn fn, trial *t) {
     case SA_HOST_FN_DEVICE_SYNCHRONIZE:
       st = d->ops->device_synchronize(d);
       break;
+    case SA_HOST_FN_STREAM_VALIDATE:
+      st = d->ops->stream_validate(d, t->s);
+      break;
+    case SA_HOST_FN_STREAM_ID: {
+      uint64_t id;
+      st = d->ops->stream_id(d, t->s, &id);
+      break;
+    }
     default:
       fail_msg("no trial for fn %d", (int)fn);
   }
@@ -260,6 +268,7 @@ static void failed_record_keeps_the_previous_recording(void **state) {
   assert_int_equal(d->ops->event_query(d, e), SA_OK); /* still the completed record on a */
   assert_int_equal(sa_host_stream_pending(b), 1);
   assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
+  assert_int_equal(sa_host_drain_all(), SA_OK); /* queued work outlives a destroy */
   assert_int_equal(sa_host_stream_destroy(a), SA_OK);
   assert_int_equal(sa_host_stream_destroy(b), SA_OK);
 }
@@ -280,6 +289,7 @@ static void failed_wait_adds_no_edge(void **state) {
   assert_int_equal(d->ops->stream_wait_event(d, b, e), SA_OK); /* the fault was one-shot */
   assert_int_equal(d->ops->check_handout(d, (uintptr_t)mem, 64, b), SA_OK);
   assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
+  assert_int_equal(sa_host_drain_all(), SA_OK); /* queued work outlives a destroy */
   assert_int_equal(sa_host_stream_destroy(b), SA_OK);
   assert_int_equal(sa_host_stream_destroy(a), SA_OK);
 }

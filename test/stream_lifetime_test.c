@@ -238,6 +238,44 @@ static void a_recycled_handle_starts_a_new_stream_arena(void **state) {
   assert_int_equal(stats(f->arena).reserved_bytes, 0);
 }
 
+/* CUDA gives a destroyed stream's handle to the next stream created at once,
+ * while the old stream's work still runs (H200: 20 of 20), and a thread's
+ * cache knows a stream by its handle (checking the driver's id on each call
+ * would cost ~18 ns, the fast path's whole cost). So the rule (README,
+ * "Threads and streams"): a stream whose queued work still uses memory freed
+ * on it is synchronized or released before it is destroyed. Kept, the next
+ * stream with its handle, on this same thread, gets nothing still in use:
+ * small blocks and spans, after a release and after a synchronize. */
+static void a_recycled_handle_on_the_same_thread_after_the_rule(void **state) {
+  sa_fixture *f = *state;
+  const size_t sizes[2] = {4 * KiB, 3 * MiB};
+  for (int k = 0; k < 4; k++) {
+    sa_stream old = new_stream(SA_HOST_MANUAL);
+    void *p;
+    sa_assert_ok(sa_alloc(f->arena, &p, sizes[k % 2], old));
+    sa_assert_ok(sa_host_fill(old, p, 4096, 0x0DDu)); /* still queued */
+    sa_assert_ok(sa_free(p, old));
+    if (k < 2)
+      sa_assert_ok(sa_stream_release(f->arena, old)); /* waits for its work */
+    else
+      sa_assert_ok(sa_host_stream_drain(old)); /* the user synchronizes it */
+    sa_assert_ok(sa_host_stream_destroy(old));
+    sa_stream fresh = new_stream(SA_HOST_MANUAL);
+    assert_ptr_equal(fresh, old); /* the handle comes back */
+    void *q;
+    sa_host_counters c0, c1;
+    sa_host_get_counters(&c0);
+    sa_assert_ok(sa_alloc(f->arena, &q, sizes[k % 2], fresh));
+    sa_assert_ok(sa_host_fill(fresh, q, 4096, 0xF00Du));
+    sa_assert_ok(sa_host_drain_all());
+    sa_host_get_counters(&c1);
+    assert_int_equal(c1.order_violations, c0.order_violations);
+    sa_assert_ok(sa_free(q, fresh));
+    sa_assert_ok(sa_stream_release(f->arena, fresh));
+    sa_assert_ok(sa_host_stream_destroy(fresh));
+  }
+}
+
 /* ---- sa_stream_release takes back what other threads cached ------------ */
 
 typedef struct holder_arg_s {
@@ -399,6 +437,7 @@ int main(void) {
       T(evicted_entries_touch_no_destroyed_stream),
       T(a_thread_on_twenty_streams_keeps_every_entry),
       T(a_recycled_handle_starts_a_new_stream_arena),
+      T(a_recycled_handle_on_the_same_thread_after_the_rule),
       T(release_takes_back_what_other_threads_cached),
       T(stream_arenas_of_gone_streams_are_freed),
       T(out_of_memory_settles_other_streams_pending_frees),

@@ -60,8 +60,11 @@ sa_status sa_host_pointer_device(const void *p, int *device);
 sa_status sa_host_stream_create(sa_host_mode mode, sa_stream *out);
 /* The device a stream belongs to (-1 for the default stream). */
 sa_status sa_host_stream_device(sa_stream stream, int *device);
-/* Destroying a stream with pending work first runs that work (CUDA frees a
- * stream's resources once its work completed). Its handle goes to the next
+/* Destroying a stream returns at once, as cuStreamDestroy does: work still
+ * queued on it stays queued (events recorded on it stay pending, the checker
+ * still sees its kernels) and runs when something drives it: a synchronize
+ * that depends on it, sa_host_drain_all, the driver's device_synchronize
+ * (at once for an AUTO stream whose waits are met). Its handle goes to the next
  * stream created, which is another stream with another id, as CUDA reuses
  * handles; until then a driver call the allocator makes on the destroyed
  * handle counts as a violation (sa_host_counters.order_violations). */
@@ -111,6 +114,8 @@ typedef enum sa_host_fn_e {
   SA_HOST_FN_STREAM_WAIT_EVENT,
   SA_HOST_FN_STREAM_SYNCHRONIZE,
   SA_HOST_FN_DEVICE_SYNCHRONIZE,
+  SA_HOST_FN_STREAM_VALIDATE, /* cuStreamGetCtx on CUDA */
+  SA_HOST_FN_STREAM_ID,       /* cuStreamGetId on CUDA */
   SA_HOST_FN_COUNT
 } sa_host_fn;
 

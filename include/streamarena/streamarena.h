@@ -16,15 +16,22 @@
  * inside a call that names it: sa_alloc, sa_free, sa_record_stream and
  * sa_stream_release on that stream, and sa_free of a block recorded on it.
  * So a stream may be destroyed at any time after the last such call that
- * it was part of has returned (its work still queued, or not), with or
- * without sa_stream_release, by any thread, before or after the threads
- * that used it exit. What those threads cached for it, and blocks freed on
+ * it was part of has returned (its work still queued, or not, but see the
+ * end of this paragraph for the handle CUDA reuses), with or without
+ * sa_stream_release, by any thread, before or after the threads that used
+ * it exit. What those threads cached for it, and blocks freed on
  * it, go to other streams only behind an event recorded in a later call on
  * the stream, or once memory is short (the out-of-memory path, sa_trim)
  * after a device-wide synchronize; sa_stream_release hands them back at
- * once. A new stream that gets a destroyed stream's handle (CUDA reuses a
- * handle once the old stream's work is done) gets its own state: the arena
- * compares the driver's stream ids (cuStreamGetId).
+ * once. A new stream that gets a destroyed stream's handle gets its own
+ * state in a thread that did not use the old stream: the arena compares
+ * the driver's stream ids (cuStreamGetId) when a thread first uses a
+ * handle, not on every call. CUDA hands the handle out again at once,
+ * while the old stream's work still runs (measured on an H200); so a
+ * stream whose queued work still uses memory freed on it must be
+ * synchronized, or released with sa_stream_release, before it is
+ * destroyed, or a thread that used it may hand that memory to the next
+ * stream with its handle.
  *
  * Every function is thread-safe unless its comment says otherwise. No
  * function aborts on bad input: failures come back as an sa_status.

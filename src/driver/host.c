@@ -116,8 +116,12 @@ static sa_status host_stream_synchronize(sa_driver *d, sa_stream stream) {
 
 static sa_status host_stream_validate(sa_driver *d, sa_stream stream) {
   sa_sim_lock();
+  sa_status st = sa_sim_fault_enter(SA_HOST_FN_STREAM_VALIDATE);
+  if (st != SA_OK) {
+    sa_sim_unlock();
+    return st;
+  }
   const sa_sim_stream *s = sa_sim_stream_for_call(stream, "stream_validate");
-  sa_status st = SA_OK;
   if (s == NULL) {
     st = SA_ERR_UNKNOWN_STREAM;
   } else if (!sa_sim_stream_on_device(s, d->device)) {
@@ -131,6 +135,11 @@ static sa_status host_stream_validate(sa_driver *d, sa_stream stream) {
 static sa_status host_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
   (void)d;
   sa_sim_lock();
+  sa_status st = sa_sim_fault_enter(SA_HOST_FN_STREAM_ID);
+  if (st != SA_OK) {
+    sa_sim_unlock();
+    return st;
+  }
   const sa_sim_stream *s = sa_sim_stream_for_call(stream, "stream_id");
   if (s != NULL) *id = s->sid;
   sa_sim_unlock();

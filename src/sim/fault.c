@@ -19,6 +19,7 @@ static const char *const fn_names[SA_HOST_FN_COUNT] = {
     "map",          "unmap",         "set_access",        "event_create",
     "event_destroy", "event_record", "event_query",       "event_synchronize",
     "stream_wait_event", "stream_synchronize", "device_synchronize",
+    "stream_validate", "stream_id",
 };
 
 /* Static descriptions for sa_last_driver_error (the name must outlive us). */
@@ -38,6 +39,8 @@ static const char *const fault_names[SA_HOST_FN_COUNT] = {
     "host: injected fault in stream_wait_event",
     "host: injected fault in stream_synchronize",
     "host: injected fault in device_synchronize",
+    "host: injected fault in stream_validate",
+    "host: injected fault in stream_id",
 };
 
 const char *sa_host_fn_name(sa_host_fn fn) {

@@ -142,6 +142,7 @@ typedef struct sa_sim_op_s {
   uint32_t wait_slot;   /* WAIT: the stream waited on (slot + id: it may be gone) */
   uint64_t wait_sid;    /* 0: nothing to wait for (never-recorded event) */
   uint64_t wait_ticket;
+  int unmapped;         /* FILL, CHECK: already reported as unmapped under it */
 } sa_sim_op;
 
 typedef struct sa_sim_stream_s {
@@ -154,6 +155,7 @@ typedef struct sa_sim_stream_s {
   sa_sim_op *ops;     /* pending ops [head, tail): tickets completed+1 .. enqueued */
   size_t head, tail, cap;
   sa_sim_clock clock; /* what work enqueued from now on is ordered after */
+  int destroyed;      /* its handle was destroyed; it lives until its work has run */
 } sa_sim_stream;
 
 /* Streams by slot (NULL: free slot); slot 0 is the default stream. */
@@ -186,6 +188,10 @@ sa_status sa_sim_stream_synchronize(sa_stream stream);
  * of every stream), and whatever it waits for. */
 void sa_sim_device_synchronize(int device);
 sa_status sa_sim_stream_wait_event(sa_stream stream, void *event);
+/* [va, va + size) is being unmapped: every kernel still queued on it is a
+ * violation now (cuMemUnmap does not wait for queued work), whether or not
+ * the range is mapped again before the kernel runs. */
+void sa_sim_note_unmap(uintptr_t va, size_t size);
 sa_status sa_sim_enqueue_kernel(sa_stream stream, int device, sa_sim_op_kind kind, uintptr_t p,
                                 size_t size, uint32_t pattern, uint64_t *mismatches);
 sa_status sa_sim_event_create(int device, void **out);

@@ -23,8 +23,12 @@
  * The default stream is one queue shared by every device.
  *
  * Streams live in a slot table (slot 0: the default stream, handle NULL);
- * a wait op or event names its stream by (slot, sid) so that a destroyed
- * stream, whose work has all completed, simply reads as complete.
+ * a wait op or event names its stream by (slot, sid). Destroying a stream
+ * returns at once, as cuStreamDestroy does: work still queued keeps the slot
+ * and sid (on a copy no handle reaches) and runs when something drives it
+ * (a synchronize depending on it, device_synchronize, drain_all; at once if
+ * the stream was AUTO and nothing blocks it); once it has run, the slot is
+ * freed and (slot, sid) simply reads as complete.
  *
  * Handles are recycled as CUDA's are: a destroyed stream's handle goes to
  * the next stream created (last destroyed first), which has a new sid. Until
@@ -157,6 +161,7 @@ static int op_ready(const sa_sim_op *op) {
  * was queued is a contract violation (allocator bug): report, don't crash. */
 static void run_kernel(const sa_sim_stream *s, const sa_sim_op *op) {
   if (!sa_sim_vmm_accessible(op->p, op->size, op->device)) {
+    if (op->unmapped) return; /* reported at the unmap */
     char name[96];
     stream_describe(s, name, sizeof name);
     const char *kind = op->kind == SA_SIM_OP_FILL ? "fill" : "check";
@@ -223,7 +228,9 @@ static size_t run(sa_sim_stream *s, size_t max) {
   return n;
 }
 
-/* Run auto streams until none can move (one completion may unblock others). */
+/* Run auto streams until none can move (one completion may unblock others),
+ * then free destroyed streams whose work has all run (their slot and sid
+ * then read as complete). */
 static void settle(void) {
   int moved;
   do {
@@ -233,6 +240,14 @@ static void settle(void) {
       if (s != NULL && s->mode == SA_HOST_AUTO && s->head < s->tail && run(s, SIZE_MAX) > 0) moved = 1;
     }
   } while (moved);
+  for (size_t slot = 1; slot < tab.nslots; slot++) {
+    sa_sim_stream *s = tab.slots[slot];
+    if (s == NULL || !s->destroyed || s->head < s->tail) continue;
+    free(s->ops);
+    free(s);
+    tab.slots[slot] = NULL;
+  }
+  while (tab.nslots > 1 && tab.slots[tab.nslots - 1] == NULL) tab.nslots--;
 }
 
 /* Complete s up to ticket, first driving whatever its waits need. Recursion
@@ -312,9 +327,23 @@ sa_status sa_sim_stream_destroy(sa_stream handle) {
   if (handle == NULL) return SA_ERR_INVALID_ARGUMENT; /* the default stream stays */
   sa_sim_stream *s = sa_sim_stream_lookup(handle);
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
-  drive(s, s->enqueued); /* pending work runs first, as on the device */
+  /* cuStreamDestroy returns at once: queued work still runs, later. It moves
+   * to a stream of its own that keeps the slot and sid (what events and
+   * waits name), reachable by no handle; settle frees it once it ran. */
+  sa_sim_stream *rest = NULL;
+  if (s->head < s->tail) {
+    rest = malloc(sizeof *rest);
+    if (rest == NULL) {
+      drive(s, s->enqueued); /* no host memory: run it now instead */
+    } else {
+      *rest = *s;
+      rest->clock = (sa_sim_clock){NULL, 0}; /* nothing is enqueued on it any more */
+      rest->destroyed = 1;
+      s->ops = NULL;
+    }
+  }
   (void)sa_sim_ptrset_remove(&tab.handles, s);
-  tab.slots[s->slot] = NULL;
+  tab.slots[s->slot] = rest;
   while (tab.nslots > 1 && tab.slots[tab.nslots - 1] == NULL) tab.nslots--;
   tab.user_streams--;
   free(s->ops);
@@ -372,6 +401,29 @@ sa_status sa_sim_stream_wait_event(sa_stream handle, void *event) {
   ops_push(s, &op);
   settle();
   return SA_OK;
+}
+
+void sa_sim_note_unmap(uintptr_t va, size_t size) {
+  uintptr_t end = va > UINTPTR_MAX - size ? UINTPTR_MAX : va + size;
+  for (size_t slot = 0; slot < tab.nslots; slot++) {
+    sa_sim_stream *s = sa_sim_stream_at(slot);
+    if (s == NULL) continue;
+    for (size_t i = s->head; i < s->tail; i++) {
+      sa_sim_op *op = &s->ops[i];
+      if (op->kind != SA_SIM_OP_FILL && op->kind != SA_SIM_OP_CHECK) continue;
+      if (op->unmapped || op->size == 0 || op->p >= end || va >= op->p + op->size) continue;
+      char name[96];
+      stream_describe(s, name, sizeof name);
+      fprintf(stderr,
+              "streamarena host: [%p, %p) unmapped while a %s of [%p, %p) on %s (op ticket "
+              "%" PRIu64 ") is still queued: cuMemUnmap does not wait for queued work\n",
+              (void *)va, (void *)end, op->kind == SA_SIM_OP_FILL ? "fill" : "check",
+              (void *)op->p, (void *)(op->p + op->size), name,
+              s->completed + 1 + (uint64_t)(i - s->head));
+      op->unmapped = 1;
+      sa_sim_note_violation();
+    }
+  }
 }
 
 sa_status sa_sim_enqueue_kernel(sa_stream handle, int device, sa_sim_op_kind kind, uintptr_t p,

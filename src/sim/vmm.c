@@ -362,6 +362,7 @@ sa_status sa_sim_unmap(uintptr_t va, size_t size) {
   }
   void *m = mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   if (m == MAP_FAILED) return sa_sim_fail(SA_ERR_DRIVER, errno, "host: mmap over an unmapped range failed");
+  sa_sim_note_unmap(va, size);
   for (size_t k = first; k < end; k++) {
     sim_chunk *c = vmm.maps[k].chunk;
     c->map_count--;
