@@ -360,6 +360,8 @@ struct sa_arena_s {
   _Atomic size_t xcreated_bytes, xremapped_bytes;
   sa_superblock *all_superblocks;
   sa_superblock *spare_superblocks; /* descriptors without a mapping */
+  sa_superblock *kept_superblocks;  /* mapped by a refused unwind, no blocks:
+                                       unmapped at the next reclaim */
   sa_slab *slabs;               /* superblocks mapped together (superblock.c) */
   size_t slab_free_bytes;       /* their free slots, mapped */
   size_t reserve_limit;         /* the user's soft budget, else physical_cap */

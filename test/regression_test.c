@@ -255,7 +255,7 @@ static void trim_returns_every_free_span(void **state) {
 
 /* A growth maps its chunks one by one; the second map fails and the
  * driver refuses to unmap the first. The first stays mapped, out of use,
- * until destroy; the chunks never mapped must go back to the chunk cache
+ * until a reclaim unmaps it; the chunks never mapped must go back to the chunk cache
  * (they were kept with the stuck range: their bytes were lost to the budget
  * for the arena's life, and destroy's unmap of the whole range, gaps and
  * all, failed and leaked every one of them). */
@@ -278,6 +278,42 @@ static void refused_unwind_keeps_only_the_chunks_it_mapped(void **state) {
   sa_assert_ok(torn);
 }
 
+/* The driver fails set_access while memory is mapped, then refuses the
+ * unwind's unmap: the range stays mapped, kept aside (a superblock's for a
+ * small block, a run's for a large one). Once the driver works again a
+ * trim must take it back. It was kept until destroy: four such failures
+ * under max_physical=8MiB left an arena with nothing live that could not
+ * allocate one byte, and sa_trim(0) gave nothing back. Found by the fuzzer
+ * (fault injection). */
+static void trim_takes_back_a_range_whose_unwind_was_refused(void **state) {
+  (void)state;
+  const size_t sizes[] = {1, 3 * MiB};
+  for (int k = 0; k < 2; k++) {
+    sa_fixture f;
+    sa_assert_ok(sa_fixture_setup(&f, "max_physical=8MiB", 1, SA_HOST_MANUAL));
+    sa_stream s = f.streams[0];
+    void *p;
+    sa_assert_ok(sa_host_fault_inject(SA_HOST_FN_SET_ACCESS, 1, 1));
+    sa_assert_ok(sa_host_fault_inject(SA_HOST_FN_UNMAP, 1, 1));
+    for (int i = 0; i < 4; i++) {
+      sa_status st = sa_alloc(f.arena, &p, sizes[k], s);
+      assert_true(st == SA_ERR_DRIVER || st == SA_ERR_OUT_OF_MEMORY);
+      assert_null(p);
+    }
+    sa_host_fault_clear();
+    sa_assert_ok(sa_trim(f.arena, 0));
+    sa_stats st;
+    sa_assert_ok(sa_get_stats(f.arena, &st));
+    assert_int_equal(st.reserved_bytes, 0);
+    assert_int_equal(st.chunks_total, 0);
+    sa_status got = sa_alloc(f.arena, &p, 8 * MiB, s); /* the whole cap serves again */
+    if (got == SA_OK) sa_assert_ok(sa_free(p, s));
+    sa_status torn = sa_fixture_teardown(&f);
+    sa_assert_ok(got);
+    sa_assert_ok(torn);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(record_stream_of_a_spans_own_stream_is_kept, setup3,
@@ -292,6 +328,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(failed_wait_keeps_every_event_of_a_free_span, setup4,
                                       teardown),
       cmocka_unit_test(refused_unwind_keeps_only_the_chunks_it_mapped),
+      cmocka_unit_test(trim_takes_back_a_range_whose_unwind_was_refused),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   printf("regression: core bugs pinned %zu, threads 1, streams 3, failures %d\n",
