@@ -13,9 +13,31 @@
  *     behind in the simulator.
  * Any disagreement aborts, which libFuzzer reports with the input.
  *
+ * Extended operations (an op byte with the top bit set) and configurations
+ * (a configuration byte with the top bit set, then two more bytes):
+ *   - configurations: reserve_limit, chunk_size, initial_physical,
+ *     release_threshold, exact_growth, more large thresholds;
+ *   - two SA_HOST_AUTO streams beside the three hand-stepped ones;
+ *   - streams synchronized and destroyed without sa_stream_release (not
+ *     while a live block is recorded on them: the contract's rules), and
+ *     replaced by a new stream with the same handle;
+ *   - a thread that allocates, frees on its own and other streams and exits
+ *     with cached blocks and an open cross-stream batch, handing the rest
+ *     of its blocks to the model;
+ *   - driver faults (sa_host_fault_inject) armed at random points, one-shot
+ *     or sticky, cleared later: while armed, calls may fail with
+ *     SA_ERR_DRIVER or SA_ERR_OUT_OF_MEMORY and then change nothing;
+ *   - after every step: no checker finding; sa_get_stats consistent with
+ *     the simulator (reserved bytes and chunks are what the simulator holds
+ *     for the arena, active + empty = total superblocks, cached and live
+ *     within reserved); with nothing live (and no fault armed) an allocation
+ *     up to the cap succeeds, and sa_trim(0) leaves the arena holding no
+ *     physical memory at all.
+ *
  * Built with clang directly from the sources by fuzz/run.sh (Bazel here
  * builds with gcc). The first bytes choose the configuration.
  */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,7 +52,8 @@
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
-#define NSTREAMS 4  /* index 0 is the default stream (NULL, AUTO) */
+#define NSTREAMS 6  /* 0: the default stream (NULL, AUTO); 1-3 MANUAL; 4-5 AUTO */
+#define FIRST_AUTO 4
 #define MAX_LIVE 64
 #define MAX_FREED 16
 #define HEAD_BYTES 1024 /* the tag covers the head and the last word */
@@ -42,6 +65,7 @@ typedef struct block_s {
   int use;          /* stream of its last fill; -1: no pending work anywhere */
   int alloc_stream; /* -1 once that stream was released */
   uint32_t tag;
+  unsigned recorded; /* streams named in sa_record_stream while it lives */
 } block;
 
 typedef struct input_s {
@@ -62,17 +86,25 @@ static struct {
   int64_t live_bytes;
   uint32_t next_tag;
   uint64_t mismatches; /* check kernels add here */
+  bool faulting;       /* a driver fault is armed: calls may fail */
+  bool in_thread;      /* op_thread's thread runs: the main thread's cache may pin memory */
+  size_t release_threshold;
+  sa_host_counters base; /* the simulator before the arena */
 } m;
 
 /* Totals over the whole run, printed at exit. */
-static uint64_t t_inputs, t_ops, t_allocs, t_frees, t_bad, t_oom, t_checks;
+static uint64_t t_inputs, t_ops, t_allocs, t_frees, t_bad, t_oom, t_checks, t_faults, t_failed,
+    t_destroys, t_threads, t_empty_trims;
 
 static void report(void) {
   printf("fuzz: inputs %llu, operations %llu (allocs %llu, frees %llu, bad inputs %llu, out of "
-         "memory %llu, content checks %llu), threads 1, streams %d, failures 0\n",
+         "memory %llu, content checks %llu, faults armed %llu, calls failed %llu, streams destroyed "
+         "%llu, exiting threads %llu, empty trims %llu), threads 2, streams %d, failures 0\n",
          (unsigned long long)t_inputs, (unsigned long long)t_ops, (unsigned long long)t_allocs,
          (unsigned long long)t_frees, (unsigned long long)t_bad, (unsigned long long)t_oom,
-         (unsigned long long)t_checks, NSTREAMS);
+         (unsigned long long)t_checks, (unsigned long long)t_faults, (unsigned long long)t_failed,
+         (unsigned long long)t_destroys, (unsigned long long)t_threads,
+         (unsigned long long)t_empty_trims, NSTREAMS);
   fflush(stdout);
 }
 
@@ -158,6 +190,17 @@ static void check_overlap(void *p, size_t size) {
   }
 }
 
+/* A library call that may fail only while a driver fault is armed, and then
+ * only with a driver error or out of memory (and changes nothing). */
+static bool ok_or_fault(sa_status st, const char *what) {
+  if (st == SA_OK) return true;
+  if (m.faulting && (st == SA_ERR_DRIVER || st == SA_ERR_OUT_OF_MEMORY)) {
+    t_failed++;
+    return false;
+  }
+  die("%s returned %s%s", what, sa_status_string(st), m.faulting ? " (a fault armed)" : "");
+}
+
 static void check_stats(void) {
   sa_stats st;
   expect(sa_get_stats(m.arena, &st), SA_OK, "sa_get_stats");
@@ -173,9 +216,29 @@ static void check_stats(void) {
   if (st.live_bytes > st.reserved_bytes)
     die("live %zu bytes but only %zu reserved", st.live_bytes, st.reserved_bytes);
   if (st.large_spans > (size_t)m.nlive) die("%zu large spans, %d live blocks", st.large_spans, m.nlive);
+  if (st.reserved_bytes_peak < st.reserved_bytes || st.live_bytes_peak < st.live_bytes)
+    die("peaks below the current values: reserved %zu/%zu, live %zu/%zu", st.reserved_bytes,
+        st.reserved_bytes_peak, st.live_bytes, st.live_bytes_peak);
+  if (st.cached_bytes > st.reserved_bytes)
+    die("cached %zu bytes but only %zu reserved", st.cached_bytes, st.reserved_bytes);
+  if (st.superblocks_active + st.superblocks_empty != st.superblocks_total)
+    die("superblocks: %zu active + %zu empty != %zu", st.superblocks_active,
+        st.superblocks_empty, st.superblocks_total);
+  sa_host_counters c;
+  sa_host_get_counters(&c);
+  if (c.order_violations != m.base.order_violations)
+    die("the stream-order checker found %llu violations",
+        (unsigned long long)(c.order_violations - m.base.order_violations));
+  size_t chunks = c.chunks - m.base.chunks, bytes = c.chunk_bytes - m.base.chunk_bytes;
+  if (st.reserved_bytes != bytes || st.chunks_total != chunks)
+    die("stats: %zu bytes reserved in %zu chunks; the simulator holds %zu bytes in %zu chunks "
+        "for the arena",
+        st.reserved_bytes, st.chunks_total, bytes, chunks);
 }
 
 static int pick_stream(input *in) { return u8(in) % NSTREAMS; }
+static int pick_created(input *in) { return 1 + u8(in) % (NSTREAMS - 1); }
+static sa_host_mode mode_of(int s) { return s >= FIRST_AUTO ? SA_HOST_AUTO : SA_HOST_MANUAL; }
 
 /* ---- operations ---------------------------------------------------------- */
 
@@ -194,9 +257,17 @@ static size_t decode_size(input *in) {
   }
 }
 
-static void op_alloc(input *in) {
-  int s = pick_stream(in);
-  size_t size = decode_size(in);
+static int find_live(void *p) {
+  for (int i = 0; i < m.nlive; i++)
+    if (m.live[i].p == p) return i;
+  return -1;
+}
+
+static void op_clear(void);
+
+/* Allocate size bytes on stream s; the new block (written on s) or NULL. */
+static block *alloc_on(int s, size_t size) {
+  bool empty = m.nlive == 0 && !m.faulting && !m.in_thread;
   void *p = (void *)1;
   sa_status st = sa_alloc(m.arena, &p, size, m.streams[s]);
   TRACE("alloc %zu on %d -> %s %p\n", size, s, sa_status_string(st), p);
@@ -204,16 +275,21 @@ static void op_alloc(input *in) {
     expect(st, SA_OK, "sa_alloc(0)");
     if (p != NULL) die("sa_alloc(0) gave %p", p);
     t_bad++;
-    return;
+    return NULL;
   }
+  if (st != SA_OK && p != NULL) die("failed sa_alloc (%s) left %p", sa_status_string(st), p);
   if (st == SA_ERR_OUT_OF_MEMORY) {
-    if (p != NULL) die("failed sa_alloc left %p", p);
+    /* With nothing live, everything can be reclaimed: a request the cap
+     * holds must succeed. */
+    if (empty && size <= m.cap)
+      die("sa_alloc of %zu bytes on %d with nothing live: out of memory (cap %zu)", size, s,
+          m.cap);
     t_oom++;
-    return;
+    return NULL;
   }
   if (size > m.cap) die("sa_alloc of %zu bytes above the cap %zu returned %s", size, m.cap,
                         sa_status_string(st));
-  expect(st, SA_OK, "sa_alloc");
+  if (!ok_or_fault(st, "sa_alloc")) return NULL;
   if (p == NULL || (uintptr_t)p % SA_ALIGNMENT != 0) die("sa_alloc gave %p", p);
   check_overlap(p, size);
   m.allocs++;
@@ -222,37 +298,53 @@ static void op_alloc(input *in) {
   for (int i = 0; i < m.nfreed; i++)
     if (m.freed[i] == p) m.freed[i] = m.freed[--m.nfreed]; /* no longer a double free */
   if (m.nlive == MAX_LIVE) { /* the model is full: give it back at once */
-    expect(sa_free(p, m.streams[s]), SA_OK, "sa_free");
+    if (!ok_or_fault(sa_free(p, m.streams[s]), "sa_free")) {
+      op_clear(); /* it must go: the same free without the fault */
+      expect(sa_free(p, m.streams[s]), SA_OK, "sa_free");
+    }
     m.frees++;
     t_frees++;
     m.live_bytes -= (int64_t)accounted(size);
-    return;
+    return NULL;
   }
   block *b = &m.live[m.nlive++];
-  *b = (block){p, size, accounted(size), -1, s, m.next_tag++};
+  *b = (block){p, size, accounted(size), -1, s, m.next_tag++, 0};
   fill(b, s);
+  return b;
 }
 
-/* Free a live block, on its stream or another: the contract wants every
- * stream that used it ordered before the free or recorded. */
-static void op_free(input *in) {
-  if (m.nlive == 0) return;
-  int i = u8(in) % m.nlive;
-  int t = pick_stream(in);
+static void op_alloc(input *in) {
+  int s = pick_stream(in);
+  size_t size = decode_size(in);
+  (void)alloc_on(s, size);
+}
+
+/* Free live block i on stream t: the contract wants every stream that used
+ * it ordered before the free or recorded. Whether it was freed. */
+static bool free_block(int i, int t) {
   block *b = &m.live[i];
   TRACE("free %p (alloc on %d, used on %d) on %d\n", b->p, b->alloc_stream, b->use, t);
   check_kernel(b);
   if (b->use >= 0 && b->use != t) {
     /* Small blocks ignore a record of their own stream (it orders itself);
      * everything else is kept until the free. */
-    expect(sa_record_stream(b->p, m.streams[b->use]), SA_OK, "sa_record_stream");
+    if (!ok_or_fault(sa_record_stream(b->p, m.streams[b->use]), "sa_record_stream")) return false;
+    b->recorded |= 1u << b->use;
   }
-  expect(sa_free(b->p, m.streams[t]), SA_OK, "sa_free");
+  if (!ok_or_fault(sa_free(b->p, m.streams[t]), "sa_free")) return false;
   m.frees++;
   t_frees++;
   m.live_bytes -= (int64_t)b->accounted;
   if (m.nfreed < MAX_FREED) m.freed[m.nfreed++] = b->p;
   *b = m.live[--m.nlive];
+  return true;
+}
+
+static void op_free(input *in) {
+  if (m.nlive == 0) return;
+  int i = u8(in) % m.nlive;
+  int t = pick_stream(in);
+  (void)free_block(i, t);
 }
 
 /* Use a block on another stream: that stream is ordered after the block's
@@ -267,7 +359,8 @@ static void op_use(input *in) {
     check_kernel(b);
     expect(sa_host_stream_drain(m.streams[b->use]), SA_OK, "sa_host_stream_drain");
   }
-  expect(sa_record_stream(b->p, m.streams[u]), SA_OK, "sa_record_stream");
+  if (!ok_or_fault(sa_record_stream(b->p, m.streams[u]), "sa_record_stream")) return;
+  b->recorded |= 1u << u;
   b->tag = m.next_tag++;
   fill(b, u);
 }
@@ -285,18 +378,41 @@ static void op_verify(void) {
   check_stats();
 }
 
+/* sa_trim(0): with nothing live (and no fault armed) the arena holds no
+ * physical memory afterwards. */
+static void empty_trim(void) {
+  TRACE("trim 0 (%d live)\n", m.nlive);
+  if (!ok_or_fault(sa_trim(m.arena, 0), "sa_trim")) return;
+  check_stats();
+  if (m.nlive != 0 || m.faulting) return;
+  t_empty_trims++;
+  sa_stats st;
+  expect(sa_get_stats(m.arena, &st), SA_OK, "sa_get_stats");
+  sa_host_counters c;
+  sa_host_get_counters(&c);
+  if (st.reserved_bytes != 0 || st.chunks_total != 0 || st.superblocks_total != 0 ||
+      st.cached_bytes != 0 || st.large_spans != 0 || c.chunks != m.base.chunks ||
+      c.mappings != m.base.mappings)
+    die("sa_trim(0) with nothing live left %zu bytes reserved, %zu chunks, %zu superblocks "
+        "(%zu active), %zu cached, %zu spans, %zu deferred frees; simulator chunks %zu -> %zu, "
+        "mappings %zu -> %zu",
+        st.reserved_bytes, st.chunks_total, st.superblocks_total, st.superblocks_active,
+        st.cached_bytes, st.large_spans, st.deferred_frees, m.base.chunks, c.chunks,
+        m.base.mappings, c.mappings);
+}
+
 static void op_tune(input *in) {
   uint8_t k = u8(in);
-  TRACE("tune %u\n", k % 3);
+  TRACE("tune %u (%u)\n", k % 3, k);
   switch (k % 3) {
-    case 0: expect(sa_trim(m.arena, (size_t)(k >> 2) * MiB), SA_OK, "sa_trim"); break;
-    case 1: expect(sa_defragment(m.arena), SA_OK, "sa_defragment"); break;
+    case 0: ok_or_fault(sa_trim(m.arena, (size_t)(k >> 2) * MiB), "sa_trim"); break;
+    case 1: ok_or_fault(sa_defragment(m.arena), "sa_defragment"); break;
     default: {
       size_t bytes = (size_t)(1 + (k >> 2) % 4) * 2 * MiB;
       sa_status st = sa_set_superblock_size(m.arena, bytes);
-      if (m.threshold_explicit && m.threshold > bytes) {
-        expect(st, SA_ERR_INVALID_ARGUMENT, "sa_set_superblock_size below the threshold");
-        t_bad++;
+      if (st == SA_ERR_INVALID_ARGUMENT && m.threshold_explicit &&
+          sa_class_size(sa_size_class(m.threshold)) > bytes / 2) {
+        t_bad++; /* the explicit threshold's class may not fit */
         break;
       }
       expect(st, SA_OK, "sa_set_superblock_size");
@@ -304,6 +420,14 @@ static void op_tune(input *in) {
       if (!m.threshold_explicit) m.threshold = bytes / 2;
     }
   }
+}
+
+/* A bad call's status: want, or a driver error while a fault is armed on
+ * the call that would tell (stream_validate cannot say a stream is unknown
+ * when the driver fails it). */
+static void expect_bad(sa_status st, sa_status want, const char *what) {
+  if (st == SA_ERR_DRIVER && m.faulting) return;
+  expect(st, want, what);
 }
 
 /* Bad calls: each has its status and changes nothing. */
@@ -332,12 +456,13 @@ static void op_bad(input *in) {
     case 2: /* an unknown stream */
       if (m.nlive > 0) {
         block *b = &m.live[k % m.nlive];
-        expect(sa_free(b->p, (sa_stream)&other), SA_ERR_UNKNOWN_STREAM, "sa_free(bad stream)");
+        expect_bad(sa_free(b->p, (sa_stream)&other), SA_ERR_UNKNOWN_STREAM,
+                   "sa_free(bad stream)");
       }
       {
         void *p = (void *)1;
-        expect(sa_alloc(m.arena, &p, 64, (sa_stream)&other), SA_ERR_UNKNOWN_STREAM,
-               "sa_alloc(bad stream)");
+        expect_bad(sa_alloc(m.arena, &p, 64, (sa_stream)&other), SA_ERR_UNKNOWN_STREAM,
+                   "sa_alloc(bad stream)");
         if (p != NULL) die("failed sa_alloc left %p", p);
       }
       break;
@@ -353,70 +478,203 @@ static void op_bad(input *in) {
   }
 }
 
+static bool recorded_on(int s) {
+  for (int i = 0; i < m.nlive; i++)
+    if (m.live[i].recorded & (1u << s)) return true;
+  return false;
+}
+
+/* Stream s is synchronized and destroyed (the contract's rule: CUDA gives
+ * its handle to the next stream at once, and a thread's cache knows a
+ * stream by its handle); a new one takes its place and its handle. */
+static void replace_stream(int s) {
+  expect(sa_host_stream_drain(m.streams[s]), SA_OK, "sa_host_stream_drain");
+  expect(sa_host_stream_destroy(m.streams[s]), SA_OK, "sa_host_stream_destroy");
+  expect(sa_host_stream_create(mode_of(s), &m.streams[s]), SA_OK, "sa_host_stream_create");
+  t_destroys++;
+  for (int i = 0; i < m.nlive; i++) {
+    if (m.live[i].use == s) m.live[i].use = -1; /* its work ran before destroy */
+    if (m.live[i].alloc_stream == s) m.live[i].alloc_stream = -1;
+    m.live[i].recorded &= ~(1u << s);
+  }
+}
+
 /* Release one of the created streams with blocks outstanding, destroy it
- * (its queued work runs) and make a new one in its place. */
+ * and make a new one in its place. */
 static void op_release(input *in) {
-  int s = 1 + u8(in) % (NSTREAMS - 1);
+  int s = pick_created(in);
   TRACE("release stream %d\n", s);
   for (int i = 0; i < m.nlive; i++) check_kernel(&m.live[i]);
-  expect(sa_stream_release(m.arena, m.streams[s]), SA_OK, "sa_stream_release");
-  expect(sa_host_stream_destroy(m.streams[s]), SA_OK, "sa_host_stream_destroy");
-  expect(sa_host_stream_create(SA_HOST_MANUAL, &m.streams[s]), SA_OK, "sa_host_stream_create");
-  for (int i = 0; i < m.nlive; i++) {
-    if (m.live[i].use == s) m.live[i].use = -1; /* its work ran at destroy */
-    if (m.live[i].alloc_stream == s) m.live[i].alloc_stream = -1;
+  if (!ok_or_fault(sa_stream_release(m.arena, m.streams[s]), "sa_stream_release")) {
+    /* Not released: it may be destroyed only if no live block names it. */
+    if (recorded_on(s)) return;
+  } else {
+    for (int i = 0; i < m.nlive; i++) m.live[i].recorded &= ~(1u << s);
   }
+  replace_stream(s);
   /* Blocks whose last use was on another stream still have it pending. */
+}
+
+/* Destroy a stream without sa_stream_release, unless a live block was
+ * recorded on it (the contract's one rule): what the arena and this
+ * thread's cache hold for it comes back later. */
+static void op_destroy(input *in) {
+  int s = pick_created(in);
+  TRACE("destroy stream %d%s\n", s, recorded_on(s) ? " (recorded: skipped)" : "");
+  if (recorded_on(s)) return;
+  for (int i = 0; i < m.nlive; i++)
+    if (m.live[i].use == s) check_kernel(&m.live[i]);
+  replace_stream(s);
+}
+
+/* A thread that allocates on one stream, frees some blocks there (its
+ * cache keeps them), some on another stream (its open batch), and exits:
+ * what it held goes back without a driver call. The blocks it keeps stay
+ * live in the model. The main thread waits for it: no race on the model. */
+typedef struct thread_job_s {
+  int s, t, n;
+  size_t sizes[8];
+  uint8_t what[8]; /* 0: keep, 1: free on s, 2: free on t */
+} thread_job;
+
+static void *thread_main(void *arg) {
+  thread_job *j = arg;
+  void *got[8];
+  for (int k = 0; k < j->n; k++) {
+    block *b = alloc_on(j->s, j->sizes[k]);
+    got[k] = b != NULL ? b->p : NULL;
+  }
+  for (int k = 0; k < j->n; k++) {
+    if (got[k] == NULL || j->what[k] == 0) continue;
+    int i = find_live(got[k]);
+    if (i >= 0) (void)free_block(i, j->what[k] == 1 ? j->s : j->t);
+  }
+  return NULL;
+}
+
+static void op_thread(input *in) {
+  thread_job j;
+  j.s = pick_stream(in);
+  j.t = pick_stream(in);
+  j.n = 1 + u8(in) % 8;
+  for (int k = 0; k < j.n; k++) {
+    j.sizes[k] = decode_size(in);
+    j.what[k] = u8(in) % 3;
+  }
+  TRACE("thread: %d blocks on %d, some freed on %d\n", j.n, j.s, j.t);
+  pthread_t th;
+  m.in_thread = true;
+  if (pthread_create(&th, NULL, thread_main, &j) != 0) die("pthread_create failed");
+  if (pthread_join(th, NULL) != 0) die("pthread_join failed");
+  m.in_thread = false;
+  t_threads++;
+}
+
+static void op_fault(input *in) {
+  sa_host_fn fn = (sa_host_fn)(u8(in) % SA_HOST_FN_COUNT);
+  uint64_t nth = 1 + u8(in) % 16;
+  int sticky = u8(in) & 1;
+  TRACE("fault %s #%llu%s\n", sa_host_fn_name(fn), (unsigned long long)nth,
+        sticky ? " sticky" : "");
+  expect(sa_host_fault_inject(fn, nth, sticky), SA_OK, "sa_host_fault_inject");
+  m.faulting = true;
+  t_faults++;
+}
+
+static void op_clear(void) {
+  TRACE("fault clear\n");
+  sa_host_fault_clear();
+  m.faulting = false;
 }
 
 /* ---- one input ------------------------------------------------------------ */
 
 static void setup(input *in) {
   uint8_t c = u8(in);
+  uint8_t e1 = 0, e2 = 0;
+  bool extended = c & 0x80;
+  if (extended) {
+    e1 = u8(in);
+    e2 = u8(in);
+  }
   static const char *const caps[] = {"8MiB", "16MiB", "32MiB", "64MiB"};
+  static const size_t cap_bytes[] = {8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB};
   static const char *const sbs[] = {"2MiB", "4MiB", "2MiB", "8MiB"};
-  char spec[192];
+  static const char *const thresholds[] = {"512KiB", "256", "1000", "1MiB"};
+  size_t cap = cap_bytes[c & 3];
+  char spec[384];
   bool explicit_threshold = (c >> 4) & 1;
-  snprintf(spec, sizeof spec,
-           "backend=host,check_stream_order=1,max_physical=%s,superblock_size=%s%s",
-           caps[c & 3], sbs[(c >> 2) & 3], explicit_threshold ? ",large_threshold=512KiB" : "");
+  int n = snprintf(spec, sizeof spec,
+                   "backend=host,check_stream_order=1,max_physical=%s,superblock_size=%s",
+                   caps[c & 3], sbs[(c >> 2) & 3]);
+  if (explicit_threshold)
+    n += snprintf(spec + n, sizeof spec - (size_t)n, ",large_threshold=%s",
+                  thresholds[extended ? e2 & 3 : 0]);
+  int base_len = n;
+  if (extended) {
+    static const size_t chunks[] = {0, 2 * MiB, 4 * MiB, 8 * MiB};
+    size_t reserve[] = {0, cap / 2, cap, (size_t)64 << 30};
+    size_t initial[] = {0, 2 * MiB, 3 * MiB, cap};
+    size_t va[] = {0, 0, 2 * cap, cap + 8 * MiB};
+    n += snprintf(spec + n, sizeof spec - (size_t)n,
+                  ",reserve_limit=%zu,chunk_size=%zu,initial_physical=%zu,exact_growth=%d,"
+                  "release_threshold=%zu,va_reserve=%zu",
+                  reserve[e1 & 3], chunks[(e1 >> 2) & 3], initial[(e1 >> 4) & 3], (e1 >> 6) & 1,
+                  (e1 >> 7) ? 4 * MiB : 0, va[(e2 >> 3) & 3]);
+  }
   sa_config cfg;
   sa_config_init(&cfg);
-  char err[128];
+  char err[256];
   expect(sa_config_parse(&cfg, spec, err, sizeof err), SA_OK, "sa_config_parse");
+  sa_status checked = sa_config_check(&cfg, err, sizeof err);
   memset(&m, 0, sizeof m);
+  sa_host_get_counters(&m.base);
+  if (checked != SA_OK) {
+    /* sa_arena_create agrees with sa_config_check; then the base spec */
+    sa_arena *a = NULL;
+    sa_status st = sa_arena_create(&cfg, &a);
+    if (st != checked) die("sa_config_check said %s (%s), sa_arena_create %s for %s",
+                           sa_status_string(checked), err, sa_status_string(st), spec);
+    if (a != NULL) die("failed sa_arena_create left %p", (void *)a);
+    spec[base_len] = '\0';
+    sa_config_init(&cfg);
+    expect(sa_config_parse(&cfg, spec, err, sizeof err), SA_OK, "sa_config_parse");
+  }
+  TRACE("config %s\n", spec);
   m.cap = cfg.max_physical_bytes;
   m.superblock = cfg.superblock_size;
   m.threshold_explicit = explicit_threshold;
   m.threshold = explicit_threshold ? cfg.large_threshold : m.superblock / 2;
+  m.release_threshold = cfg.release_threshold_bytes;
   m.next_tag = 0xA0000000u;
   expect(sa_arena_create(&cfg, &m.arena), SA_OK, "sa_arena_create");
+  if (extended && (e2 >> 2) & 1) sa_host_set_default_stream_mode(SA_HOST_MANUAL);
   m.streams[0] = NULL;
   for (int s = 1; s < NSTREAMS; s++)
-    expect(sa_host_stream_create(SA_HOST_MANUAL, &m.streams[s]), SA_OK, "sa_host_stream_create");
+    expect(sa_host_stream_create(mode_of(s), &m.streams[s]), SA_OK, "sa_host_stream_create");
 }
 
-static void teardown(const sa_host_counters *before) {
+static void teardown(void) {
+  sa_host_fault_clear();
+  m.faulting = false;
   while (m.nlive > 0) {
     block *b = &m.live[m.nlive - 1];
-    check_kernel(b);
     int t = b->use >= 0 ? b->use : 0;
-    expect(sa_free(b->p, m.streams[t]), SA_OK, "sa_free");
-    m.frees++;
-    t_frees++;
-    m.live_bytes -= (int64_t)b->accounted;
-    m.nlive--;
+    if (!free_block(m.nlive - 1, t)) die("sa_free failed at teardown");
   }
   expect(sa_host_drain_all(), SA_OK, "sa_host_drain_all");
   if (m.mismatches != 0) die("%llu words had the wrong contents", (unsigned long long)m.mismatches);
   check_stats();
+  empty_trim();
   for (int s = 1; s < NSTREAMS; s++) {
     expect(sa_stream_release(m.arena, m.streams[s]), SA_OK, "sa_stream_release");
     expect(sa_host_stream_destroy(m.streams[s]), SA_OK, "sa_host_stream_destroy");
   }
+  sa_host_set_default_stream_mode(SA_HOST_AUTO);
   expect(sa_arena_destroy(m.arena), SA_OK, "sa_arena_destroy");
   sa_host_counters after;
   sa_host_get_counters(&after);
+  const sa_host_counters *before = &m.base;
   if (after.va_ranges != before->va_ranges || after.chunks != before->chunks ||
       after.mappings != before->mappings || after.events != before->events ||
       after.streams != before->streams)
@@ -438,27 +696,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (tracing < 0) tracing = getenv("ARENA_FUZZ_TRACE") != NULL;
   input in = {data, size, 0};
-  sa_host_counters before;
-  sa_host_get_counters(&before);
   setup(&in);
   int ops = 0;
   while (more(&in) && ops < 512) {
     uint8_t op = u8(&in);
-    switch (op % 16) {
-      case 0: case 1: case 2: case 3: case 4: op_alloc(&in); break;
-      case 5: case 6: case 7: op_free(&in); break;
-      case 8: op_use(&in); break;
-      case 9: case 10: op_step(&in); break;
-      case 11: op_verify(); break;
-      case 12: op_tune(&in); break;
-      case 13: op_bad(&in); break;
-      case 14: op_release(&in); break;
-      default: check_stats(); break;
+    if (op & 0x80) { /* the extended operations */
+      switch ((op & 0x7f) % 8) {
+        case 0: op_destroy(&in); break;
+        case 1: op_thread(&in); break;
+        case 2: op_fault(&in); break;
+        case 3: op_clear(); break;
+        case 4: empty_trim(); break;
+        case 5: op_release(&in); break;
+        case 6: op_alloc(&in); break;
+        default: op_free(&in); break;
+      }
+    } else {
+      switch (op % 16) {
+        case 0: case 1: case 2: case 3: case 4: op_alloc(&in); break;
+        case 5: case 6: case 7: op_free(&in); break;
+        case 8: op_use(&in); break;
+        case 9: case 10: op_step(&in); break;
+        case 11: op_verify(); break;
+        case 12: op_tune(&in); break;
+        case 13: op_bad(&in); break;
+        case 14: op_release(&in); break;
+        default: check_stats(); break;
+      }
     }
+    check_stats();
     ops++;
   }
   t_ops += (uint64_t)ops;
   t_inputs++;
-  teardown(&before);
+  teardown();
   return 0;
 }

@@ -107,11 +107,6 @@ static void oom_report(sa_arena *a, size_t size, sa_stream s) {
 static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_stream s,
                                   void **out) {
   bool large = size > large_threshold(a);
-  size_t rounded = large ? size : sa_class_size(sa_size_class(size));
-  if (rounded > a->physical_cap) {
-    atomic_fetch_add_explicit(&a->xoom_events, 1, memory_order_relaxed);
-    return SA_ERR_OUT_OF_MEMORY; /* no reclaim can make it fit */
-  }
   size_t soft = sa__physical_soft_limit(a), hard = a->physical_cap;
   size_t need = large ? size : atomic_load_explicit(&a->xsuperblock_size, memory_order_relaxed);
   sa_status st = try_alloc(a, e, size, soft, out);
@@ -205,6 +200,12 @@ SA_NOINLINE static sa_status alloc_fast_rare(sa_arena *a, sa_tentry *e, void *p,
 SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size, sa_stream s) {
   *out = NULL;
   if (size == 0) return SA_OK;
+  /* No reclaim can make it fit (a small size's class is below the cap):
+   * said before the stream is looked up, which may call the driver. */
+  if (size > a->physical_cap) {
+    atomic_fetch_add_explicit(&a->xoom_events, 1, memory_order_relaxed);
+    return SA_ERR_OUT_OF_MEMORY;
+  }
   sa_tentry *e;
   sa_status st = sa__tentry_get(a, s, &e);
   if (st != SA_OK) return st;

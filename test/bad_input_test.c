@@ -261,6 +261,16 @@ static void size_above_the_physical_cap(void **state) {
   sa_assert_ok(sa_free(p, g.streams[0]));
   sa_assert_ok(sa_alloc(g.arena, &q, 8 * MiB, g.streams[0]));
   sa_assert_ok(sa_free(q, g.streams[0]));
+  /* Said before the stream is looked up: a size no reclaim can fit is out
+   * of memory even on a stream the driver cannot be asked about (it was a
+   * driver error; found by the fuzzer). */
+  sa_stream fresh;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &fresh));
+  sa_assert_ok(sa_host_fault_inject(SA_HOST_FN_STREAM_VALIDATE, 1, 1));
+  BAD(sa_alloc(g.arena, &p, 8 * MiB + 1, fresh), SA_ERR_OUT_OF_MEMORY);
+  BAD(sa_alloc(g.arena, &p, SIZE_MAX, fresh), SA_ERR_OUT_OF_MEMORY);
+  sa_host_fault_clear();
+  sa_assert_ok(sa_host_stream_destroy(fresh));
   sa_assert_ok(sa_fixture_teardown(&g));
 }
 
