@@ -154,7 +154,7 @@ typedef struct sa_config_s {
                                      multiple of the granularity), the unit
                                      a reshape can take back: smaller chunks
                                      keep the footprint lower where request
-                                     sizes keep changing, at ~50 us of
+                                     sizes keep changing, at ~60-80 us of
                                      driver time per chunk on an H200;
                                      default 0 = one chunk per growth, or a
                                      granule under max_physical or
