@@ -292,7 +292,11 @@ static sa_status locate_live(void *ptr, sa_arena **a, block_ref *ref) {
 /* Free the span at p on e's stream, with a mark on every stream
  * sa_record_stream named for it. On failure nothing changes. */
 static sa_status free_span(sa_arena *a, sa_tentry *e, sa_span *sp, uint8_t state, void *p) {
-  sa_record *r = state == SA_BLOCK_RECORDED ? sa__record_take(a, (uintptr_t)p) : NULL;
+  /* From the take to the last mark: a release of a recorded stream waits
+   * (its user destroys the stream next). */
+  bool use = state == SA_BLOCK_RECORDED;
+  if (use) sa__record_use_begin(a);
+  sa_record *r = use ? sa__record_take(a, (uintptr_t)p) : NULL;
   unsigned n = r != NULL ? r->n : 0;
   sa_stream_arena **recorded = n > 0 ? calloc(n, sizeof *recorded) : NULL;
   sa_status st = n > 0 && recorded == NULL ? SA_ERR_OUT_OF_MEMORY : SA_OK;
@@ -307,8 +311,10 @@ static sa_status free_span(sa_arena *a, sa_tentry *e, sa_span *sp, uint8_t state
   free(recorded);
   if (st != SA_OK) {
     sa__record_restore(a, r); /* the span stays live, its record too */
+    if (use) sa__record_use_end(a);
     return st;
   }
+  if (use) sa__record_use_end(a);
   sa__record_free(r);
   live_account(e, -(int64_t)request, 0);
   return SA_OK;
@@ -343,6 +349,7 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
    * does not order the reuse by itself; the host waits for none of them.
    * On failure the block and its record stay as they were. */
   sa_stream_arena *owner = sb->owner;
+  sa__record_use_begin(a); /* until its events are recorded, as free_span */
   sa_record *r = sa__record_take(a, (uintptr_t)p);
   unsigned n = r != NULL ? r->n : 0;
   bool own = owner == e->sarena;
@@ -360,8 +367,10 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
     for (unsigned i = 0; d != NULL && i < d->nevents; i++) sa__event_drop(a, d->events[i]);
     sa__deferred_free(d);
     sa__record_restore(a, r);
+    sa__record_use_end(a);
     return st;
   }
+  sa__record_use_end(a);
   sa__record_free(r);
   d->owner = sb->owner;
   d->freer = e->sarena;

@@ -80,6 +80,7 @@ static void arena_free(sa_arena *a) {
   pthread_mutex_destroy(&a->lock);
   pthread_mutex_destroy(&a->event_lock);
   pthread_mutex_destroy(&a->record_lock);
+  pthread_rwlock_destroy(&a->record_rw);
   pthread_mutex_destroy(&a->trace_lock);
   free(a);
 }
@@ -97,6 +98,7 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
   pthread_rwlock_init(&a->streams_rw, NULL);
   pthread_mutex_init(&a->event_lock, NULL);
   pthread_mutex_init(&a->record_lock, NULL);
+  pthread_rwlock_init(&a->record_rw, NULL);
   pthread_mutex_init(&a->trace_lock, NULL);
   ck_stack_init(&a->free_superblocks);
   a->id = atomic_fetch_add(&next_arena_id, 1);

@@ -396,6 +396,9 @@ struct sa_arena_s {
 
   sa_tentry *entries;           /* thread cache entries (thread_cache.c's lock) */
   pthread_mutex_t record_lock;  /* sa_record_stream side table */
+  pthread_rwlock_t record_rw;   /* read: a free uses the streams of a record it
+                                   took; write: sa_stream_release forgets a
+                                   stream (record.c) */
   struct sa_record_s **records; /* hash buckets, SA_RECORD_BUCKETS */
 
   /* Statistics kept on slow paths. */
@@ -432,6 +435,8 @@ size_t sa__threshold_limit(size_t superblock_size);
 /* hook.c: points where a test may pause (test/ sets sa__test_hook). */
 typedef enum sa_hook_point_e {
   SA_HOOK_ENTRY_DETACHED, /* arena destroy handed a thread's cache entry back to its owner */
+  SA_HOOK_HANDLE_REUSED,  /* a lookup found a live stream arena whose handle names a new
+                             stream (arg: that stream arena), before it marks it gone */
 } sa_hook_point;
 typedef void (*sa_hook_fn)(sa_hook_point point, void *arg);
 extern _Atomic(sa_hook_fn) sa__test_hook;
@@ -670,6 +675,15 @@ void sa__record_free(sa_record *r);
 /* s was released (its work is done): no block needs an event on it. */
 void sa__record_forget_stream(sa_arena *a, sa_stream s);
 bool sa__record_names_stream(sa_arena *a, sa_stream s);
+/* A free that takes a record holds use from before sa__record_take until it
+ * made its last driver call on the record's streams; sa_stream_release holds
+ * forget from before it looks at the stream until its records are
+ * forgotten. So a release that finds no record naming its stream also has
+ * no free still about to call the driver on it (the user destroys it next). */
+void sa__record_use_begin(sa_arena *a);
+void sa__record_use_end(sa_arena *a);
+void sa__record_forget_begin(sa_arena *a);
+void sa__record_forget_end(sa_arena *a);
 void sa__record_fini(sa_arena *a);
 
 /* reclaim.c: no lock held */

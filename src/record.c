@@ -115,6 +115,11 @@ void sa__record_forget_stream(sa_arena *a, sa_stream s) {
   pthread_mutex_unlock(&a->record_lock);
 }
 
+void sa__record_use_begin(sa_arena *a) { pthread_rwlock_rdlock(&a->record_rw); }
+void sa__record_use_end(sa_arena *a) { pthread_rwlock_unlock(&a->record_rw); }
+void sa__record_forget_begin(sa_arena *a) { pthread_rwlock_wrlock(&a->record_rw); }
+void sa__record_forget_end(sa_arena *a) { pthread_rwlock_unlock(&a->record_rw); }
+
 void sa__record_fini(sa_arena *a) {
   if (a->records == NULL) return;
   for (size_t i = 0; i < SA_RECORD_BUCKETS; i++) {

@@ -30,8 +30,8 @@
  * compares stream arenas (a free span's or a global superblock's last
  * stream) keeps the id.
  *
- * Lock order: thread_cache.c's entries lock, streams_rw, a stream arena
- * lock, the arena lock.
+ * Lock order: the record side table's record_rw (record.c), thread_cache.c's
+ * entries lock, streams_rw, a stream arena lock, the arena lock.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -450,12 +450,17 @@ sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out) 
       *out = fresh;
       return SA_OK;
     }
+    /* Held while it is marked gone below: another thread that meets the
+     * new stream may mark it gone first and reap it. */
+    if (sa != NULL) atomic_fetch_add_explicit(&sa->xentries, 1, memory_order_relaxed);
     pthread_mutex_unlock(&a->lock);
     if (sa != NULL) {
       /* The handle names a new stream: the old one was destroyed without
        * sa_stream_release. Its stream arena keeps what it holds (never
        * inherited by this stream) until a device sync settles it. */
+      sa__hook(SA_HOOK_HANDLE_REUSED, sa);
       mark_gone(a, sa, false);
+      sa__stream_arena_unbind(sa);
       continue;
     }
     sa__stream_arenas_reap(a); /* a new stream: free gone ones first */
@@ -497,6 +502,10 @@ size_t sa__stream_arenas_live(sa_arena *a) {
 
 sa_status sa__stream_arena_release(sa_arena *a, sa_stream s, sa_stream_arena **out) {
   *out = NULL;
+  /* A free on another stream that took a record naming s is done with s
+   * first (its events on s are recorded, and then synchronized below);
+   * a later one finds s forgotten. */
+  sa__record_forget_begin(a);
   pthread_mutex_lock(&a->lock);
   sa_stream_arena *sa = find_live(a, s);
   if (sa != NULL) atomic_fetch_add_explicit(&sa->xentries, 1, memory_order_relaxed);
@@ -507,6 +516,7 @@ sa_status sa__stream_arena_release(sa_arena *a, sa_stream s, sa_stream_arena **o
   sa_status st = SA_OK;
   if (sa != NULL || sa__record_names_stream(a, s)) st = a->drv->ops->stream_synchronize(a->drv, s);
   if (st == SA_OK) sa__record_forget_stream(a, s);
+  sa__record_forget_end(a);
   if (sa == NULL) return st;
   if (st != SA_OK) {
     sa__stream_arena_unbind(sa);
