@@ -405,20 +405,15 @@ sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_r
     return SA_ERR_BAD_CONFIG;
   }
   size_t init = c->initial_physical_bytes;
-  if (init > cap) {
-    set_error(err, err_size, "initial_physical=%s: above %s, %s; what is mapped up front must "
-              "fit under the physical cap", size_text(v, sizeof v, init),
-              c->max_physical_bytes != 0 ? "max_physical" : "the device's memory",
-              size_text(w, sizeof w, cap));
-    return SA_ERR_BAD_CONFIG;
-  }
-  /* It is mapped in whole granules (sa__span_prefill): those must fit too.
-   * Counted in granules, so that rounding up cannot overflow. */
-  if (init / gran + (init % gran != 0) > cap / gran) {
+  /* It is mapped in whole granules (sa__span_prefill): those must fit under
+   * the physical cap. Counted in granules, so that rounding up cannot
+   * overflow. */
+  size_t init_granules = init / gran + (init % gran != 0);
+  if (init_granules > cap / gran) {
     set_error(err, err_size, "initial_physical=%s: mapped in whole granules, %s, above %s, %s; "
               "what is mapped up front must fit under the physical cap",
               size_text(v, sizeof v, init),
-              size_text(w, sizeof w, (init / gran + (init % gran != 0)) * gran),
+              size_text(w, sizeof w, init_granules <= SIZE_MAX / gran ? init_granules * gran : init),
               c->max_physical_bytes != 0 ? "max_physical" : "the device's memory",
               size_text(x, sizeof x, cap));
     return SA_ERR_BAD_CONFIG;
