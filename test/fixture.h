@@ -18,6 +18,8 @@
 #ifndef SA_TEST_FIXTURE_H
 #define SA_TEST_FIXTURE_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -99,6 +101,19 @@ static inline unsigned sa_fixture_pick(uint64_t *rng, unsigned n) {
   *rng ^= *rng << 25;
   *rng ^= *rng >> 27;
   return (unsigned)((*rng * 0x2545F4914F6CDD1Dull) % n);
+}
+
+/* Threads of a stress test hand blocks to each other through an array of
+ * n slots, lock-free: give puts item in a slot drawn from *rng if it is
+ * empty (false: it was taken, the caller keeps item); take empties a slot
+ * drawn from *rng and returns what it held (NULL: nothing). */
+static inline bool sa_fixture_give(_Atomic(void *) *slots, unsigned n, uint64_t *rng,
+                                   void *item) {
+  void *expected = NULL;
+  return atomic_compare_exchange_strong(&slots[sa_fixture_pick(rng, n)], &expected, item);
+}
+static inline void *sa_fixture_take(_Atomic(void *) *slots, unsigned n, uint64_t *rng) {
+  return atomic_exchange(&slots[sa_fixture_pick(rng, n)], NULL);
 }
 
 #endif /* SA_TEST_FIXTURE_H */

@@ -76,7 +76,7 @@ static struct {
   sa_arena *arena;
   sa_driver *drv; /* streams, events and writes of the test, on the arena's device */
   slot slots[STREAMS];
-  _Atomic(block *) exchange[EXCHANGE];
+  _Atomic(void *) exchange[EXCHANGE]; /* blocks handed between threads */
   atomic_uint next_pattern;
   double seconds;      /* > 0: run this long */
   long ops_per_thread; /* otherwise this many */
@@ -255,14 +255,12 @@ static void op_free(worker *w) {
 
 static void op_give(worker *w) {
   if (w->n == 0) return;
-  block *expected = NULL;
-  if (atomic_compare_exchange_strong(&g.exchange[pick(w, EXCHANGE)], &expected, w->local[w->n - 1]))
-    w->n--;
+  if (sa_fixture_give(g.exchange, EXCHANGE, &w->rng, w->local[w->n - 1])) w->n--;
 }
 
 static void op_take(worker *w) {
   if (w->n == MAX_LOCAL) return;
-  block *b = atomic_exchange(&g.exchange[pick(w, EXCHANGE)], NULL);
+  block *b = sa_fixture_take(g.exchange, EXCHANGE, &w->rng);
   if (b == NULL) return;
   w->local[w->n++] = b;
   w->c.cross_thread++;

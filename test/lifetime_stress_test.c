@@ -62,7 +62,7 @@ typedef struct counts_s {
 static struct {
   sa_fixture f;
   slot slots[SLOTS];
-  _Atomic(block *) exchange[EXCHANGE];
+  _Atomic(void *) exchange[EXCHANGE]; /* blocks handed between threads */
   _Atomic uint32_t next_pattern;
   uint64_t mismatches; /* written by check kernels under the simulator lock */
   long ops;
@@ -143,18 +143,14 @@ static void op_free(worker *w) {
 }
 
 static void op_give(worker *w) {
-  if (w->n == 0) return;
-  block *expected = NULL;
-  if (atomic_compare_exchange_strong(&g.exchange[pick(w, EXCHANGE)], &expected,
-                                     w->local[w->n - 1])) {
-    w->n--;
-    w->c.handed++;
-  }
+  if (w->n == 0 || !sa_fixture_give(g.exchange, EXCHANGE, &w->rng, w->local[w->n - 1])) return;
+  w->n--;
+  w->c.handed++;
 }
 
 static void op_take(worker *w) {
   if (w->n == MAX_LOCAL) return;
-  block *b = atomic_exchange(&g.exchange[pick(w, EXCHANGE)], NULL);
+  block *b = sa_fixture_take(g.exchange, EXCHANGE, &w->rng);
   if (b != NULL) w->local[w->n++] = b;
 }
 
@@ -202,10 +198,8 @@ static void *run_worker(void *arg) {
   /* Leave: some blocks for the next wave, the rest freed; whatever the
    * thread cached and its open batches go back as it exits. */
   while (w->n > 0) {
-    block *expected = NULL;
     block *b = w->local[--w->n];
-    if (!atomic_compare_exchange_strong(&g.exchange[pick(w, EXCHANGE)], &expected, b))
-      free_block(w, b);
+    if (!sa_fixture_give(g.exchange, EXCHANGE, &w->rng, b)) free_block(w, b);
   }
   return NULL;
 }

@@ -82,7 +82,7 @@ static struct {
   long ops;
   uint64_t seed;
   slot slots[MAX_WORKERS];
-  _Atomic(block *) exchange[EXCHANGE];
+  _Atomic(void *) exchange[EXCHANGE]; /* blocks handed between threads */
   _Atomic uint32_t next_pattern;
   _Atomic int64_t live;
   _Atomic int running; /* workers still running */
@@ -299,18 +299,14 @@ static void op_read(worker *w) {
 }
 
 static void op_give(worker *w) {
-  if (w->n == 0) return;
-  block *expected = NULL;
-  if (atomic_compare_exchange_strong(&g.exchange[pick(w, EXCHANGE)], &expected,
-                                     w->local[w->n - 1])) {
-    w->n--;
-    w->c.handed++;
-  }
+  if (w->n == 0 || !sa_fixture_give(g.exchange, EXCHANGE, &w->rng, w->local[w->n - 1])) return;
+  w->n--;
+  w->c.handed++;
 }
 
 static void op_take(worker *w) {
   if (w->n == MAX_LOCAL) return;
-  block *b = atomic_exchange(&g.exchange[pick(w, EXCHANGE)], NULL);
+  block *b = sa_fixture_take(g.exchange, EXCHANGE, &w->rng);
   if (b != NULL) w->local[w->n++] = b;
 }
 
