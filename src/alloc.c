@@ -55,8 +55,8 @@ static sa_status small_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limi
   if (b->n == 0) {
     if (b->cap == 0 && sa__tbin_init(b, cls) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
     sa_status st;
-    uint32_t want = b->cap / 2 > 0 ? b->cap / 2 : 1;
-    b->n = (uint16_t)sa__stream_arena_take(e->sarena, cls, b->slots, want, limit, &st);
+    b->n = (uint16_t)sa__stream_arena_take(e->sarena, cls, b->slots, sa_class_refill(cls), limit,
+                                           &st);
     if (b->n == 0) return st != SA_OK ? st : SA_ERR_OUT_OF_MEMORY;
   }
   sa_cached_block blk = b->slots[--b->n];

@@ -110,6 +110,7 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
     return st;
   }
   a->gran_shift = (unsigned)__builtin_ctzll(a->gran);
+  a->page_shift = a->gran > SA_PAGE_MAX ? (unsigned)__builtin_ctzll(SA_PAGE_MAX) : a->gran_shift;
   sa_resolved r;
   st = sa__config_resolve(&a->cfg, a->gran, total, &r, NULL, 0);
   if (st == SA_OK) {

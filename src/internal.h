@@ -75,7 +75,7 @@ static inline void *sa__zalloc_aligned(size_t size, size_t align) {
 }
 
 /* ------------------------------------------------------------------------
- * Descriptors: what a granule of the reserved range belongs to. They live
+ * Descriptors: what a page of the reserved range belongs to. They live
  * in host memory and are type-stable until the arena is destroyed (a
  * lock-free pop may still read a descriptor that was just taken).
  * ---------------------------------------------------------------------- */
@@ -113,13 +113,18 @@ typedef struct sa_phys_s {
 typedef struct sa_desc_s {
   sa_desc_kind kind;
   uintptr_t base;
-  size_t size;       /* virtual bytes, a multiple of the granularity */
+  size_t size;       /* virtual bytes, a multiple of the page map's unit */
   sa_chunk *chunks;  /* chunks mapped here, in address order */
 } sa_desc;
 
 /* Superblocks mapped together (superblock.c): one chunk for nslots
  * superblocks of slot bytes, unmapped once none of them is carved. */
 #define SA_SLAB_MAX 16
+/* The page map's unit where the granule is larger: superblocks smaller than
+ * a granule (superblock.c) and those carved in free span memory start and
+ * end on one, so that each page names one descriptor. */
+#define SA_PAGE_MAX ((size_t)256 << 10)
+#define SA_SMALL_BLOCKS 8 /* blocks a class's first superblock on a stream holds, at least */
 #define SA_SLAB_SHARE 128 /* slots: 1/128 of the superblocks mapped, up to SA_SLAB_MAX */
 typedef struct sa_slab_s {
   sa_desc hdr;                      /* its range and chunk; not in the page map */
@@ -148,7 +153,8 @@ typedef struct sa_superblock_s {
                                        one per smallest block of hdr.size */
   uint32_t nstate;
   bool in_bin;                      /* on its bin's partial list */
-  sa_slab *slab;                    /* its memory's slab; NULL: its own chunks */
+  sa_slab *slab;                    /* its memory's slab; NULL: its own chunks, */
+  struct sa_span_s *span;           /* or the span of a run it was carved in */
   uint32_t slot;                    /* ... and its place there */
   uint64_t dirty_gen;               /* work of its owner's stream may use a block
                                        until a device sync of a later generation
@@ -192,6 +198,7 @@ typedef struct sa_span_s {
   unsigned nstarts;                 /* the latest first (double frees) */
   sa_stream_arena *owner;           /* live: the stream it was allocated on */
   size_t request;                   /* live: bytes the user asked for */
+  sa_desc *holder;                  /* live: the superblock carved in it, else NULL */
   _Atomic uint8_t xstate;           /* SA_BLOCK_LIVE/RECORDED, or FREE */
   struct sa_span_s *all_next;       /* every descriptor, spare ones too */
 } sa_span;
@@ -281,6 +288,7 @@ struct sa_stream_arena_s {
   pthread_mutex_t lock;
   CK_CC_CACHELINE ck_stack_t inbox; /* sa_deferred pushed by any thread */
   sa_superblock *bins[SA_CLASS_COUNT]; /* superblocks with free blocks */
+  uint8_t carved[SA_CLASS_COUNT];     /* fresh superblocks carved for each class (saturates) */
   sa_superblock *empty;              /* empty superblocks kept here */
   unsigned nempty;
   sa_deferred *pending;              /* drained, events not complete */
@@ -333,6 +341,7 @@ struct sa_arena_s {
   sa_config cfg;
   size_t gran;
   unsigned gran_shift;
+  unsigned page_shift; /* the page map's unit: the granule, at most SA_PAGE_MAX */
   size_t physical_cap;
 
   /* Virtual range and page map (va_space.c). The range starts on a
@@ -477,7 +486,7 @@ void sa__pagemap_set(sa_arena *a, uintptr_t va, size_t size, sa_desc *d);
 static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
   uintptr_t off = p - a->va_base;
   if (off >= a->va_size) return NULL;
-  return atomic_load_explicit(&a->pagemap[off >> a->gran_shift], memory_order_acquire);
+  return atomic_load_explicit(&a->pagemap[off >> a->page_shift], memory_order_acquire);
 }
 
 /* physical.c: all with the arena lock held */
@@ -630,6 +639,15 @@ size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait);
 bool sa__span_forget_stream(sa_arena *a, const sa_stream_arena *sa);
 /* Free span bytes whose work is known done (no driver call), for reports. */
 size_t sa__span_clean_bytes(const sa_arena *a);
+/* A superblock of size bytes (a multiple of the page map's unit) for sa's
+ * stream, carved in free span memory at a page boundary, as it is mapped:
+ * behind sa's stream's wait for the span's marks, its pages naming holder.
+ * *out NULL (SA_OK) if no free span holds it; a failed wait's status. */
+sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sa, size_t size,
+                                   sa_desc *holder, struct sa_span_s **out);
+/* The superblock's span is free again, no work on it pending (its event
+ * completed), its pages the run's. */
+void sa__span_give_back_superblock(sa_arena *a, struct sa_span_s *sp);
 /* Destroy: wait for free spans' work, unmap every run, free descriptors.
  * Before the stream arenas go (marks name them). */
 sa_status sa__span_fini(sa_arena *a);

@@ -30,4 +30,12 @@ static inline size_t sa_class_size(unsigned cls) {
   return ((size_t)1 << b) + ((size_t)(k % 8) + 1) * ((size_t)1 << (b - 3));
 }
 
+/* Blocks of class cls a thread cache bin holds: about 1 MiB of them,
+ * between 2 and 64. An empty bin takes half that from its stream at once. */
+static inline unsigned sa_class_bin_capacity(unsigned cls) {
+  size_t cap = ((size_t)1 << 20) / sa_class_size(cls);
+  return cap < 2 ? 2 : cap > 64 ? 64 : (unsigned)cap;
+}
+static inline unsigned sa_class_refill(unsigned cls) { return sa_class_bin_capacity(cls) / 2; }
+
 #endif /* SA_SIZE_CLASS_H */

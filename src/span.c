@@ -83,6 +83,7 @@ static sa_span *span_new(sa_arena *a) {
   sp->nmarks = sp->nstarts = 0;
   sp->owner = NULL;
   sp->request = 0;
+  sp->holder = NULL;
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
   return sp;
 }
@@ -344,7 +345,7 @@ static sa_span *coalesce(sa_arena *a, sa_span *sp) {
 /* What a request takes: need bytes, and whether at a granule boundary. */
 typedef struct want_s {
   size_t need;
-  bool aligned;
+  size_t align; /* 0 (packed), or a power of two it starts at a multiple of */
   bool exact; /* map no more than need (growth maps ahead on a climb) */
 } want;
 
@@ -357,7 +358,7 @@ typedef struct want_s {
  * spans stay packed. */
 static want placement(const sa_arena *a, size_t size) {
   size_t q = round_up(size, SA_SPAN_QUANTUM), g = round_up(size, a->gran);
-  return a->budgeted && g - q <= q / 32 ? (want){g, true, false} : (want){q, false, false};
+  return a->budgeted && g - q <= q / 32 ? (want){g, a->gran, false} : (want){q, 0, false};
 }
 
 /* Where w would start in the free span sp: its lowest address, or lowest
@@ -365,8 +366,8 @@ static want placement(const sa_arena *a, size_t size) {
  * a run's top end, where growth extends it). 0 if it does not fit. */
 static uintptr_t place(const sa_arena *a, const sa_span *sp, want w) {
   uintptr_t end = sp->base + sp->size;
-  if (w.aligned) {
-    uintptr_t at = round_up(sp->base, a->gran);
+  if (w.align != 0) {
+    uintptr_t at = round_up(sp->base, w.align);
     return at <= end && end - at >= w.need ? at : 0;
   }
   return sp->size >= w.need ? sp->base : 0;
@@ -384,8 +385,8 @@ static sa_span *best_fit(const sa_arena *a, want w, const sa_stream_arena *sa) {
     if (clean_for(x, sa)) return x;
     if (pick == NULL) pick = x;
   }
-  if (pick == NULL && w.aligned) /* any span this large fits at a boundary */
-    pick = sa__fit_ceiling(a, w.need + a->gran - SA_SPAN_QUANTUM, 0);
+  if (pick == NULL && w.align != 0) /* any span this large fits at a boundary */
+    pick = sa__fit_ceiling(a, w.need + w.align - SA_SPAN_QUANTUM, 0);
   return pick;
 }
 
@@ -439,11 +440,20 @@ static sa_span *carve(sa_arena *a, sa_span *sp, want w) {
 /* lo and hi (mapped just above lo) become one run: the smaller one's
  * spans and page map entries move, so a small growth next to a large run
  * costs what it maps. Returns the run that stays. */
+/* The page map names r over [lo, hi) of it, but the superblocks carved in
+ * its spans over theirs. */
+static void pagemap_name_run(sa_arena *a, sa_run *r, uintptr_t lo, uintptr_t hi) {
+  sa__pagemap_set(a, lo, hi - lo, &r->hdr);
+  for (sa_span *sp = r->first; sp != NULL; sp = sp->next)
+    if (sp->holder != NULL && sp->base >= lo && sp->base < hi)
+      sa__pagemap_set(a, sp->base, sp->size, sp->holder);
+}
+
 static sa_run *run_join(sa_arena *a, sa_run *lo, sa_run *hi) {
   bool keep_lo = lo->hdr.size >= hi->hdr.size;
   sa_run *keep = keep_lo ? lo : hi, *gone = keep_lo ? hi : lo;
   for (sa_span *sp = gone->first; sp != NULL; sp = sp->next) sp->run = keep;
-  sa__pagemap_set(a, gone->hdr.base, gone->hdr.size, &keep->hdr);
+  uintptr_t gone_lo = gone->hdr.base, gone_hi = gone->hdr.base + gone->hdr.size;
   sa_chunk **tail = &lo->hdr.chunks;
   while (*tail != NULL) tail = &(*tail)->next;
   *tail = hi->hdr.chunks;
@@ -462,6 +472,7 @@ static sa_run *run_join(sa_arena *a, sa_run *lo, sa_run *hi) {
   run_unlink(a, gone);
   gone->hdr.chunks = NULL;
   run_put(a, gone);
+  pagemap_name_run(a, keep, gone_lo, gone_hi);
   return keep;
 }
 
@@ -479,7 +490,7 @@ typedef struct growth_s {
  * request only whole granules (runs start and end at granule boundaries). */
 static size_t edge_use(const sa_arena *a, const sa_span *sp, want w) {
   if (sp == NULL || !is_free(sp)) return 0;
-  return w.aligned ? sp->size & ~(a->gran - 1) : sp->size;
+  return w.align != 0 ? sp->size & ~(w.align - 1) : sp->size;
 }
 
 /* Where to map so that a free span for w results, mapping as little as
@@ -668,7 +679,7 @@ static sa_status grow(sa_arena *a, want w, size_t limit, sa_span **out) {
 }
 
 sa_status sa__span_prefill(sa_arena *a, size_t size) {
-  want w = {round_up(size, a->gran), false, true};
+  want w = {round_up(size, a->gran), 0, true};
   pthread_mutex_lock(&a->lock);
   sa_span *sp;
   sa_status st = grow(a, w, a->physical_cap, &sp);
@@ -711,6 +722,35 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t l
   }
   pthread_mutex_unlock(&a->lock);
   return st;
+}
+
+sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sa, size_t size,
+                                   sa_desc *holder, sa_span **out) {
+  want w = {size, (size_t)1 << a->page_shift, true};
+  *out = NULL;
+  sa_span *sp = best_fit(a, w, sa);
+  if (sp == NULL) return SA_OK;
+  free_remove(a, sp);
+  sa_status st = settle(a, sp, sa);
+  if (st != SA_OK) {
+    free_insert(a, sp); /* every mark still on it */
+    return st;
+  }
+  sp = carve(a, sp, w);
+  sp->owner = NULL; /* a name only, and no stream's: sa__span_forget_stream */
+  sp->holder = holder;
+  atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_relaxed);
+  sa__pagemap_set(a, sp->base, sp->size, holder);
+  *out = sp;
+  return SA_OK;
+}
+
+void sa__span_give_back_superblock(sa_arena *a, sa_span *sp) {
+  sa__pagemap_set(a, sp->base, sp->size, &sp->run->hdr);
+  sp->holder = NULL;
+  sp->nmarks = sp->nstarts = 0;
+  atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
+  free_insert(a, coalesce(a, sp));
 }
 
 /* Why p, in the reserved range, is not a live span's start: a span freed
@@ -833,7 +873,7 @@ static sa_run *cut(sa_arena *a, sa_run *r, sa_span *f, uintptr_t lo, uintptr_t h
     up->first = high_head;
     up->last = old_last == f ? f_hi : old_last;
     for (sa_span *sp = high_head; sp != NULL; sp = sp->next) sp->run = up;
-    sa__pagemap_set(a, hi, end - hi, &up->hdr);
+    pagemap_name_run(a, up, hi, end);
   }
   if (low_tail == f)
     free_insert(a, f);

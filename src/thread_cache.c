@@ -38,18 +38,10 @@ static pthread_once_t tcache_once = PTHREAD_ONCE_INIT;
 static void tcache_exit(void *arg);
 static void make_key(void) { (void)pthread_key_create(&tcache_key, tcache_exit); }
 
-/* Blocks cached per class: about 1 MiB of blocks, between 2 and 64. */
-static uint16_t bin_capacity(unsigned cls) {
-  size_t cap = ((size_t)1 << 20) / sa_class_size(cls);
-  if (cap < 2) cap = 2;
-  if (cap > 64) cap = 64;
-  return (uint16_t)cap;
-}
-
 /* Bins start with no capacity, so the fast paths miss until the slow path
  * gives them their slots. */
 sa_status sa__tbin_init(sa_tbin *b, unsigned cls) {
-  uint16_t cap = bin_capacity(cls);
+  uint16_t cap = (uint16_t)sa_class_bin_capacity(cls);
   b->slots = malloc(cap * sizeof *b->slots);
   if (b->slots == NULL) return SA_ERR_OUT_OF_MEMORY;
   b->cap = cap;

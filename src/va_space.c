@@ -4,9 +4,11 @@
  * lowest-fit, over a sorted list of free ranges (coalesced on free); runs of
  * spans start in the middle of the highest free range and grow from their
  * ends (span.c), so that they have room both ways and meet superblocks only
- * when the range is full. The page map gives, for each granule,
- * the descriptor that owns it (a superblock or a run), so a pointer finds
- * it by address arithmetic alone.
+ * when the range is full. The page map gives, for each page (a granule, or
+ * SA_PAGE_MAX where granules are larger), the descriptor that owns it (a
+ * superblock or a run), so a pointer finds it by address arithmetic alone.
+ * A superblock may be smaller than a granule, or carved in a run's free
+ * span memory: its pages name it, the run's others the run.
  * Called by superblock.c and span.c with the arena lock held.
  */
 #include <stdlib.h>
@@ -20,7 +22,7 @@ typedef struct sa_va_free_s {
 } sa_va_free;
 
 sa_status sa__va_init(sa_arena *a) {
-  size_t n = a->va_size >> a->gran_shift;
+  size_t n = a->va_size >> a->page_shift;
   a->pagemap = calloc(n, sizeof *a->pagemap);
   if (a->pagemap == NULL) return SA_ERR_OUT_OF_MEMORY;
   sa_va_free *f = malloc(sizeof *f);
@@ -146,8 +148,8 @@ void sa__va_free(sa_arena *a, uintptr_t va, size_t size) {
 }
 
 void sa__pagemap_set(sa_arena *a, uintptr_t va, size_t size, sa_desc *d) {
-  size_t first = (va - a->va_base) >> a->gran_shift;
-  size_t n = size >> a->gran_shift;
+  size_t first = (va - a->va_base) >> a->page_shift;
+  size_t n = size >> a->page_shift;
   for (size_t i = 0; i < n; i++)
     atomic_store_explicit(&a->pagemap[first + i], d, memory_order_release);
 }

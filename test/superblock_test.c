@@ -21,6 +21,7 @@
 
 #include "internal.h"
 
+#define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 #define SUPERBLOCK_MAX ((uintptr_t)1 << 30) /* arena.c's limit */
 
@@ -165,12 +166,51 @@ static void state_bytes_never_move(void **state) {
   const _Atomic uint8_t *before = sb->state;
   sa_assert_ok(sa_free(p, s));
   sa_assert_ok(sa_trim(f.arena, SIZE_MAX)); /* this thread's cache back: sb empties */
-  sa_assert_ok(sa_alloc(f.arena, &q, 256, s)); /* 8192 blocks in the same superblock */
+  /* The descriptor again, for a class of 256-byte blocks: a smaller
+   * superblock (a class's first on a stream), many more blocks. */
+  sa_assert_ok(sa_alloc(f.arena, &q, 256, s));
   assert_ptr_equal(sa__pagemap_get(f.arena, (uintptr_t)q), &sb->hdr);
-  assert_int_equal(sb->nblocks, 8192);
+  assert_int_equal(sb->nblocks, sb->hdr.size / 256);
+  assert_true(sb->nblocks > 2);
   assert_ptr_equal(sb->state, before);
   sa_assert_status(sa_free(p, s), SA_ERR_DOUBLE_FREE); /* p is block 0 again: q */
   sa_assert_ok(sa_free(q, s));
+  sa_assert_ok(sa_fixture_teardown(&f));
+}
+
+/* A class's first superblock on a stream is small (room for 8 blocks, at
+ * least 256 KiB), and such superblocks share a granule in a slab: one
+ * block of each of eight classes up to 8 KiB takes one granule, not eight
+ * superblocks of 2 MiB. A class's next superblock is twice its last. */
+static void a_class_starts_with_a_small_superblock(void **state) {
+  (void)state;
+  sa_fixture f;
+  sa_assert_ok(sa_fixture_setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO));
+  sa_stream s = f.streams[0];
+  void *p[8];
+  for (int i = 0; i < 8; i++) { /* 256 B .. 8 KiB, 3000 B, 6000 B: eight classes */
+    sa_assert_ok(sa_alloc(f.arena, &p[i], i < 6 ? (size_t)256 << i : i == 6 ? 3000 : 6000, s));
+    sa_desc *d = sa__pagemap_get(f.arena, (uintptr_t)p[i]);
+    assert_int_equal(d->kind, SA_DESC_SUPERBLOCK);
+    assert_int_equal(d->size, 256 * KiB);
+  }
+  sa_stats st;
+  sa_assert_ok(sa_get_stats(f.arena, &st));
+  assert_int_equal(st.superblocks_total, 8);
+  assert_int_equal(st.reserved_bytes, 2 * MiB);
+  enum { N = 200 };
+  void *q[N];
+  sa_desc *first = NULL, *next = NULL;
+  for (int i = 0; i < N; i++) {
+    sa_assert_ok(sa_alloc(f.arena, &q[i], 4 * KiB, s));
+    sa_desc *d = sa__pagemap_get(f.arena, (uintptr_t)q[i]);
+    if (first == NULL) first = d;
+    if (next == NULL && d != first && d != sa__pagemap_get(f.arena, (uintptr_t)p[4])) next = d;
+  }
+  assert_non_null(next);
+  assert_int_equal(next->size, 2 * first->size);
+  for (int i = 0; i < N; i++) sa_assert_ok(sa_free(q[i], s));
+  for (int i = 0; i < 8; i++) sa_assert_ok(sa_free(p[i], s));
   sa_assert_ok(sa_fixture_teardown(&f));
 }
 
@@ -269,6 +309,7 @@ int main(void) {
       cmocka_unit_test(smaller_empty_superblocks_are_not_lost),
       cmocka_unit_test(a_class_larger_than_the_superblock_size_gets_room),
       cmocka_unit_test(state_bytes_never_move),
+      cmocka_unit_test(a_class_starts_with_a_small_superblock),
       cmocka_unit_test(many_superblocks_are_mapped_in_slabs),
       cmocka_unit_test(a_refused_slab_unmap_is_retried_by_trim),
   };
