@@ -440,13 +440,13 @@ static sa_span *carve(sa_arena *a, sa_span *sp, want w) {
 /* lo and hi (mapped just above lo) become one run: the smaller one's
  * spans and page map entries move, so a small growth next to a large run
  * costs what it maps. Returns the run that stays. */
-/* The page map names r over [lo, hi) of it, but the superblocks carved in
- * its spans over theirs. */
-static void pagemap_name_run(sa_arena *a, sa_run *r, uintptr_t lo, uintptr_t hi) {
+/* The page map names r over [lo, hi) of it, whose spans start at first,
+ * but the superblocks carved in them over theirs. */
+static void pagemap_name_run(sa_arena *a, sa_run *r, uintptr_t lo, uintptr_t hi,
+                             const sa_span *first) {
   sa__pagemap_set(a, lo, hi - lo, &r->hdr);
-  for (sa_span *sp = r->first; sp != NULL; sp = sp->next)
-    if (sp->holder != NULL && sp->base >= lo && sp->base < hi)
-      sa__pagemap_set(a, sp->base, sp->size, sp->holder);
+  for (const sa_span *sp = first; sp != NULL && sp->base < hi; sp = sp->next)
+    if (sp->holder != NULL) sa__pagemap_set(a, sp->base, sp->size, sp->holder);
 }
 
 static sa_run *run_join(sa_arena *a, sa_run *lo, sa_run *hi) {
@@ -454,6 +454,7 @@ static sa_run *run_join(sa_arena *a, sa_run *lo, sa_run *hi) {
   sa_run *keep = keep_lo ? lo : hi, *gone = keep_lo ? hi : lo;
   for (sa_span *sp = gone->first; sp != NULL; sp = sp->next) sp->run = keep;
   uintptr_t gone_lo = gone->hdr.base, gone_hi = gone->hdr.base + gone->hdr.size;
+  const sa_span *gone_first = gone->first;
   sa_chunk **tail = &lo->hdr.chunks;
   while (*tail != NULL) tail = &(*tail)->next;
   *tail = hi->hdr.chunks;
@@ -472,7 +473,7 @@ static sa_run *run_join(sa_arena *a, sa_run *lo, sa_run *hi) {
   run_unlink(a, gone);
   gone->hdr.chunks = NULL;
   run_put(a, gone);
-  pagemap_name_run(a, keep, gone_lo, gone_hi);
+  pagemap_name_run(a, keep, gone_lo, gone_hi, gone_first);
   return keep;
 }
 
@@ -873,7 +874,7 @@ static sa_run *cut(sa_arena *a, sa_run *r, sa_span *f, uintptr_t lo, uintptr_t h
     up->first = high_head;
     up->last = old_last == f ? f_hi : old_last;
     for (sa_span *sp = high_head; sp != NULL; sp = sp->next) sp->run = up;
-    pagemap_name_run(a, up, hi, end);
+    pagemap_name_run(a, up, hi, end, high_head);
   }
   if (low_tail == f)
     free_insert(a, f);
