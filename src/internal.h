@@ -367,6 +367,7 @@ struct sa_arena_s {
   /* The remapping ledger (physical.c): bytes created, bytes of cached
    * chunks mapped again. Written under the lock, read by alloc.c without. */
   _Atomic size_t xcreated_bytes, xremapped_bytes;
+  _Atomic size_t xcarved_bytes; /* superblocks carved in free spans (the ledger) */
   sa_superblock *all_superblocks;
   sa_superblock *spare_superblocks; /* descriptors without a mapping */
   sa_superblock *kept_superblocks;  /* mapped by a refused unwind, no blocks:

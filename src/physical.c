@@ -312,11 +312,17 @@ size_t sa__physical_soft_limit(const sa_arena *a) {
  *     allocations up to 4 GiB then remap 4 chunks instead of 35, while
  *     dataframe and fragmentation keep their footprint (1.155 and 1.559 x
  *     peak live).
+ * Superblocks carved in free spans (superblock.c) count too: they cost no
+ * driver call, but memory moved between the shapes without bound thrashes
+ * (pairs of 256 B-16 MiB on one stream: a 16 MiB request reclaimed the
+ * superblocks carved in its free span, the next small ones carved it
+ * again, 500 ns a pair against 140).
  * Under a budget the user set, remapping is what was asked for. */
 size_t sa__physical_remap_allowance(const sa_arena *a, size_t limit) {
   if (limit >= a->reserve_limit) return SIZE_MAX; /* not the footprint target */
   size_t created = atomic_load_explicit(&a->xcreated_bytes, memory_order_relaxed);
-  size_t remapped = atomic_load_explicit(&a->xremapped_bytes, memory_order_relaxed);
+  size_t remapped = atomic_load_explicit(&a->xremapped_bytes, memory_order_relaxed) +
+                    atomic_load_explicit(&a->xcarved_bytes, memory_order_relaxed);
   uint64_t spans = atomic_load_explicit(&a->xlarge_allocs, memory_order_relaxed);
   size_t share = a->cfg.chunk_size != 0 ? 1 : SA_REMAP_SHARE;
   size_t credit = created / share + (size_t)(spans / SA_REMAP_TRICKLE) * a->gran;
