@@ -12,6 +12,7 @@
  * Called by superblock.c and span.c with the arena lock held.
  */
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "internal.h"
 
@@ -21,13 +22,22 @@ typedef struct sa_va_free_s {
   struct sa_va_free_s *next;
 } sa_va_free;
 
+static size_t pagemap_bytes(const sa_arena *a) {
+  return (a->va_size >> a->page_shift) * sizeof *a->pagemap;
+}
+
 sa_status sa__va_init(sa_arena *a) {
-  size_t n = a->va_size >> a->page_shift;
-  a->pagemap = calloc(n, sizeof *a->pagemap);
-  if (a->pagemap == NULL) return SA_ERR_OUT_OF_MEMORY;
+  /* Mapped, not calloc'ed: zero pages come when first touched (a page map
+   * for 4 x an H200 is 18 MB, of which a run touches what it names), where
+   * calloc may take it from the heap and clear it all (glibc's mmap
+   * threshold rises after large frees): 1.4 ms more per arena created. */
+  void *pm = mmap(NULL, pagemap_bytes(a), PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (pm == MAP_FAILED) return SA_ERR_OUT_OF_MEMORY;
+  a->pagemap = pm;
   sa_va_free *f = malloc(sizeof *f);
   if (f == NULL) {
-    free(a->pagemap);
+    (void)munmap(pm, pagemap_bytes(a));
     a->pagemap = NULL;
     return SA_ERR_OUT_OF_MEMORY;
   }
@@ -45,7 +55,7 @@ void sa__va_fini(sa_arena *a) {
     free(f);
   }
   a->va_free = NULL;
-  free(a->pagemap);
+  if (a->pagemap != NULL) (void)munmap((void *)a->pagemap, pagemap_bytes(a));
   a->pagemap = NULL;
 }
 
