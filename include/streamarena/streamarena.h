@@ -136,7 +136,11 @@ typedef struct sa_config_s {
   uint64_t peer_access;           /* devices that may also read and write the
                                      arena's memory: bit i = device i (0-63),
                                      SA_PEER_ACCESS_ALL = all; default 0 */
-  size_t superblock_size;         /* default: allocation granularity (2 MiB) */
+  size_t superblock_size;         /* default: allocation granularity (2 MiB); a
+                                     class's first superblocks on a stream are
+                                     smaller (one thread-cache refill, at least
+                                     256 KiB, doubling) without a budget or
+                                     chunk_size */
   size_t va_reserve_bytes;        /* default: 0 = 4 x device memory */
   size_t max_physical_bytes;      /* default: 0 = the whole device */
   size_t reserve_limit_bytes;     /* soft budget: allocations reuse free
@@ -325,7 +329,8 @@ void sa_default_arenas_shutdown(void);
  * Tuning and statistics
  * ---------------------------------------------------------------------- */
 
-/* Superblocks carved after this call have the given size; existing ones
+/* Superblocks carved after this call have the given size (a class's first
+ * ones on a stream smaller, as superblock_size says); existing ones
  * keep theirs (a size class that needs more than an existing empty
  * superblock holds gets a new one). The large-allocation threshold follows
  * (half the size) unless it was set explicitly. The rules of
