@@ -10,8 +10,7 @@
  *   - Bringing a chunk up costs per chunk, not per byte (H200, driver 580,
  *     bench/driver_costs): create ~12 us, map ~1, access ~30 per chunk in
  *     the range plus ~20 per call, the same from 2 MiB to 256 MiB; above
- *     that only a little more (1 GiB: 164 + 2 + 94 us; 4 GiB: 352 + 4 +
- *     228).
+ *     that only a little more (1 GiB: 164 + 2 + 94 us).
  *   - Unmapping is per chunk too (~25 us): memory a reshape takes back is
  *     rarely a whole growth (a span that took part of a freed one pins
  *     what it covers).
@@ -127,11 +126,7 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
  * the unit a reshape can later unmap. On an H200 a chunk costs about the
  * same to create, map and give access to at 2 MiB as at 256 MiB (~45-65
  * us: bench/driver_costs), so by default a growth is one chunk (up to
- * SA_GROWTH_CHUNK_MAX): a climb costs per growth, not per byte. Above 256
- * MiB the cost grows with the size, but less than in smaller chunks: 4 GiB
- * as one chunk takes 580 us to create and give access to, as four of 1 GiB
- * 1030 (RMM's random allocations up to 4 GiB create 47 chunks instead of
- * 111 in three runs). Smaller chunks let
+ * SA_CHUNK_MAX): a climb costs per growth, not per byte. Smaller chunks let
  * a reshape take back memory in smaller pieces (dataframe: 1.039 x peak
  * live in 2 MiB chunks against 1.155 whole, at ~6 x the driver time), so
  * the user may ask for them (chunk_size); under a budget, where remapping
@@ -139,7 +134,7 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
  * ran out of memory under 1.03 x). */
 static size_t chunk_size(const sa_arena *a) {
   if (a->cfg.chunk_size != 0) return a->cfg.chunk_size;
-  return a->budgeted ? a->gran : SA_GROWTH_CHUNK_MAX;
+  return a->budgeted ? a->gran : SA_CHUNK_MAX;
 }
 
 /* A new chunk of size bytes as one record; within limit physical bytes. */

@@ -29,7 +29,6 @@
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
-#define GiB ((size_t)1 << 30)
 
 static uint64_t violations(void) {
   sa_host_counters c;
@@ -346,23 +345,6 @@ static void a_growth_is_one_chunk_unless_chunk_size_is_set(void **state) {
     sa_assert_ok(sa_free(p, f.streams[0]));
     teardown(&f);
   }
-}
-
-/* A growth of 3 GiB is one chunk too (up to SA_GROWTH_CHUNK_MAX), not
- * three of 1 GiB. */
-static void a_growth_of_gigabytes_is_one_chunk(void **state) {
-  (void)state;
-  sa_fixture f;
-  setup(&f, "exact_growth=1", 1, SA_HOST_AUTO);
-  sa_host_totals t0, t1;
-  sa_host_get_totals(&t0);
-  void *p;
-  sa_assert_ok(sa_alloc(f.arena, &p, 3 * GiB, f.streams[0]));
-  sa_host_get_totals(&t1);
-  assert_int_equal(t1.calls[SA_HOST_FN_CHUNK_CREATE] - t0.calls[SA_HOST_FN_CHUNK_CREATE], 1);
-  assert_int_equal(t1.bytes_created - t0.bytes_created, 3 * GiB);
-  sa_assert_ok(sa_free(p, f.streams[0]));
-  teardown(&f);
 }
 
 /* A climb to a new live peak maps ahead (1/512 of what is held, at least
@@ -1030,7 +1012,6 @@ int main(void) {
       cmocka_unit_test(superblocks_past_the_target_come_from_free_spans),
             cmocka_unit_test(a_reserve_limit_of_the_device_grows_as_a_pool),
       cmocka_unit_test(a_growth_is_one_chunk_unless_chunk_size_is_set),
-      cmocka_unit_test(a_growth_of_gigabytes_is_one_chunk),
       cmocka_unit_test(a_climb_maps_ahead_up_to_the_footprint_target),
       cmocka_unit_test(initial_physical_is_a_pool_mapped_up_front),
       cmocka_unit_test(soft_budget_gives_way_while_work_is_pending),

@@ -209,7 +209,7 @@ sa_status sa_config_parse(sa_config *config, const char *spec, char *err,
  *                     of two, less for some other sizes (the message names
  *                     the largest that fits);
  *   chunk_size        a multiple of the granularity, at most 1 GiB (0: the
- *                     default, one chunk per growth up to 4 GiB);
+ *                     default);
  *   max_physical      (or the device's memory) at least superblock_size;
  *   initial_physical  at most max_physical (or the device's memory), and at
  *                     most reserve_limit when that is set;
