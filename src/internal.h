@@ -447,6 +447,7 @@ typedef enum sa_hook_point_e {
   SA_HOOK_ENTRY_DETACHED, /* arena destroy handed a thread's cache entry back to its owner */
   SA_HOOK_HANDLE_REUSED,  /* a lookup found a live stream arena whose handle names a new
                              stream (arg: that stream arena), before it marks it gone */
+  SA_HOOK_RUN_PAGES_NAMED, /* a join or cut named some of a run's pages (arg: the run) */
 } sa_hook_point;
 typedef void (*sa_hook_fn)(sa_hook_point point, void *arg);
 extern _Atomic(sa_hook_fn) sa__test_hook;

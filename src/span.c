@@ -440,13 +440,26 @@ static sa_span *carve(sa_arena *a, sa_span *sp, want w) {
 /* lo and hi (mapped just above lo) become one run: the smaller one's
  * spans and page map entries move, so a small growth next to a large run
  * costs what it maps. Returns the run that stays. */
+static void name_pages(sa_arena *a, sa_run *r, uintptr_t from, uintptr_t to) {
+  if (to <= from) return;
+  sa__pagemap_set(a, from, to - from, &r->hdr);
+  sa__hook(SA_HOOK_RUN_PAGES_NAMED, r);
+}
+
 /* The page map names r over [lo, hi) of it, whose spans start at first,
- * but the superblocks carved in them over theirs. */
+ * but for the pages of superblocks carved in them: those keep naming
+ * their superblock, not even for a moment the run, since a free of one of
+ * their blocks reads its page without a lock (it would take a block for a
+ * span, and fail). */
 static void pagemap_name_run(sa_arena *a, sa_run *r, uintptr_t lo, uintptr_t hi,
                              const sa_span *first) {
-  sa__pagemap_set(a, lo, hi - lo, &r->hdr);
-  for (const sa_span *sp = first; sp != NULL && sp->base < hi; sp = sp->next)
-    if (sp->holder != NULL) sa__pagemap_set(a, sp->base, sp->size, sp->holder);
+  uintptr_t from = lo;
+  for (const sa_span *sp = first; sp != NULL && sp->base < hi; sp = sp->next) {
+    if (sp->holder == NULL) continue;
+    name_pages(a, r, from, sp->base);
+    from = sp->base + sp->size;
+  }
+  name_pages(a, r, from, hi);
 }
 
 static sa_run *run_join(sa_arena *a, sa_run *lo, sa_run *hi) {

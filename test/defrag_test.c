@@ -904,7 +904,22 @@ static void a_superblock_carved_in_a_span_waits_for_its_work(void **state) {
 /* The page map names a superblock carved in a run over its pages, the run
  * over the others, when the run is cut around a hole (a trim unmaps the
  * span below it) and when it joins the larger run a growth maps above it
- * (their page map entries are rewritten: pagemap_name_run). */
+ * (their page map entries are rewritten: pagemap_name_run), and at every
+ * step of the rewriting: a lock-free free reads the page map at any time
+ * (a hook after each step checks). */
+static sa_arena *named_arena;
+static uintptr_t named_lo, named_hi;
+static const sa_desc *named_holder;
+static _Atomic unsigned named_steps, named_wrong;
+static void check_carved_pages(sa_hook_point point, void *arg) {
+  (void)arg;
+  if (point != SA_HOOK_RUN_PAGES_NAMED) return;
+  atomic_fetch_add(&named_steps, 1);
+  if (sa__pagemap_get(named_arena, named_lo) != named_holder ||
+      sa__pagemap_get(named_arena, named_hi) != named_holder)
+    atomic_fetch_add(&named_wrong, 1);
+}
+
 static void a_carved_superblock_keeps_its_pages_when_runs_cut_and_join(void **state) {
   (void)state;
   sa_fixture f;
@@ -925,6 +940,8 @@ static void a_carved_superblock_keeps_its_pages_when_runs_cut_and_join(void **st
   assert_non_null(sp);
   assert_ptr_equal((void *)sp->base, y);
   uintptr_t lo = sp->base, hi = sp->base + 2 * MiB - 1;
+  named_arena = f.arena, named_lo = lo, named_hi = hi, named_holder = &holder;
+  atomic_store(&sa__test_hook, check_carved_pages);
   assert_ptr_equal(sa__pagemap_get(f.arena, lo), &holder);
   assert_ptr_equal(sa__pagemap_get(f.arena, hi), &holder);
   assert_int_equal(sa__pagemap_get(f.arena, hi + 1)->kind, SA_DESC_RUN);
@@ -942,6 +959,9 @@ static void a_carved_superblock_keeps_its_pages_when_runs_cut_and_join(void **st
   assert_ptr_equal(sa__pagemap_get(f.arena, lo), &holder);
   assert_ptr_equal(sa__pagemap_get(f.arena, hi), &holder);
   assert_ptr_equal(sa__pagemap_get(f.arena, hi + 1), &r->hdr);
+  atomic_store(&sa__test_hook, NULL);
+  assert_true(atomic_load(&named_steps) >= 2); /* the cut and the join */
+  assert_int_equal(atomic_load(&named_wrong), 0);
   pthread_mutex_lock(&f.arena->lock);
   sa__span_give_back_superblock(f.arena, sp);
   pthread_mutex_unlock(&f.arena->lock);
