@@ -97,8 +97,8 @@ void sa__summary_locked(sa_arena *a, sa_summary *s) {
   for (const sa_run *r = a->runs; r != NULL; r = r->next)
     for (const sa_span *sp = r->first; sp != NULL; sp = sp->next) {
       uint8_t st = atomic_load_explicit(&sp->xstate, memory_order_relaxed);
-      if (st == SA_BLOCK_LIVE || st == SA_BLOCK_RECORDED) {
-        s->in_use += sp->size;
+      if ((st == SA_BLOCK_LIVE || st == SA_BLOCK_RECORDED) && sp->holder == NULL) {
+        s->in_use += sp->size; /* a carved superblock's blocks counted above */
         s->live_bytes += sp->request;
       }
     }

@@ -107,6 +107,7 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
   first = true;
   for (const sa_run *r = a->runs; r != NULL; r = r->next)
     for (const sa_span *sp = r->first; sp != NULL; sp = sp->next) {
+      if (sp->holder != NULL) continue; /* listed as the superblock carved in it */
       fprintf(f, "%s\n    {\"base\": \"0x%" PRIxPTR "\", \"size\": %zu, \"request\": %zu, "
               "\"state\": \"%s\", \"stream\": \"%p\"}", first ? "" : ",", sp->base, sp->size,
               span_live(sp) ? sp->request : 0, span_state(sp),

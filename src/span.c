@@ -752,6 +752,7 @@ sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sa, size_t size
   }
   sp = carve(a, sp, w);
   sp->owner = NULL; /* a name only, and no stream's: sa__span_forget_stream */
+  sp->request = 0;
   sp->holder = holder;
   atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_relaxed);
   sa__pagemap_set(a, sp->base, sp->size, holder);
