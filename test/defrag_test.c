@@ -856,6 +856,22 @@ static void free_span_splits_at_chunk_boundaries(void **state) {
   teardown(&f);
 }
 
+/* Stream B writes bytes at q, memory A's queued fill still covers: B's
+ * write must wait for A on the device. B is stepped as far as it can go
+ * (it stops at the wait), then A and B drain; true if B's write was checked
+ * intact after it and B had to wait. */
+static bool b_writes_behind_a(sa_stream a, sa_stream b, void *q, size_t bytes) {
+  uint64_t bad = 0;
+  size_t done;
+  sa_assert_ok(sa_host_fill(b, q, bytes, 0xBBBBBBBBu));
+  sa_assert_ok(sa_host_check(b, q, bytes, 0xBBBBBBBBu, &bad));
+  sa_assert_ok(sa_host_stream_step(b, SIZE_MAX, &done));
+  bool waited = sa_host_stream_pending(b) > 0; /* B waits for A's fill */
+  sa_assert_ok(sa_host_stream_drain(a));
+  sa_assert_ok(sa_host_stream_drain(b));
+  return waited && bad == 0;
+}
+
 /* A piece carved for another stream waits for the work of the stream that
  * freed the span; that stream's own work runs last and cannot clobber it. */
 static void split_piece_for_another_stream_waits(void **state) {
@@ -864,20 +880,12 @@ static void split_piece_for_another_stream_waits(void **state) {
   setup(&f, "check_stream_order=1", 2, SA_HOST_MANUAL);
   sa_stream a = f.streams[0], b = f.streams[1];
   void *p, *q;
-  uint64_t bad = 0;
   sa_assert_ok(sa_alloc(f.arena, &p, 12 * MiB, a));
   sa_assert_ok(sa_host_fill(a, p, 12 * MiB, 0xAAAAAAAAu)); /* pending on A */
   sa_assert_ok(sa_free(p, a));
   sa_assert_ok(sa_alloc(f.arena, &q, 7 * MiB, b));
   assert_true((uintptr_t)q >= (uintptr_t)p && (uintptr_t)q < (uintptr_t)p + 12 * MiB);
-  sa_assert_ok(sa_host_fill(b, q, 7 * MiB, 0xBBBBBBBBu));
-  sa_assert_ok(sa_host_check(b, q, 7 * MiB, 0xBBBBBBBBu, &bad));
-  size_t done;
-  sa_assert_ok(sa_host_stream_step(b, SIZE_MAX, &done));
-  assert_true(sa_host_stream_pending(b) > 0); /* B waits for A's fill */
-  sa_assert_ok(sa_host_stream_drain(a));
-  sa_assert_ok(sa_host_stream_drain(b));
-  assert_int_equal(bad, 0);
+  assert_true(b_writes_behind_a(a, b, q, 7 * MiB));
   sa_assert_ok(sa_free(q, b));
   teardown(&f);
 }
@@ -891,7 +899,7 @@ static void a_superblock_carved_in_a_span_waits_for_its_work(void **state) {
   sa_fixture f;
   setup(&f, "check_stream_order=1", 2, SA_HOST_MANUAL);
   sa_stream a = f.streams[0], b = f.streams[1];
-  uint64_t v0 = violations(), bad = 0;
+  uint64_t v0 = violations();
   void *x, *y, *blocks[40], *in_x = NULL;
   sa_assert_ok(sa_alloc(f.arena, &x, 64 * MiB, a));
   sa_assert_ok(sa_alloc(f.arena, &y, 64 * MiB, a));
@@ -904,14 +912,7 @@ static void a_superblock_carved_in_a_span_waits_for_its_work(void **state) {
     n++;
   }
   assert_non_null(in_x);
-  sa_assert_ok(sa_host_fill(b, in_x, MiB, 0xBBBBBBBBu));
-  sa_assert_ok(sa_host_check(b, in_x, MiB, 0xBBBBBBBBu, &bad));
-  size_t done;
-  sa_assert_ok(sa_host_stream_step(b, SIZE_MAX, &done));
-  assert_true(sa_host_stream_pending(b) > 0); /* B waits for A's fill */
-  sa_assert_ok(sa_host_stream_drain(a));
-  sa_assert_ok(sa_host_stream_drain(b));
-  assert_int_equal(bad, 0);
+  assert_true(b_writes_behind_a(a, b, in_x, MiB));
   assert_int_equal(violations(), v0);
   for (int i = 0; i < n; i++) sa_assert_ok(sa_free(blocks[i], b));
   sa_assert_ok(sa_free(y, a));
