@@ -738,12 +738,26 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t l
   return st;
 }
 
+/* Descriptors, with room for nmarks marks, for carve's two splits. Without
+ * one carve takes more than asked, from the free span's start: fine for a
+ * span, but a superblock must start and end on a page (its pages name it,
+ * and only its). */
+static bool spares_for_carve(sa_arena *a, unsigned nmarks) {
+  sa_span *got[2] = {NULL, NULL};
+  bool ok = true;
+  for (int i = 0; i < 2 && ok; i++)
+    ok = (got[i] = span_new(a)) != NULL && marks_reserve(got[i], nmarks);
+  for (int i = 1; i >= 0; i--)
+    if (got[i] != NULL) span_put(a, got[i]);
+  return ok;
+}
+
 sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sa, size_t size,
                                    sa_desc *holder, sa_span **out) {
   want w = {size, (size_t)1 << a->page_shift, true};
   *out = NULL;
   sa_span *sp = best_fit(a, w, sa);
-  if (sp == NULL) return SA_OK;
+  if (sp == NULL || !spares_for_carve(a, sp->nmarks)) return SA_OK;
   free_remove(a, sp);
   sa_status st = settle(a, sp, sa);
   if (st != SA_OK) {
@@ -766,6 +780,7 @@ void sa__span_give_back_superblock(sa_arena *a, sa_span *sp) {
   sp->nmarks = sp->nstarts = 0;
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
   free_insert(a, coalesce(a, sp));
+  a->reshape_futile = 0; /* free span memory, as a span freed: worth another look */
 }
 
 /* Why p, in the reserved range, is not a live span's start: a span freed
