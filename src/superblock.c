@@ -227,29 +227,26 @@ sa_status sa__superblock_slabs_fini(sa_arena *a) {
 }
 
 /* Unmap a superblock that no stream owns and whose work completed: its
- * chunks go to the cache, its range to the free list, its descriptor to
- * the spares. Arena lock held. */
+ * chunks go to the cache and its range to the free list (or its slot to its
+ * slab, or its memory back to the free spans of the run it was carved in),
+ * its descriptor to the spares. Arena lock held. */
 static sa_status unmap(sa_arena *a, sa_superblock *sb) {
-  if (sb->span != NULL) { /* carved in a run: free span memory again, mapped */
-    count(a, sb, -1, 0);
-    sa__span_give_back_superblock(a, sb->span);
-    sb->span = NULL;
-    sb->hdr.base = 0;
-    sb->next = a->spare_superblocks;
-    a->spare_superblocks = sb;
-    return SA_OK;
-  }
-  if (sb->slab == NULL) { /* chunks of its own: unmapped first, they may refuse */
+  if (sb->span == NULL && sb->slab == NULL) { /* chunks of its own: first, they may refuse */
     sa_status st = sa__physical_unmap(a, &sb->hdr);
     if (st != SA_OK) return st;
   }
   count(a, sb, -1, 0);
-  sa__pagemap_set(a, sb->hdr.base, sb->hdr.size, NULL);
-  if (sb->slab != NULL) {
-    slab_put(a, sb->slab, sb->slot); /* the slab goes with its last slot */
-    sb->slab = NULL;
+  if (sb->span != NULL) { /* carved in a run: free span memory again, mapped */
+    sa__span_give_back_superblock(a, sb->span); /* its pages name the run */
+    sb->span = NULL;
   } else {
-    sa__va_free(a, sb->hdr.base, sb->hdr.size);
+    sa__pagemap_set(a, sb->hdr.base, sb->hdr.size, NULL);
+    if (sb->slab != NULL) {
+      slab_put(a, sb->slab, sb->slot); /* the slab goes with its last slot */
+      sb->slab = NULL;
+    } else {
+      sa__va_free(a, sb->hdr.base, sb->hdr.size);
+    }
   }
   sb->hdr.base = 0;
   sb->next = a->spare_superblocks;
