@@ -437,9 +437,6 @@ static sa_span *carve(sa_arena *a, sa_span *sp, want w) {
  * Runs: growth, joining, cutting
  * ---------------------------------------------------------------------- */
 
-/* lo and hi (mapped just above lo) become one run: the smaller one's
- * spans and page map entries move, so a small growth next to a large run
- * costs what it maps. Returns the run that stays. */
 static void name_pages(sa_arena *a, sa_run *r, uintptr_t from, uintptr_t to) {
   if (to <= from) return;
   sa__pagemap_set(a, from, to - from, &r->hdr);
@@ -462,6 +459,9 @@ static void pagemap_name_run(sa_arena *a, sa_run *r, uintptr_t lo, uintptr_t hi,
   name_pages(a, r, from, hi);
 }
 
+/* lo and hi (mapped just above lo) become one run: the smaller one's
+ * spans and page map entries move, so a small growth next to a large run
+ * costs what it maps. Returns the run that stays. */
 static sa_run *run_join(sa_arena *a, sa_run *lo, sa_run *hi) {
   bool keep_lo = lo->hdr.size >= hi->hdr.size;
   sa_run *keep = keep_lo ? lo : hi, *gone = keep_lo ? hi : lo;
@@ -706,6 +706,19 @@ sa_status sa__span_prefill(sa_arena *a, size_t size) {
  * Allocation and free
  * ---------------------------------------------------------------------- */
 
+/* Make the free span *sp (out of the index) safe for sa's stream and carve
+ * w from it into *sp. If a wait fails, *sp goes back to the index with
+ * every mark still on it. */
+static sa_status take_settled(sa_arena *a, sa_span **sp, sa_stream_arena *sa, want w) {
+  sa_status st = settle(a, *sp, sa);
+  if (st != SA_OK) {
+    free_insert(a, *sp);
+    return st;
+  }
+  *sp = carve(a, *sp, w);
+  return SA_OK;
+}
+
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t limit,
                          void **out) {
   if (size > a->va_size) return SA_ERR_OUT_OF_MEMORY;
@@ -720,12 +733,8 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t l
     else
       st = grow(a, w, limit, &sp);
   }
+  if (st == SA_OK) st = take_settled(a, &sp, sa, w);
   if (st == SA_OK) {
-    st = settle(a, sp, sa);
-    if (st != SA_OK) free_insert(a, sp); /* every mark still on it */
-  }
-  if (st == SA_OK) {
-    sp = carve(a, sp, w);
     sp->owner = sa;
     atomic_fetch_add_explicit(&sa->xspans, 1, memory_order_relaxed); /* keeps sa alive */
     sp->request = size;
@@ -759,12 +768,8 @@ sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sa, size_t size
   sa_span *sp = best_fit(a, w, sa);
   if (sp == NULL || !spares_for_carve(a, sp->nmarks)) return SA_OK;
   free_remove(a, sp);
-  sa_status st = settle(a, sp, sa);
-  if (st != SA_OK) {
-    free_insert(a, sp); /* every mark still on it */
-    return st;
-  }
-  sp = carve(a, sp, w);
+  sa_status st = take_settled(a, &sp, sa, w);
+  if (st != SA_OK) return st;
   sp->owner = NULL; /* a name only, and no stream's: sa__span_forget_stream */
   sp->request = 0;
   sp->holder = holder;
