@@ -391,11 +391,12 @@ static sa_superblock *take_local(sa_stream_arena *sa, size_t need) {
 /* The size of a fresh superblock for class cls (blocks of need bytes) on
  * sa: the arena's superblock size, but a class's first superblocks on a
  * stream are smaller, room for a thread cache's refill or SA_SMALL_BLOCKS
- * blocks (at least a page), each twice the last. A class a stream uses for a few blocks pinned a
- * whole superblock: at the transformer trace's peak 38 superblocks of 2
- * MiB held 3 MiB of live blocks (footprint 1.013; 1.011 so, 1.013 again
- * with the full size from a class's second superblock). Those smaller than
- * a granule share one in a slab, so not where no slab is made (a budget,
+ * blocks (at least a page), each twice the last. A class a stream uses for
+ * a few blocks pinned a whole superblock: at the transformer trace's peak
+ * 38 superblocks of 2 MiB held 3 MiB of live blocks (footprint 1.013;
+ * 1.010 so; the full size from a class's second superblock on gave 1.013,
+ * measured before first sizes followed the refill). Those smaller than a
+ * granule share one in a slab, so not where no slab is made (a budget,
  * the user's chunk_size). Owner lock held. */
 static size_t fresh_size(const sa_stream_arena *sa, size_t need, unsigned cls) {
   const sa_arena *a = sa->arena;
@@ -404,7 +405,8 @@ static size_t fresh_size(const sa_stream_arena *sa, size_t need, unsigned cls) {
   if (a->budgeted || a->cfg.chunk_size != 0 || page == a->gran) return full;
   size_t size = page;
   while (size * SA_SLAB_MAX < a->gran) size *= 2; /* a slab's slots hold the granule */
-  size_t blocks = sa_class_refill(cls) > SA_SMALL_BLOCKS ? sa_class_refill(cls) : SA_SMALL_BLOCKS;
+  size_t refill = sa_class_refill(cls);
+  size_t blocks = refill > SA_SMALL_BLOCKS ? refill : SA_SMALL_BLOCKS;
   while (size < need * blocks && size < full) size *= 2;
   for (unsigned i = 0; i < sa->carved[cls] && size < full; i++) size *= 2;
   return size < full ? size : full;
