@@ -492,7 +492,7 @@ static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
 }
 
 /* physical.c: all with the arena lock held */
-#define SA_CHUNK_MAX ((size_t)1 << 30) /* bytes per chunk created, at most */
+#define SA_CHUNK_MAX ((size_t)2 << 30) /* bytes per chunk created, at most */
 /* Chunks for need bytes (a granule multiple), *got bytes in all, at most
  * most: cached ones first, then new ones, within limit physical bytes
  * held; when memory is created, ahead bytes more where they too fit under

@@ -8,9 +8,9 @@
  * back.
  *
  *   - Bringing a chunk up costs per chunk, not per byte (H200, driver 580,
- *     bench/driver_costs): create ~12 us, map ~1, access ~30 per chunk in
+ *     bench/driver_costs): create ~8-14 us, map ~1, access ~30 per chunk in
  *     the range plus ~20 per call, the same from 2 MiB to 256 MiB; above
- *     that only a little more (1 GiB: 164 + 2 + 94 us).
+ *     that a little more (2 GiB: 78 + 2 + 103 us).
  *   - Unmapping is per chunk too (~25 us): memory a reshape takes back is
  *     rarely a whole growth (a span that took part of a freed one pins
  *     what it covers).
@@ -126,7 +126,10 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
  * the unit a reshape can later unmap. On an H200 a chunk costs about the
  * same to create, map and give access to at 2 MiB as at 256 MiB (~45-65
  * us: bench/driver_costs), so by default a growth is one chunk (up to
- * SA_CHUNK_MAX): a climb costs per growth, not per byte. Smaller chunks let
+ * SA_CHUNK_MAX, 2 GiB: RMM's random allocations up to 4 GiB bring up 26 GB
+ * in their first run, 5.1-7.1 us per allocation on the H200 against
+ * 6.4-9.8 in chunks of at most 1 GiB, docs/BENCHMARKS.md run K): a climb
+ * costs per growth, not per byte. Smaller chunks let
  * a reshape take back memory in smaller pieces (dataframe: 1.039 x peak
  * live in 2 MiB chunks against 1.155 whole, at ~6 x the driver time), so
  * the user may ask for them (chunk_size); under a budget, where remapping

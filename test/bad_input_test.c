@@ -383,7 +383,7 @@ static void configuration_out_of_range(void **state) {
   bad_config("superblock_size=1MiB", SA_ERR_BAD_CONFIG);   /* below one granule */
   bad_config("superblock_size=2GiB", SA_ERR_BAD_CONFIG);   /* above 1 GiB */
   bad_config("chunk_size=1MiB", SA_ERR_BAD_CONFIG);        /* not a granule multiple */
-  bad_config("chunk_size=2GiB", SA_ERR_BAD_CONFIG);        /* above 1 GiB */
+  bad_config("chunk_size=4GiB", SA_ERR_BAD_CONFIG);        /* above 2 GiB */
   bad_config("max_physical=64MiB,initial_physical=66MiB", SA_ERR_BAD_CONFIG); /* above the cap */
   bad_config("reserve_limit=64MiB,initial_physical=66MiB", SA_ERR_BAD_CONFIG); /* the budget */
   bad_config("superblock_size=17179869184T", SA_ERR_BAD_CONFIG); /* overflows */

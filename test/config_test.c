@@ -315,7 +315,7 @@ static void check_names_key_value_and_rule(void **state) {
               "2MiB");
   expect_rule("superblock_size=2GiB", SA_ERR_BAD_CONFIG, "superblock_size=2GiB", "1GiB", NULL);
   expect_rule("chunk_size=3MiB", SA_ERR_BAD_CONFIG, "chunk_size=3MiB", "granularity", "2MiB");
-  expect_rule("chunk_size=2GiB", SA_ERR_BAD_CONFIG, "chunk_size=2GiB", "1GiB", NULL);
+  expect_rule("chunk_size=4GiB", SA_ERR_BAD_CONFIG, "chunk_size=4GiB", "2GiB", NULL);
   expect_rule("max_physical=64MiB,initial_physical=128MiB", SA_ERR_BAD_CONFIG,
               "initial_physical=128MiB", "max_physical", "64MiB");
   expect_rule("reserve_limit=64MiB,initial_physical=128MiB", SA_ERR_BAD_CONFIG,

@@ -30,6 +30,7 @@
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
 
 static uint64_t violations(void) {
   sa_host_counters c;
@@ -323,26 +324,28 @@ static void a_reserve_limit_of_the_device_grows_as_a_pool(void **state) {
   teardown(&f);
 }
 
-/* Without a budget a growth is one chunk whatever its size (on an H200 a
- * chunk costs about the same to bring up at 2 MiB as at 256 MiB): one
- * create, one map, one access setting. chunk_size sets the unit instead. */
+/* Without a budget a growth is one chunk up to 2 GiB (on an H200 a chunk
+ * costs about the same to bring up at 2 MiB as at 256 MiB): one create, one
+ * map, one access setting; a larger growth is chunks of 2 GiB and the
+ * rest, still one access setting. chunk_size sets the unit instead. */
 static void a_growth_is_one_chunk_unless_chunk_size_is_set(void **state) {
   (void)state;
-  const char *specs[2] = {"exact_growth=1", "exact_growth=1,chunk_size=4MiB"};
-  const uint64_t chunks[2] = {1, 16};
-  for (int k = 0; k < 2; k++) {
+  const char *specs[3] = {"exact_growth=1", "exact_growth=1,chunk_size=4MiB", "exact_growth=1"};
+  const size_t sizes[3] = {64 * MiB, 64 * MiB, 3 * GiB};
+  const uint64_t chunks[3] = {1, 16, 2}; /* 3 GiB: chunks of at most 2 GiB */
+  for (int k = 0; k < 3; k++) {
     sa_fixture f;
     setup(&f, specs[k], 1, SA_HOST_AUTO);
     sa_host_totals t0, t1;
     sa_host_get_totals(&t0);
     void *p;
-    sa_assert_ok(sa_alloc(f.arena, &p, 64 * MiB, f.streams[0]));
+    sa_assert_ok(sa_alloc(f.arena, &p, sizes[k], f.streams[0]));
     sa_host_get_totals(&t1);
     assert_int_equal(t1.calls[SA_HOST_FN_CHUNK_CREATE] - t0.calls[SA_HOST_FN_CHUNK_CREATE],
                      chunks[k]);
     assert_int_equal(t1.calls[SA_HOST_FN_MAP] - t0.calls[SA_HOST_FN_MAP], chunks[k]);
     assert_int_equal(t1.calls[SA_HOST_FN_SET_ACCESS] - t0.calls[SA_HOST_FN_SET_ACCESS], 1);
-    assert_int_equal(t1.bytes_created - t0.bytes_created, 64 * MiB);
+    assert_int_equal(t1.bytes_created - t0.bytes_created, sizes[k]);
     sa_assert_ok(sa_free(p, f.streams[0]));
     teardown(&f);
   }

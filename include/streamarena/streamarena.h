@@ -208,7 +208,7 @@ sa_status sa_config_parse(sa_config *config, const char *spec, char *err,
  *                     superblock: superblock_size itself when it is a power
  *                     of two, less for some other sizes (the message names
  *                     the largest that fits);
- *   chunk_size        a multiple of the granularity, at most 1 GiB (0: the
+ *   chunk_size        a multiple of the granularity, at most 2 GiB (0: the
  *                     default);
  *   max_physical      (or the device's memory) at least superblock_size;
  *   initial_physical  at most max_physical (or the device's memory), and at
