@@ -198,6 +198,7 @@ sa_status sa_arena_destroy(sa_arena *a) {
   for (sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
     if (sb->hdr.chunks != NULL) note(&first, sa__physical_unmap(a, &sb->hdr));
   note(&first, sa__superblock_slabs_fini(a));
+  note(&first, sa__physical_unmap_stuck(a));
   sa__physical_release_cached(a, 0);
   if (a->phys != NULL) note(&first, SA_ERR_DRIVER);
   sa__physical_fini(a); /* refused: they stay with the driver */

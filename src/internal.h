@@ -108,6 +108,11 @@ typedef struct sa_phys_s {
   sa_chunk record;        /* its record */
   struct sa_phys_s *next; /* every chunk of the arena */
   bool released;          /* handed back (release_cached, briefly) */
+  /* As the first chunk of a stuck range (physical.c): the range, and the
+   * first chunk of the next stuck range. */
+  uintptr_t stuck_va;
+  size_t stuck_size;
+  sa_chunk *stuck_next;
 } sa_phys;
 
 typedef struct sa_desc_s {
@@ -362,6 +367,7 @@ struct sa_arena_s {
   pthread_mutex_t lock;         /* physical, va, spans, stream map, lists */
   sa_phys *phys;                /* every chunk (physical.c) */
   sa_chunk *chunk_cache;        /* unmapped chunks, no pending work */
+  sa_chunk *stuck;              /* ranges whose unwind the driver refused */
   size_t chunk_cache_bytes;
   size_t physical_bytes, physical_peak, nchunks; /* of chunks */
   /* The remapping ledger (physical.c): bytes created, bytes of cached
@@ -370,8 +376,6 @@ struct sa_arena_s {
   _Atomic size_t xcarved_bytes; /* superblocks carved in free spans (the ledger) */
   sa_superblock *all_superblocks;
   sa_superblock *spare_superblocks; /* descriptors without a mapping */
-  sa_superblock *kept_superblocks;  /* mapped by a refused unwind, no blocks:
-                                       unmapped at the next reclaim */
   sa_slab *slabs;               /* superblocks mapped together (superblock.c) */
   size_t slab_free_bytes;       /* their free slots, mapped */
   size_t reserve_limit;         /* the user's soft budget, else physical_cap */
@@ -499,15 +503,18 @@ static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
  * limit (a growth mapped ahead of the requests that follow it: span.c). */
 sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t most, size_t limit,
                               sa_chunk **out, size_t *got);
-/* Map chunks at d->base (d->size their bytes). A failed map returns them to
- * the cache, unless the driver refused to unwind (they then stay on d). */
+/* Map chunks back to back at va (claimed in the va space: size bytes, the
+ * chunks' sum) with one access setting. On failure the range is the
+ * caller's no more: the chunks go back to the cache and the range to the
+ * va space, but for what the driver refused to unmap again, which stays
+ * mapped, a stuck range, until sa__physical_unmap_stuck succeeds. */
+sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks);
+/* The same at d->base for d->size bytes; d->chunks are the chunks on
+ * success, NULL on failure. */
 sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks);
-/* Map chunks back to back at va with one access setting; on failure they go
- * back to the cache (SA_ERR_DRIVER with *stuck set: the driver refused to
- * unwind, and those mapped stay mapped at va, listed in *stuck; the others
- * went back to the cache). */
-sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks,
-                              sa_chunk **stuck);
+/* Unmap the stuck ranges (their chunks to the cache, their range to the va
+ * space); the first failure, those refused staying stuck. */
+sa_status sa__physical_unmap_stuck(sa_arena *a);
 void sa__physical_return(sa_arena *a, sa_chunk *chunks); /* to the cache */
 size_t sa__chunks_bytes(const sa_chunk *chunks);          /* their bytes in all */
 sa_status sa__physical_unmap(sa_arena *a, sa_desc *d); /* chunks to the cache */

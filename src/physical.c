@@ -234,9 +234,36 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t mos
   return SA_OK;
 }
 
-sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks,
-                              sa_chunk **stuck) {
-  *stuck = NULL;
+/* Ranges whose unwind the driver refused, listed by their first chunk (no
+ * allocation: a failure path must not need memory). Nothing was handed out
+ * there; they wait for the driver to agree, at every reclaim and at
+ * destroy. Kept on their descriptors before, they stranded their memory
+ * until destroy (regression_test: trim_takes_back_a_range_whose_unwind_was_refused). */
+static void stuck_push(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks) {
+  chunks->phys->stuck_va = va;
+  chunks->phys->stuck_size = size;
+  chunks->phys->stuck_next = a->stuck;
+  a->stuck = chunks;
+}
+
+sa_status sa__physical_unmap_stuck(sa_arena *a) {
+  sa_status first = SA_OK;
+  for (sa_chunk **pp = &a->stuck, *c; (c = *pp) != NULL;) {
+    sa_phys *ph = c->phys;
+    sa_status st = a->drv->ops->unmap(a->drv, ph->stuck_va, ph->stuck_size);
+    if (st != SA_OK) {
+      if (first == SA_OK) first = st;
+      pp = &ph->stuck_next;
+      continue;
+    }
+    *pp = ph->stuck_next;
+    sa__va_free(a, ph->stuck_va, ph->stuck_size);
+    sa__physical_return(a, c);
+  }
+  return first;
+}
+
+sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks) {
   sa_status st = SA_OK;
   size_t off = 0;
   for (sa_chunk *p = chunks; st == SA_OK && p != NULL; p = p->next) {
@@ -247,27 +274,28 @@ sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *
   if (st == SA_OK) st = a->drv->ops->set_access(a->drv, va, size);
   if (st == SA_OK) return SA_OK;
   /* Undo what was mapped; if the driver refuses, the chunks mapped stay
-   * mapped and the caller keeps their range, [va, va + off), out of
-   * circulation. Those after them were never mapped: back to the cache
-   * (kept with the stuck range they would be lost to every budget, and an
-   * unmap of the whole range would cover a hole). */
+   * mapped at [va, va + off), a stuck range. Those after them were never
+   * mapped: back to the cache (kept with the stuck range they would be lost
+   * to every budget, and an unmap of the whole range would cover a hole). */
+  size_t kept = 0;
   if (off > 0 && a->drv->ops->unmap(a->drv, va, off) != SA_OK) {
     sa_chunk **link = &chunks;
     for (size_t at = 0; *link != NULL && at < off; link = &(*link)->next) at += (*link)->size;
     sa__physical_return(a, *link);
     *link = NULL;
-    *stuck = chunks;
-    return SA_ERR_DRIVER;
+    stuck_push(a, va, off, chunks);
+    kept = off;
+    st = SA_ERR_DRIVER;
+  } else {
+    sa__physical_return(a, chunks);
   }
-  sa__physical_return(a, chunks);
+  if (size > kept) sa__va_free(a, va + kept, size - kept);
   return st;
 }
 
 sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks) {
-  sa_chunk *stuck;
-  sa_status st = sa__physical_map_at(a, d->base, d->size, chunks, &stuck);
-  d->chunks = st == SA_OK ? chunks : stuck;
-  if (st != SA_OK && stuck != NULL) d->size = sa__chunks_bytes(stuck); /* what destroy unmaps */
+  sa_status st = sa__physical_map_at(a, d->base, d->size, chunks);
+  d->chunks = st == SA_OK ? chunks : NULL;
   return st;
 }
 

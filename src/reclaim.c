@@ -36,6 +36,9 @@ void sa__reclaim(sa_arena *a, size_t need, bool wait, unsigned what) {
    * pending cross-stream frees are free for all. On failure: what
    * completed, as without waiting. */
   if (wait) (void)sa__device_sync(a);
+  pthread_mutex_lock(&a->lock);
+  (void)sa__physical_unmap_stuck(a); /* refused unwinds, if the driver now agrees */
+  pthread_mutex_unlock(&a->lock);
   /* Empty superblocks first: nothing reuses them where they are, while a
    * free span may be the one a request grows in place. */
   if (what & SA_RECLAIM_SUPERBLOCKS) {

@@ -576,9 +576,8 @@ static size_t reshape_bytes(const sa_arena *a, size_t size, size_t request, size
 
 /* Map [at, at + size) as a run of one free span and join it with the runs
  * it touches; returns the free span that now holds it (out of the index).
- * On a refused unwind the range stays reserved, its chunks on a run
- * descriptor of their own that nothing uses (unmap_kept_aside, or destroy,
- * unmaps it). */
+ * On failure the chunks and the range are given back (physical.c keeps
+ * what a refused unwind left mapped). */
 static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunks,
                          sa_span **out) {
   sa_run *r = run_new(a);
@@ -589,20 +588,10 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
     sa__va_free(a, at, size);
     return SA_ERR_OUT_OF_MEMORY;
   }
-  sa_chunk *stuck;
-  sa_status st = sa__physical_map_at(a, at, size, chunks, &stuck);
+  sa_status st = sa__physical_map_at(a, at, size, chunks);
   if (st != SA_OK) {
     span_put(a, sp);
-    if (stuck == NULL) {
-      run_put(a, r);
-      sa__va_free(a, at, size);
-    } else {
-      size_t kept = sa__chunks_bytes(stuck); /* the mapped part; the rest is free */
-      r->hdr.base = at; /* kept aside, off the arena's runs */
-      r->hdr.size = kept;
-      r->hdr.chunks = stuck;
-      if (kept < size) sa__va_free(a, at + kept, size - kept);
-    }
+    run_put(a, r);
     return st;
   }
   r->hdr.base = at;
@@ -971,24 +960,7 @@ static size_t unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t
   return unmapped;
 }
 
-/* Ranges a refused unwind kept aside (map_run: a run descriptor with
- * chunks and no span, off the arena's runs) are unmapped once the driver
- * agrees: their chunks go to the cache, their range back. No work can
- * touch them (nothing was ever handed out there). Kept until destroy, they
- * stranded their memory for the arena's life. */
-static void unmap_kept_aside(sa_arena *a) {
-  for (sa_run *r = a->all_runs; r != NULL; r = r->all_next) {
-    if (r->first != NULL || r->hdr.chunks == NULL) continue;
-    uintptr_t base = r->hdr.base;
-    size_t size = r->hdr.size;
-    if (sa__physical_unmap(a, &r->hdr) != SA_OK) continue;
-    sa__va_free(a, base, size);
-    run_put(a, r);
-  }
-}
-
 size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait) {
-  unmap_kept_aside(a);
   size_t cached = a->chunk_cache_bytes;
   if (need > 0 && cached >= need) return 0;
   return unmap_free(a, need > 0 ? need - cached : SIZE_MAX, 0, 0, wait);

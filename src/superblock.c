@@ -110,10 +110,6 @@ static sa_status map_fresh(sa_arena *a, sa_desc *d, size_t bytes, size_t limit) 
   if (st == SA_OK) {
     d->size = bytes;
     st = sa__physical_map(a, d, chunks);
-    if (st != SA_OK && d->chunks == NULL)
-      sa__va_free(a, d->base, bytes);
-    else if (st != SA_OK && d->size < bytes) /* only the part still mapped stays */
-      sa__va_free(a, d->base + d->size, bytes - d->size);
   }
   return st;
 }
@@ -151,19 +147,17 @@ static sa_status slab_new(sa_arena *a, size_t size, uint32_t k, size_t limit) {
   if (sl == NULL) return SA_ERR_OUT_OF_MEMORY;
   size_t bytes = (size_t)k * size;
   sa_status st = map_fresh(a, &sl->hdr, bytes, limit);
-  if (st != SA_OK && sl->hdr.chunks == NULL) {
+  if (st != SA_OK) {
     free(sl);
     return st;
   }
-  /* Mapped (or kept mapped by a refused unwind, with no slot to give:
-   * nslots 0, and sa__superblock_slabs_unmap_free tries the unmap again). */
   sl->slot = size;
-  sl->nslots = st == SA_OK ? k : 0;
-  for (uint32_t i = 0; st == SA_OK && i < k; i++) sl->free_slots[sl->nfree++] = k - 1 - i;
-  if (st == SA_OK) a->slab_free_bytes += bytes;
+  sl->nslots = k;
+  for (uint32_t i = 0; i < k; i++) sl->free_slots[sl->nfree++] = k - 1 - i;
+  a->slab_free_bytes += bytes;
   sl->next = a->slabs;
   a->slabs = sl;
-  return st;
+  return SA_OK;
 }
 
 /* Unmap sl, none of whose slots is carved, and forget it; false (sl stays,
@@ -172,7 +166,7 @@ static sa_status slab_new(sa_arena *a, size_t size, uint32_t k, size_t limit) {
 static bool slab_unmap(sa_arena *a, sa_slab *sl) {
   if (sa__physical_unmap(a, &sl->hdr) != SA_OK) return false;
   sa__va_free(a, sl->hdr.base, sl->hdr.size);
-  a->slab_free_bytes -= (size_t)sl->nfree * sl->slot; /* none if kept aside */
+  a->slab_free_bytes -= (size_t)sl->nfree * sl->slot;
   for (sa_slab **p = &a->slabs; *p != NULL; p = &(*p)->next)
     if (*p == sl) {
       *p = sl->next;
@@ -191,25 +185,12 @@ static void slab_put(sa_arena *a, sa_slab *sl, uint32_t slot) {
 }
 
 void sa__superblock_slabs_unmap_free(sa_arena *a) {
-  /* Slabs whose unmap the driver refused when their last slot came back,
-   * and those of a refused unwind (no slot at all). Kept until destroy,
-   * those stranded their memory: the arena's cap shrank with every such
-   * failure, even after the driver recovered. */
+  /* Slabs whose unmap the driver refused when their last slot came back.
+   * Kept until destroy, those stranded their memory: the arena's cap shrank
+   * with every such failure, even after the driver recovered. */
   for (sa_slab *sl = a->slabs, *next; sl != NULL; sl = next) {
     next = sl->next;
     if (sl->ncarved == 0 && sl->nfree == sl->nslots) (void)slab_unmap(a, sl);
-  }
-  /* Superblocks of a refused unwind (carve): nothing was handed out there. */
-  for (sa_superblock **psb = &a->kept_superblocks, *sb; (sb = *psb) != NULL;) {
-    if (sa__physical_unmap(a, &sb->hdr) != SA_OK) {
-      psb = &sb->next;
-      continue;
-    }
-    *psb = sb->next;
-    sa__va_free(a, sb->hdr.base, sb->hdr.size);
-    sb->hdr.base = 0;
-    sb->next = a->spare_superblocks;
-    a->spare_superblocks = sb;
   }
 }
 
@@ -360,13 +341,10 @@ static sa_status carve(sa_arena *a, sa_stream_arena *sa, size_t size, size_t nee
   sb->slab = NULL;
   sb->span = NULL;
   sa_status st = place(a, sa, sb, limit);
-  if (st != SA_OK && sb->hdr.chunks == NULL) {
+  if (st != SA_OK) { /* nothing mapped on it (physical.c keeps a refused unwind) */
     sb->hdr.base = 0;
     sb->next = a->spare_superblocks;
     a->spare_superblocks = sb;
-  } else if (st != SA_OK) { /* a refused unwind: a reclaim tries again */
-    sb->next = a->kept_superblocks;
-    a->kept_superblocks = sb;
   }
   pthread_mutex_unlock(&a->lock);
   if (st == SA_OK) *out = sb;
