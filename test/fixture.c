@@ -13,6 +13,8 @@
 
 #include <cmocka.h>
 
+#include "driver/driver.h"
+
 static void release_streams(sa_fixture *f, sa_status *first_error) {
   for (size_t i = f->stream_count; i-- > 0;) {
     sa_status s = sa_host_stream_drain(f->streams[i]);
@@ -222,4 +224,30 @@ sa_status sa_fixture_alloc_free_on_thread(sa_arena *arena, size_t size, int coun
   if (pthread_create(&t, NULL, alloc_free_exit, &c) != 0) return SA_ERR_INTERNAL;
   if (pthread_join(t, NULL) != 0) return SA_ERR_INTERNAL;
   return c.status;
+}
+
+void sa_fixture_thread_failure(uint64_t *failures, const char *test, unsigned id,
+                               const char *what, sa_status st) {
+  fprintf(stderr, "%s: thread %u: %s: %s\n", test, id, what, sa_status_string(st));
+  (*failures)++;
+}
+
+static sa_driver **group_driver; /* the running group's, for its setup and teardown */
+
+static int open_group_driver(void **state) {
+  (void)state;
+  return sa_driver_host_open(0, group_driver) == SA_OK ? 0 : -1;
+}
+
+static int close_group_driver(void **state) {
+  (void)state;
+  sa_driver_close(*group_driver);
+  *group_driver = NULL;
+  return 0;
+}
+
+int sa_fixture_run_with_host_driver_(const char *name, const struct CMUnitTest *tests,
+                                     size_t count, sa_driver **d) {
+  group_driver = d;
+  return _cmocka_run_group_tests(name, tests, count, open_group_driver, close_group_driver);
 }

@@ -72,6 +72,17 @@ sa_status sa_fixture_arena_create(sa_arena **out, const char *fmt, ...)
 sa_status sa_fixture_alloc_free_on_thread(sa_arena *arena, size_t size, int count,
                                           sa_stream stream);
 
+/* The simulator's own tests (host_*_test.c) call its driver directly: run
+ * tests as one cmocka group whose setup opens device 0's host driver in *d
+ * and whose teardown closes it (and sets *d to NULL). cmocka's result. The
+ * one fixture call that reaches past the public API and host.h. */
+typedef struct sa_driver_s sa_driver;
+struct CMUnitTest;
+#define sa_fixture_run_with_host_driver(tests, d) \
+  sa_fixture_run_with_host_driver_(#tests, (tests), sizeof(tests) / sizeof((tests)[0]), (d))
+int sa_fixture_run_with_host_driver_(const char *name, const struct CMUnitTest *tests,
+                                     size_t count, sa_driver **d);
+
 /* Fail the current cmocka test unless the calling thread's last driver error
  * (sa_last_driver_error) contains needle. */
 void sa_fixture_assert_driver_error(const char *needle);
@@ -115,5 +126,20 @@ static inline bool sa_fixture_give(_Atomic(void *) *slots, unsigned n, uint64_t 
 static inline void *sa_fixture_take(_Atomic(void *) *slots, unsigned n, uint64_t *rng) {
   return atomic_exchange(&slots[sa_fixture_pick(rng, n)], NULL);
 }
+
+/* The blocks a stress-test thread holds, local[0..*n): take one out, drawn
+ * from *rng (the last moves into its place), and return it; NULL: none. */
+static inline void *sa_fixture_take_local(void **local, int *n, uint64_t *rng) {
+  if (*n == 0) return NULL;
+  unsigned i = sa_fixture_pick(rng, (unsigned)*n);
+  void *item = local[i];
+  local[i] = local[--*n];
+  return item;
+}
+
+/* A stress-test thread's failed call: print "test: thread id: what: status"
+ * on stderr and count it in *failures. */
+void sa_fixture_thread_failure(uint64_t *failures, const char *test, unsigned id,
+                               const char *what, sa_status st);
 
 #endif /* SA_TEST_FIXTURE_H */

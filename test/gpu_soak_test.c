@@ -94,7 +94,7 @@ typedef struct worker_s {
   int id;
   uint64_t rng;
   sa_event ev;
-  block *local[MAX_LOCAL];
+  void *local[MAX_LOCAL]; /* blocks */
   int n;
   counts c;
 } worker;
@@ -246,11 +246,8 @@ static void free_block(worker *w, block *b) {
 }
 
 static void op_free(worker *w) {
-  if (w->n == 0) return;
-  unsigned i = pick(w, (unsigned)w->n);
-  block *b = w->local[i];
-  w->local[i] = w->local[--w->n];
-  free_block(w, b);
+  block *b = sa_fixture_take_local(w->local, &w->n, &w->rng);
+  if (b != NULL) free_block(w, b);
 }
 
 static void op_give(worker *w) {

@@ -15,21 +15,11 @@
 #include <streamarena/host.h>
 
 #include "driver/driver.h"
+#include "fixture.h"
 
-static sa_driver *d;
+static sa_driver *d; /* opened for the group (fixture.h) */
 static uint32_t mem[4096];
 #define P ((uintptr_t)mem)
-
-static int setup(void **state) {
-  (void)state;
-  return sa_driver_host_open(0, &d) == SA_OK ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  sa_driver_close(d);
-  return 0;
-}
 
 static int check_clean(void **state) {
   (void)state;
@@ -295,5 +285,5 @@ int main(void) {
       T(unmap_under_queued_work_is_a_violation_even_if_remapped),
       T(unknown_stream_is_rejected),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return sa_fixture_run_with_host_driver(tests, &d);
 }

@@ -14,22 +14,12 @@
 #include <streamarena/host.h>
 
 #include "driver/driver.h"
+#include "fixture.h"
 
 #define G ((size_t)2 << 20)
 
-static sa_driver *d;
+static sa_driver *d; /* opened for the group (fixture.h) */
 static uint32_t mem[256];
-
-static int setup(void **state) {
-  (void)state;
-  return sa_driver_host_open(0, &d) == SA_OK ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  sa_driver_close(d);
-  return 0;
-}
 
 /* Every test ends with no fault armed and nothing left on the device. */
 static int check_clean(void **state) {
@@ -351,5 +341,5 @@ int main(void) {
       T(clear_disarms_every_fault),
       T(functions_have_names_and_bad_ones_are_rejected),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return sa_fixture_run_with_host_driver(tests, &d);
 }

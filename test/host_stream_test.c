@@ -14,20 +14,10 @@
 #include <streamarena/host.h>
 
 #include "driver/driver.h"
+#include "fixture.h"
 
-static sa_driver *d;
+static sa_driver *d; /* opened for the group (fixture.h) */
 static uint32_t buf[1024]; /* plain host memory: kernels may touch it too */
-
-static int setup(void **state) {
-  (void)state;
-  return sa_driver_host_open(0, &d) == SA_OK ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  sa_driver_close(d);
-  return 0;
-}
 
 static int reset(void **state) {
   (void)state;
@@ -57,6 +47,30 @@ static sa_event event(void) {
   sa_event e = NULL;
   assert_int_equal(d->ops->event_create(d, &e), SA_OK);
   return e;
+}
+
+/* s fills buf[0] with 1, records e, then fills it with 2: e is complete
+ * when buf[0] is 1. */
+static void record_between_fills(sa_stream s, sa_event e) {
+  assert_int_equal(sa_host_fill(s, buf, 4, 1), SA_OK);
+  assert_int_equal(d->ops->event_record(d, e, s), SA_OK);
+  assert_int_equal(sa_host_fill(s, buf, 4, 2), SA_OK);
+}
+
+/* a fills buf[0] with x and records e; b waits for e, then fills *q with y:
+ * b's fill is ordered after a's. */
+static void fill_after(sa_stream a, uint32_t x, sa_event e, sa_stream b, uint32_t *q, uint32_t y) {
+  assert_int_equal(sa_host_fill(a, buf, 4, x), SA_OK);
+  assert_int_equal(d->ops->event_record(d, e, a), SA_OK);
+  assert_int_equal(d->ops->stream_wait_event(d, b, e), SA_OK);
+  assert_int_equal(sa_host_fill(b, q, 4, y), SA_OK);
+}
+
+/* Destroy a, then b unless it is NULL, then e: what a test made. */
+static void destroy_all(sa_stream a, sa_stream b, sa_event e) {
+  assert_int_equal(sa_host_stream_destroy(a), SA_OK);
+  if (b != NULL) assert_int_equal(sa_host_stream_destroy(b), SA_OK);
+  assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
 }
 
 static void manual_stream_runs_nothing_until_stepped(void **state) {
@@ -169,17 +183,14 @@ static void never_recorded_event_is_complete(void **state) {
   assert_int_equal(sa_host_fill(s, buf, 4, 5), SA_OK);
   assert_int_equal(sa_host_stream_step(s, 2, NULL), SA_OK);
   assert_int_equal(buf[0], 5);
-  assert_int_equal(sa_host_stream_destroy(s), SA_OK);
-  assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
+  destroy_all(s, NULL, e);
 }
 
 static void event_completes_when_its_stream_passes_the_record(void **state) {
   (void)state;
   sa_stream s = manual();
   sa_event e = event();
-  assert_int_equal(sa_host_fill(s, buf, 4, 1), SA_OK);
-  assert_int_equal(d->ops->event_record(d, e, s), SA_OK);
-  assert_int_equal(sa_host_fill(s, buf, 4, 2), SA_OK);
+  record_between_fills(s, e);
   assert_int_equal(d->ops->event_query(d, e), SA_ERR_NOT_READY);
   assert_int_equal(sa_host_stream_step(s, 1, NULL), SA_OK);
   assert_int_equal(d->ops->event_query(d, e), SA_ERR_NOT_READY); /* marker not reached */
@@ -188,8 +199,7 @@ static void event_completes_when_its_stream_passes_the_record(void **state) {
   assert_int_equal(buf[0], 1);
   assert_int_equal(sa_host_stream_drain(s), SA_OK);
   assert_int_equal(buf[0], 2);
-  assert_int_equal(sa_host_stream_destroy(s), SA_OK);
-  assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
+  destroy_all(s, NULL, e);
 }
 
 static void rerecord_overwrites_the_event(void **state) {
@@ -205,34 +215,26 @@ static void rerecord_overwrites_the_event(void **state) {
   assert_int_equal(sa_host_stream_drain(a), SA_OK);
   assert_int_equal(d->ops->event_query(d, e), SA_OK);
   assert_int_equal(sa_host_stream_pending(b), 1);
-  assert_int_equal(sa_host_stream_destroy(a), SA_OK);
-  assert_int_equal(sa_host_stream_destroy(b), SA_OK);
-  assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
+  destroy_all(a, b, e);
 }
 
 static void event_synchronize_drives_the_recording_stream(void **state) {
   (void)state;
   sa_stream s = manual();
   sa_event e = event();
-  assert_int_equal(sa_host_fill(s, buf, 4, 1), SA_OK);
-  assert_int_equal(d->ops->event_record(d, e, s), SA_OK);
-  assert_int_equal(sa_host_fill(s, buf, 4, 2), SA_OK);
+  record_between_fills(s, e);
   assert_int_equal(d->ops->event_synchronize(d, e), SA_OK);
   assert_int_equal(d->ops->event_query(d, e), SA_OK);
   assert_int_equal(buf[0], 1); /* only up to the record */
   assert_int_equal(sa_host_stream_pending(s), 1);
-  assert_int_equal(sa_host_stream_destroy(s), SA_OK);
-  assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
+  destroy_all(s, NULL, e);
 }
 
 static void wait_edge_blocks_until_the_other_stream_advances(void **state) {
   (void)state;
   sa_stream a = manual(), b = manual();
   sa_event e = event();
-  assert_int_equal(sa_host_fill(a, buf, 4, 1), SA_OK);
-  assert_int_equal(d->ops->event_record(d, e, a), SA_OK);
-  assert_int_equal(d->ops->stream_wait_event(d, b, e), SA_OK);
-  assert_int_equal(sa_host_fill(b, buf, 4, 2), SA_OK);
+  fill_after(a, 1, e, b, buf, 2);
   size_t done = 9;
   assert_int_equal(sa_host_stream_step(b, 10, &done), SA_OK);
   assert_int_equal(done, 0); /* blocked on a */
@@ -244,9 +246,7 @@ static void wait_edge_blocks_until_the_other_stream_advances(void **state) {
   assert_int_equal(sa_host_stream_step(b, 10, &done), SA_OK);
   assert_int_equal(done, 2);
   assert_int_equal(buf[0], 2);
-  assert_int_equal(sa_host_stream_destroy(a), SA_OK);
-  assert_int_equal(sa_host_stream_destroy(b), SA_OK);
-  assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
+  destroy_all(a, b, e);
 }
 
 static void wait_captures_the_record_at_enqueue_time(void **state) {
@@ -274,18 +274,13 @@ static void auto_stream_waiting_on_a_manual_one_runs_when_it_advances(void **sta
   sa_stream m = manual(), s = NULL;
   sa_event e = event();
   assert_int_equal(sa_host_stream_create(SA_HOST_AUTO, &s), SA_OK);
-  assert_int_equal(sa_host_fill(m, buf, 4, 1), SA_OK);
-  assert_int_equal(d->ops->event_record(d, e, m), SA_OK);
-  assert_int_equal(d->ops->stream_wait_event(d, s, e), SA_OK);
-  assert_int_equal(sa_host_fill(s, buf, 4, 2), SA_OK);
+  fill_after(m, 1, e, s, buf, 2);
   assert_int_equal(buf[0], 0);
   assert_int_equal(sa_host_stream_pending(s), 2);
   assert_int_equal(sa_host_stream_step(m, 2, NULL), SA_OK);
   assert_int_equal(sa_host_stream_pending(s), 0); /* ran by itself */
   assert_int_equal(buf[0], 2);
-  assert_int_equal(sa_host_stream_destroy(m), SA_OK);
-  assert_int_equal(sa_host_stream_destroy(s), SA_OK);
-  assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
+  destroy_all(m, s, e);
 }
 
 static void synchronize_drives_dependencies_transitively(void **state) {
@@ -322,16 +317,11 @@ static void drain_runs_the_stream_and_what_it_waits_on(void **state) {
   (void)state;
   sa_stream a = manual(), b = manual();
   sa_event e = event();
-  assert_int_equal(sa_host_fill(a, buf, 4, 1), SA_OK);
-  assert_int_equal(d->ops->event_record(d, e, a), SA_OK);
-  assert_int_equal(d->ops->stream_wait_event(d, b, e), SA_OK);
-  assert_int_equal(sa_host_fill(b, buf + 1, 4, 2), SA_OK);
+  fill_after(a, 1, e, b, buf + 1, 2);
   assert_int_equal(sa_host_stream_drain(b), SA_OK);
   assert_int_equal(buf[0], 1);
   assert_int_equal(buf[1], 2);
-  assert_int_equal(sa_host_stream_destroy(a), SA_OK);
-  assert_int_equal(sa_host_stream_destroy(b), SA_OK);
-  assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
+  destroy_all(a, b, e);
 }
 
 /* cuStreamDestroy returns at once; work still queued on the stream runs
@@ -344,10 +334,7 @@ static void destroy_returns_at_once_and_its_work_stays_queued(void **state) {
   (void)state;
   sa_stream a = manual(), b = manual();
   sa_event e = event(), f = event();
-  assert_int_equal(sa_host_fill(a, buf, 4, 1), SA_OK);
-  assert_int_equal(d->ops->event_record(d, e, a), SA_OK);
-  assert_int_equal(d->ops->stream_wait_event(d, b, e), SA_OK);
-  assert_int_equal(sa_host_fill(b, buf + 1, 4, 2), SA_OK);
+  fill_after(a, 1, e, b, buf + 1, 2);
   assert_int_equal(d->ops->event_record(d, f, b), SA_OK);
   assert_int_equal(sa_host_stream_destroy(b), SA_OK);
   assert_int_equal(buf[0], 0);
@@ -468,17 +455,12 @@ static void device_synchronize_completes_every_stream(void **state) {
   (void)state;
   sa_stream a = manual(), b = manual();
   sa_event e = event();
-  assert_int_equal(sa_host_fill(a, buf, 4, 5), SA_OK);
-  assert_int_equal(d->ops->event_record(d, e, a), SA_OK);
-  assert_int_equal(d->ops->stream_wait_event(d, b, e), SA_OK);
-  assert_int_equal(sa_host_fill(b, buf + 1, 4, 6), SA_OK);
+  fill_after(a, 5, e, b, buf + 1, 6);
   assert_int_equal(sa_host_fill(NULL, buf + 2, 4, 7), SA_OK);
   assert_int_equal(d->ops->device_synchronize(d), SA_OK);
   assert_int_equal(sa_host_stream_pending(a) + sa_host_stream_pending(b), 0);
   assert_int_equal(buf[0] + buf[1] + buf[2], 5 + 6 + 7);
-  assert_int_equal(sa_host_stream_destroy(a), SA_OK);
-  assert_int_equal(sa_host_stream_destroy(b), SA_OK);
-  assert_int_equal(d->ops->event_destroy(d, e), SA_OK);
+  destroy_all(a, b, e);
 }
 
 static void invalid_events_are_rejected(void **state) {
@@ -588,5 +570,5 @@ int main(void) {
       T(long_queues_keep_their_order),
       T(streams_work_from_many_threads),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return sa_fixture_run_with_host_driver(tests, &d);
 }

@@ -16,24 +16,13 @@
 #include <streamarena/host.h>
 
 #include "driver/driver.h"
+#include "fixture.h"
 
 #define MIB ((size_t)1 << 20)
 #define GIB ((size_t)1 << 30)
 #define G (2 * MIB)
 
-static sa_driver *d;
-
-static int setup(void **state) {
-  (void)state;
-  return sa_driver_host_open(0, &d) == SA_OK ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  sa_driver_close(d);
-  d = NULL;
-  return 0;
-}
+static sa_driver *d; /* opened for the group (fixture.h) */
 
 /* Every test must leave the device as it found it. */
 static int check_empty(void **state) {
@@ -435,5 +424,5 @@ int main(void) {
       T(only_device_zero_exists),
       T(totals_count_calls_and_bytes),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return sa_fixture_run_with_host_driver(tests, &d);
 }

@@ -72,7 +72,7 @@ static struct {
 typedef struct worker_s {
   pthread_t thread;
   uint64_t rng;
-  block *local[MAX_LOCAL];
+  void *local[MAX_LOCAL]; /* blocks */
   int n;
   counts c;
 } worker;
@@ -135,11 +135,8 @@ static void free_block(worker *w, block *b) {
 }
 
 static void op_free(worker *w) {
-  if (w->n == 0) return;
-  unsigned k = pick(w, (unsigned)w->n);
-  block *b = w->local[k];
-  w->local[k] = w->local[--w->n];
-  free_block(w, b);
+  block *b = sa_fixture_take_local(w->local, &w->n, &w->rng);
+  if (b != NULL) free_block(w, b);
 }
 
 static void op_give(worker *w) {

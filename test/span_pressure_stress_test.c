@@ -95,7 +95,7 @@ typedef struct worker_s {
   uint64_t rng;
   sa_driver *drv; /* for events (the simulator is shared) */
   sa_event ev;
-  block *local[MAX_LOCAL];
+  void *local[MAX_LOCAL]; /* blocks */
   int n;
   counts c;
 } worker;
@@ -103,8 +103,7 @@ typedef struct worker_s {
 static unsigned pick(worker *w, unsigned n) { return sa_fixture_pick(&w->rng, n); }
 
 static void failure(worker *w, const char *what, sa_status st) {
-  fprintf(stderr, "span_stress: thread %u: %s: %s\n", w->id, what, sa_status_string(st));
-  w->c.failures++;
+  sa_fixture_thread_failure(&w->c.failures, "span_stress", w->id, what, st);
 }
 
 static void ok(worker *w, sa_status st, const char *what) {
@@ -203,14 +202,6 @@ static void op_alloc(worker *w) {
     w->c.span_bytes += size;
   }
   w->local[w->n++] = b;
-}
-
-static block *take_local(worker *w) {
-  if (w->n == 0) return NULL;
-  unsigned k = pick(w, (unsigned)w->n);
-  block *b = w->local[k];
-  w->local[k] = w->local[--w->n];
-  return b;
 }
 
 /* sa_record_stream(b, slot k's stream), read lock on k held. */
@@ -331,7 +322,7 @@ static void *run_worker(void *arg) {
     unsigned r = pick(w, 1000);
     if (r < 250) op_alloc(w);
     else if (r < 450) {
-      block *b = take_local(w);
+      block *b = sa_fixture_take_local(w->local, &w->n, &w->rng);
       if (b != NULL) free_block(w, b);
     } else if (r < 520) op_use(w);
     else if (r < 580) op_give(w);

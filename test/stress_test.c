@@ -68,7 +68,7 @@ typedef struct worker_s {
   uint64_t rng;
   sa_driver *drv;   /* this thread's events (the simulator is shared) */
   sa_event ev;
-  block *local[MAX_LOCAL];
+  void *local[MAX_LOCAL]; /* blocks */
   int n;
   counts c;
 } worker;
@@ -76,8 +76,7 @@ typedef struct worker_s {
 static unsigned pick(worker *w, unsigned n) { return sa_fixture_pick(&w->rng, n); }
 
 static void failure(worker *w, const char *what, sa_status st) {
-  fprintf(stderr, "stress: thread %u: %s: %s\n", w->id, what, sa_status_string(st));
-  w->c.failures++;
+  sa_fixture_thread_failure(&w->c.failures, "stress", w->id, what, st);
 }
 
 static void ok(worker *w, sa_status st, const char *what) {
@@ -134,14 +133,6 @@ static void op_alloc(worker *w) {
   w->local[w->n++] = b;
 }
 
-static block *take_local(worker *w) {
-  if (w->n == 0) return NULL;
-  unsigned i = pick(w, (unsigned)w->n);
-  block *b = w->local[i];
-  w->local[i] = w->local[--w->n];
-  return b;
-}
-
 /* Check b's contents on the stream of its last fill, then free it on its
  * last stream or, half the time, on another one. Every other stream that
  * used b was recorded when it did (op_use); b's own allocation stream is
@@ -165,7 +156,7 @@ static void free_block(worker *w, block *b) {
 }
 
 static void op_free(worker *w) {
-  block *b = take_local(w);
+  block *b = sa_fixture_take_local(w->local, &w->n, &w->rng);
   if (b != NULL) free_block(w, b);
 }
 
