@@ -217,6 +217,10 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t mos
     sa_chunk *p;
     size_t size = missing < unit ? missing : unit;
     st = phys_create(a, size, limit, &p);
+    /* The device is full below limit (others hold the rest): cached
+     * chunks this growth could not use give way, as for limit above. */
+    if (st == SA_ERR_OUT_OF_MEMORY && sa__physical_release_cached(a, 0) > 0)
+      st = phys_create(a, size, limit, &p);
     if (st == SA_OK) {
       *tail = p;
       tail = &p->next;

@@ -577,6 +577,34 @@ static void cached_chunk_serves_a_smaller_growth_whole(void **state) {
   teardown(&f);
 }
 
+/* The device fills below the arena's cap (another arena, or another
+ * process, holds the rest): a cached chunk too large for a new superblock
+ * gives way, as it does for the arena's own limit. It was kept through
+ * every step of the out-of-memory path, and a 256-byte request failed
+ * with 32 MiB idle in the chunk cache. */
+static void cached_chunks_give_way_on_a_full_device(void **state) {
+  (void)state;
+  sa_assert_ok(sa_host_set_device_memory(64 * MiB));
+  sa_fixture f;
+  setup(&f, "exact_growth=1", 1, SA_HOST_AUTO);
+  sa_stream s = f.streams[0];
+  sa_arena *other;
+  sa_assert_ok(sa_fixture_arena_create(&other, "backend=host,exact_growth=1"));
+  void *x, *y, *p = NULL;
+  sa_assert_ok(sa_alloc(f.arena, &x, 32 * MiB, s));
+  sa_assert_ok(sa_free(x, s));
+  sa_assert_ok(sa_alloc(other, &y, 32 * MiB, s)); /* the device is full */
+  sa_status st = sa_alloc(f.arena, &p, 256, s);
+  sa_stats after = stats(f.arena);
+  if (p != NULL) sa_assert_ok(sa_free(p, s));
+  sa_assert_ok(sa_free(y, s));
+  sa_assert_ok(sa_arena_destroy(other));
+  teardown(&f);
+  sa_assert_ok(sa_host_set_device_memory((size_t)16 << 30)); /* the default */
+  sa_assert_ok(st);
+  assert_int_equal(after.reserved_bytes, 2 * MiB); /* the idle chunk went back */
+}
+
 /* sa_defragment keeps release_threshold_bytes of cached chunks; sa_trim
  * keeps what it is told. */
 static void trim_honours_release_threshold(void **state) {
@@ -1164,6 +1192,7 @@ int main(void) {
       cmocka_unit_test(soft_budget_gives_way_while_work_is_pending),
       cmocka_unit_test(remap_preserves_contents),
       cmocka_unit_test(cached_chunk_serves_a_smaller_growth_whole),
+      cmocka_unit_test(cached_chunks_give_way_on_a_full_device),
       cmocka_unit_test(trim_honours_release_threshold),
       cmocka_unit_test(defragment_waits_for_pending_work),
       cmocka_unit_test(defragment_concurrent_with_alloc_free),
