@@ -510,10 +510,26 @@ sa_status sa__stream_arena_release(sa_arena *a, sa_stream s, sa_stream_arena **o
   sa_stream_arena *sa = find_live(a, s);
   if (sa != NULL) atomic_fetch_add_explicit(&sa->xentries, 1, memory_order_relaxed);
   pthread_mutex_unlock(&a->lock);
+  sa_status st = SA_OK;
+  if (sa != NULL) {
+    /* The handle may name a new stream: syncing it says nothing of the
+     * destroyed one's work, so its stream arena goes unsynced. */
+    uint64_t sid;
+    st = a->drv->ops->stream_id(a->drv, s, &sid);
+    if (st != SA_OK) {
+      sa__stream_arena_unbind(sa);
+      sa__record_forget_end(a);
+      return st;
+    }
+    if (sid != sa->sid) {
+      mark_gone(a, sa, false);
+      sa__stream_arena_unbind(sa);
+      sa = NULL;
+    }
+  }
   /* Wait for the stream's work: what it freed is clean from now on, and
    * blocks recorded on it need no event on it any more (it may be
    * destroyed before they are freed). */
-  sa_status st = SA_OK;
   if (sa != NULL || sa__record_names_stream(a, s)) st = a->drv->ops->stream_synchronize(a->drv, s);
   if (st == SA_OK) sa__record_forget_stream(a, s);
   sa__record_forget_end(a);

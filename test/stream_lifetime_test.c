@@ -429,6 +429,38 @@ static void release_hands_back_batches_parked_by_an_exited_thread(void **state) 
   assert_int_equal(stats(f->arena).deferred_frees, 0);
 }
 
+/* ---- review: releasing a recycled handle is not the old stream's -------- */
+
+/* A span recorded on `old`, freed on A: its free span waits for a mark on
+ * old. old is destroyed (legal: the span was freed) with its fill still
+ * queued, and fresh gets its handle. sa_stream_release(fresh) found old's
+ * stream arena by handle, synchronized fresh and marked old's synced: the
+ * span went to B without a wait on old's unfinished fill. */
+static void releasing_a_recycled_handle_does_not_settle_the_old_stream(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], b = f->streams[1], old = new_stream(SA_HOST_MANUAL);
+  void *p, *q;
+  sa_assert_ok(sa_alloc(f->arena, &p, 3 * MiB, a));
+  sa_assert_ok(sa_record_stream(p, old));
+  sa_assert_ok(sa_host_fill(old, p, 4096, 0x0DDu)); /* still queued */
+  sa_assert_ok(sa_free(p, a));
+  sa_assert_ok(sa_host_stream_drain(a));
+  sa_assert_ok(sa_host_stream_destroy(old));
+  sa_stream fresh = new_stream(SA_HOST_MANUAL);
+  assert_ptr_equal(fresh, old); /* the handle comes back */
+  sa_assert_ok(sa_stream_release(f->arena, fresh)); /* fresh never used */
+  sa_host_counters c0, c1;
+  sa_host_get_counters(&c0);
+  sa_assert_ok(sa_alloc(f->arena, &q, 3 * MiB, b));
+  sa_host_get_counters(&c1);
+  assert_ptr_equal(q, p);
+  assert_int_equal(c1.order_violations, c0.order_violations);
+  sa_assert_ok(sa_free(q, b));
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_stream_release(f->arena, fresh));
+  sa_assert_ok(sa_host_stream_destroy(fresh));
+}
+
 int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -443,6 +475,7 @@ int main(void) {
       T(out_of_memory_settles_other_streams_pending_frees),
       T(a_spans_recorded_stream_arena_is_freed_after_release),
       T(release_hands_back_batches_parked_by_an_exited_thread),
+      T(releasing_a_recycled_handle_does_not_settle_the_old_stream),
   };
 #undef T
   int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -304,8 +304,11 @@ sa_status sa_record_stream(void *p, sa_stream other);
  * destroying it afterwards is the caller's.
  * Optional: a stream destroyed without it is safe too (see the top of this
  * header), its memory just comes back later. Releasing a stream the arena
- * has not seen is SA_OK. Errors: SA_ERR_INVALID_ARGUMENT, SA_ERR_DRIVER
- * (the synchronize failed: nothing changed). */
+ * has not seen is SA_OK; so is releasing a new stream that got the handle
+ * of a destroyed one the arena saw (the driver's stream ids differ): what
+ * the old one left waits for its events, not for this synchronize. Errors:
+ * SA_ERR_INVALID_ARGUMENT, SA_ERR_DRIVER (the stream id query or the
+ * synchronize failed: nothing changed). */
 sa_status sa_stream_release(sa_arena *arena, sa_stream stream);
 
 /* ------------------------------------------------------------------------
