@@ -267,11 +267,13 @@ static sa_status find_block(sa_arena *a, uintptr_t p, block_ref *ref) {
     return st;
   }
   sa_superblock *sb = (sa_superblock *)d;
-  if (sb->owner == NULL) return SA_ERR_DOUBLE_FREE; /* whole superblock is free */
   uintptr_t off = p - sb->hdr.base;
   uint32_t idx = sa__block_index(sb, off);
+  /* A superblock on the global stack keeps its last geometry: a pointer
+   * inside one of its blocks is no block start there either. */
   if ((uintptr_t)idx * sb->block_size != off || idx >= sb->nblocks)
     return SA_ERR_INVALID_POINTER;
+  if (sb->owner == NULL) return SA_ERR_DOUBLE_FREE; /* whole superblock is free */
   ref->sb = sb;
   ref->idx = idx;
   ref->state = &sb->state[idx];

@@ -152,6 +152,30 @@ static void pointers_inside_blocks(void **state) {
   still_serving(f);
 }
 
+/* The same, once the block's superblock emptied and went to the global
+ * stack (sa_stream_release sheds it there, mapped): a pointer inside the
+ * freed block is still no block start, as while its stream kept it. Both
+ * said SA_ERR_DOUBLE_FREE for any address of such a superblock. */
+static void pointers_inside_a_free_superblock(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0];
+  void *p;
+  sa_assert_ok(sa_alloc(f->arena, &p, 1000, a)); /* a 1 KiB block */
+  sa_assert_ok(sa_free(p, a));
+  char *c = p;
+  BAD(sa_free(c + 256, a), SA_ERR_INVALID_POINTER); /* its stream holds it */
+  sa_assert_ok(sa_stream_release(f->arena, a));
+  sa_stats st;
+  sa_assert_ok(sa_get_stats(f->arena, &st));
+  assert_int_equal(st.superblocks_empty, st.superblocks_total);
+  assert_true(st.reserved_bytes > 0); /* still mapped: on the global stack */
+  BAD(sa_free(c + 256, a), SA_ERR_INVALID_POINTER);
+  BAD(sa_free(c + 1, a), SA_ERR_INVALID_POINTER);
+  BAD(sa_record_stream(c + 512, f->streams[1]), SA_ERR_INVALID_POINTER);
+  BAD(sa_free(p, a), SA_ERR_DOUBLE_FREE); /* the block start: freed already */
+  still_serving(f);
+}
+
 static void foreign_pointers(void **state) {
   sa_fixture *f = *state;
   int local;
@@ -486,6 +510,7 @@ int main(void) {
       T(double_free),
       T(double_free_after_trim),
       T(pointers_inside_blocks),
+      T(pointers_inside_a_free_superblock),
       T(foreign_pointers),
       T(pointer_of_another_arena),
       T(free_after_arena_destroy),
