@@ -269,8 +269,7 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   if (a == NULL || out == NULL) return SA_ERR_INVALID_ARGUMENT;
   memset(out, 0, sizeof *out);
   sa__tentry_publish_own(a); /* exact for the calling thread */
-  uint64_t fast_allocs = atomic_load(&a->xretired_fast_allocs);
-  uint64_t fast_frees = atomic_load(&a->xretired_fast_frees);
+  uint64_t fast_allocs, fast_frees;
   sa__tentry_fast_counts(a, &fast_allocs, &fast_frees);
   size_t streams = sa__stream_arenas_live(a);
   pthread_mutex_lock(&a->lock);

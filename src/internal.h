@@ -452,6 +452,7 @@ typedef enum sa_hook_point_e {
   SA_HOOK_HANDLE_REUSED,  /* a lookup found a live stream arena whose handle names a new
                              stream (arg: that stream arena), before it marks it gone */
   SA_HOOK_RUN_PAGES_NAMED, /* a join or cut named some of a run's pages (arg: the run) */
+  SA_HOOK_FAST_COUNTS,     /* sa_get_stats is about to count the fast paths (arg: arena) */
 } sa_hook_point;
 typedef void (*sa_hook_fn)(sa_hook_point point, void *arg);
 extern _Atomic(sa_hook_fn) sa__test_hook;
@@ -744,6 +745,7 @@ void sa__tentry_publish_live(sa_tentry *e);
  * frees it; a is never reached through them again. */
 void sa__entries_detach(sa_arena *a);
 /* Add the fast-path counts of a's entries to *allocs and *frees. */
+/* The fast paths' allocations and frees: of exited threads and live ones. */
 void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees);
 /* The calling thread's entries of a give everything back; the one bound
  * to named (may be NULL) as in a call naming its stream. */

@@ -140,7 +140,14 @@ void sa__entries_detach(sa_arena *a) {
 }
 
 void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees) {
+  sa__hook(SA_HOOK_FAST_COUNTS, a);
   pthread_mutex_lock(&entries_lock);
+  /* The exited threads' sum under the lock a retirement holds while it
+   * adds to it and unlinks its entry: each entry counts once, live or
+   * retired. Read before the lock, an entry retired in between counted
+   * in neither. */
+  *allocs = atomic_load_explicit(&a->xretired_fast_allocs, memory_order_relaxed);
+  *frees = atomic_load_explicit(&a->xretired_fast_frees, memory_order_relaxed);
   for (sa_tentry *e = a->entries; e != NULL; e = e->arena_next) {
     *allocs += atomic_load_explicit(&e->xfast_allocs, memory_order_relaxed);
     *frees += atomic_load_explicit(&e->xfast_frees, memory_order_relaxed);

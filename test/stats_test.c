@@ -4,6 +4,8 @@
  */
 #include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -125,11 +127,73 @@ static void stats_never_count_a_superblock_twice(void **state) {
   sa__stream_arena_unbind(sa2);
 }
 
+/* A thread whose entry retires (it exits) while sa_get_stats counts. */
+#define EXITING_PAIRS 100
+static struct {
+  sa_arena *arena;
+  sa_stream stream;
+  sem_t ready, go;
+  pthread_t thread;
+  atomic_int fired, failures;
+} ex;
+
+static void *exiting_thread(void *arg) {
+  (void)arg;
+  for (int i = 0; i < EXITING_PAIRS; i++) {
+    void *p;
+    if (sa_alloc(ex.arena, &p, 256, ex.stream) != SA_OK || sa_free(p, ex.stream) != SA_OK)
+      atomic_fetch_add(&ex.failures, 1);
+  }
+  sem_post(&ex.ready);
+  sem_wait(&ex.go);
+  return NULL; /* its exit retires its entry */
+}
+
+static void let_the_thread_exit(sa_hook_point point, void *arg) {
+  (void)arg;
+  if (point != SA_HOOK_FAST_COUNTS || atomic_exchange(&ex.fired, 1)) return;
+  sem_post(&ex.go);
+  pthread_join(ex.thread, NULL);
+}
+
+/* Stats read the exited threads' fast-path counts, then walked the live
+ * entries under the lock a retirement takes: an entry retired in between
+ * was counted in neither, and 99 of the thread's 100 allocations went
+ * missing from alloc_count. */
+static void a_thread_exiting_during_stats_is_counted(void **state) {
+  sa_fixture *f = *state;
+  sa_stats before = stats_of(f->arena);
+  ex.arena = f->arena;
+  ex.stream = f->streams[0];
+  atomic_store(&ex.fired, 0);
+  atomic_store(&ex.failures, 0);
+  sem_init(&ex.ready, 0, 0);
+  sem_init(&ex.go, 0, 0);
+  assert_int_equal(pthread_create(&ex.thread, NULL, exiting_thread, NULL), 0);
+  sem_wait(&ex.ready);
+  atomic_store(&sa__test_hook, let_the_thread_exit);
+  sa_stats st;
+  sa_status got = sa_get_stats(f->arena, &st);
+  atomic_store(&sa__test_hook, NULL);
+  if (!atomic_load(&ex.fired)) { /* the hook never ran: do not leave the thread */
+    sem_post(&ex.go);
+    pthread_join(ex.thread, NULL);
+  }
+  sem_destroy(&ex.ready);
+  sem_destroy(&ex.go);
+  sa_assert_ok(got);
+  assert_int_equal(atomic_load(&ex.fired), 1);
+  assert_int_equal(atomic_load(&ex.failures), 0);
+  assert_int_equal(st.alloc_count - before.alloc_count, EXITING_PAIRS);
+  assert_int_equal(st.free_count - before.free_count, EXITING_PAIRS);
+}
+
 int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
   const struct CMUnitTest tests[] = {
       T(live_bytes_and_superblocks_mean_what_the_header_says),
       T(stats_never_count_a_superblock_twice),
+      T(a_thread_exiting_during_stats_is_counted),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
