@@ -97,8 +97,8 @@ sa_superblock *sa__superblock_pop_global(sa_arena *a) {
  * ---------------------------------------------------------------------- */
 
 /* Map bytes of memory (cached chunks, else new) at a range of its own for
- * d, within limit physical bytes. On failure the range goes back, unless
- * the driver refused to unwind: then d keeps it and its chunks. */
+ * d, within limit physical bytes. On failure nothing stays with d (what a
+ * refused unwind left mapped, physical.c keeps as a stuck range). */
 static sa_status map_fresh(sa_arena *a, sa_desc *d, size_t bytes, size_t limit) {
   sa_chunk *chunks;
   size_t got;
