@@ -187,6 +187,7 @@ static inline uint64_t sa__block_inverse(size_t block_size) { /* block_size >= 2
 typedef struct sa_mark_s {
   sa_stream_arena *stream;
   uint64_t ticket;
+  bool recorded; /* sa_record_stream's: waited for even by its own stream */
 } sa_mark;
 
 #define SA_SPAN_STARTS 4

@@ -194,6 +194,7 @@ static void marks_add(sa_span *sp, sa_mark m) {
   for (unsigned i = 0; i < sp->nmarks; i++) {
     if (sp->marks[i].stream == m.stream) {
       if (m.ticket > sp->marks[i].ticket) sp->marks[i].ticket = m.ticket;
+      sp->marks[i].recorded |= m.recorded;
       return;
     }
   }
@@ -232,21 +233,22 @@ static bool marks_reached(sa_arena *a, sa_span *sp, bool wait) {
 /* Can sa's stream use sp without waiting, as far as the host knows? */
 static bool clean_for(const sa_span *sp, const sa_stream_arena *sa) {
   for (unsigned i = 0; i < sp->nmarks; i++)
-    if (sp->marks[i].stream != sa &&
+    if ((sp->marks[i].stream != sa || sp->marks[i].recorded) &&
         !sa__timeline_known_done(sp->marks[i].stream, sp->marks[i].ticket))
       return false;
   return true;
 }
 
 /* Make sp safe for sa's stream: its own marks are ordered by the stream
- * itself; for the others, completion seen by a query or a device-side
- * wait. The marks stay on sp (the caller drops them from the piece it hands
- * out once this succeeded): after a failed wait, every one of them still
- * guards sp. */
+ * itself, but not a recorded one (a thread that knew a recorded stream,
+ * destroyed after the free, takes the next stream with its handle for it);
+ * for the others, completion seen by a query or a device-side wait. The
+ * marks stay on sp (the caller drops them from the piece it hands out once
+ * this succeeded): after a failed wait, every one of them still guards sp. */
 static sa_status settle(sa_arena *a, sa_span *sp, sa_stream_arena *sa) {
   for (unsigned i = 0; i < sp->nmarks; i++) {
     sa_mark m = sp->marks[i];
-    if (m.stream == sa) continue;
+    if (m.stream == sa && !m.recorded) continue;
     sa_status st = sa__timeline_wait(a, m.stream, m.ticket, sa->stream);
     if (st != SA_OK) return st;
   }
@@ -806,7 +808,7 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
   /* A mark on the freeing stream and on every recorded one. A failure
    * leaves the span live: the tickets taken mark nothing. */
   for (unsigned i = 0; st == SA_OK && i <= nrecorded; i++) {
-    sa_mark m = {i == 0 ? freer : recorded[i - 1], 0};
+    sa_mark m = {i == 0 ? freer : recorded[i - 1], 0, i > 0};
     st = sa__timeline_mark(a, m.stream, &m.ticket);
     if (st == SA_OK) marks_add(sp, m);
   }

@@ -232,6 +232,33 @@ static void released_flag_is_read_under_its_lock(void **state) {
   sa_assert_ok(sa_host_drain_all());
 }
 
+/* A span recorded on K (K's fill still queued), freed on its own stream A;
+ * then K is destroyed, as the header allows once p is freed, and the next
+ * stream gets K's handle. This thread used K, so its cache knows the new
+ * stream by the handle as K's stream arena: the span's mark on K was
+ * skipped as the taker's own and p went to the new stream with no wait
+ * for K's fill (the checker refused the handout). */
+static void span_recorded_on_a_destroyed_stream_waits_on_its_next_handle(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], k, next;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &k));
+  void *q, *p;
+  sa_assert_ok(sa_alloc(f->arena, &q, 4096, k)); /* this thread knows k */
+  sa_assert_ok(sa_free(q, k));
+  sa_assert_ok(sa_alloc(f->arena, &p, 8 * MiB, a));
+  sa_assert_ok(sa_host_fill(k, p, 4096, 0x6b6b6b6bu));
+  sa_assert_ok(sa_record_stream(p, k));
+  sa_assert_ok(sa_free(p, a));
+  sa_assert_ok(sa_host_stream_destroy(k));
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &next));
+  assert_ptr_equal(next, k); /* the handle is reused */
+  sa_assert_ok(sa_alloc(f->arena, &q, 8 * MiB, next));
+  sa_assert_ok(sa_free(q, next));
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_stream_release(f->arena, next));
+  sa_assert_ok(sa_host_stream_destroy(next));
+}
+
 int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -239,6 +266,7 @@ int main(void) {
       T(span_record_survives_a_free_without_host_memory),
       T(free_of_a_block_recorded_on_many_streams_does_not_wait),
       T(released_flag_is_read_under_its_lock),
+      T(span_recorded_on_a_destroyed_stream_waits_on_its_next_handle),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
