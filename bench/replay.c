@@ -399,6 +399,7 @@ static bool parse_size(const char *s, size_t *out) {
   sa_config c;
   sa_config_init(&c);
   char spec[128];
+  if (strchr(s, ',') != NULL) return false; /* one size, not more configuration items */
   if (snprintf(spec, sizeof spec, "max_physical=%s", s) >= (int)sizeof spec) return false;
   if (sa_config_parse(&c, spec, NULL, 0) != SA_OK) return false;
   *out = c.max_physical_bytes;

@@ -36,6 +36,9 @@ expect 2 "each set the device size: give one" --capacity 64MiB --conf=max_physic
 expect 2 "each set the device size: give one" --capacity 64MiB --headroom=1.5 "$rmm_log"
 expect 2 "--capacity needs a value" --capacity
 expect 2 "'80Gx' is not a size" --capacity 80Gx "$rmm_log"
+# One size, not a configuration: a comma would let more keys in (this was a
+# capacity of 1 GiB).
+expect 2 "'64MiB,max_physical=1GiB' is not a size" --capacity 64MiB,max_physical=1GiB "$rmm_log"
 expect 2 "'0.5' is not a number >= 1" --headroom 0.5 "$rmm_log"
 expect 2 "unknown option --bogus" --bogus "$rmm_log"
 expect 2 "unknown key 'foo'" --conf foo=1 "$rmm_log"
@@ -55,5 +58,5 @@ if [[ $rc -ne 0 ]] || grep -q '^op ' <<<"$out"; then
   fails=$((fails + 1))
 fi
 
-echo "replay_args_test: 18 cases, $fails failed"
+echo "replay_args_test: 19 cases, $fails failed"
 [[ $fails -eq 0 ]]
