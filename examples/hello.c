@@ -19,8 +19,11 @@ int main(int argc, char **argv) {
   sa_arena *arena = NULL;
   sa_status s = sa_arena_create(&cfg, &arena);
   if (s != SA_OK) {
-    const char *cause;
-    sa_last_driver_error(&cause);
+    /* A configuration that breaks a rule: the rule, not the driver's last
+     * word (which may be older than this call). */
+    const char *cause = err;
+    if (s != SA_ERR_BAD_CONFIG || sa_config_check(&cfg, err, sizeof err) == SA_OK)
+      sa_last_driver_error(&cause);
     fprintf(stderr, "hello: sa_arena_create: %s (%s)\n", sa_status_string(s), cause);
     return 1;
   }
