@@ -368,7 +368,7 @@ static const char help_text[] =
     "  --headroom F           device size = F x each trace's peak live bytes,\n"
     "                         rounded up to 2 MiB; F >= 1 (default 1.10)\n"
     "  --conf SPEC            more arena configuration (sa_config_parse syntax),\n"
-    "                         e.g. superblock_size=4MiB\n"
+    "                         e.g. superblock_size=4MiB,chunk_size=8MiB (once)\n"
     "  --check-ratio R        exit 1 if on any trace streamarena runs out of memory\n"
     "                         or its peak reserved exceeds R x peak live; R > 0\n"
     "  --no-budget            configure no max_physical: the device size is the\n"
@@ -457,6 +457,10 @@ static int parse_options(int argc, char **argv, options *o, int *first) {
       }
       headroom_set = true;
     } else if ((v = option_value(argc, argv, &i, "--conf", &missing)) != NULL) {
+      if (o->conf != NULL) { /* the second replaced the first, silently */
+        fprintf(stderr, "replay: --conf given twice: give one, its keys separated by commas\n");
+        return 2;
+      }
       o->conf = v;
     } else if ((v = option_value(argc, argv, &i, "--check-ratio", &missing)) != NULL) {
       if (!parse_double(v, &o->check_ratio) || !(o->check_ratio > 0)) {

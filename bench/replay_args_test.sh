@@ -42,6 +42,7 @@ expect 2 "'64MiB,max_physical=1GiB' is not a size" --capacity 64MiB,max_physical
 expect 2 "'0.5' is not a number >= 1" --headroom 0.5 "$rmm_log"
 expect 2 "unknown option --bogus" --bogus "$rmm_log"
 expect 2 "unknown key 'foo'" --conf foo=1 "$rmm_log"
+expect 2 "--conf given twice" --conf max_physical=32MiB --conf superblock_size=4MiB "$rmm_log"
 expect 2 "no trace given" --capacity 64MiB
 printf 'thread,stream,op,id,size,time_ns\n' >"$tmp/empty.csv"
 expect 1 "the trace allocates nothing" "$tmp/empty.csv"
@@ -58,5 +59,5 @@ if [[ $rc -ne 0 ]] || grep -q '^op ' <<<"$out"; then
   fails=$((fails + 1))
 fi
 
-echo "replay_args_test: 19 cases, $fails failed"
+echo "replay_args_test: 20 cases, $fails failed"
 [[ $fails -eq 0 ]]
