@@ -327,6 +327,10 @@ struct sa_tentry_s {
   sa_stream stream;
   sa_stream_arena *sarena;    /* bound (a reference); NULL: bound on next use */
   uint64_t epoch;             /* arena's stream epoch when last checked */
+  /* The arena's range, copied: sa_free's fast path reads the arena only
+   * for a pointer in it, whose arena no other thread may be destroying. */
+  uintptr_t va_base;
+  size_t va_size;
   sa_tbin bins[SA_CLASS_COUNT]; /* 16-byte aligned: none straddles a cache line */
   /* Counters: written by the owning thread only (no read-modify-write),
    * read by sa_get_stats. Slow-path counts are kept by the arena. */
@@ -454,6 +458,8 @@ typedef enum sa_hook_point_e {
                              stream (arg: that stream arena), before it marks it gone */
   SA_HOOK_RUN_PAGES_NAMED, /* a join or cut named some of a run's pages (arg: the run) */
   SA_HOOK_FAST_COUNTS,     /* sa_get_stats is about to count the fast paths (arg: arena) */
+  SA_HOOK_FREE_FAST_ARENA, /* sa_free's fast path is about to read its last entry's arena
+                              (arg: that arena) */
 } sa_hook_point;
 typedef void (*sa_hook_fn)(sa_hook_point point, void *arg);
 extern _Atomic(sa_hook_fn) sa__test_hook;
@@ -461,6 +467,13 @@ static inline void sa__hook(sa_hook_point point, void *arg) {
   sa_hook_fn h = atomic_load_explicit(&sa__test_hook, memory_order_acquire);
   if (sa_unlikely(h != NULL)) h(point, arg);
 }
+/* On a fast path, only where asserts are on (tests): even a load and a
+ * branch would cost every call of a release build. */
+#ifdef NDEBUG
+#define sa__hook_fast(point, arg) ((void)(arg))
+#else
+#define sa__hook_fast(point, arg) sa__hook(point, arg)
+#endif
 
 /* registry.c: address -> arena, lock-free */
 sa_arena *sa__arena_of(uintptr_t p); /* live arena holding p, or NULL */

@@ -206,6 +206,8 @@ static sa_status entry_create(sa_arena *a, sa_stream s, sa_stream_arena *sa, sa_
   e->stream = s;
   e->sarena = sa;
   e->epoch = atomic_load_explicit(&a->xstream_epoch, memory_order_acquire);
+  e->va_base = a->va_base;
+  e->va_size = a->va_size;
   atomic_store_explicit(&e->xarena, a, memory_order_relaxed);
   pthread_mutex_lock(&entries_lock);
   e->arena_next = a->entries;

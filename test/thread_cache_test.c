@@ -95,6 +95,67 @@ static void destroy_never_touches_an_entry_it_handed_back(void **state) {
   sem_destroy(&hk.done);
 }
 
+/* ---- a free of another arena's block while the last one is destroyed --- */
+
+static struct {
+  sem_t window, destroyed;
+  sa_arena *doomed;
+  atomic_int paused; /* the free waited for the destroy once */
+  atomic_int failures;
+} fw;
+
+/* sa_free's fast path holds the arena of the thread's last entry: the
+ * doomed one's destroy runs to its end right there. */
+static void destroy_the_arena_the_free_holds(sa_hook_point point, void *arg) {
+  if (point != SA_HOOK_FREE_FAST_ARENA || arg != fw.doomed || atomic_exchange(&fw.paused, 1))
+    return;
+  sem_post(&fw.window);
+  sem_wait(&fw.destroyed);
+}
+
+static void *free_other_arenas_block(void *arg) {
+  sa_arena *kept = arg;
+  void *kept_p, *p;
+  if (sa_alloc(kept, &kept_p, 4096, NULL) != SA_OK) atomic_fetch_add(&fw.failures, 1);
+  /* The last entry: the doomed arena's, on the same stream. */
+  if (sa_alloc(fw.doomed, &p, 4096, NULL) != SA_OK || sa_free(p, NULL) != SA_OK)
+    atomic_fetch_add(&fw.failures, 1);
+  atomic_store(&sa__test_hook, destroy_the_arena_the_free_holds);
+  if (sa_free(kept_p, NULL) != SA_OK) atomic_fetch_add(&fw.failures, 1);
+  /* A free that never held the doomed arena lets the destroy go now. */
+  if (!atomic_exchange(&fw.paused, 1)) {
+    sem_post(&fw.window);
+    sem_wait(&fw.destroyed);
+  }
+  return NULL;
+}
+
+/* The header lets another thread destroy an arena at any moment between
+ * calls. sa_free's fast path read the arena of the thread's last entry and
+ * its stream epoch and range before it knew the pointer was that arena's:
+ * a free of another arena's block read a destroyed arena (ASAN
+ * heap-use-after-free, TSAN). */
+static void a_free_never_reads_an_arena_destroyed_by_another_thread(void **state) {
+  (void)state;
+  sem_init(&fw.window, 0, 0);
+  sem_init(&fw.destroyed, 0, 0);
+  atomic_store(&fw.paused, 0);
+  atomic_store(&fw.failures, 0);
+  fw.doomed = host_arena();
+  sa_arena *kept = host_arena();
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, free_other_arenas_block, kept), 0);
+  sem_wait(&fw.window);
+  sa_assert_ok(sa_arena_destroy(fw.doomed));
+  sem_post(&fw.destroyed);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  atomic_store(&sa__test_hook, NULL);
+  assert_int_equal(atomic_load(&fw.failures), 0);
+  sa_assert_ok(sa_arena_destroy(kept)); /* its block was freed: none live */
+  sem_destroy(&fw.window);
+  sem_destroy(&fw.destroyed);
+}
+
 /* ---- the same race, undirected: many threads, several arenas ---------- */
 
 #define RACE_THREADS 6
@@ -156,6 +217,7 @@ static void threads_on_other_arenas_while_one_is_destroyed_again_and_again(void 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(destroy_never_touches_an_entry_it_handed_back),
+      cmocka_unit_test(a_free_never_reads_an_arena_destroyed_by_another_thread),
       cmocka_unit_test(threads_on_other_arenas_while_one_is_destroyed_again_and_again),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
