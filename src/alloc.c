@@ -445,12 +445,13 @@ sa_status sa_free(void *ptr, sa_stream s) {
   /* The entry's arena may be another one, which another thread may be
    * destroying: read it only for a pointer in its range. A new arena in
    * that range was created after the destroy cleared e's arena. */
-  if (sa_likely(e != NULL && e->stream == s && (uintptr_t)ptr - e->va_base < e->va_size)) {
+  uintptr_t at = e != NULL ? (uintptr_t)ptr - e->va_base : 0; /* its offset there */
+  if (sa_likely(e != NULL && e->stream == s && at < e->va_size)) {
     sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
     sa__hook_fast(SA_HOOK_FREE_FAST_ARENA, a);
     if (sa_likely(a != NULL &&
                   e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed))) {
-      sa_desc *d = sa__pagemap_get(a, (uintptr_t)ptr);
+      sa_desc *d = sa__pagemap_at(a, at);
       if (sa_likely(d != NULL && d->kind == SA_DESC_SUPERBLOCK)) {
         sa_superblock *sb = (sa_superblock *)d;
         uintptr_t off = (uintptr_t)ptr - sb->hdr.base;

@@ -504,10 +504,13 @@ size_t sa__va_free_below(const sa_arena *a, uintptr_t va);
 size_t sa__va_free_above(const sa_arena *a, uintptr_t va);
 void sa__va_free(sa_arena *a, uintptr_t va, size_t size);
 void sa__pagemap_set(sa_arena *a, uintptr_t va, size_t size, sa_desc *d);
+/* The descriptor of the page at offset off of a's range (off < va_size). */
+static inline sa_desc *sa__pagemap_at(const sa_arena *a, uintptr_t off) {
+  return atomic_load_explicit(&a->pagemap[off >> a->page_shift], memory_order_acquire);
+}
 static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
   uintptr_t off = p - a->va_base;
-  if (off >= a->va_size) return NULL;
-  return atomic_load_explicit(&a->pagemap[off >> a->page_shift], memory_order_acquire);
+  return off < a->va_size ? sa__pagemap_at(a, off) : NULL;
 }
 
 /* physical.c: all with the arena lock held */
