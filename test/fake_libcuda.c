@@ -9,6 +9,9 @@
  * a test dlopens it by path before the library's own dlopen("libcuda.so.1"),
  * which then finds it by soname.
  *
+ * FAKE_CUDA_HIDE=cuName in the environment: cuGetProcAddress does not find
+ * that entry point, as an older driver would not.
+ *
  * fake_cuda_waits() counts cuStreamWaitEvent calls; fake_cuda_last_wait_stream()
  * is the id of the stream the last one was enqueued on.
  */
@@ -277,8 +280,9 @@ static const struct {
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status) {
   (void)version; (void)flags;
+  const char *hidden = getenv("FAKE_CUDA_HIDE"); /* a driver that lacks this one */
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-    if (strcmp(table[i].name, symbol) == 0) {
+    if (strcmp(table[i].name, symbol) == 0 && (hidden == NULL || strcmp(hidden, symbol) != 0)) {
       *pfn = table[i].fn;
       if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
       return CUDA_SUCCESS;

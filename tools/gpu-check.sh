@@ -34,10 +34,12 @@ test_flags=(-c opt --copt=-UNDEBUG --dynamic_mode=off --platform_suffix=gpu)
 bench_flags=(-c opt)
 # dlopen_test needs the path of the .so Bazel hands it; what it checks (the
 # library's thread-local model when dlopened) does not depend on the device.
-# Nor does cuda_fake_test's (the CUDA backend against a fake libcuda, given
-# by path; on a GPU cuda_backend_test runs the real one).
+# Nor do cuda_fake_test's and cuda_missing_entry_test's (the CUDA backend
+# against a fake libcuda, given by path; on a GPU cuda_backend_test runs the
+# real one).
 tests=$(bazel query --noshow_progress \
-  'kind(cc_test, //test/...) except //test:dlopen_test except //test:cuda_fake_test' \
+  'kind(cc_test, //test/...) except //test:dlopen_test except //test:cuda_fake_test
+   except //test:cuda_missing_entry_test' \
   2>/dev/null || true)
 benches=$(bazel query --noshow_progress 'kind(cc_binary, //bench/...) + //examples:train_loop + //examples:hello' \
   2>/dev/null || true)

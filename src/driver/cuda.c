@@ -32,6 +32,7 @@
  * descriptors are the grant.
  */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -86,6 +87,7 @@ static struct {
   sa_status status; /* SA_OK, or SA_ERR_NO_DEVICE with the cause below */
   int code;         /* the CUresult (or CUDA_ERROR_NOT_FOUND) that made it so */
   const char *why;  /* static text for sa_last_driver_error */
+  char missing[96]; /* why, for an entry point the driver lacks (it names it) */
   void *lib;        /* kept for the life of the process: never dlclosed */
   SA_CU_ENTRY_POINTS(SA_CU_FIELD)
 } g_cu;
@@ -98,7 +100,9 @@ static void cu_load_fail(int code, const char *why) {
   g_cu.why = why;
 }
 
-/* Resolve one entry point; *ok becomes 0 on any failure. */
+/* Resolve one entry point; *ok becomes 0 on any failure, and the first
+ * missing one is named in g_cu.missing (a user with an old driver learns
+ * which call it lacks). */
 static void cu_resolve(PFN_cuGetProcAddress_v12000 get, const char *symbol, void **slot,
                        int *ok) {
   CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
@@ -108,6 +112,9 @@ static void cu_resolve(PFN_cuGetProcAddress_v12000 get, const char *symbol, void
                    &found);
   if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || *slot == NULL) {
     *slot = NULL;
+    if (*ok)
+      snprintf(g_cu.missing, sizeof g_cu.missing, "libcuda.so.1 lacks the entry point %s",
+               symbol);
     *ok = 0;
   }
 }
@@ -137,7 +144,7 @@ static void cu_load(void) {
 #undef SA_CU_RESOLVE
   if (!ok) {
     dlclose(lib);
-    cu_load_fail(CUDA_ERROR_NOT_FOUND, "libcuda.so.1 lacks a required entry point");
+    cu_load_fail(CUDA_ERROR_NOT_FOUND, g_cu.missing);
     return;
   }
   g_cu.lib = lib;
