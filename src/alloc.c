@@ -170,6 +170,8 @@ sa_status sa_defragment(sa_arena *a) {
   return a == NULL ? SA_ERR_INVALID_ARGUMENT : trim_to(a, a->cfg.release_threshold_bytes, false);
 }
 
+static sa_status free_slow(void *ptr, sa_stream s, bool trace);
+
 /* Tracing and stream-order checking, for both paths. */
 SA_NOINLINE static sa_status after_alloc(sa_arena *a, void *p, size_t size, sa_stream s,
                                          void **out) {
@@ -177,7 +179,9 @@ SA_NOINLINE static sa_status after_alloc(sa_arena *a, void *p, size_t size, sa_s
     sa_status st = a->drv->ops->check_handout(a->drv, (uintptr_t)p, size, s);
     if (st != SA_OK) {
       *out = NULL;
-      (void)sa_free(p, s); /* back where it came from; the caller gets nothing */
+      /* Back where it came from; the caller gets nothing. Untraced: the
+       * allocation failed, so no alloc line opened it. */
+      (void)free_slow(p, s, false);
       return st;
     }
   }
@@ -407,7 +411,8 @@ static sa_status release(sa_arena *a, sa_tentry *e, const block_ref *ref, uint8_
   return st;
 }
 
-SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
+/* trace: write the free's line (false for a block no alloc line opened). */
+static sa_status free_slow(void *ptr, sa_stream s, bool trace) {
   sa_arena *a;
   block_ref ref;
   sa_status st = locate_live(ptr, &a, &ref);
@@ -416,7 +421,7 @@ SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
   sa_tentry *e;
   st = sa__tentry_get(a, s, &e); /* validates the stream */
   if (st != SA_OK) return st;
-  if (sa_likely(a->trace == NULL)) {
+  if (sa_likely(a->trace == NULL || !trace)) {
     st = release(a, e, &ref, state, ptr);
   } else {
     /* The free's line must precede the alloc line of any thread that gets
@@ -430,6 +435,10 @@ SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
   if (st != SA_OK) return st;
   atomic_fetch_add_explicit(&a->xslow_frees, 1, memory_order_relaxed);
   return SA_OK;
+}
+
+SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
+  return free_slow(ptr, s, true);
 }
 
 /* As alloc_fast_rare, for sa_free. */

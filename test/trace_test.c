@@ -184,11 +184,60 @@ static void arenas_sharing_a_trace_path_keep_every_line(void **state) {
   assert_int_equal(frees, 100);
 }
 
+/* A handout the stream-order checker refuses fails the allocation, which is
+ * not traced; the block it hands back was traced as a free, of an id no
+ * alloc line opened, and a replay of the file met a free of nothing. */
+static void a_handout_the_checker_refuses_is_not_traced(void **state) {
+  (void)state;
+  char path[] = "/tmp/sa_trace_refused_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  char spec[300];
+  snprintf(spec, sizeof spec, "trace=%s", path);
+  sa_fixture f;
+  sa_assert_ok(sa_fixture_setup(&f, spec, 2, SA_HOST_MANUAL));
+  sa_stream a = f.streams[0], b = f.streams[1];
+  void *p, *q;
+  sa_assert_ok(sa_alloc(f.arena, &p, 4096, a));
+  sa_assert_ok(sa_host_fill(b, p, 4096, 0xB0B0B0B0u)); /* used on b, not recorded */
+  sa_assert_ok(sa_free(p, a));
+  sa_assert_status(sa_alloc(f.arena, &q, 4096, a), SA_ERR_STREAM_ORDER); /* p again */
+  assert_null(q);
+  f.expected_violations++;
+  sa_assert_ok(sa_host_stream_drain(b));
+  sa_assert_ok(sa_fixture_teardown(&f));
+
+  FILE *in = fopen(path, "r");
+  assert_non_null(in);
+  char line[256], id[32] = "";
+  size_t allocs = 0, frees = 0;
+  assert_non_null(fgets(line, sizeof line, in)); /* the header */
+  while (fgets(line, sizeof line, in) != NULL) {
+    char op[8], at[32];
+    assert_int_equal(sscanf(line, "%*u,%*[^,],%7[^,],%31[^,]", op, at), 2);
+    if (strcmp(op, "alloc") == 0) {
+      assert_string_equal(id, ""); /* one block live at a time */
+      snprintf(id, sizeof id, "%s", at);
+      allocs++;
+    } else {
+      if (strcmp(id, at) != 0) fail_msg("free of %s, which is not live: %s", at, line);
+      id[0] = '\0';
+      frees++;
+    }
+  }
+  fclose(in);
+  unlink(path);
+  assert_int_equal(allocs, 1);
+  assert_int_equal(frees, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(trace_is_the_documented_csv),
       cmocka_unit_test(unwritable_trace_path_is_bad_config),
       cmocka_unit_test(arenas_sharing_a_trace_path_keep_every_line),
+      cmocka_unit_test(a_handout_the_checker_refuses_is_not_traced),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
