@@ -49,6 +49,17 @@ static void *run(void *arg) {
   return NULL;
 }
 
+/* A fixture of n streams in mode whose arena traces to a new temporary file,
+ * named in path (a mkstemp template, overwritten with the name). */
+static void setup_traced(sa_fixture *f, char *path, size_t n, sa_host_mode mode) {
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  char spec[300];
+  snprintf(spec, sizeof spec, "trace=%s", path);
+  sa_assert_ok(sa_fixture_setup(f, spec, n, mode));
+}
+
 typedef struct live_s {
   char id[32];
   char stream[32];
@@ -58,13 +69,8 @@ typedef struct live_s {
 static void trace_is_the_documented_csv(void **state) {
   (void)state;
   char path[] = "/tmp/sa_trace_test_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
-  char spec[300];
-  snprintf(spec, sizeof spec, "trace=%s", path);
   sa_fixture f;
-  sa_assert_ok(sa_fixture_setup(&f, spec, THREADS, SA_HOST_AUTO));
+  setup_traced(&f, path, THREADS, SA_HOST_AUTO);
   job jobs[THREADS];
   pthread_t t[THREADS];
   size_t expected_bytes = 0;
@@ -190,13 +196,8 @@ static void arenas_sharing_a_trace_path_keep_every_line(void **state) {
 static void a_handout_the_checker_refuses_is_not_traced(void **state) {
   (void)state;
   char path[] = "/tmp/sa_trace_refused_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
-  char spec[300];
-  snprintf(spec, sizeof spec, "trace=%s", path);
   sa_fixture f;
-  sa_assert_ok(sa_fixture_setup(&f, spec, 2, SA_HOST_MANUAL));
+  setup_traced(&f, path, 2, SA_HOST_MANUAL);
   sa_stream a = f.streams[0], b = f.streams[1];
   void *p, *q;
   sa_assert_ok(sa_alloc(f.arena, &p, 4096, a));
