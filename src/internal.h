@@ -761,7 +761,6 @@ void sa__tentry_publish_live(sa_tentry *e);
 /* Arena destroy: hand every entry of a back to its owner thread, which
  * frees it; a is never reached through them again. */
 void sa__entries_detach(sa_arena *a);
-/* Add the fast-path counts of a's entries to *allocs and *frees. */
 /* The fast paths' allocations and frees: of exited threads and live ones. */
 void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees);
 /* The calling thread's entries of a give everything back; the one bound

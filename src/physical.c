@@ -254,15 +254,15 @@ sa_status sa__physical_unmap_stuck(sa_arena *a) {
   sa_status first = SA_OK;
   for (sa_chunk **pp = &a->stuck, *c; (c = *pp) != NULL;) {
     sa_phys *ph = c->phys;
-    sa_status st = a->drv->ops->unmap(a->drv, ph->stuck_va, ph->stuck_size);
+    sa_desc d = {.base = ph->stuck_va, .size = ph->stuck_size, .chunks = c};
+    sa_status st = sa__physical_unmap(a, &d); /* chunks to the cache */
     if (st != SA_OK) {
       if (first == SA_OK) first = st;
       pp = &ph->stuck_next;
       continue;
     }
     *pp = ph->stuck_next;
-    sa__va_free(a, ph->stuck_va, ph->stuck_size);
-    sa__physical_return(a, c);
+    sa__va_free(a, d.base, d.size);
   }
   return first;
 }

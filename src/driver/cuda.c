@@ -32,8 +32,8 @@
  * descriptors are the grant.
  */
 #include <dlfcn.h>
-#include <stdio.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <cuda.h>
