@@ -2,8 +2,9 @@
  * arenas (streamarena_torch.h lists them and what calls them).
  *
  * Owns per-device bookkeeping PyTorch reports (bytes requested, counts) and
- * the check mode (check.c). Calls the public API and, for check mode, the
- * driver interface; called by PyTorch through function pointers.
+ * the check mode (check.c). Calls the public API, the registry (a block's
+ * arena, for its device) and, for check mode, the driver interface; called
+ * by PyTorch through function pointers.
  *
  * PyTorch passes the allocation's stream to the free hook, so a free is
  * always on the block's own stream: its reuse there is ordered by the stream
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "internal.h"
 #include "plugins/torch/plugin.h"
 
 /* Full messages for the first failures; later ones are only counted. */
@@ -39,7 +41,8 @@ static void report(int dev, const char *what, void *ptr, size_t size, sa_status 
   int drv = sa_last_driver_error(&drv_name);
   fprintf(stderr, "streamarena torch: %s(%p, %zu bytes, device %d): %s", what, ptr, size, dev,
           sa_status_string(st));
-  if (st == SA_ERR_DRIVER) fprintf(stderr, " (driver error %d, %s)", drv, drv_name);
+  if (st == SA_ERR_DRIVER || st == SA_ERR_NO_DEVICE)
+    fprintf(stderr, " (driver error %d, %s)", drv, drv_name);
   fprintf(stderr, "%s\n",
           st == SA_ERR_OUT_OF_MEMORY ? "; oom_report=1 in STREAMARENA_CONF describes the arena"
                                      : "");
@@ -56,6 +59,16 @@ sa_status sa__torch_arena(int dev, sa_arena **out) {
   }
   sa_status st = sa_default_arena(dev, &a);
   if (st != SA_OK) return st;
+  /* PyTorch's memory must be the GPU's: the simulator only when asked for
+   * (backend=host, STREAMARENA_BACKEND=host), never as backend auto's
+   * fallback where CUDA does not open (a driver older than the library
+   * needs), which would hand PyTorch CPU addresses its kernels fault on. */
+  if (a->drv->stand_in) {
+    sa_driver_set_errorf(100 /* CUDA_ERROR_NO_DEVICE */,
+                         "%s; PyTorch needs CUDA memory (backend=host for the simulator)",
+                         sa_arena_backend_reason(a));
+    return SA_ERR_NO_DEVICE;
+  }
   atomic_store_explicit(&devices[dev].xarena, a, memory_order_release);
   *out = a;
   return SA_OK;
@@ -102,13 +115,13 @@ void *sa_torch_malloc(size_t size, int dev, sa_stream stream) {
 void sa_torch_free(void *ptr, size_t size, int dev, sa_stream stream) {
   if (ptr == NULL) return;
   int at = valid_device(dev) ? dev : 0;
-  sa_status st = sa__torch_check_fill(at, ptr, size, stream);
-  if (sa_unlikely(st != SA_OK)) report(at, "check fill", ptr, size, st); /* still freed */
-  st = sa_free(ptr, stream);
+  sa_status fill = sa__torch_check_fill(at, ptr, size, stream);
+  sa_status st = sa_free(ptr, stream); /* freed whether the fill worked or not */
   if (sa_unlikely(st != SA_OK)) {
-    report(at, "free", ptr, size, st);
+    report(at, "free", ptr, size, st); /* one failed hook: the fill's failure was the same */
     return;
   }
+  if (sa_unlikely(fill != SA_OK)) report(at, "check fill", ptr, size, fill);
   device *d = &devices[at];
   atomic_fetch_add_explicit(&d->xfrees, 1, memory_order_relaxed);
   requested_add(d, -(int64_t)size);
@@ -122,9 +135,10 @@ void sa_torch_record_stream(void *ptr, sa_stream stream) {
   sa_status st = sa_record_stream(ptr, stream);
   if (st == SA_ERR_INVALID_POINTER) return;
   if (st == SA_OK) st = sa__torch_check_record(ptr, stream);
-  /* PyTorch does not say the device: count it on the current one. */
-  int dev = 0;
-  if (sa_driver_cuda_current_device(&dev) != SA_OK || !valid_device(dev)) dev = 0;
+  /* PyTorch does not say the device, and calls this on whichever device is
+   * current: count it on the device of the block's arena. */
+  sa_arena *a = sa__arena_of((uintptr_t)ptr);
+  int dev = a != NULL && valid_device(a->drv->device) ? a->drv->device : 0;
   if (st != SA_OK) {
     report(dev, "record_stream", ptr, 0, st);
     return;

@@ -13,6 +13,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,6 +41,33 @@ def write(p, size, value):
 
 def reads(p, size, value):
     return ctypes.string_at(p, size // 4 * 4) == value.to_bytes(4, "little") * (size // 4)
+
+
+def stderr_of(fn):
+    """fn()'s result and what it wrote to file descriptor 2 (the plugin's
+    messages)."""
+    with tempfile.TemporaryFile() as f:
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        try:
+            r = fn()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        return r, f.read().decode()
+
+
+def fake_libcuda():
+    """test/fake_libcuda.c built (//test:libcuda_fake.so): in the test's
+    runfiles, or beside a checkout's bazel-bin."""
+    for p in (os.environ.get("SA_FAKE_LIBCUDA"), os.path.join(HERE, "..", "..", "test"),
+              os.path.join(HERE, "..", "..", "bazel-bin", "test")):
+        if p and os.path.isdir(p):
+            p = os.path.join(p, "libcuda_fake.so")
+        if p and os.path.isfile(p):
+            return p
+    raise AssertionError("libcuda_fake.so not found (bazel build //test:libcuda_fake.so)")
 
 
 def setup(check=False, checker=True):
@@ -204,6 +232,67 @@ def case_bad_calls_are_counted_not_fatal():
     except RuntimeError:
         pass
     return 8
+
+
+def case_cuda_not_usable_is_refused_not_host_memory():
+    """PyTorch's memory must be the GPU's. Where libcuda is there but the CUDA
+    backend cannot use it (a driver that lacks cuStreamGetId, as one older
+    than CUDA 12 does, which PyTorch built for CUDA 11 still runs on), backend
+    auto would fall back to the host simulator and hand PyTorch CPU addresses
+    that its first kernel faults on, without a word. The allocation is
+    refused instead, with the reason; backend=host still asks for the
+    simulator (every other case does)."""
+    os.environ["FAKE_CUDA_HIDE"] = "cuStreamGetId"
+    ctypes.CDLL(fake_libcuda())  # the library's dlopen("libcuda.so.1") finds it by soname
+    os.environ["STREAMARENA_CONF"] = ""
+    plugin = sat.Plugin(LIB)
+    p, err = stderr_of(lambda: plugin.malloc(4096, 0, None))
+    expect(p is None, "the host simulator's memory was handed to PyTorch as CUDA memory")
+    expect(plugin.errors() == 1 and "cuStreamGetId" in err and "backend=host" in err,
+           f"{plugin.errors()} errors, stderr: {err!r}")
+    return 1
+
+
+def case_check_mode_counts_a_refused_free_once():
+    """errors() counts failed hooks: a free refused in check mode (a foreign
+    pointer, a double free) is one failed hook, as it is without check mode,
+    not one for the fill and one for the free."""
+    plugin, host = setup(check=True)
+    junk = ctypes.create_string_buffer(4096)
+    plugin.free(ctypes.addressof(junk), 4096, 0, None)
+    expect(plugin.errors() == 1, f"a foreign free made {plugin.errors()} errors")
+    p = plugin.malloc(4096, 0, None)
+    plugin.free(p, 4096, 0, None)
+    plugin.free(p, 4096, 0, None)
+    expect(plugin.errors() == 2, f"a foreign free and a double free made {plugin.errors()} errors")
+    expect(plugin.stats(0)["check_fills"] == 1, "the one good free was filled")
+    return 4
+
+
+def case_record_stream_counts_on_the_block_device():
+    """record_stream's hook is not told the device, and PyTorch calls it on
+    whatever device is current (Tensor.record_stream sets none): a block of
+    device 1 recorded while device 0 is current counts on device 1, where
+    memory_stats(1) reads it, and so does a refused record."""
+    os.environ["STREAMARENA_HOST_DEVICES"] = "2"
+    plugin, host = setup()
+    lib = plugin.lib
+    lib.sa_host_set_device.argtypes = [ctypes.c_int]
+    expect(lib.sa_host_set_device(1) == 0, "device 1")
+    s1, s2 = host.stream(SA_HOST_AUTO), host.stream(SA_HOST_AUTO)
+    expect(lib.sa_host_set_device(0) == 0, "device 0 current again")
+    p = plugin.malloc(4096, 1, s1)
+    expect(p is not None, "an allocation on device 1")
+    plugin.record_stream(p, s2)
+    plugin.free(p, 4096, 1, s1)
+    plugin.record_stream(p, s2)  # of a freed block: refused
+    host.drain_all()
+    d0, d1 = plugin.stats(0), plugin.stats(1)
+    expect(d1["record_count"] == 1 and d0["record_count"] == 0,
+           f"record_count: device 0 {d0['record_count']}, device 1 {d1['record_count']}")
+    expect(d1["errors"] == 1 and d0["errors"] == 0,
+           f"errors: device 0 {d0['errors']}, device 1 {d1['errors']}")
+    return 4
 
 
 def case_record_stream_of_an_empty_or_foreign_tensor_is_no_error():

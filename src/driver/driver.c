@@ -84,8 +84,10 @@ static sa_status open_auto(int device, sa_driver **out) {
   const char *cause;
   (void)sa_last_driver_error(&cause); /* left by the failed open: why no CUDA */
   st = sa_driver_host_open(device, out);
-  if (st == SA_OK)
+  if (st == SA_OK) {
     snprintf((*out)->why, sizeof (*out)->why, "backend auto, CUDA not usable: %s", cause);
+    (*out)->stand_in = true;
+  }
   return st;
 }
 

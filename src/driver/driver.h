@@ -14,6 +14,7 @@
 #ifndef SA_DRIVER_H
 #define SA_DRIVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -95,6 +96,7 @@ struct sa_driver_s {
   sa_backend backend; /* resolved: SA_BACKEND_CUDA or SA_BACKEND_HOST */
   int device;
   char why[128]; /* why this backend (sa_arena_backend_reason); set by sa_driver_open */
+  bool stand_in; /* the simulator, because backend auto found no CUDA */
 };
 
 /* Open a driver for device. SA_BACKEND_AUTO: the environment variable
