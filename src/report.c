@@ -26,12 +26,18 @@ static const double MiBf = 1048576.0;
 
 sa_stream_arena *sa__world_lock(sa_arena *a) {
   pthread_rwlock_rdlock(&a->streams_rw); /* none is freed meanwhile */
-  pthread_mutex_lock(&a->lock);
-  sa_stream_arena *head = a->streams; /* prepend-only list: safe to walk */
-  pthread_mutex_unlock(&a->lock);
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_lock(&sa->lock);
-  pthread_mutex_lock(&a->lock);
-  return head;
+  for (;;) {
+    pthread_mutex_lock(&a->lock);
+    sa_stream_arena *head = a->streams; /* prepend-only list: safe to walk */
+    pthread_mutex_unlock(&a->lock);
+    for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_lock(&sa->lock);
+    pthread_mutex_lock(&a->lock);
+    if (a->streams == head) return head;
+    /* One came in meanwhile, unlocked: its thread moves superblocks. Again
+     * from the new head, always in list order (two snapshots at once). */
+    pthread_mutex_unlock(&a->lock);
+    for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_unlock(&sa->lock);
+  }
 }
 
 void sa__world_unlock(sa_arena *a, sa_stream_arena *head) {
@@ -75,7 +81,11 @@ void sa__holding_locked(sa_arena *a, const sa_stream_arena *sa, sa_holding *h) {
         h->free_span_bytes += sp->size;
       }
     }
+  /* The inbox too: pushed under sa's lock, so it stands still here. */
   h->deferred_blocks = sa->pending_blocks;
+  for (const ck_stack_entry_t *e = CK_STACK_FIRST(&sa->inbox); e != NULL; e = e->next)
+    h->deferred_blocks += ((const sa_deferred *)((const char *)e -
+                                                 offsetof(sa_deferred, link)))->n;
 }
 
 void sa__summary_locked(sa_arena *a, sa_summary *s) {

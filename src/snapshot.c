@@ -82,7 +82,7 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
             "\"free_block_bytes\": %zu, \"live_spans\": %zu, \"live_span_bytes\": %zu, "
             "\"free_span_bytes\": %zu, \"classes\": [",
             first ? "" : ",", sa->stream, sa__stream_arena_gone(sa) ? "true" : "false", sa->nempty,
-            sa->pending_blocks, h.superblock_bytes, h.live_block_bytes, h.free_block_bytes,
+            h.deferred_blocks, h.superblock_bytes, h.live_block_bytes, h.free_block_bytes,
             h.live_spans, h.live_span_bytes, h.free_span_bytes);
     bool cfirst = true;
     for (unsigned c = 0; c < SA_CLASS_COUNT; c++) {
@@ -129,6 +129,12 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
     for (const sa_chunk *c = r->hdr.chunks; c != NULL; at += c->size, c = c->next, first = false)
       fprintf(f, "%s{\"size\": %zu, \"mapped_at\": \"0x%" PRIxPTR "\"}", first ? "" : ", ",
               c->size, at);
+  }
+  for (const sa_chunk *s = a->stuck; s != NULL; s = s->phys->stuck_next) { /* held too */
+    uintptr_t at = s->phys->stuck_va;
+    for (const sa_chunk *c = s; c != NULL; at += c->size, c = c->next, first = false)
+      fprintf(f, "%s{\"size\": %zu, \"mapped_at\": \"0x%" PRIxPTR "\", \"stuck\": true}",
+              first ? "" : ", ", c->size, at);
   }
   for (sa_chunk *c = a->chunk_cache; c != NULL; c = c->next, first = false)
     fprintf(f, "%s{\"size\": %zu, \"mapped_at\": null}", first ? "" : ", ", c->size);
