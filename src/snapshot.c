@@ -47,6 +47,21 @@ static void write_superblock(FILE *f, const sa_superblock *sb, bool first) {
           counts[SA_BLOCK_LIVE] + counts[SA_BLOCK_RECORDED], counts[SA_BLOCK_DEFERRED]);
 }
 
+/* A mapping's chunks, each at its own address (mapped in order from at);
+ * at 0: cached, mapped nowhere. extra: more fields of a mapped chunk. */
+static void write_chunks(FILE *f, const sa_chunk *c, uintptr_t at, const char *extra,
+                         bool *first) {
+  for (; c != NULL; c = c->next, *first = false) {
+    fprintf(f, "%s{\"size\": %zu, \"mapped_at\": ", *first ? "" : ", ", c->size);
+    if (at == 0) {
+      fprintf(f, "null}");
+      continue;
+    }
+    fprintf(f, "\"0x%" PRIxPTR "\"%s}", at, extra);
+    at += c->size;
+  }
+}
+
 sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
   if (a == NULL || f == NULL) return SA_ERR_INVALID_ARGUMENT;
   sa_stats st;
@@ -116,28 +131,15 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
     }
   fprintf(f, "\n  ],\n  \"chunks\": [");
   first = true;
-  for (sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
-    for (sa_chunk *c = sb->hdr.chunks; c != NULL; c = c->next, first = false)
-      fprintf(f, "%s{\"size\": %zu, \"mapped_at\": \"0x%" PRIxPTR "\"}", first ? "" : ", ",
-              c->size, sb->hdr.base);
+  for (const sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
+    write_chunks(f, sb->hdr.chunks, sb->hdr.base, "", &first);
   for (const sa_slab *sl = a->slabs; sl != NULL; sl = sl->next)
-    for (sa_chunk *c = sl->hdr.chunks; c != NULL; c = c->next, first = false)
-      fprintf(f, "%s{\"size\": %zu, \"mapped_at\": \"0x%" PRIxPTR "\"}", first ? "" : ", ",
-              c->size, sl->hdr.base);
-  for (const sa_run *r = a->all_runs; r != NULL; r = r->all_next) { /* kept-aside ones too */
-    uintptr_t at = r->hdr.base;
-    for (const sa_chunk *c = r->hdr.chunks; c != NULL; at += c->size, c = c->next, first = false)
-      fprintf(f, "%s{\"size\": %zu, \"mapped_at\": \"0x%" PRIxPTR "\"}", first ? "" : ", ",
-              c->size, at);
-  }
-  for (const sa_chunk *s = a->stuck; s != NULL; s = s->phys->stuck_next) { /* held too */
-    uintptr_t at = s->phys->stuck_va;
-    for (const sa_chunk *c = s; c != NULL; at += c->size, c = c->next, first = false)
-      fprintf(f, "%s{\"size\": %zu, \"mapped_at\": \"0x%" PRIxPTR "\", \"stuck\": true}",
-              first ? "" : ", ", c->size, at);
-  }
-  for (sa_chunk *c = a->chunk_cache; c != NULL; c = c->next, first = false)
-    fprintf(f, "%s{\"size\": %zu, \"mapped_at\": null}", first ? "" : ", ", c->size);
+    write_chunks(f, sl->hdr.chunks, sl->hdr.base, "", &first);
+  for (const sa_run *r = a->all_runs; r != NULL; r = r->all_next) /* kept-aside ones too */
+    write_chunks(f, r->hdr.chunks, r->hdr.base, "", &first);
+  for (const sa_chunk *s = a->stuck; s != NULL; s = s->phys->stuck_next) /* held too */
+    write_chunks(f, s, s->phys->stuck_va, ", \"stuck\": true", &first);
+  write_chunks(f, a->chunk_cache, 0, "", &first);
   fprintf(f, "]\n}\n");
 
   sa__world_unlock(a, head);
