@@ -262,6 +262,11 @@ typedef struct sa_deferred_s {
   sa_cached_block blocks[SA_BATCH_MAX];
 } sa_deferred;
 
+/* The batch an inbox entry is the link of. */
+static inline sa_deferred *sa__deferred_of(const ck_stack_entry_t *e) {
+  return (sa_deferred *)((const char *)e - offsetof(sa_deferred, link));
+}
+
 /* A batch with room for max_events events (a recorded block needs one per
  * stream); NULL when out of memory. Free with sa__deferred_free. */
 static inline sa_deferred *sa__deferred_new(unsigned max_events) {

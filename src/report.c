@@ -84,8 +84,7 @@ void sa__holding_locked(sa_arena *a, const sa_stream_arena *sa, sa_holding *h) {
   /* The inbox too: pushed under sa's lock, so it stands still here. */
   h->deferred_blocks = sa->pending_blocks;
   for (const ck_stack_entry_t *e = CK_STACK_FIRST(&sa->inbox); e != NULL; e = e->next)
-    h->deferred_blocks += ((const sa_deferred *)((const char *)e -
-                                                 offsetof(sa_deferred, link)))->n;
+    h->deferred_blocks += sa__deferred_of(e)->n;
 }
 
 void sa__summary_locked(sa_arena *a, sa_summary *s) {

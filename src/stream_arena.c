@@ -160,7 +160,7 @@ static void drain(sa_stream_arena *sa, bool force, bool named) {
   ck_stack_entry_t *e = ck_stack_batch_pop_mpmc(&sa->inbox);
   while (e != NULL) {
     ck_stack_entry_t *next = e->next;
-    sa_deferred *d = (sa_deferred *)((char *)e - offsetof(sa_deferred, link));
+    sa_deferred *d = sa__deferred_of(e);
     sa__handoff_accept(&d->xhandoff);
     d->next = sa->pending;
     sa->pending = d;
