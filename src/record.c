@@ -22,7 +22,8 @@ sa_status sa__record_add(sa_arena *a, uintptr_t p, sa_stream s) {
   }
   sa_record **head = &a->records[bucket_of(p)], *r = *head;
   while (r != NULL && r->p != p) r = r->next;
-  if (r == NULL) {
+  bool made = r == NULL;
+  if (made) {
     r = calloc(1, sizeof *r);
     if (r == NULL) {
       st = SA_ERR_OUT_OF_MEMORY;
@@ -39,6 +40,10 @@ sa_status sa__record_add(sa_arena *a, uintptr_t p, sa_stream s) {
     sa_stream *grown = realloc(r->streams, cap * sizeof *grown);
     if (grown == NULL) {
       st = SA_ERR_OUT_OF_MEMORY;
+      if (made) { /* the block stays unrecorded: no entry */
+        *head = r->next;
+        free(r);
+      }
       goto out;
     }
     r->streams = grown;
