@@ -244,8 +244,14 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out);
  * the return value is then SA_ERR_LIVE_BLOCKS (and the count is written to
  * stderr), otherwise SA_OK. That status reports a leak in the caller, not a
  * failed destroy: nothing could free those blocks later (their arena is
- * gone), so keeping their memory would only leak it for good. The arena must not be used concurrently with or
- * after this call. NULL is a no-op returning SA_OK. */
+ * gone), so keeping their memory would only leak it for good. A driver call
+ * that fails (the wait for the device included: a context that a kernel
+ * fault broke) makes the return value its status (SA_ERR_DRIVER, or
+ * SA_ERR_OUT_OF_MEMORY where the driver says so), ahead of the leak; the
+ * arena is released all the same, and what the driver refused to unmap or
+ * release stays with the driver.
+ * The arena must not be used concurrently with or after this call. NULL is
+ * a no-op returning SA_OK. */
 sa_status sa_arena_destroy(sa_arena *arena);
 
 /* The backend an arena runs on (resolved: never SA_BACKEND_AUTO). */
