@@ -145,6 +145,8 @@ typedef struct sa_superblock_s {
   _Atomic uint64_t xhandoff;        /* see sa__handoff_publish */
   struct sa_superblock_s *next, *prev; /* bin or empty list of its owner */
   struct sa_superblock_s *all_next; /* every superblock of the arena */
+  /* owner and event: written under a stream arena lock or the arena lock,
+   * as the reports read them holding all of those (report.c) */
   sa_stream_arena *owner;           /* NULL while on the global free stack */
   sa_event event;                   /* recorded when it emptied, on its owner's stream */
   uint64_t event_owner;             /* ... that stream arena's id (it may be freed) */
@@ -465,6 +467,8 @@ typedef enum sa_hook_point_e {
   SA_HOOK_FAST_COUNTS,     /* sa_get_stats is about to count the fast paths (arg: arena) */
   SA_HOOK_FREE_FAST_ARENA, /* sa_free's fast path is about to read its last entry's arena
                               (arg: that arena) */
+  SA_HOOK_RECLAIM_POPPED,  /* reclaim took a superblock off the global stack, before it
+                              looks at its event (arg: the superblock) */
 } sa_hook_point;
 typedef void (*sa_hook_fn)(sa_hook_point point, void *arg);
 extern _Atomic(sa_hook_fn) sa__test_hook;

@@ -20,8 +20,10 @@
  * once it has) are unmapped; the others go back on the stack. */
 static void unmap_free_superblocks(sa_arena *a, bool wait) {
   sa_superblock *keep = NULL, *sb;
-  while ((sb = sa__superblock_pop_global(a)) != NULL)
+  while ((sb = sa__superblock_pop_global(a)) != NULL) {
+    sa__hook(SA_HOOK_RECLAIM_POPPED, sb);
     sa__superblock_unmap_or_keep(a, sb, wait, &keep);
+  }
   sa__superblock_push_all(a, keep);
   pthread_mutex_lock(&a->lock);
   sa__superblock_slabs_unmap_free(a);

@@ -59,12 +59,17 @@ static void count(sa_arena *a, const sa_superblock *sb, int empty, int active) {
 
 void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb) { count(a, sb, +1, -1); }
 
+/* sb onto the global stack as it is. */
+static void push_global(sa_arena *a, sa_superblock *sb) {
+  sa__handoff_publish(&sb->xhandoff);
+  ck_stack_push_mpmc(&a->free_superblocks, &sb->link);
+}
+
 void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e, uint64_t event_owner) {
   sb->owner = NULL;
   sb->event = e;
   sb->event_owner = event_owner;
-  sa__handoff_publish(&sb->xhandoff);
-  ck_stack_push_mpmc(&a->free_superblocks, &sb->link);
+  push_global(a, sb);
 }
 
 sa_superblock *sa__superblock_pop_global(sa_arena *a) {
@@ -237,11 +242,10 @@ static sa_status unmap(sa_arena *a, sa_superblock *sb) {
 
 void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, bool wait,
                                   sa_superblock **keep) {
-  sa_status st = SA_OK;
-  if (sb->event != NULL && (st = sa__event_retire(a, sb->event, wait)) == SA_OK)
-    sb->event = NULL;
+  sa_status st = sb->event != NULL ? sa__event_retire(a, sb->event, wait) : SA_OK;
   if (st == SA_OK) {
     pthread_mutex_lock(&a->lock);
+    sb->event = NULL; /* under the lock: the reports read it (report.c) */
     st = unmap(a, sb);
     pthread_mutex_unlock(&a->lock);
   }
@@ -252,10 +256,12 @@ void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, bool wait,
 }
 
 void sa__superblock_push_all(sa_arena *a, sa_superblock *list) {
+  /* Popped, so owner, event and event_owner are as they were on the stack:
+   * left unwritten, as reclaim holds no lock the reports take (report.c). */
   while (list != NULL) {
     sa_superblock *sb = list;
     list = sb->next;
-    sa__superblock_to_global(a, sb, sb->event, sb->event_owner);
+    push_global(a, sb);
   }
 }
 
