@@ -44,9 +44,10 @@ sa_status sa_config_check(const sa_config *config, char *err, size_t err_size) {
   if (st != SA_OK) {
     const char *name;
     (void)sa_last_driver_error(&name);
-    /* A refused peer_access names the device in the driver error. */
-    bool why = st == SA_ERR_DRIVER || (c.peer_access != 0 && (st == SA_ERR_NO_DEVICE ||
-                                                              st == SA_ERR_NOT_SUPPORTED));
+    /* A refused peer_access names the device in the driver error, a bad
+     * STREAMARENA_BACKEND (the open's only SA_ERR_BAD_CONFIG) the variable. */
+    bool why = st == SA_ERR_DRIVER || st == SA_ERR_BAD_CONFIG ||
+               (c.peer_access != 0 && (st == SA_ERR_NO_DEVICE || st == SA_ERR_NOT_SUPPORTED));
     if (err != NULL)
       snprintf(err, err_size, "backend=%s,device=%d: %s%s%s", sa_backend_name(c.backend),
                c.device, sa_status_string(st), why ? ": " : "", why ? name : "");

@@ -418,10 +418,12 @@ sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_r
               size_text(x, sizeof x, cap));
     return SA_ERR_BAD_CONFIG;
   }
-  if (c->reserve_limit_bytes != 0 && init > c->reserve_limit_bytes) {
-    set_error(err, err_size, "initial_physical=%s: above reserve_limit=%s; what is mapped up "
-              "front must fit under the budget", size_text(v, sizeof v, init),
-              size_text(w, sizeof w, c->reserve_limit_bytes));
+  /* Whole granules too: 3 MiB maps 4 MiB, past a 3 MiB budget. */
+  if (c->reserve_limit_bytes != 0 && init_granules > c->reserve_limit_bytes / gran) {
+    set_error(err, err_size, "initial_physical=%s: mapped in whole granules, %s, above "
+              "reserve_limit=%s; what is mapped up front must fit under the budget",
+              size_text(v, sizeof v, init), size_text(w, sizeof w, init_granules * gran),
+              size_text(x, sizeof x, c->reserve_limit_bytes));
     return SA_ERR_BAD_CONFIG;
   }
   size_t va = c->va_reserve_bytes;

@@ -45,7 +45,13 @@ sa_status sa_default_arena(int device, sa_arena **out) {
       st = sa_arena_create(&cfg, &a);
       if (st == SA_OK) atomic_store_explicit(&defaults[device], a, memory_order_release);
       bool peers_refused = cfg.peer_access != 0 && (st == SA_ERR_NO_DEVICE || st == SA_ERR_NOT_SUPPORTED);
-      if ((st == SA_ERR_BAD_CONFIG || peers_refused) && sa_config_check(&cfg, err, sizeof err) != SA_OK)
+      /* A bad STREAMARENA_BACKEND fails the open itself: the driver named
+       * it, and STREAMARENA_CONF (maybe unset) is not to blame. */
+      size_t gran;
+      bool env_refused = st == SA_ERR_BAD_CONFIG &&
+                         sa_device_granularity(cfg.backend, device, &gran) == SA_ERR_BAD_CONFIG;
+      if (((st == SA_ERR_BAD_CONFIG && !env_refused) || peers_refused) &&
+          sa_config_check(&cfg, err, sizeof err) != SA_OK)
         report_conf(err);
     }
   }

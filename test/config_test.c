@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -346,6 +347,10 @@ static void initial_physical_is_checked_after_rounding(void **state) {
               "initial_physical=3MiB", "max_physical", "4MiB");
   expect_rule("max_physical=5MiB,initial_physical=4194305", SA_ERR_BAD_CONFIG,
               "initial_physical=4194305", "6MiB", NULL);
+  /* So under a budget: 3 MiB maps 4 MiB, past reserve_limit=3MiB from the
+   * start (accepted before, as if the budget were not rounded to). */
+  expect_rule("reserve_limit=3MiB,initial_physical=3MiB", SA_ERR_BAD_CONFIG,
+              "initial_physical=3MiB", "reserve_limit=3MiB", "4MiB");
   /* Rounded up to no more than the cap: accepted by both. */
   sa_config c;
   sa_config_init(&c);
@@ -382,6 +387,18 @@ static void check_accepts_what_create_accepts(void **state) {
   assert_int_equal(sa_config_check(NULL, NULL, 0), SA_OK); /* the defaults */
 }
 
+/* The check's message must name what is wrong when the environment is: it
+ * said "backend=auto,device=0: bad configuration" for STREAMARENA_BACKEND=gpu. */
+static void check_names_a_bad_backend_variable(void **state) {
+  (void)state;
+  setenv("STREAMARENA_BACKEND", "gpu", 1);
+  char err[256];
+  sa_status st = sa_config_check(NULL, err, sizeof err);
+  unsetenv("STREAMARENA_BACKEND");
+  assert_int_equal(st, SA_ERR_BAD_CONFIG);
+  if (strstr(err, "STREAMARENA_BACKEND") == NULL) fail_msg("'%s' lacks STREAMARENA_BACKEND", err);
+}
+
 static void granularity_is_public(void **state) {
   (void)state;
   size_t g = 0;
@@ -406,6 +423,7 @@ int main(void) {
       cmocka_unit_test(check_accepts_what_create_accepts),
       cmocka_unit_test(initial_physical_is_checked_after_rounding),
       cmocka_unit_test(granularity_is_public),
+      cmocka_unit_test(check_names_a_bad_backend_variable),
       cmocka_unit_test(init_accepts_null),
       cmocka_unit_test(every_key_sets_its_field),
       cmocka_unit_test(backend_values),
