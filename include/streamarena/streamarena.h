@@ -152,7 +152,9 @@ typedef struct sa_config_s {
                                      16 MiB), remapping within a ledger */
   size_t release_threshold_bytes; /* physical bytes kept cached by trims; default 0 */
   size_t large_threshold;         /* larger requests get their own span;
-                                     default 0 = superblock_size / 2 */
+                                     default 0 = superblock_size / 2; at
+                                     most 64 MiB, the largest size class
+                                     (a larger value acts as 64 MiB) */
   size_t chunk_size;              /* physical memory for large requests is
                                      created in chunks of this size (a
                                      multiple of the granularity), the unit
@@ -207,13 +209,16 @@ sa_status sa_config_parse(sa_config *config, const char *spec, char *err,
  *                     class (at most 12.5% more) that must fit in a
  *                     superblock: superblock_size itself when it is a power
  *                     of two, less for some other sizes (the message names
- *                     the largest that fits);
+ *                     the largest that fits); above 64 MiB it acts as
+ *                     64 MiB, the largest size class;
  *   chunk_size        a multiple of the granularity, at most 2 GiB (0: the
  *                     default);
  *   max_physical      (or the device's memory) at least superblock_size;
- *   initial_physical  at most max_physical (or the device's memory), and at
- *                     most reserve_limit when that is set;
- *   va_reserve        at least superblock_size, at most 64 TiB;
+ *   initial_physical  in whole granules, at most max_physical (or the
+ *                     device's memory), and at most reserve_limit when that
+ *                     is set;
+ *   va_reserve        at least superblock_size and initial_physical, at most
+ *                     64 TiB;
  *   trace             a file that can be opened for writing. */
 sa_status sa_config_check(const sa_config *config, char *err, size_t err_size);
 
@@ -342,7 +347,7 @@ void sa_default_arenas_shutdown(void);
  * ones on a stream smaller, as superblock_size says); existing ones
  * keep theirs (a size class that needs more than an existing empty
  * superblock holds gets a new one). The large-allocation threshold follows
- * (half the size) unless it was set explicitly. The rules of
+ * (half the size, at most 64 MiB) unless it was set explicitly. The rules of
  * sa_config_check's superblock_size hold, against the arena's physical cap,
  * range and explicit threshold. Errors: SA_ERR_INVALID_ARGUMENT. */
 sa_status sa_set_superblock_size(sa_arena *arena, size_t bytes);
