@@ -230,6 +230,10 @@ static sa_status line(loader *l, char **f, size_t n, const int *col, size_t line
     default:
       break;
   }
+  if (id[0] == '\0') { /* every empty id would be one allocation */
+    snprintf(err, err_size, "line %zu: no id", lineno);
+    return SA_ERR_INVALID_ARGUMENT;
+  }
   if (col[4] >= 0 && col[4] < (int)n) {
     uint32_t th;
     if (!intern(&l->threads, f[col[4]], &t->nthreads, &th)) return SA_ERR_OUT_OF_MEMORY;
@@ -417,6 +421,8 @@ sa_status trace_load(const char *path, trace *t, char *err, size_t err_size) {
     snprintf(err, err_size, "%s: no header line", full);
     st = SA_ERR_INVALID_ARGUMENT;
   }
+  if (st == SA_ERR_OUT_OF_MEMORY) /* the callers print err on any failure */
+    snprintf(err, err_size, "%s: out of memory after %zu lines", full, lineno);
   size_t still_live = 0;
   for (size_t i = 0; i < l.live.cap; i++)
     if (l.live.keys[i] != NULL && l.live.keys[i] != (char *)&l.live) still_live++;

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -335,6 +337,72 @@ static void columns_after_many_others_are_found(void **state) {
   trace_free(&t);
 }
 
+/* An alloc or free without an id (an empty field) names no allocation: all
+ * of them were one id, so each such alloc ended the one before it. */
+static void empty_id_is_an_error(void **state) {
+  (void)state;
+  char dir[512], path[600];
+  make_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/noid.csv", dir);
+  write_file(path, "stream,op,id,size\n1,alloc,0xa,64\n1,alloc,,100\n1,alloc,,200\n");
+  trace t;
+  char err[512] = "";
+  sa_status st = trace_load(path, &t, err, sizeof err);
+  if (st == SA_OK) {
+    size_t nops = t.nops;
+    trace_free(&t);
+    fail_msg("read as %zu ops without an error", nops);
+  }
+  assert_int_equal(st, SA_ERR_INVALID_ARGUMENT);
+  if (strstr(err, "line 3") == NULL) fail_msg("'%s' does not name line 3", err);
+}
+
+/* Out of memory is an error with a message like any other: trace_load left
+ * err unwritten, and replay printed it (stack garbage). A child caps its
+ * address space and reads a 64 MiB line, which the line buffer cannot
+ * hold. */
+static void out_of_memory_is_an_error_with_a_message(void **state) {
+  (void)state;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  skip(); /* their shadow memory does not live under an address-space cap */
+#endif
+  char dir[512], path[600];
+  make_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/long.csv.gz", dir);
+  static char xs[1 << 20];
+  memset(xs, 'x', sizeof xs);
+  gzFile gz = gzopen(path, "wb1");
+  assert_non_null(gz);
+  assert_true(gzputs(gz, "stream,op,id,size,note\n1,alloc,0xa,64,") > 0);
+  for (int i = 0; i < 64; i++) assert_int_equal(gzwrite(gz, xs, sizeof xs), (int)sizeof xs);
+  assert_int_equal(gzclose(gz), Z_OK);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    unsigned long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL || fscanf(f, "%lu", &pages) != 1) _exit(3);
+    fclose(f);
+    rlim_t cap = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)16 << 20);
+    struct rlimit rl = {cap, cap};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+    trace t;
+    char err[512];
+    memset(err, '?', sizeof err); /* no terminating NUL unless trace_load writes one */
+    sa_status st = trace_load(path, &t, err, sizeof err);
+    if (st != SA_ERR_OUT_OF_MEMORY) _exit(4);
+    if (memchr(err, '\0', sizeof err) == NULL || strstr(err, "out of memory") == NULL) _exit(5);
+    _exit(0);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  if (WEXITSTATUS(status) != 0)
+    fail_msg("child exit %d (4: not out of memory, 5: no message in err)", WEXITSTATUS(status));
+  unlink(path);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(pytorch_free_is_at_free_requested),
@@ -347,6 +415,8 @@ int main(void) {
       cmocka_unit_test(nul_byte_in_a_line_is_an_error),
       cmocka_unit_test(line_errors_name_the_file),
       cmocka_unit_test(columns_after_many_others_are_found),
+      cmocka_unit_test(empty_id_is_an_error),
+      cmocka_unit_test(out_of_memory_is_an_error_with_a_message),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -145,7 +145,7 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
                                   a->drv->ops->check_handout != NULL);
   if (st == SA_OK) st = sa__registry_add(a); /* last: a is complete */
   if (st != SA_OK) {
-    sa__trace_close(a);
+    (void)sa__trace_close(a);
     sa__va_fini(a);
     (void)a->drv->ops->va_release(a->drv, a->va_reserved_base, a->va_reserved_size);
     sa_driver_close(a->drv);
@@ -206,7 +206,7 @@ sa_status sa_arena_destroy(sa_arena *a) {
   note(&first, a->drv->ops->va_release(a->drv, a->va_reserved_base, a->va_reserved_size));
   note(&first, sa__event_pool_fini(a));
   sa__record_fini(a);
-  sa__trace_close(a);
+  note(&first, sa__trace_close(a));
   for (sb = a->all_superblocks; sb != NULL;) {
     sa_superblock *n = sb->all_next;
     free(sb->free_idx);

@@ -835,6 +835,6 @@ sa_status sa__trace_open(sa_arena *a, const char *path);
 sa_status sa__trace_check(const char *path, char *err, size_t err_size);
 void sa__trace(sa_arena *a, char op, const void *p, size_t size, sa_stream s);
 void sa__trace_locked(sa_arena *a, char op, const void *p, size_t size, sa_stream s);
-void sa__trace_close(sa_arena *a);
+sa_status sa__trace_close(sa_arena *a);
 
 #endif /* SA_INTERNAL_H */

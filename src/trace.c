@@ -113,21 +113,36 @@ void sa__trace(sa_arena *a, char op, const void *p, size_t size, sa_stream s) {
   pthread_mutex_unlock(&a->trace_lock);
 }
 
-void sa__trace_close(sa_arena *a) {
-  if (a->trace == NULL) return;
+/* SA_ERR_BAD_CONFIG, with a line on stderr, when lines were lost (a full
+ * disk): the status is the caller's only sign that the file is incomplete. */
+sa_status sa__trace_close(sa_arena *a) {
+  if (a->trace == NULL) return SA_OK;
+  bool lost = false;
+  int e = 0;
   pthread_mutex_lock(&files_lock);
   for (trace_file **pt = &files; *pt != NULL; pt = &(*pt)->next) {
     trace_file *t = *pt;
     if (t->f != a->trace) continue;
+    /* fprintf's failures set the sticky error flag; the flush's own is
+     * that of the lines still buffered */
     if (--t->refs == 0) {
       *pt = t->next;
-      fclose(t->f);
+      lost = ferror(t->f) != 0;
+      if (fclose(t->f) != 0) {
+        lost = true;
+        e = errno;
+      }
       free(t);
     } else {
-      fflush(t->f); /* this arena's lines are complete on disk */
+      if (fflush(t->f) != 0) e = errno; /* this arena's lines are complete on disk */
+      lost = e != 0 || ferror(t->f) != 0;
     }
     break;
   }
   pthread_mutex_unlock(&files_lock);
   a->trace = NULL;
+  if (!lost) return SA_OK;
+  fprintf(stderr, "streamarena: trace=%s: lines were lost: %s\n", a->cfg.trace_path,
+          e != 0 ? strerror(e) : "a write failed");
+  return SA_ERR_BAD_CONFIG;
 }

@@ -233,12 +233,29 @@ static void a_handout_the_checker_refuses_is_not_traced(void **state) {
   assert_int_equal(frees, 1);
 }
 
+/* A trace that cannot be written (a full disk: /dev/full) lost its lines;
+ * each arena's destroy said SA_OK over an empty file. Both arenas of a
+ * shared file report it: the one that flushes and the one that closes. */
+static void a_trace_write_error_fails_the_destroy(void **state) {
+  (void)state;
+  sa_arena *a[2];
+  for (int k = 0; k < 2; k++) {
+    sa_assert_ok(sa_fixture_arena_create(&a[k], "backend=host,trace=/dev/full"));
+    void *p;
+    sa_assert_ok(sa_alloc(a[k], &p, 4096, NULL));
+    sa_assert_ok(sa_free(p, NULL));
+  }
+  sa_assert_ok(sa_host_drain_all());
+  for (int k = 0; k < 2; k++) sa_assert_status(sa_arena_destroy(a[k]), SA_ERR_BAD_CONFIG);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(trace_is_the_documented_csv),
       cmocka_unit_test(unwritable_trace_path_is_bad_config),
       cmocka_unit_test(arenas_sharing_a_trace_path_keep_every_line),
       cmocka_unit_test(a_handout_the_checker_refuses_is_not_traced),
+      cmocka_unit_test(a_trace_write_error_fails_the_destroy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -254,7 +254,9 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out);
  * fault broke) makes the return value its status (SA_ERR_DRIVER, or
  * SA_ERR_OUT_OF_MEMORY where the driver says so), ahead of the leak; the
  * arena is released all the same, and what the driver refused to unmap or
- * release stays with the driver.
+ * release stays with the driver. SA_ERR_BAD_CONFIG: its trace file could not
+ * be written in full (a full disk), so it lacks lines (a line on stderr
+ * says why).
  * The arena must not be used concurrently with or after this call. NULL is
  * a no-op returning SA_OK. */
 sa_status sa_arena_destroy(sa_arena *arena);
