@@ -126,7 +126,7 @@ void sa__oom_report(sa_arena *a, size_t size, sa_stream stream, FILE *f) {
   sa__summary_locked(a, &s);
   fprintf(f,
           "streamarena: out of memory: %zu bytes (%.1f MiB) requested on stream %p\n"
-          "streamarena: arena summary (%s backend, granularity %.1f MiB):\n"
+          "streamarena: arena summary (%s backend, device %d, granularity %.1f MiB):\n"
           "  total              %10.1f MiB  (physical cap)\n"
           "  reserved           %10.1f MiB  (physical chunks held)\n"
           "  in use             %10.1f MiB  (live blocks and spans, rounded up to their "
@@ -136,7 +136,7 @@ void sa__oom_report(sa_arena *a, size_t size, sa_stream stream, FILE *f) {
           "whose work completed)\n"
           "  fragmentation      %10.1f %%    (1 - largest free span / free)\n"
           "  per stream:\n",
-          size, (double)size / MiBf, stream, sa_backend_name(a->drv->backend),
+          size, (double)size / MiBf, stream, sa_backend_name(a->drv->backend), a->drv->device,
           (double)a->gran / MiBf, (double)s.total / MiBf, (double)s.reserved / MiBf,
           (double)s.in_use / MiBf, (double)s.live_bytes / MiBf, (double)s.free / MiBf,
           (double)s.largest_free_span / MiBf, 100.0 * s.fragmentation);

@@ -69,9 +69,9 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
   if (status != SA_OK) return status;
   sa_stream_arena *head = sa__world_lock(a);
 
-  fprintf(f, "{\n  \"backend\": \"%s\", \"granularity\": %zu, \"va_base\": \"0x%" PRIxPTR
-          "\", \"va_size\": %zu,\n", sa_backend_name(a->drv->backend), a->gran, a->va_base,
-          a->va_size);
+  fprintf(f, "{\n  \"backend\": \"%s\", \"device\": %d, \"granularity\": %zu, \"va_base\": \"0x%"
+          PRIxPTR "\", \"va_size\": %zu,\n", sa_backend_name(a->drv->backend), a->drv->device,
+          a->gran, a->va_base, a->va_size);
   fprintf(f, "  \"superblock_size\": %zu, \"large_threshold\": %zu, \"physical_cap\": %zu,\n",
           atomic_load(&a->xsuperblock_size), atomic_load(&a->xlarge_threshold),
           a->physical_cap);

@@ -9,6 +9,7 @@
  * and gpu_torture_test with STREAMARENA_TEST_DEVICE=1. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -526,6 +527,30 @@ static void refused_peers_fail_at_create(void **state) {
   sa_driver_close(d);
 }
 
+/* With an arena per device (the default arenas, say) an out-of-memory
+ * report or a snapshot must say whose memory ran out. */
+static void oom_report_and_snapshot_name_the_device(void **state) {
+  (void)state;
+  sa_arena *a = NULL;
+  sa_assert_ok(sa_fixture_arena_create(&a, ON_HOST "device=1,max_physical=4MiB,oom_report=1"));
+  sa_stream s1 = stream_on(1, SA_HOST_AUTO);
+  void *held = NULL, *p = &p;
+  sa_assert_ok(sa_alloc(a, &held, 3 * MiB, s1));
+  sa_fixture_stderr_begin();
+  sa_status st = sa_alloc(a, &p, 3 * MiB, s1); /* under the cap, but not beside held */
+  char *report = sa_fixture_stderr_end();
+  bool summary = report != NULL && strstr(report, "host backend, device 1,") != NULL;
+  bool snapshot = report != NULL && strstr(report, "\"device\": 1,") != NULL;
+  free(report);
+  sa_assert_ok(sa_free(held, s1));
+  sa_assert_ok(sa_stream_release(a, s1));
+  sa_assert_ok(sa_arena_destroy(a));
+  sa_assert_ok(sa_host_stream_destroy(s1));
+  sa_assert_status(st, SA_ERR_OUT_OF_MEMORY);
+  if (!summary) fail_msg("the out-of-memory summary does not name device 1");
+  if (!snapshot) fail_msg("the snapshot does not name device 1");
+}
+
 int main(void) {
   /* The default arenas of this test are the simulator's, whatever machine
    * runs it (the GPU runner sets STREAMARENA_BACKEND=cuda). */
@@ -542,6 +567,7 @@ int main(void) {
       T(peer_access_covers_growth_stitching_and_trim),
       T(peer_access_all_grants_every_device),
       T(refused_peers_fail_at_create),
+      T(oom_report_and_snapshot_name_the_device),
   };
 #undef T
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
