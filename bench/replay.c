@@ -31,7 +31,8 @@
  *                       runs out of memory where streamarena does not
  *     --snapshot=DIR    write DIR/<trace stem>.json: the arena's snapshot right
  *                       after the operation at which live bytes peak
- *                       (tools/render_snapshot.py draws it)
+ *                       (tools/render_snapshot.py draws it); DIR is made if
+ *                       it does not exist (its parent must)
  *
  * Traces are CSV (docs/TRACE.md): streamarena's own format, RMM's
  * logging_resource_adaptor log or PyTorch's memory history, plain or
@@ -50,11 +51,13 @@
  * mapped again after an unmap. The first-fit column is a REFERENCE MODEL
  * (first_fit.h), not streamarena.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <streamarena/host.h>
@@ -382,6 +385,7 @@ static const char help_text[] =
     "  --expect-first-fit-oom exit 1 unless on some trace the first-fit reference\n"
     "                         runs out of memory where streamarena does not\n"
     "  --snapshot DIR         write DIR/<trace stem>.json, the arena at peak live\n"
+    "                         (DIR is made if missing)\n"
     "  -h, --help             this text\n"
     "Options take their value after '=' or as the next argument.\n";
 
@@ -519,6 +523,17 @@ static int parse_options(int argc, char **argv, options *o, int *first) {
   if (o->capacity >= MAX_CAPACITY) { /* rounding it up to 2 MiB would wrap to 0 */
     fprintf(stderr, "replay: a device size of %zu bytes is beyond any device\n", o->capacity);
     return 2;
+  }
+  /* Made now, not found missing after the replay ran to its peak. */
+  if (o->snapshot_dir != NULL) {
+    char dir[4096];
+    errno = ENAMETOOLONG;
+    if (!user_path(o->snapshot_dir, dir, sizeof dir) ||
+        (mkdir(dir, 0777) != 0 && errno != EEXIST)) {
+      fprintf(stderr, "replay: --snapshot: cannot make the folder %s: %s\n", o->snapshot_dir,
+              strerror(errno));
+      return 2;
+    }
   }
   return 0;
 }

@@ -50,6 +50,15 @@ expect 1 "the trace allocates nothing" "$tmp/empty.csv"
 # not replayed as "capacity 0.0 MiB".
 expect 2 "beyond any device" --capacity 18446744073709551615 "$rmm_log"
 expect 1 "beyond any device" --headroom 1e30 "$rmm_log"
+# --snapshot=DIR as the docs run it: a folder that does not exist yet is
+# made (it failed after the whole replay with "No such file or directory").
+rm -rf "$tmp/snaps"
+expect 0 "capacity 64.0 MiB" --capacity 64MiB --snapshot="$tmp/snaps" "$rmm_log"
+if [[ ! -s "$tmp/snaps/rmm_log.json" ]]; then
+  echo "FAIL: --snapshot=$tmp/snaps wrote no $tmp/snaps/rmm_log.json"
+  fails=$((fails + 1))
+fi
+expect 2 "--snapshot: cannot make the folder" --snapshot="$tmp/no/such/dir" "$rmm_log"
 # No hidden debugging hooks in the timed loop: the environment changes nothing.
 out="$(TRACKPEAK=1 SNAPOP=0 "$replay" --capacity 64MiB "$rmm_log" 2>&1)"
 rc=$?
@@ -59,5 +68,5 @@ if [[ $rc -ne 0 ]] || grep -q '^op ' <<<"$out"; then
   fails=$((fails + 1))
 fi
 
-echo "replay_args_test: 20 cases, $fails failed"
+echo "replay_args_test: 23 cases, $fails failed"
 [[ $fails -eq 0 ]]

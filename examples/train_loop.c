@@ -717,8 +717,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_loop: --conf: %s\n", err);
     return 2;
   }
+  /* A rule broken by --conf, or STREAMARENA_BACKEND (the message names it). */
   if (sa_config_check(&cfg, err, sizeof err) == SA_ERR_BAD_CONFIG) {
-    fprintf(stderr, "train_loop: --conf: %s\n", err);
+    fprintf(stderr, "train_loop: %s%s\n", o.conf[0] != '\0' ? "--conf: " : "", err);
     return 2;
   }
   sa_arena *arena = NULL;

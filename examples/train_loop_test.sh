@@ -57,6 +57,13 @@ has "$out" "--max-seq: 100000 is out of range (1..65536)" "range"
 out="$("$tl" --steps x 2>&1)"
 has "$out" "--steps: 'x' is not a whole number" "not a number"
 
+# A bad STREAMARENA_BACKEND is the variable's fault, not --conf's (none given).
+out="$(STREAMARENA_BACKEND=bogus "$tl" --threads 1 --steps 1 2>&1)"
+[[ $? -eq 2 ]] || fail "a bad STREAMARENA_BACKEND must exit 2"
+has "$out" "train_loop: backend=auto,device=0: bad configuration: STREAMARENA_BACKEND" \
+  "bad STREAMARENA_BACKEND"
+! grep -qF -- "--conf" <<<"$out" || fail "a bad STREAMARENA_BACKEND blamed on --conf:"$'\n'"$out"
+
 out="$("$tl" --threads 1 --steps 1 --progress 0 --conf backend=cuda 2>&1)"
 if [[ "$(head -n 1 <<<"$out")" != "train_loop: backend cuda"* ]]; then
   has "$out" "sa_arena_create: no usable device (" "backend=cuda without a GPU"

@@ -405,9 +405,12 @@ typedef struct sa_stats_s {
  * all the same). Each thread publishes its live bytes once they stray more
  * than 256 KiB plus the block just counted from what it published: live_bytes
  * is exact for the calling thread's own allocations and within 256 KiB plus
- * the largest small block (the large-allocation threshold) per other thread;
- * so is live_bytes_peak. Small blocks count the size of their class, large
- * allocations the bytes requested. */
+ * the largest small block (the large-allocation threshold) per other thread.
+ * live_bytes_peak is the highest total published (this call publishes the
+ * caller's), so it may miss that much per thread, the calling thread
+ * included: a small block (up to 1 MiB by default) allocated and freed
+ * between two calls need not raise it. Small blocks count the size of their
+ * class, large allocations the bytes requested. */
 sa_status sa_get_stats(sa_arena *arena, sa_stats *out);
 
 /* ------------------------------------------------------------------------
