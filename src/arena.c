@@ -293,6 +293,9 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   out->streams = streams;
   int64_t live = atomic_load(&a->xlive_bytes);
   out->live_bytes = live > 0 ? (size_t)live : 0;
+  /* A publisher adds to the count before it raises the peak (sa__live_add):
+   * raised here too, no read shows the peak below the count, or falling. */
+  sa__live_peak_raise(a, live);
   out->live_bytes_peak = (size_t)atomic_load(&a->xlive_peak);
   out->alloc_count = fast_allocs + atomic_load(&a->xslow_allocs);
   out->free_count = fast_frees + atomic_load(&a->xslow_frees);

@@ -469,6 +469,8 @@ typedef enum sa_hook_point_e {
                               (arg: that arena) */
   SA_HOOK_RECLAIM_POPPED,  /* reclaim took a superblock off the global stack, before it
                               looks at its event (arg: the superblock) */
+  SA_HOOK_LIVE_ADDED,      /* a thread added its live bytes to the arena's count, before
+                              it raises the peak (arg: the arena) */
 } sa_hook_point;
 typedef void (*sa_hook_fn)(sa_hook_point point, void *arg);
 extern _Atomic(sa_hook_fn) sa__test_hook;
@@ -490,14 +492,19 @@ sa_status sa__registry_add(sa_arena *a);   /* once a is complete */
 void sa__registry_remove(sa_arena *a);     /* before a is torn down */
 
 /* arena.c */
-/* The arena's live-byte count and its peak (thread caches publish theirs). */
-static inline void sa__live_add(sa_arena *a, int64_t delta) {
-  int64_t now = atomic_fetch_add_explicit(&a->xlive_bytes, delta, memory_order_relaxed) + delta;
+/* The arena's live-byte peak, raised to now if below. */
+static inline void sa__live_peak_raise(sa_arena *a, int64_t now) {
   int64_t peak = atomic_load_explicit(&a->xlive_peak, memory_order_relaxed);
   while (now > peak && !atomic_compare_exchange_weak_explicit(&a->xlive_peak, &peak, now,
                                                               memory_order_relaxed,
                                                               memory_order_relaxed)) {
   }
+}
+/* The arena's live-byte count and its peak (thread caches publish theirs). */
+static inline void sa__live_add(sa_arena *a, int64_t delta) {
+  int64_t now = atomic_fetch_add_explicit(&a->xlive_bytes, delta, memory_order_relaxed) + delta;
+  sa__hook_fast(SA_HOOK_LIVE_ADDED, a); /* every span alloc and free publishes */
+  sa__live_peak_raise(a, now);
 }
 
 /* va_space.c: all with the arena lock held */

@@ -150,7 +150,8 @@ typedef struct sa_config_s {
                                      0 = the footprint target, 1/64 above
                                      the highest live bytes so far (plus
                                      16 MiB), remapping within a ledger */
-  size_t release_threshold_bytes; /* physical bytes kept cached by trims; default 0 */
+  size_t release_threshold_bytes; /* unmapped physical bytes sa_defragment keeps
+                                     cached (sa_trim: its keep_bytes); default 0 */
   size_t large_threshold;         /* larger requests get their own span;
                                      default 0 = superblock_size / 2; at
                                      most 64 MiB, the largest size class
@@ -354,11 +355,14 @@ void sa_default_arenas_shutdown(void);
  * range and explicit threshold. Errors: SA_ERR_INVALID_ARGUMENT. */
 sa_status sa_set_superblock_size(sa_arena *arena, size_t bytes);
 
-/* Give cached physical memory back to the driver until at most keep_bytes
- * stay cached. Memory is released only once the work that may use it has
- * completed: this call waits for all of the device's work (a device-wide
- * synchronize, as PyTorch's empty_cache does), after which also what exited
- * threads and destroyed streams left behind is free. */
+/* Give cached physical memory back to the driver: free memory is unmapped,
+ * then unmapped chunks are released (largest first, whole) until at most
+ * keep_bytes of them stay. A chunk of which a part is in use stays mapped,
+ * its free part counted in cached_bytes. Memory is released only once the
+ * work that may use it has completed: this call waits for all of the
+ * device's work (a device-wide synchronize, as PyTorch's empty_cache does),
+ * after which also what exited threads and destroyed streams left behind
+ * is free. */
 sa_status sa_trim(sa_arena *arena, size_t keep_bytes);
 
 /* Return empty superblocks and cached chunks above release_threshold_bytes,
@@ -372,9 +376,11 @@ typedef struct sa_stats_s {
                                          counts its size class (300 B counts 512),
                                          a large one the bytes requested */
   size_t reserved_bytes, reserved_bytes_peak; /* physical bytes held from the driver */
-  size_t cached_bytes;        /* physical bytes reusable without the driver: the
-                                 chunk cache, empty superblocks and free large
-                                 spans (not free blocks in partly used superblocks) */
+  size_t cached_bytes;        /* physical bytes held and not in use: unmapped
+                                 chunks (the chunk cache), empty superblocks, free
+                                 slots of slabs (superblocks mapped together) and
+                                 free large spans (not free blocks in partly used
+                                 superblocks) */
   size_t va_used_bytes;       /* reserved virtual range in use (spans + superblocks) */
   size_t va_reserved_bytes;   /* the whole reserved virtual range */
   uint64_t alloc_count, free_count;
@@ -396,19 +402,23 @@ typedef struct sa_stats_s {
   size_t events_in_flight;    /* recorded, completion not yet observed */
   size_t streams;             /* stream arenas alive (not released) */
   uint64_t oom_events;        /* allocations that failed for lack of memory */
-  uint64_t defragmentations;  /* sa_defragment runs, explicit or automatic */
+  uint64_t defragmentations;  /* reclaim passes: sa_defragment and sa_trim calls,
+                                 and the allocator's own when an allocation
+                                 passes a limit (one per reclaiming step of
+                                 docs/DEFRAG.md's loop) */
 } sa_stats;
 
 /* A consistent-enough snapshot: counters kept by other threads are read
  * without stopping them, so a concurrent run may be off by its in-flight
  * operations (superblocks_active + superblocks_empty is superblocks_total
- * all the same). Each thread publishes its live bytes once they stray more
- * than 256 KiB plus the block just counted from what it published: live_bytes
- * is exact for the calling thread's own allocations and within 256 KiB plus
- * the largest small block (the large-allocation threshold) per other thread.
- * live_bytes_peak is the highest total published (this call publishes the
- * caller's), so it may miss that much per thread, the calling thread
- * included: a small block (up to 1 MiB by default) allocated and freed
+ * all the same, and live_bytes_peak is never below live_bytes). Each thread
+ * publishes its live bytes on each stream it uses once they stray more than
+ * 256 KiB plus the block just counted from what it published there:
+ * live_bytes is exact for the calling thread's own allocations and within
+ * 256 KiB plus the largest small block (the large-allocation threshold) per
+ * other thread and stream. live_bytes_peak is the highest count published:
+ * it misses a rise undone before it was published, by as much, the calling
+ * thread's too: a small block (up to 1 MiB by default) allocated and freed
  * between two calls need not raise it. Small blocks count the size of their
  * class, large allocations the bytes requested. */
 sa_status sa_get_stats(sa_arena *arena, sa_stats *out);
