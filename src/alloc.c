@@ -139,6 +139,9 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
       sa__reclaim(a, need, true, SA_RECLAIM_ALL);
     } else if (a->cfg.oom_callback != NULL && callbacks++ < 8 &&
                a->cfg.oom_callback(a, size, s, a->cfg.oom_user_data)) {
+      /* Its frees on other streams may have evicted e: look it up again. */
+      st = sa__tentry_get(a, s, &e);
+      if (st != SA_OK) break;
       step = 1; /* from the start: the next round is step 2 */
       limit = soft;
     } else {

@@ -35,8 +35,10 @@ static pthread_mutex_t entries_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t tcache_key;
 static pthread_once_t tcache_once = PTHREAD_ONCE_INIT;
 
+static bool key_made; /* else tcache_key is 0, maybe another owner's key */
+
 static void tcache_exit(void *arg);
-static void make_key(void) { (void)pthread_key_create(&tcache_key, tcache_exit); }
+static void make_key(void) { key_made = pthread_key_create(&tcache_key, tcache_exit) == 0; }
 
 /* Bins start with no capacity, so the fast paths miss until the slow path
  * gives them their slots. */
@@ -173,6 +175,7 @@ static struct sa_tcache_s *tcache_get(void) {
   struct sa_tcache_s *tc = sa__tl_cache;
   if (tc != NULL) return tc;
   (void)pthread_once(&tcache_once, make_key);
+  if (!key_made) return NULL; /* no key left: no cache, rather than one nobody retires */
   tc = calloc(1, sizeof *tc);
   if (tc == NULL) return NULL;
   if (pthread_setspecific(tcache_key, tc) != 0) {
@@ -257,6 +260,21 @@ static sa_status entry_bind(struct sa_tcache_s *tc, sa_arena *a, sa_stream s, sa
   return SA_OK;
 }
 
+/* A thread keeps one unpublished live-byte delta per arena, on the entry
+ * it used last there (sa_get_stats bounds it per thread): the deltas of a's
+ * other entries move to e, which the fast paths use next. */
+static void fold_live(struct sa_tcache_s *tc, sa_arena *a, sa_tentry *e) {
+  for (unsigned i = 0; i < tc->n; i++) {
+    sa_tentry *x = tc->entries[i];
+    if (x == e || atomic_load_explicit(&x->xarena, memory_order_relaxed) != a) continue;
+    e->live_delta += x->live_delta;
+    x->live_delta = 0;
+  }
+  if (e->live_delta >= (int64_t)SA_LIVE_FLUSH_BYTES ||
+      e->live_delta <= -(int64_t)SA_LIVE_FLUSH_BYTES)
+    sa__tentry_publish_live(e);
+}
+
 sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
   struct sa_tcache_s *tc = tcache_get();
   if (tc == NULL) return SA_ERR_OUT_OF_MEMORY;
@@ -287,6 +305,7 @@ sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
     st = entry_bind(tc, a, s, &e);
     if (st != SA_OK) return st;
   }
+  if (tc->last != e) fold_live(tc, a, e); /* the last one holds them already */
   e->last_use = ++tc->clock;
   tc->last = e;
   *out = e;

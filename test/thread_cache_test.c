@@ -214,11 +214,81 @@ static void threads_on_other_arenas_while_one_is_destroyed_again_and_again(void 
   sa_assert_ok(sa_arena_destroy(race.keep[1]));
 }
 
+/* ---- an out-of-memory callback that evicts the allocation's own entry -- */
+
+#define CB_STREAMS SA_TCACHE_ENTRIES /* enough new entries to evict every old one */
+
+static struct {
+  sa_stream streams[CB_STREAMS];
+  void *small[CB_STREAMS];
+  void *hostage;
+  int calls;
+  atomic_int failures;
+} cb;
+
+/* Frees what the allocation waits for, each small block on a stream this
+ * thread has not used: 64 new cache entries, the last evicting the entry of
+ * the sa_alloc that called back. */
+static int free_on_new_streams(sa_arena *a, size_t size, sa_stream s, void *ud) {
+  (void)a, (void)size, (void)ud;
+  if (cb.calls++ > 0) return 0;
+  for (int i = 0; i < CB_STREAMS; i++)
+    if (sa_free(cb.small[i], cb.streams[i]) != SA_OK) atomic_fetch_add(&cb.failures, 1);
+  if (sa_free(cb.hostage, s) != SA_OK) atomic_fetch_add(&cb.failures, 1);
+  return 1; /* try again */
+}
+
+static void *allocate_past_the_cap(void *arg) {
+  sa_arena *a = arg; /* a fresh thread: its cache holds only what it does here */
+  void *p = NULL;
+  if (sa_alloc(a, &cb.hostage, 6u << 20, NULL) != SA_OK) atomic_fetch_add(&cb.failures, 1);
+  for (int i = 0; i < CB_STREAMS; i++)
+    if (sa_alloc(a, &cb.small[i], 256, NULL) != SA_OK) atomic_fetch_add(&cb.failures, 1);
+  /* 6 MiB more under an 8 MiB cap: the callback runs, then the retry. */
+  if (sa_alloc(a, &p, 6u << 20, NULL) != SA_OK) {
+    atomic_fetch_add(&cb.failures, 1);
+    return NULL;
+  }
+  /* On the stream it named: glibc gave the freed entry's memory to the
+   * last new stream's entry, so the retry allocated on that stream. */
+  sa_span *sp;
+  if (sa__span_find(a, (uintptr_t)p, &sp) != SA_OK || sp->owner->stream != NULL)
+    atomic_fetch_add(&cb.failures, 1);
+  if (sa_free(p, NULL) != SA_OK) atomic_fetch_add(&cb.failures, 1);
+  return NULL;
+}
+
+/* The header lets the out-of-memory callback call sa_free. sa_alloc held
+ * its thread's cache entry across the callback, whose frees on new streams
+ * evicted and freed that entry: the retry allocated through freed memory
+ * (ASAN heap-use-after-free in alloc_reclaiming's try_alloc). */
+static void an_oom_callback_may_evict_the_allocations_entry(void **state) {
+  (void)state;
+  sa_config cfg;
+  sa_config_init(&cfg);
+  sa_assert_ok(sa_config_parse(&cfg, "backend=host,max_physical=8MiB", NULL, 0));
+  cfg.oom_callback = free_on_new_streams;
+  sa_arena *a = NULL;
+  sa_assert_ok(sa_arena_create(&cfg, &a));
+  for (int i = 0; i < CB_STREAMS; i++)
+    sa_assert_ok(sa_host_stream_create(SA_HOST_AUTO, &cb.streams[i]));
+  cb.calls = 0;
+  atomic_store(&cb.failures, 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, allocate_past_the_cap, a), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(cb.calls, 1);
+  assert_int_equal(atomic_load(&cb.failures), 0);
+  sa_assert_ok(sa_arena_destroy(a)); /* nothing live */
+  for (int i = 0; i < CB_STREAMS; i++) sa_assert_ok(sa_host_stream_destroy(cb.streams[i]));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(destroy_never_touches_an_entry_it_handed_back),
       cmocka_unit_test(a_free_never_reads_an_arena_destroyed_by_another_thread),
       cmocka_unit_test(threads_on_other_arenas_while_one_is_destroyed_again_and_again),
+      cmocka_unit_test(an_oom_callback_may_evict_the_allocations_entry),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   printf("thread_cache: threads %d, arenas destroyed under them %d, failures %d\n",

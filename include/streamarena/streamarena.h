@@ -412,11 +412,11 @@ typedef struct sa_stats_s {
  * without stopping them, so a concurrent run may be off by its in-flight
  * operations (superblocks_active + superblocks_empty is superblocks_total
  * all the same, and live_bytes_peak is never below live_bytes). Each thread
- * publishes its live bytes on each stream it uses once they stray more than
- * 256 KiB plus the block just counted from what it published there:
- * live_bytes is exact for the calling thread's own allocations and within
- * 256 KiB plus the largest small block (the large-allocation threshold) per
- * other thread and stream. live_bytes_peak is the highest count published:
+ * publishes its live bytes once they stray more than 256 KiB plus the block
+ * just counted from what it published, whatever streams it uses: live_bytes
+ * is exact for the calling thread's own allocations and within 256 KiB plus
+ * the largest small block (the large-allocation threshold) per other
+ * thread. live_bytes_peak is the highest count published:
  * it misses a rise undone before it was published, by as much, the calling
  * thread's too: a small block (up to 1 MiB by default) allocated and freed
  * between two calls need not raise it. Small blocks count the size of their
