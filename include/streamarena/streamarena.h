@@ -338,8 +338,10 @@ sa_status sa_malloc_async(void **out, size_t size, sa_stream stream);
 sa_status sa_free_async(void *p, sa_stream stream);
 /* The default arena of device (created if needed). */
 sa_status sa_default_arena(int device, sa_arena **out);
-/* Destroy every default arena (at exit, say). Not thread-safe against
- * concurrent sa_malloc_async. */
+/* Destroy every default arena (at exit, say), as sa_arena_destroy does:
+ * no other thread may use them meanwhile (sa_malloc_async, sa_free_async
+ * or any call on a default arena's block or on what sa_default_arena
+ * returned). A later sa_malloc_async creates a fresh one. */
 void sa_default_arenas_shutdown(void);
 
 /* ------------------------------------------------------------------------
