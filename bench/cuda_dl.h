@@ -45,6 +45,18 @@ extern "C" {
   X(MemPoolDestroy, v11020)              \
   X(MemAllocFromPoolAsync, v11020)       \
   X(MemGetInfo, v3020)                   \
+  X(EventCreate, v2000)                  \
+  X(EventDestroy, v4000)                 \
+  X(EventRecord, v2000)                  \
+  X(EventQuery, v2000)                   \
+  X(StreamWaitEvent, v3020)              \
+  X(StreamQuery, v2000)                  \
+  X(StreamWriteValue64, v11070)          \
+  X(StreamWaitValue64, v11070)           \
+  X(MemHostAlloc, v2020)                 \
+  X(MemHostGetDevicePointer, v3020)      \
+  X(MemFreeHost, v2000)                  \
+  X(MemsetD8Async, v3020)                \
   SA_CU_VMM_ENTRY_POINTS(X)
 
 #define BENCH_CU_FIELD(name, ver) PFN_cu##name##_##ver name;
