@@ -314,7 +314,7 @@ static sa_status free_span(sa_arena *a, sa_tentry *e, sa_span *sp, uint8_t state
   size_t request = sp->request;
   if (st == SA_OK) st = sa__span_free(a, (uintptr_t)p, e->sarena, recorded, n);
   /* The free span's marks name them without a binding (reap asks
-   * sa__span_forget_stream), as they name the freer. */
+   * sa__span_forget_doomed), as they name the freer. */
   for (unsigned i = 0; recorded != NULL && i < n && recorded[i] != NULL; i++)
     sa__stream_arena_unbind(recorded[i]);
   free(recorded);
@@ -323,8 +323,8 @@ static sa_status free_span(sa_arena *a, sa_tentry *e, sa_span *sp, uint8_t state
     if (use) sa__record_use_end(a);
     return st;
   }
+  sa__record_free(a, r);
   if (use) sa__record_use_end(a);
-  sa__record_free(r);
   live_account(e, -(int64_t)request, 0);
   return SA_OK;
 }
@@ -379,8 +379,8 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
     sa__record_use_end(a);
     return st;
   }
+  sa__record_free(a, r);
   sa__record_use_end(a);
-  sa__record_free(r);
   d->owner = sb->owner;
   d->freer = e->sarena;
   atomic_store_explicit(state, SA_BLOCK_DEFERRED, memory_order_relaxed);

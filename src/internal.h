@@ -55,7 +55,8 @@
 #define SA_AHEAD_SHARE 512         /* a climb maps ahead 1/512 of what is held (span.c) */
 #define SA_LIVE_FLUSH_BYTES (256u << 10) /* per-thread live-byte slack, plus a block */
 #define SA_BATCH_MAX 64            /* blocks per cross-stream batch */
-#define SA_RECORD_BUCKETS 1024
+#define SA_RECORD_BUCKET_BITS 10 /* the record table's first size; it doubles */
+#define SA_RECORD_BUCKETS ((size_t)1 << SA_RECORD_BUCKET_BITS)
 #define SA_SUPERBLOCK_MAX ((size_t)1 << 30) /* block offsets stay below 2^32 */
 #define SA_VA_RESERVE_MAX ((size_t)1 << 46) /* 64 TiB */
 #define SA_REGISTRY_SLOT_BITS 32     /* arenas own whole 4 GiB slots (registry.c) */
@@ -425,7 +426,9 @@ struct sa_arena_s {
   pthread_rwlock_t record_rw;   /* read: a free uses the streams of a record it
                                    took; write: sa_stream_release forgets a
                                    stream (record.c) */
-  struct sa_record_s **records; /* hash buckets, SA_RECORD_BUCKETS */
+  struct sa_record_s **records; /* hash buckets, 2^record_bits (record.c) */
+  unsigned record_bits;
+  size_t nrecords;              /* entries in the table */
 
   /* Statistics kept on slow paths. */
   _Atomic int64_t xlive_bytes;
@@ -676,10 +679,11 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
  * the chunk cache holds need bytes (0: all of it); returns the bytes
  * unmapped. Arena lock held. */
 size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait);
-/* sa is about to be freed (stream_arena.c): free spans that name it as
- * their last freer forget it; false, and nothing changed, if a free span's
- * marks still wait for its work. Arena lock held. */
-bool sa__span_forget_stream(sa_arena *a, const sa_stream_arena *sa);
+/* The stream arenas reap marked doomed are about to be freed (stream_arena.c):
+ * free spans drop the marks whose work is known done and forget a doomed
+ * last freer; one that a mark still waits for is doomed no more. Arena
+ * lock held. */
+void sa__span_forget_doomed(sa_arena *a);
 /* Free span bytes whose work is known done (no driver call), for reports. */
 size_t sa__span_clean_bytes(const sa_arena *a);
 /* A superblock of size bytes (a multiple of the page map's unit) for sa's
@@ -723,16 +727,17 @@ void sa__timeline_release(sa_arena *a, sa_stream_arena *sa);
 /* record.c */
 typedef struct sa_record_s { /* the streams recorded for the block at p */
   uintptr_t p;
-  unsigned n, cap;
+  unsigned n, cap; /* n: for a stream's entry, the blocks' entries naming it */
   sa_stream *streams;
   struct sa_record_s *next;
 } sa_record;
 sa_status sa__record_add(sa_arena *a, uintptr_t p, sa_stream s);
 /* Detach p's record (NULL if none); the caller frees it or, when the free
- * fails, puts it back with sa__record_restore, which allocates nothing. */
+ * fails, puts it back with sa__record_restore, which allocates nothing.
+ * Either before sa__record_use_end: until then it names its streams. */
 sa_record *sa__record_take(sa_arena *a, uintptr_t p);
 void sa__record_restore(sa_arena *a, sa_record *r);
-void sa__record_free(sa_record *r);
+void sa__record_free(sa_arena *a, sa_record *r);
 /* s was released (its work is done): no block needs an event on it. */
 void sa__record_forget_stream(sa_arena *a, sa_stream s);
 bool sa__record_names_stream(sa_arena *a, sa_stream s);

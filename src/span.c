@@ -761,7 +761,7 @@ sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sa, size_t size
   free_remove(a, sp);
   sa_status st = take_settled(a, &sp, sa, w);
   if (st != SA_OK) return st;
-  sp->owner = NULL; /* a name only, and no stream's: sa__span_forget_stream */
+  sp->owner = NULL; /* a name only, and no stream's: sa__span_forget_doomed */
   sp->request = 0;
   sp->holder = holder;
   atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_relaxed);
@@ -821,7 +821,7 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
   a->live_spans--;
   a->span_frees++;
   atomic_fetch_sub_explicit(&sp->owner->xspans, 1, memory_order_release);
-  sp->owner = freer; /* from now on only a name (sa__span_forget_stream) */
+  sp->owner = freer; /* from now on only a name (sa__span_forget_doomed) */
   sp->nstarts = 0;
   starts_add(sp, sp->base);
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
@@ -968,17 +968,18 @@ size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait) {
   return unmap_free(a, need > 0 ? need - cached : SIZE_MAX, 0, 0, wait);
 }
 
-bool sa__span_forget_stream(sa_arena *a, const sa_stream_arena *sa) {
+void sa__span_forget_doomed(sa_arena *a) {
+  /* Marks whose work is known done go (as a merge drops them): a doomed
+   * stream arena that only those named is free to go. One walk for all. */
   for (sa_run *r = a->runs; r != NULL; r = r->next)
     for (sa_span *sp = r->first; sp != NULL; sp = sp->next) {
       if (!is_free(sp)) continue;
-      for (unsigned i = 0; i < sp->nmarks; i++)
-        if (sp->marks[i].stream == sa) return false;
+      marks_prune_known(sp);
+      for (unsigned i = 0; i < sp->nmarks; i++) sp->marks[i].stream->doomed = false;
     }
   for (sa_run *r = a->runs; r != NULL; r = r->next)
     for (sa_span *sp = r->first; sp != NULL; sp = sp->next)
-      if (is_free(sp) && sp->owner == sa) sp->owner = NULL;
-  return true;
+      if (is_free(sp) && sp->owner != NULL && sp->owner->doomed) sp->owner = NULL;
 }
 
 size_t sa__span_clean_bytes(const sa_arena *a) {

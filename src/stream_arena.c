@@ -377,11 +377,19 @@ void sa__stream_arenas_reap(sa_arena *a) {
   sa_stream_arena *dead = NULL;
   if (n > 0) {
     pthread_mutex_lock(&a->lock);
+    /* Free spans name those that freed spans: as their last freer
+     * (forgotten) and in marks that wait for their work (then they stay).
+     * One query of an unreleased one's latest ticket says if all is done. */
+    bool named = false;
+    for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next) {
+      if (!sa->doomed || sa->timeline.next == 0) continue;
+      named = true;
+      if (!sa->synced) (void)sa__timeline_reached(a, sa, sa->timeline.next, false);
+    }
+    if (named) sa__span_forget_doomed(a);
     for (sa_stream_arena **p = &a->streams; *p != NULL;) {
       sa_stream_arena *sa = *p;
-      /* Free spans name it too: as their last freer (forgotten) and in
-       * marks that wait for its work (then it stays). */
-      if (!sa->doomed || !sa__span_forget_stream(a, sa)) {
+      if (!sa->doomed) {
         p = &sa->next;
         continue;
       }

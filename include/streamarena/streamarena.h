@@ -336,7 +336,8 @@ sa_status sa_stream_release(sa_arena *arena, sa_stream stream);
  * ---------------------------------------------------------------------- */
 sa_status sa_malloc_async(void **out, size_t size, sa_stream stream);
 sa_status sa_free_async(void *p, sa_stream stream);
-/* The default arena of device (created if needed). */
+/* The default arena of device (created if needed): devices 0 to 63, a
+ * larger one is SA_ERR_INVALID_ARGUMENT (so is sa_malloc_async there). */
 sa_status sa_default_arena(int device, sa_arena **out);
 /* Destroy every default arena (at exit, say), as sa_arena_destroy does:
  * no other thread may use them meanwhile (sa_malloc_async, sa_free_async
