@@ -34,6 +34,28 @@
  *     up to the cap succeeds, and sa_trim(0) leaves the arena holding no
  *     physical memory at all.
  *
+ * Further operations (an op byte 0xc0-0xff) and configuration bits:
+ *   - configurations without a budget (no max_physical: the device's memory
+ *     is the cap, set with sa_host_set_device_memory), where first
+ *     superblocks are small, slabs map superblocks together and superblocks
+ *     are carved in free span memory; an oom_callback that frees, trims and
+ *     asks again; a trace written to /dev/null;
+ *   - two persistent worker threads that run the next operations in turn
+ *     (one at a time, so a run stays deterministic): frees of another
+ *     thread's blocks, caches left in a thread while streams go, workers
+ *     that exit later; live_bytes then agrees within the header's bound
+ *     per other thread;
+ *   - a stream destroyed without a drain (no live block used or recorded on
+ *     it, and its queued work uses no memory allocated or freed on it: the
+ *     header's rule) and left destroyed until an operation names it again,
+ *     when a new stream takes a handle;
+ *   - a sweep over more streams than a thread cache has entries (eviction);
+ *   - bursts of every size class, sa_snapshot_write, sa_set_superblock_size
+ *     with sizes it must refuse;
+ *   - an arena destroyed as it is: blocks live (SA_ERR_LIVE_BLOCKS), streams
+ *     not released, work queued, workers still holding caches; afterwards
+ *     its pointers are SA_ERR_INVALID_POINTER and nothing is left behind.
+ *
  * Built with clang directly from the sources by fuzz/run.sh (Bazel here
  * builds with gcc). The first bytes choose the configuration.
  */
@@ -54,9 +76,13 @@
 #define MiB ((size_t)1 << 20)
 #define NSTREAMS 6  /* 0: the default stream (NULL, AUTO); 1-3 MANUAL; 4-5 AUTO */
 #define FIRST_AUTO 4
+#define NEXTRA 64   /* AUTO streams of op_sweep: with the six, more than a cache's entries */
 #define MAX_LIVE 64
 #define MAX_FREED 16
 #define HEAD_BYTES 1024 /* the tag covers the head and the last word */
+#define NWORKERS 2
+#define NTHREADS (NWORKERS + 2) /* 0: main, 1-2: the workers, 3: op_thread's thread */
+#define LIVE_SLACK ((size_t)256 << 10) /* live bytes a thread may keep unpublished */
 
 typedef struct block_s {
   void *p;
@@ -65,7 +91,8 @@ typedef struct block_s {
   int use;          /* stream of its last fill; -1: no pending work anywhere */
   int alloc_stream; /* -1 once that stream was released */
   uint32_t tag;
-  unsigned recorded; /* streams named in sa_record_stream while it lives */
+  uint64_t recorded; /* streams named in sa_record_stream while it lives */
+  bool large;        /* a span: above the threshold when allocated */
 } block;
 
 typedef struct input_s {
@@ -75,7 +102,18 @@ typedef struct input_s {
 
 static struct {
   sa_arena *arena;
-  sa_stream streams[NSTREAMS];
+  sa_stream streams[NSTREAMS + NEXTRA];
+  bool dead[NSTREAMS];  /* destroyed; a new stream takes a handle when next named */
+  bool dirty[NSTREAMS]; /* since its last drain, work on memory allocated or freed on
+                           it may be queued: no destroy without a drain (the rule) */
+  int nextra;           /* extra streams made so far */
+  bool cached[NTHREADS]; /* the thread may cache blocks, or keep live bytes unpublished */
+  int exec;              /* the thread that runs the next operations */
+  bool abandoned;        /* the arena was destroyed as it was: the input ends */
+  input *in;             /* for the oom callback */
+  size_t max_small;      /* the largest small block allocated */
+  int sweeps, snapshots; /* per input: each costs as much as a hundred operations */
+  uint64_t large_allocs;
   block live[MAX_LIVE];
   int nlive;
   void *freed[MAX_FREED]; /* recently freed addresses, for double frees */
@@ -94,18 +132,37 @@ static struct {
 
 /* Totals over the whole run, printed at exit. */
 static uint64_t t_inputs, t_ops, t_allocs, t_frees, t_bad, t_oom, t_checks, t_faults, t_failed,
-    t_destroys, t_threads, t_empty_trims;
+    t_destroys, t_threads, t_empty_trims, t_unbudgeted, t_worker_ops, t_undrained, t_sweeps,
+    t_callbacks, t_snapshots, t_abandoned;
 
 static void report(void) {
   printf("fuzz: inputs %llu, operations %llu (allocs %llu, frees %llu, bad inputs %llu, out of "
-         "memory %llu, content checks %llu, faults armed %llu, calls failed %llu, streams destroyed "
-         "%llu, exiting threads %llu, empty trims %llu), threads 2, streams %d, failures 0\n",
+         "memory %llu, content checks %llu, faults armed %llu, calls failed %llu, streams "
+         "destroyed %llu, exiting threads %llu, empty trims %llu, inputs without a budget %llu, "
+         "operations on workers %llu, destroyed undrained %llu, sweeps %llu, oom callbacks "
+         "%llu, snapshots %llu, arenas abandoned %llu), threads %d, streams %d, failures 0\n",
          (unsigned long long)t_inputs, (unsigned long long)t_ops, (unsigned long long)t_allocs,
          (unsigned long long)t_frees, (unsigned long long)t_bad, (unsigned long long)t_oom,
          (unsigned long long)t_checks, (unsigned long long)t_faults, (unsigned long long)t_failed,
          (unsigned long long)t_destroys, (unsigned long long)t_threads,
-         (unsigned long long)t_empty_trims, NSTREAMS);
+         (unsigned long long)t_empty_trims, (unsigned long long)t_unbudgeted,
+         (unsigned long long)t_worker_ops, (unsigned long long)t_undrained,
+         (unsigned long long)t_sweeps, (unsigned long long)t_callbacks,
+         (unsigned long long)t_snapshots, (unsigned long long)t_abandoned, NTHREADS,
+         NSTREAMS + NEXTRA);
   fflush(stdout);
+}
+
+/* The thread running this code: 0 main, 1..NWORKERS a worker, NWORKERS + 1
+ * op_thread's. */
+static _Thread_local int self;
+
+/* Another thread may cache blocks (pinning memory this thread's reclaim
+ * cannot reach) or keep live bytes unpublished. */
+static int others_cached(void) {
+  int n = 0;
+  for (int k = 0; k < NTHREADS; k++) n += k != self && m.cached[k];
+  return n;
 }
 
 __attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...);
@@ -158,6 +215,7 @@ static void fill(block *b, int s) {
   expect(sa_host_fill(m.streams[s], (char *)b->p + last_word(b), 4, b->tag), SA_OK,
          "sa_host_fill");
   b->use = s;
+  if (s < NSTREAMS && b->alloc_stream == s) m.dirty[s] = true;
 }
 
 static void check_kernel(block *b) {
@@ -165,6 +223,7 @@ static void check_kernel(block *b) {
   if (h == 0 || b->use < 0) return;
   expect(sa_host_check(m.streams[b->use], b->p, h, b->tag, &m.mismatches), SA_OK,
          "sa_host_check");
+  if (b->use < NSTREAMS && b->alloc_stream == b->use) m.dirty[b->use] = true;
   t_checks++;
 }
 
@@ -208,14 +267,32 @@ static void check_stats(void) {
     die("stats count %llu allocs, %llu frees; model %llu, %llu",
         (unsigned long long)st.alloc_count, (unsigned long long)st.free_count,
         (unsigned long long)m.allocs, (unsigned long long)m.frees);
-  if ((int64_t)st.live_bytes != m.live_bytes)
-    die("stats live_bytes %zu, model %lld", st.live_bytes, (long long)m.live_bytes);
+  /* Exact for this thread; within the slack plus a block per other thread
+   * that may hold some unpublished (the header's bound). */
+  int64_t slack = (int64_t)((LIVE_SLACK + m.max_small) * (size_t)others_cached());
+  int64_t off = (int64_t)st.live_bytes - m.live_bytes;
+  if (off > slack || -off > slack)
+    die("stats live_bytes %zu, model %lld (slack %lld)", st.live_bytes, (long long)m.live_bytes,
+        (long long)slack);
+  if (m.live_bytes + (int64_t)st.cached_bytes > (int64_t)st.reserved_bytes)
+    die("%lld bytes live and %zu cached but only %zu reserved", (long long)m.live_bytes,
+        st.cached_bytes, st.reserved_bytes);
+  if (st.va_used_bytes > st.va_reserved_bytes)
+    die("va used %zu of %zu", st.va_used_bytes, st.va_reserved_bytes);
+  if (st.large_allocs != m.large_allocs || st.fast_allocs > st.alloc_count ||
+      st.fast_frees > st.free_count)
+    die("stats count %llu large allocs (model %llu), fast %llu/%llu of %llu/%llu",
+        (unsigned long long)st.large_allocs, (unsigned long long)m.large_allocs,
+        (unsigned long long)st.fast_allocs, (unsigned long long)st.fast_frees,
+        (unsigned long long)st.alloc_count, (unsigned long long)st.free_count);
   if (st.reserved_bytes > m.cap || st.reserved_bytes_peak > m.cap)
     die("reserved %zu (peak %zu) above the cap %zu", st.reserved_bytes, st.reserved_bytes_peak,
         m.cap);
   if (st.live_bytes > st.reserved_bytes)
     die("live %zu bytes but only %zu reserved", st.live_bytes, st.reserved_bytes);
-  if (st.large_spans > (size_t)m.nlive) die("%zu large spans, %d live blocks", st.large_spans, m.nlive);
+  size_t large = 0;
+  for (int i = 0; i < m.nlive; i++) large += m.live[i].large;
+  if (st.large_spans != large) die("%zu large spans, %zu live in the model", st.large_spans, large);
   if (st.reserved_bytes_peak < st.reserved_bytes || st.live_bytes_peak < st.live_bytes)
     die("peaks below the current values: reserved %zu/%zu, live %zu/%zu", st.reserved_bytes,
         st.reserved_bytes_peak, st.live_bytes, st.live_bytes_peak);
@@ -236,9 +313,29 @@ static void check_stats(void) {
         st.reserved_bytes, st.chunks_total, bytes, chunks);
 }
 
-static int pick_stream(input *in) { return u8(in) % NSTREAMS; }
-static int pick_created(input *in) { return 1 + u8(in) % (NSTREAMS - 1); }
 static sa_host_mode mode_of(int s) { return s >= FIRST_AUTO ? SA_HOST_AUTO : SA_HOST_MANUAL; }
+
+/* A stream destroyed without a drain stays so until named: then a new one
+ * takes its place (and a handle the simulator hands out again). */
+static int alive(int s) {
+  if (s < NSTREAMS && m.dead[s]) {
+    expect(sa_host_stream_create(mode_of(s), &m.streams[s]), SA_OK, "sa_host_stream_create");
+    m.dead[s] = false;
+  }
+  return s;
+}
+
+static int pick_stream(input *in) { return alive(u8(in) % NSTREAMS); }
+static int pick_created(input *in) { return alive(1 + u8(in) % (NSTREAMS - 1)); }
+
+static void drained(int s) {
+  if (s < NSTREAMS) m.dirty[s] = false;
+}
+
+static void drain_all(void) {
+  expect(sa_host_drain_all(), SA_OK, "sa_host_drain_all");
+  memset(m.dirty, 0, sizeof m.dirty);
+}
 
 /* ---- operations ---------------------------------------------------------- */
 
@@ -267,9 +364,10 @@ static void op_clear(void);
 
 /* Allocate size bytes on stream s; the new block (written on s) or NULL. */
 static block *alloc_on(int s, size_t size) {
-  bool empty = m.nlive == 0 && !m.faulting && !m.in_thread;
+  bool empty = m.nlive == 0 && !m.faulting && !m.in_thread && others_cached() == 0;
   void *p = (void *)1;
   sa_status st = sa_alloc(m.arena, &p, size, m.streams[s]);
+  m.cached[self] = true;
   TRACE("alloc %zu on %d -> %s %p\n", size, s, sa_status_string(st), p);
   if (size == 0) {
     expect(st, SA_OK, "sa_alloc(0)");
@@ -294,6 +392,9 @@ static block *alloc_on(int s, size_t size) {
   check_overlap(p, size);
   m.allocs++;
   t_allocs++;
+  bool large = size > m.threshold;
+  if (large) m.large_allocs++;
+  if (!large && accounted(size) > m.max_small) m.max_small = accounted(size);
   m.live_bytes += (int64_t)accounted(size);
   for (int i = 0; i < m.nfreed; i++)
     if (m.freed[i] == p) m.freed[i] = m.freed[--m.nfreed]; /* no longer a double free */
@@ -302,13 +403,14 @@ static block *alloc_on(int s, size_t size) {
       op_clear(); /* it must go: the same free without the fault */
       expect(sa_free(p, m.streams[s]), SA_OK, "sa_free");
     }
+    if (s < NSTREAMS) m.dirty[s] = true;
     m.frees++;
     t_frees++;
     m.live_bytes -= (int64_t)accounted(size);
     return NULL;
   }
   block *b = &m.live[m.nlive++];
-  *b = (block){p, size, accounted(size), -1, s, m.next_tag++, 0};
+  *b = (block){p, size, accounted(size), -1, s, m.next_tag++, 0, large};
   fill(b, s);
   return b;
 }
@@ -329,9 +431,11 @@ static bool free_block(int i, int t) {
     /* Small blocks ignore a record of their own stream (it orders itself);
      * everything else is kept until the free. */
     if (!ok_or_fault(sa_record_stream(b->p, m.streams[b->use]), "sa_record_stream")) return false;
-    b->recorded |= 1u << b->use;
+    if (b->use < 64) b->recorded |= (uint64_t)1 << b->use;
   }
   if (!ok_or_fault(sa_free(b->p, m.streams[t]), "sa_free")) return false;
+  m.cached[self] = true;
+  if (t < NSTREAMS) m.dirty[t] = true;
   m.frees++;
   t_frees++;
   m.live_bytes -= (int64_t)b->accounted;
@@ -358,9 +462,10 @@ static void op_use(input *in) {
   if (b->use >= 0) {
     check_kernel(b);
     expect(sa_host_stream_drain(m.streams[b->use]), SA_OK, "sa_host_stream_drain");
+    drained(b->use);
   }
   if (!ok_or_fault(sa_record_stream(b->p, m.streams[u]), "sa_record_stream")) return;
-  b->recorded |= 1u << u;
+  b->recorded |= (uint64_t)1 << u;
   b->tag = m.next_tag++;
   fill(b, u);
 }
@@ -372,7 +477,7 @@ static void op_step(input *in) {
 }
 
 static void op_verify(void) {
-  expect(sa_host_drain_all(), SA_OK, "sa_host_drain_all");
+  drain_all();
   for (int i = 0; i < m.nlive; i++) read_back(&m.live[i]);
   if (m.mismatches != 0) die("%llu words had the wrong contents", (unsigned long long)m.mismatches);
   check_stats();
@@ -383,16 +488,17 @@ static void op_verify(void) {
 static void empty_trim(void) {
   TRACE("trim 0 (%d live)\n", m.nlive);
   if (!ok_or_fault(sa_trim(m.arena, 0), "sa_trim")) return;
+  if (!m.faulting) m.cached[self] = false; /* a trim flushes the caller's cache */
   check_stats();
-  if (m.nlive != 0 || m.faulting) return;
+  if (m.nlive != 0 || m.faulting || others_cached() != 0) return;
   t_empty_trims++;
   sa_stats st;
   expect(sa_get_stats(m.arena, &st), SA_OK, "sa_get_stats");
   sa_host_counters c;
   sa_host_get_counters(&c);
   if (st.reserved_bytes != 0 || st.chunks_total != 0 || st.superblocks_total != 0 ||
-      st.cached_bytes != 0 || st.large_spans != 0 || c.chunks != m.base.chunks ||
-      c.mappings != m.base.mappings)
+      st.cached_bytes != 0 || st.large_spans != 0 || st.deferred_frees != 0 ||
+      c.chunks != m.base.chunks || c.mappings != m.base.mappings)
     die("sa_trim(0) with nothing live left %zu bytes reserved, %zu chunks, %zu superblocks "
         "(%zu active), %zu cached, %zu spans, %zu deferred frees; simulator chunks %zu -> %zu, "
         "mappings %zu -> %zu",
@@ -405,8 +511,14 @@ static void op_tune(input *in) {
   uint8_t k = u8(in);
   TRACE("tune %u (%u)\n", k % 3, k);
   switch (k % 3) {
-    case 0: ok_or_fault(sa_trim(m.arena, (size_t)(k >> 2) * MiB), "sa_trim"); break;
-    case 1: ok_or_fault(sa_defragment(m.arena), "sa_defragment"); break;
+    case 0:
+      if (ok_or_fault(sa_trim(m.arena, (size_t)(k >> 2) * MiB), "sa_trim") && !m.faulting)
+        m.cached[self] = false;
+      break;
+    case 1:
+      if (ok_or_fault(sa_defragment(m.arena), "sa_defragment") && !m.faulting)
+        m.cached[self] = false;
+      break;
     default: {
       size_t bytes = (size_t)(1 + (k >> 2) % 4) * 2 * MiB;
       sa_status st = sa_set_superblock_size(m.arena, bytes);
@@ -480,7 +592,13 @@ static void op_bad(input *in) {
 
 static bool recorded_on(int s) {
   for (int i = 0; i < m.nlive; i++)
-    if (m.live[i].recorded & (1u << s)) return true;
+    if (m.live[i].recorded & ((uint64_t)1 << s)) return true;
+  return false;
+}
+
+static bool used_on(int s) {
+  for (int i = 0; i < m.nlive; i++)
+    if (m.live[i].use == s) return true;
   return false;
 }
 
@@ -489,13 +607,14 @@ static bool recorded_on(int s) {
  * stream by its handle); a new one takes its place and its handle. */
 static void replace_stream(int s) {
   expect(sa_host_stream_drain(m.streams[s]), SA_OK, "sa_host_stream_drain");
+  drained(s);
   expect(sa_host_stream_destroy(m.streams[s]), SA_OK, "sa_host_stream_destroy");
   expect(sa_host_stream_create(mode_of(s), &m.streams[s]), SA_OK, "sa_host_stream_create");
   t_destroys++;
   for (int i = 0; i < m.nlive; i++) {
     if (m.live[i].use == s) m.live[i].use = -1; /* its work ran before destroy */
     if (m.live[i].alloc_stream == s) m.live[i].alloc_stream = -1;
-    m.live[i].recorded &= ~(1u << s);
+    m.live[i].recorded &= ~((uint64_t)1 << s);
   }
 }
 
@@ -509,7 +628,7 @@ static void op_release(input *in) {
     /* Not released: it may be destroyed only if no live block names it. */
     if (recorded_on(s)) return;
   } else {
-    for (int i = 0; i < m.nlive; i++) m.live[i].recorded &= ~(1u << s);
+    for (int i = 0; i < m.nlive; i++) m.live[i].recorded &= ~((uint64_t)1 << s);
   }
   replace_stream(s);
   /* Blocks whose last use was on another stream still have it pending. */
@@ -540,6 +659,7 @@ typedef struct thread_job_s {
 static void *thread_main(void *arg) {
   thread_job *j = arg;
   void *got[8];
+  self = NWORKERS + 1;
   for (int k = 0; k < j->n; k++) {
     block *b = alloc_on(j->s, j->sizes[k]);
     got[k] = b != NULL ? b->p : NULL;
@@ -567,6 +687,7 @@ static void op_thread(input *in) {
   if (pthread_create(&th, NULL, thread_main, &j) != 0) die("pthread_create failed");
   if (pthread_join(th, NULL) != 0) die("pthread_join failed");
   m.in_thread = false;
+  m.cached[NWORKERS + 1] = false; /* its exit gave everything back */
   t_threads++;
 }
 
@@ -587,7 +708,256 @@ static void op_clear(void) {
   m.faulting = false;
 }
 
+/* ---- further operations -------------------------------------------------- */
+
+/* Destroy a stream without a drain: allowed when no live block was last
+ * used or is recorded on it and its queued work uses no memory allocated
+ * or freed on it (the header's rule), so that work (recorded blocks of
+ * other streams, events, waits) touches nothing the arena may hand out by
+ * its handle. It stays destroyed until an operation names it. */
+static void op_undrained(input *in) {
+  int s = pick_created(in);
+  bool allowed = !m.dirty[s] && !recorded_on(s) && !used_on(s);
+  TRACE("destroy stream %d undrained%s\n", s, allowed ? "" : " (skipped)");
+  if (!allowed) return;
+  expect(sa_host_stream_destroy(m.streams[s]), SA_OK, "sa_host_stream_destroy");
+  m.dead[s] = true;
+  t_undrained++;
+  for (int i = 0; i < m.nlive; i++)
+    if (m.live[i].alloc_stream == s) m.live[i].alloc_stream = -1;
+}
+
+/* Allocate and free on more streams than a thread cache has entries: the
+ * least recently used ones are evicted with blocks cached. */
+static void op_sweep(input *in) {
+  int n = NEXTRA - 8 + u8(in) % 9;
+  size_t size = decode_size(in);
+  TRACE("sweep %zu bytes over %d streams%s\n", size, n, m.sweeps > 0 ? " (skipped)" : "");
+  if (m.sweeps++ > 0) return;
+  t_sweeps++;
+  for (; m.nextra < n; m.nextra++)
+    expect(sa_host_stream_create(SA_HOST_AUTO, &m.streams[NSTREAMS + m.nextra]), SA_OK,
+           "sa_host_stream_create");
+  for (int k = 0; k < n; k++) {
+    block *b = alloc_on(NSTREAMS + k, size);
+    if (b != NULL) (void)free_block((int)(b - m.live), NSTREAMS + k);
+  }
+}
+
+/* Consecutive size classes on one stream (a superblock each, small first
+ * ones in slabs without a budget), freed or kept. */
+static void op_burst(input *in) {
+  int s = pick_stream(in);
+  unsigned c0 = u8(in);
+  int n = 1 + u8(in) % 64;
+  uint8_t how = u8(in);
+  TRACE("burst of %d classes from %u on %d (%u)\n", n, c0 % 80, s, how);
+  void *got[64];
+  int ng = 0;
+  for (int k = 0; k < n; k++) {
+    block *b = alloc_on(s, sa_class_size((c0 + (unsigned)k) % 80)); /* up to 1 MiB */
+    if (b != NULL) got[ng++] = b->p;
+  }
+  if (!(how & 1)) return;
+  for (int k = 0; k < ng; k++) {
+    int i = find_live(got[k]);
+    if (i >= 0) (void)free_block(i, how & 2 ? s : pick_stream(in));
+  }
+}
+
+/* The snapshot is written in full, and its summary counts the model's live
+ * bytes (it walks the blocks, so it lags no thread). */
+static void op_snapshot(void) {
+  if (m.snapshots++ >= 2) return;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (f == NULL) die("open_memstream failed");
+  sa_status st = sa_snapshot_write(m.arena, f);
+  fclose(f);
+  expect(st, SA_OK, "sa_snapshot_write");
+  t_snapshots++;
+  const char *live = strstr(buf, "\"summary\": {");
+  live = live != NULL ? strstr(live, "\"live\": ") : NULL;
+  if (len < 4 || buf[0] != '{' || strcmp(buf + len - 2, "}\n") != 0 || live == NULL)
+    die("snapshot of %zu bytes is not whole: %.80s", len, buf);
+  unsigned long long n = strtoull(live + 8, NULL, 10);
+  if ((int64_t)n != m.live_bytes)
+    die("snapshot summary: %llu bytes live, model %lld", n, (long long)m.live_bytes);
+  free(buf);
+}
+
+/* Superblock sizes sa_set_superblock_size must refuse, changing nothing. */
+static void op_bad_tune(input *in) {
+  uint8_t k = u8(in);
+  size_t g = 2 * MiB; /* the simulator's granularity */
+  const size_t bad[] = {0, MiB, 3 * MiB, (m.cap / g + 1) * g, (size_t)1 << 31,
+                        SIZE_MAX & ~(g - 1)};
+  size_t bytes = bad[k % (sizeof bad / sizeof bad[0])];
+  TRACE("bad superblock size %zu\n", bytes);
+  expect(sa_set_superblock_size(m.arena, bytes), SA_ERR_INVALID_ARGUMENT,
+         "sa_set_superblock_size(bad)");
+  t_bad++;
+}
+
+/* The oom_callback: it may free a live block on a stream the input names
+ * (one new to this thread, say), trim or defragment, and ask again. */
+static int on_oom(sa_arena *a, size_t size, sa_stream s, void *user) {
+  (void)s;
+  (void)user;
+  if (a != m.arena) die("oom callback for arena %p, not %p", (void *)a, (void *)m.arena);
+  uint8_t k = u8(m.in);
+  TRACE("oom callback for %zu bytes (%u)\n", size, k);
+  t_callbacks++;
+  if ((k & 1) && m.nlive > 0) (void)free_block(u8(m.in) % m.nlive, pick_stream(m.in));
+  if (k & 2) {
+    if (ok_or_fault(sa_trim(a, 0), "sa_trim") && !m.faulting) m.cached[self] = false;
+  } else if (k & 4) {
+    if (ok_or_fault(sa_defragment(a), "sa_defragment") && !m.faulting) m.cached[self] = false;
+  }
+  return (k >> 3) & 1;
+}
+
+/* Destroy the arena as it is: blocks live, streams unreleased, work queued,
+ * workers holding caches (they exit after it). Its pointers are then
+ * foreign; teardown checks that nothing was left behind. */
+static void op_abandon(input *in) {
+  uint8_t k = u8(in);
+  TRACE("abandon the arena (%d live, %s)\n", m.nlive, k & 1 ? "freed first" : "kept");
+  op_clear();
+  while ((k & 1) && m.nlive > 0) {
+    const block *b = &m.live[m.nlive - 1];
+    if (!free_block(m.nlive - 1, b->use >= 0 ? b->use : 0)) die("sa_free failed");
+  }
+  expect(sa_arena_destroy(m.arena), m.nlive > 0 ? SA_ERR_LIVE_BLOCKS : SA_OK,
+         "sa_arena_destroy(abandoned)");
+  m.arena = NULL;
+  for (int i = 0; i < m.nlive; i++) {
+    expect(sa_free(m.live[i].p, m.streams[0]), SA_ERR_INVALID_POINTER,
+           "sa_free after its arena's destroy");
+    expect(sa_record_stream(m.live[i].p, m.streams[0]), SA_ERR_INVALID_POINTER,
+           "sa_record_stream after its arena's destroy");
+  }
+  m.abandoned = true;
+  t_abandoned++;
+}
+
+/* ---- worker threads --------------------------------------------------------
+ * Operations run on the thread m.exec names; a worker runs one while the
+ * main thread waits, so the model needs no lock and a run is reproducible. */
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t th[NWORKERS];
+  bool alive[NWORKERS];
+  int turn; /* the worker (1..NWORKERS) to run w.op, 0: none */
+  bool quit;
+  uint8_t op;
+  input *in;
+} w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void run_op(uint8_t op, input *in);
+
+static void *worker_main(void *arg) {
+  self = (int)(intptr_t)arg;
+  pthread_mutex_lock(&w.mu);
+  for (;;) {
+    while (w.turn != self) pthread_cond_wait(&w.cv, &w.mu);
+    if (w.quit) break;
+    pthread_mutex_unlock(&w.mu);
+    run_op(w.op, w.in);
+    pthread_mutex_lock(&w.mu);
+    w.turn = 0;
+    pthread_cond_broadcast(&w.cv);
+  }
+  w.quit = false;
+  w.turn = 0;
+  pthread_cond_broadcast(&w.cv);
+  pthread_mutex_unlock(&w.mu);
+  return NULL; /* its cache retires now, without a driver call */
+}
+
+/* Worker k runs op (or exits) while this thread waits. */
+static void hand_to(int k, uint8_t op, input *in, bool quit) {
+  pthread_mutex_lock(&w.mu);
+  w.op = op;
+  w.in = in;
+  w.quit = quit;
+  w.turn = k;
+  pthread_cond_broadcast(&w.cv);
+  while (w.turn != 0) pthread_cond_wait(&w.cv, &w.mu);
+  pthread_mutex_unlock(&w.mu);
+}
+
+static void worker_exit(int k) {
+  if (!w.alive[k - 1]) return;
+  TRACE("worker %d exits\n", k);
+  hand_to(k, 0, NULL, true);
+  if (pthread_join(w.th[k - 1], NULL) != 0) die("pthread_join failed");
+  w.alive[k - 1] = false;
+  m.cached[k] = false;
+  if (m.exec == k) m.exec = 0;
+}
+
+/* Operations that choose threads or end the arena: the main thread's. */
+static bool control(uint8_t op, input *in) {
+  if ((op & 0xc0) != 0xc0) return false;
+  switch ((op & 0x3f) % 10) {
+    case 0: {
+      int k = u8(in) % (NWORKERS + 1);
+      TRACE("operations run on thread %d\n", k);
+      if (k > 0 && !w.alive[k - 1]) {
+        if (pthread_create(&w.th[k - 1], NULL, worker_main, (void *)(intptr_t)k) != 0)
+          die("pthread_create failed");
+        w.alive[k - 1] = true;
+      }
+      m.exec = k;
+      return true;
+    }
+    case 1: worker_exit(1 + u8(in) % NWORKERS); return true;
+    case 2: op_abandon(in); return true;
+    default: return false;
+  }
+}
+
 /* ---- one input ------------------------------------------------------------ */
+
+/* What the simulator holds now is what it held before the arena. */
+static void expect_nothing_left(const char *after) {
+  sa_host_counters c;
+  sa_host_get_counters(&c);
+  const sa_host_counters *b = &m.base;
+  if (c.va_ranges != b->va_ranges || c.chunks != b->chunks || c.mappings != b->mappings ||
+      c.events != b->events || c.streams != b->streams)
+    die("%s left va %zu->%zu, chunks %zu->%zu, mappings %zu->%zu, events %zu->%zu, "
+        "streams %zu->%zu",
+        after, b->va_ranges, c.va_ranges, b->chunks, c.chunks, b->mappings, c.mappings,
+        b->events, c.events, b->streams, c.streams);
+  if (c.order_violations != b->order_violations)
+    die("the stream-order checker found %llu violations",
+        (unsigned long long)(c.order_violations - b->order_violations));
+}
+
+/* sa_arena_create with a driver call failing (initial_physical maps
+ * memory too): an error that leaves nothing behind, or an arena. */
+static void create_under_fault(const sa_config *cfg, sa_host_fn fn, uint64_t nth) {
+  TRACE("create with fault %s #%llu\n", sa_host_fn_name(fn), (unsigned long long)nth);
+  expect(sa_host_fault_inject(fn, nth, 0), SA_OK, "sa_host_fault_inject");
+  sa_arena *a = NULL;
+  sa_status st = sa_arena_create(cfg, &a);
+  sa_host_fault_clear();
+  t_faults++;
+  if (st == SA_OK) {
+    expect(sa_arena_destroy(a), SA_OK, "sa_arena_destroy");
+  } else {
+    if (a != NULL) die("failed sa_arena_create left %p", (void *)a);
+    if (st != SA_ERR_DRIVER && st != SA_ERR_OUT_OF_MEMORY)
+      die("sa_arena_create under a fault returned %s", sa_status_string(st));
+    t_failed++;
+  }
+  expect_nothing_left(st == SA_OK ? "create and destroy" : "a failed sa_arena_create");
+}
 
 static void setup(input *in) {
   uint8_t c = u8(in);
@@ -599,14 +969,19 @@ static void setup(input *in) {
   }
   static const char *const caps[] = {"8MiB", "16MiB", "32MiB", "64MiB"};
   static const size_t cap_bytes[] = {8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB};
+  /* Without a budget the device's memory is the cap: room for slabs. */
+  static const size_t device_bytes[] = {16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB};
   static const char *const sbs[] = {"2MiB", "4MiB", "2MiB", "8MiB"};
   static const char *const thresholds[] = {"512KiB", "256", "1000", "1MiB"};
-  size_t cap = cap_bytes[c & 3];
+  bool budgeted = !(c & 0x20);
+  size_t cap = budgeted ? cap_bytes[c & 3] : device_bytes[c & 3];
+  expect(sa_host_set_device_memory(budgeted ? (size_t)16 << 30 : cap), SA_OK,
+         "sa_host_set_device_memory");
   char spec[384];
   bool explicit_threshold = (c >> 4) & 1;
-  int n = snprintf(spec, sizeof spec,
-                   "backend=host,check_stream_order=1,max_physical=%s,superblock_size=%s",
-                   caps[c & 3], sbs[(c >> 2) & 3]);
+  int n = snprintf(spec, sizeof spec, "backend=host,check_stream_order=1,superblock_size=%s",
+                   sbs[(c >> 2) & 3]);
+  if (budgeted) n += snprintf(spec + n, sizeof spec - (size_t)n, ",max_physical=%s", caps[c & 3]);
   if (explicit_threshold)
     n += snprintf(spec + n, sizeof spec - (size_t)n, ",large_threshold=%s",
                   thresholds[extended ? e2 & 3 : 0]);
@@ -622,6 +997,7 @@ static void setup(input *in) {
                   reserve[e1 & 3], chunks[(e1 >> 2) & 3], initial[(e1 >> 4) & 3], (e1 >> 6) & 1,
                   (e1 >> 7) ? 4 * MiB : 0, va[(e2 >> 3) & 3]);
   }
+  if (extended && (e2 & 0x20)) n += snprintf(spec + n, sizeof spec - (size_t)n, ",trace=/dev/null");
   sa_config cfg;
   sa_config_init(&cfg);
   char err[256];
@@ -640,13 +1016,18 @@ static void setup(input *in) {
     sa_config_init(&cfg);
     expect(sa_config_parse(&cfg, spec, err, sizeof err), SA_OK, "sa_config_parse");
   }
-  TRACE("config %s\n", spec);
-  m.cap = cfg.max_physical_bytes;
+  TRACE("config %s%s%s\n", spec, budgeted ? "" : " (device memory: the cap)",
+        c & 0x40 ? " with an oom callback" : "");
+  if (c & 0x40) cfg.oom_callback = on_oom;
+  t_unbudgeted += !budgeted;
+  m.cap = cap;
   m.superblock = cfg.superblock_size;
   m.threshold_explicit = explicit_threshold;
   m.threshold = explicit_threshold ? cfg.large_threshold : m.superblock / 2;
   m.release_threshold = cfg.release_threshold_bytes;
   m.next_tag = 0xA0000000u;
+  if (extended && (e2 & 0x40))
+    create_under_fault(&cfg, (sa_host_fn)((e1 ^ e2) % SA_HOST_FN_COUNT), 1 + (e2 >> 7));
   expect(sa_arena_create(&cfg, &m.arena), SA_OK, "sa_arena_create");
   if (extended && (e2 >> 2) & 1) sa_host_set_default_stream_mode(SA_HOST_MANUAL);
   m.streams[0] = NULL;
@@ -654,37 +1035,36 @@ static void setup(input *in) {
     expect(sa_host_stream_create(mode_of(s), &m.streams[s]), SA_OK, "sa_host_stream_create");
 }
 
+/* The streams that live, destroyed: released first while the arena lives
+ * (all but every other extra stream, which goes without a release). */
+static void streams_destroy(void) {
+  for (int s = 1; s < NSTREAMS + m.nextra; s++) {
+    if (s < NSTREAMS && m.dead[s]) continue;
+    if (m.arena != NULL && (s < NSTREAMS || s % 2 == 0))
+      expect(sa_stream_release(m.arena, m.streams[s]), SA_OK, "sa_stream_release");
+    expect(sa_host_stream_destroy(m.streams[s]), SA_OK, "sa_host_stream_destroy");
+  }
+  sa_host_set_default_stream_mode(SA_HOST_AUTO);
+}
+
 static void teardown(void) {
+  for (int k = 1; k <= NWORKERS; k++) worker_exit(k); /* their caches go back */
   sa_host_fault_clear();
   m.faulting = false;
-  while (m.nlive > 0) {
+  while (m.nlive > 0 && !m.abandoned) {
     block *b = &m.live[m.nlive - 1];
     int t = b->use >= 0 ? b->use : 0;
     if (!free_block(m.nlive - 1, t)) die("sa_free failed at teardown");
   }
-  expect(sa_host_drain_all(), SA_OK, "sa_host_drain_all");
+  drain_all();
   if (m.mismatches != 0) die("%llu words had the wrong contents", (unsigned long long)m.mismatches);
-  check_stats();
-  empty_trim();
-  for (int s = 1; s < NSTREAMS; s++) {
-    expect(sa_stream_release(m.arena, m.streams[s]), SA_OK, "sa_stream_release");
-    expect(sa_host_stream_destroy(m.streams[s]), SA_OK, "sa_host_stream_destroy");
+  if (!m.abandoned) {
+    check_stats();
+    empty_trim();
   }
-  sa_host_set_default_stream_mode(SA_HOST_AUTO);
-  expect(sa_arena_destroy(m.arena), SA_OK, "sa_arena_destroy");
-  sa_host_counters after;
-  sa_host_get_counters(&after);
-  const sa_host_counters *before = &m.base;
-  if (after.va_ranges != before->va_ranges || after.chunks != before->chunks ||
-      after.mappings != before->mappings || after.events != before->events ||
-      after.streams != before->streams)
-    die("destroy left va %zu->%zu, chunks %zu->%zu, mappings %zu->%zu, events %zu->%zu, "
-        "streams %zu->%zu",
-        before->va_ranges, after.va_ranges, before->chunks, after.chunks, before->mappings,
-        after.mappings, before->events, after.events, before->streams, after.streams);
-  if (after.order_violations != before->order_violations)
-    die("the stream-order checker found %llu violations",
-        (unsigned long long)(after.order_violations - before->order_violations));
+  streams_destroy();
+  if (!m.abandoned) expect(sa_arena_destroy(m.arena), SA_OK, "sa_arena_destroy");
+  expect_nothing_left("destroy");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -697,38 +1077,58 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (tracing < 0) tracing = getenv("ARENA_FUZZ_TRACE") != NULL;
   input in = {data, size, 0};
   setup(&in);
+  m.in = &in;
   int ops = 0;
-  while (more(&in) && ops < 512) {
+  while (more(&in) && ops < 512 && !m.abandoned) {
     uint8_t op = u8(&in);
-    if (op & 0x80) { /* the extended operations */
-      switch ((op & 0x7f) % 8) {
-        case 0: op_destroy(&in); break;
-        case 1: op_thread(&in); break;
-        case 2: op_fault(&in); break;
-        case 3: op_clear(); break;
-        case 4: empty_trim(); break;
-        case 5: op_release(&in); break;
-        case 6: op_alloc(&in); break;
-        default: op_free(&in); break;
-      }
+    if (control(op, &in)) {
+    } else if (m.exec != 0) {
+      hand_to(m.exec, op, &in, false);
+      t_worker_ops++;
     } else {
-      switch (op % 16) {
-        case 0: case 1: case 2: case 3: case 4: op_alloc(&in); break;
-        case 5: case 6: case 7: op_free(&in); break;
-        case 8: op_use(&in); break;
-        case 9: case 10: op_step(&in); break;
-        case 11: op_verify(); break;
-        case 12: op_tune(&in); break;
-        case 13: op_bad(&in); break;
-        case 14: op_release(&in); break;
-        default: check_stats(); break;
-      }
+      run_op(op, &in);
     }
-    check_stats();
     ops++;
   }
   t_ops += (uint64_t)ops;
   t_inputs++;
   teardown();
   return 0;
+}
+
+/* One operation and the checks after it, on the thread m.exec names. */
+static void run_op(uint8_t op, input *in) {
+  if ((op & 0xc0) == 0xc0) { /* control() took 0-2 */
+    switch ((op & 0x3f) % 10) {
+      case 3: case 9: op_undrained(in); break;
+      case 4: op_sweep(in); break;
+      case 5: case 8: op_burst(in); break;
+      case 6: op_snapshot(); break;
+      default: op_bad_tune(in); break;
+    }
+  } else if (op & 0x80) { /* the extended operations */
+    switch ((op & 0x7f) % 8) {
+      case 0: op_destroy(in); break;
+      case 1: op_thread(in); break;
+      case 2: op_fault(in); break;
+      case 3: op_clear(); break;
+      case 4: empty_trim(); break;
+      case 5: op_release(in); break;
+      case 6: op_alloc(in); break;
+      default: op_free(in); break;
+    }
+  } else {
+    switch (op % 16) {
+      case 0: case 1: case 2: case 3: case 4: op_alloc(in); break;
+      case 5: case 6: case 7: op_free(in); break;
+      case 8: op_use(in); break;
+      case 9: case 10: op_step(in); break;
+      case 11: op_verify(); break;
+      case 12: op_tune(in); break;
+      case 13: op_bad(in); break;
+      case 14: op_release(in); break;
+      default: check_stats(); break;
+    }
+  }
+  check_stats();
 }

@@ -9,6 +9,9 @@ import os
 import struct
 
 ALLOC, FREE, USE, STEP, VERIFY, TUNE, BAD, RELEASE, STATS = 0, 5, 8, 9, 11, 12, 13, 14, 15
+# The further operations (0xc0 + n) and configuration bits.
+ON_THREAD, WORKER_EXIT, ABANDON, UNDRAINED, SWEEP, BURST, SNAPSHOT, BAD_TUNE = range(0xC0, 0xC8)
+NO_BUDGET, OOM_CALLBACK, EXTENDED = 0x20, 0x40, 0x80
 
 
 def alloc(stream, kind, v):
@@ -58,6 +61,34 @@ seeds = {
     "tuning": bytes([0x1e])
     + alloc(2, 4, 0x0105) + op(TUNE, 2) + op(TUNE, 6) + op(TUNE, 14)
     + alloc(2, 3, 1) + alloc(1, 7, 9) + op(STATS) + op(VERIFY),
+    # no budget (64 MiB of device memory): small first superblocks in slabs,
+    # bursts of classes kept and freed, a snapshot, sizes tuning refuses
+    "no_budget_slabs": bytes([NO_BUDGET | 0x01])
+    + op(BURST, 1, 0, 40, 0) + op(BURST, 2, 8, 63, 1) + op(SNAPSHOT)
+    + op(BAD_TUNE, 3) + op(TUNE, 1) + op(BURST, 4, 20, 30, 3) + op(VERIFY),
+    # blocks of one worker freed by the other and by the main thread after
+    # the first worker exited with its cache
+    "workers": bytes([0x01])
+    + op(ON_THREAD, 1) + alloc(1, 0, 300) + alloc(1, 1, 3000) + alloc(2, 0, 40)
+    + free(2, 1) + op(ON_THREAD, 2) + free(0, 2) + use(0, 3) + alloc(3, 0, 900)
+    + op(WORKER_EXIT, 0) + op(ON_THREAD, 0) + free(0, 1) + op(VERIFY),
+    # a stream destroyed with a recorded free's event still queued, left
+    # destroyed through a trim, then named again (a handle comes back)
+    "undrained_destroy": bytes([0x00])
+    + alloc(1, 0, 2000) + use(0, 2) + free(0, 3) + op(UNDRAINED, 1)
+    + op(TUNE, 0) + alloc(2, 0, 2000) + step(3, 4) + op(VERIFY),
+    # more streams than a thread cache has entries, without a budget
+    "sweep_eviction": bytes([NO_BUDGET])
+    + alloc(1, 0, 500) + op(SWEEP, 8, 0) + struct.pack("<H", 700)
+    + free(0, 1) + op(VERIFY),
+    # out of memory with a callback that frees, trims and asks again
+    "oom_callback": bytes([OOM_CALLBACK])
+    + alloc(1, 2, 12000) + alloc(2, 2, 12000) + alloc(3, 2, 12000)
+    + bytes([0x0B, 0, 1]) + op(VERIFY),
+    # the arena destroyed with blocks live, a worker's cache and a trace
+    "abandoned": bytes([EXTENDED, 0x00, 0x20])
+    + op(ON_THREAD, 1) + alloc(1, 0, 100) + alloc(2, 2, 9000) + free(0, 1)
+    + op(ON_THREAD, 0) + alloc(3, 1, 50) + op(ABANDON, 0),
 }
 
 here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")

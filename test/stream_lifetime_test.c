@@ -242,10 +242,11 @@ static void a_recycled_handle_starts_a_new_stream_arena(void **state) {
  * while the old stream's work still runs (H200: 20 of 20), and a thread's
  * cache knows a stream by its handle (checking the driver's id on each call
  * would cost ~18 ns, the fast path's whole cost). So the rule (README,
- * "Threads and streams"): a stream whose queued work still uses memory freed
- * on it is synchronized or released before it is destroyed. Kept, the next
- * stream with its handle, on this same thread, gets nothing still in use:
- * small blocks and spans, after a release and after a synchronize. */
+ * "Threads and streams"): a stream whose queued work still uses memory
+ * allocated or freed on it is synchronized or released before it is
+ * destroyed. Kept, the next stream with its handle, on this same thread,
+ * gets nothing still in use: small blocks and spans, after a release and
+ * after a synchronize. */
 static void a_recycled_handle_on_the_same_thread_after_the_rule(void **state) {
   sa_fixture *f = *state;
   const size_t sizes[2] = {4 * KiB, 3 * MiB};
@@ -519,6 +520,49 @@ static void releasing_a_recycled_handle_does_not_settle_the_old_stream(void **st
   sa_assert_ok(sa_host_stream_destroy(fresh));
 }
 
+/* The rule covers memory allocated on the stream too. A small block used
+ * on its own stream, recorded there and freed on another goes back to its
+ * stream's arena: at once after a release of the freeing stream, or behind
+ * that stream's event (drained here), and its arena hands it out again in
+ * its stream's order. A new stream with the old handle stands in for that
+ * stream on this thread: destroyed with the fill still queued, the next
+ * stream got the block while the fill ran (the fuzzer's find, against the
+ * rule as it read: "memory freed on it"). Synchronized first, nothing. */
+static void a_recycled_handle_after_the_rule_for_memory_allocated_on_it(void **state) {
+  sa_fixture *f = *state;
+  sa_stream b = f->streams[1];
+  for (int k = 0; k < 2; k++) {
+    sa_stream old = new_stream(SA_HOST_MANUAL);
+    void *p, *q, *r;
+    sa_assert_ok(sa_alloc(f->arena, &p, 768 * KiB, old)); /* a refill of one block */
+    sa_assert_ok(sa_host_fill(old, p, 4096, 0x0DDu));     /* still queued */
+    sa_assert_ok(sa_record_stream(p, old));
+    sa_assert_ok(sa_free(p, b));
+    if (k == 0) {
+      sa_assert_ok(sa_stream_release(f->arena, b)); /* p back to old's arena at once */
+    } else {
+      sa_assert_ok(sa_alloc(f->arena, &r, 256, b)); /* p's batch goes, behind an event */
+      sa_assert_ok(sa_free(r, b));
+      sa_assert_ok(sa_host_stream_drain(b));
+    }
+    sa_assert_ok(sa_host_stream_drain(old)); /* the rule: old allocated p */
+    sa_assert_ok(sa_host_stream_destroy(old));
+    sa_stream fresh = new_stream(SA_HOST_MANUAL);
+    assert_ptr_equal(fresh, old); /* the handle comes back */
+    sa_host_counters c0, c1;
+    sa_host_get_counters(&c0);
+    sa_assert_ok(sa_alloc(f->arena, &q, 768 * KiB, fresh));
+    sa_assert_ok(sa_host_fill(fresh, q, 4096, 0xF00Du));
+    sa_assert_ok(sa_host_drain_all());
+    sa_host_get_counters(&c1);
+    assert_int_equal(c1.order_violations, c0.order_violations);
+    sa_assert_ok(sa_free(q, fresh));
+    sa_assert_ok(sa_host_drain_all());
+    sa_assert_ok(sa_stream_release(f->arena, fresh));
+    sa_assert_ok(sa_host_stream_destroy(fresh));
+  }
+}
+
 int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -535,6 +579,7 @@ int main(void) {
       T(streams_that_freed_spans_are_freed_once_gone),
       T(release_hands_back_batches_parked_by_an_exited_thread),
       T(releasing_a_recycled_handle_does_not_settle_the_old_stream),
+      T(a_recycled_handle_after_the_rule_for_memory_allocated_on_it),
   };
 #undef T
   int failed = cmocka_run_group_tests(tests, NULL, NULL);

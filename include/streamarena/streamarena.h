@@ -28,10 +28,15 @@
  * the driver's stream ids (cuStreamGetId) when a thread first uses a
  * handle, not on every call. CUDA hands the handle out again at once,
  * while the old stream's work still runs (measured on an H200); so a
- * stream whose queued work still uses memory freed on it must be
- * synchronized, or released with sa_stream_release, before it is
+ * stream whose queued work still uses memory allocated or freed on it must
+ * be synchronized, or released with sa_stream_release, before it is
  * destroyed, or a thread that used it may hand that memory to the next
- * stream with its handle.
+ * stream with its handle. Allocated on it too: a small block goes back to
+ * the arena of the stream it was allocated on wherever it is freed (after
+ * the events of its free, which that stream may wait for on the device),
+ * and that stream's arena hands it out again in that stream's order. Work
+ * on memory allocated on other streams (recorded with sa_record_stream)
+ * may stay queued.
  *
  * Every function is thread-safe unless its comment says otherwise. No
  * function aborts on bad input: failures come back as an sa_status.
@@ -300,9 +305,12 @@ sa_status sa_alloc(sa_arena *arena, void **out, size_t size, sa_stream stream);
 sa_status sa_free(void *p, sa_stream stream);
 
 /* Mark p as also used by work on stream other: at free time the allocator
- * records an event on other too, and reuses the memory only after it. So
+ * records an event on other too, and reuses the memory only after it (a
+ * small block's own stream needs none: the block goes back to it). So
  * other must not be destroyed before p is freed, unless it was released
- * with sa_stream_release first (which waits for it and drops the record).
+ * with sa_stream_release first (which waits for it and drops the record);
+ * nor after, with that work queued, if p was allocated on other (the rule
+ * at the top of this header).
  * Errors: SA_ERR_INVALID_POINTER, SA_ERR_DOUBLE_FREE (p is free),
  * SA_ERR_UNKNOWN_STREAM, SA_ERR_OUT_OF_MEMORY (host bookkeeping). */
 sa_status sa_record_stream(void *p, sa_stream other);
