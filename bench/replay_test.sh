@@ -25,7 +25,7 @@ shift 2
 # docs/DEFRAG.md). Driver time at the H200's measured costs (a model,
 # bench/driver_costs): at most 2.5 us per operation (0.14-1.82; with
 # chunk_size=2MiB 1.73-11.8), and at most 100 virtual-memory calls per 1000
-# operations (5-80).
+# operations (3-80).
 for trace in "$@"; do
   case "$(basename "$trace")" in
     dataframe.csv) ratio=1.25 ;;
