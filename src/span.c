@@ -39,8 +39,8 @@
  *     free whole granules. Without this a freed span shares its end
  *     granules with live neighbours, and under a budget of 1.1 x peak live
  *     the fragmentation trace runs out of memory. Without a budget packed
- *     placement keeps the footprint lower (dataframe 1.051 against 1.449,
- *     torch_transformer 1.016 against 1.021).
+ *     placement keeps the footprint lower (dataframe 1.246 against 1.262,
+ *     torch_transformer 1.016 against 1.031: docs/DEFRAG.md).
  *
  * Stream order. A free span's marks (timeline.c) name the streams whose
  * work may still touch it. Its own stream reuses it at once; any other
@@ -620,8 +620,8 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
  * most 1/SA_AHEAD_SHARE of what is held (at least a granule) and within
  * the target: PyTorch's trace of examples/torch/train.py then peaks at
  * 23,668 MiB as with no mapping ahead (up to the target: 23,758, above
- * expandable segments' 23,677), and the transformer trace grows 360 times
- * instead of 430. Not under a budget or a
+ * expandable segments' 23,677), and the transformer trace grows 340 times
+ * instead of 410. Not under a budget or a
  * reserve_limit, which are limits the user set, not targets to fill, nor
  * with SA_FLAG_EXACT_GROWTH. */
 static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
