@@ -120,8 +120,11 @@ def sections(rows):
                     cell += f" (stopped after {r['allocs']} allocs)"
                 cells.append(cell)
                 ok = r and "create_seconds" in r and r["allocs"]
-                both.append(fmt((r["seconds"] + r["create_seconds"]) * 1e6 / r["allocs"]
-                                if ok else None, 2))
+                cell = fmt((r["seconds"] + r["create_seconds"]) * 1e6 / r["allocs"]
+                           if ok else None, 2)
+                if ok and r.get("truncated"):  # the same part of the run as the cold row
+                    cell += f" (stopped after {r['allocs']} allocs)"
+                both.append(cell)
             body.append([c, "cold" if run == 1 else f"warm ({run})"] + cells)
             if run == 1:
                 body.append([c, "cold, with construction"] + both)

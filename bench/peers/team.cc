@@ -81,10 +81,12 @@ bool measure(Team &team, unsigned parallel, uint64_t warm, unsigned reps, unsign
   }
   std::sort(walls.begin(), walls.end());
   double p = static_cast<double>(pairs);
-  out->ns_med = walls[reps / 2] / p;
+  // The median: with an even count, the mean of the two middle ones.
+  double med = reps % 2 ? walls[reps / 2] : (walls[reps / 2 - 1] + walls[reps / 2]) / 2;
+  out->ns_med = med / p;
   out->ns_min = walls.front() / p;
   out->ns_max = walls.back() / p;
-  out->mpairs = parallel * p / walls[reps / 2] * 1e3;
+  out->mpairs = parallel * p / med * 1e3;
   out->pairs = pairs;
   out->reps = reps;
   return true;
