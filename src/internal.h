@@ -414,6 +414,7 @@ struct sa_arena_s {
   pthread_rwlock_t streams_rw;  /* read: walk streams unlocked; write: unlink */
   uint64_t next_stream_id;      /* (lock) */
   _Atomic uint64_t xstream_epoch; /* bumped when a stream arena goes */
+  _Atomic size_t xgone_streams;   /* stream arenas gone, not yet reaped */
   _Atomic uint64_t xsync_started, xsync_done; /* device sync generations */
 
   pthread_mutex_t event_lock;   /* event pool */

@@ -363,6 +363,10 @@ static void stream_arena_free(sa_stream_arena *sa) {
 }
 
 void sa__stream_arenas_reap(sa_arena *a) {
+  /* Only a gone one can go: with none, no walk (a new stream among
+   * thousands of live ones took a lock of each). One marked gone meanwhile
+   * waits for the next reap. */
+  if (atomic_load_explicit(&a->xgone_streams, memory_order_acquire) == 0) return;
   pthread_rwlock_wrlock(&a->streams_rw); /* nobody walks the list but lookups */
   pthread_mutex_lock(&a->lock);
   sa_stream_arena *head = a->streams; /* lookups only prepend */
@@ -394,6 +398,7 @@ void sa__stream_arenas_reap(sa_arena *a) {
         continue;
       }
       sa__timeline_release(a, sa); /* nothing waits on its events any more */
+      atomic_fetch_sub_explicit(&a->xgone_streams, 1, memory_order_relaxed);
       *p = sa->next;
       sa->next = dead;
       dead = sa;
@@ -416,6 +421,7 @@ static void mark_gone(sa_arena *a, sa_stream_arena *sa, bool synced) {
   if (!gone(sa)) {
     sa->synced = synced;
     atomic_store_explicit(&sa->xgone, true, memory_order_release);
+    atomic_fetch_add_explicit(&a->xgone_streams, 1, memory_order_release);
     atomic_fetch_add_explicit(&a->xstream_epoch, 1, memory_order_release);
     if (synced) sa__timeline_release(a, sa); /* its work is done: spans need not wait */
   }
