@@ -318,8 +318,10 @@ struct sa_stream_arena_s {
                                         for its work (written before xgone) */
   bool doomed;                       /* reap's mark (streams_rw held for writing) */
   sa_timeline timeline;              /* span frees on this stream (arena lock) */
-  struct sa_stream_arena_s *next;    /* arena's list (lock; streams_rw to unlink) */
+  struct sa_stream_arena_s *next, *prev; /* arena's list (lock; streams_rw to unlink) */
   struct sa_stream_arena_s *live_next; /* live index chain, while not gone (lock) */
+  struct sa_stream_arena_s *gone_next; /* arena's gone list, once gone (lock;
+                                          streams_rw to unlink) */
 };
 
 /* ------------------------------------------------------------------------
@@ -416,6 +418,7 @@ struct sa_arena_s {
   uint64_t next_stream_id;      /* (lock) */
   _Atomic uint64_t xstream_epoch; /* bumped when a stream arena goes */
   _Atomic size_t xgone_streams;   /* stream arenas gone, not yet reaped */
+  struct sa_stream_arena_s *gone_streams; /* those, for reap (lock) */
   struct sa_stream_arena_s **live_index; /* live ones by handle, 2^live_bits (lock) */
   unsigned live_bits;
   size_t nlive;

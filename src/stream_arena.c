@@ -362,17 +362,26 @@ static void stream_arena_free(sa_stream_arena *sa) {
   free(sa);
 }
 
+/* sa out of the arena's list (streams_rw held for writing, arena lock). */
+static void unlink_stream_arena(sa_arena *a, sa_stream_arena *sa) {
+  if (sa->prev != NULL)
+    sa->prev->next = sa->next;
+  else
+    a->streams = sa->next;
+  if (sa->next != NULL) sa->next->prev = sa->prev;
+}
+
 void sa__stream_arenas_reap(sa_arena *a) {
-  /* Only a gone one can go: with none, no walk (a new stream among
-   * thousands of live ones took a lock of each). One marked gone meanwhile
-   * waits for the next reap. */
+  /* Only a gone one can go, and only those are walked (on their own list):
+   * a new stream among thousands of live ones took a lock of each. One
+   * marked gone meanwhile waits for the next reap. */
   if (atomic_load_explicit(&a->xgone_streams, memory_order_acquire) == 0) return;
-  pthread_rwlock_wrlock(&a->streams_rw); /* nobody walks the list but lookups */
+  pthread_rwlock_wrlock(&a->streams_rw); /* nobody walks the lists but lookups */
   pthread_mutex_lock(&a->lock);
-  sa_stream_arena *head = a->streams; /* lookups only prepend */
+  sa_stream_arena *head = a->gone_streams; /* mark_gone only prepends */
   pthread_mutex_unlock(&a->lock);
   size_t n = 0;
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->gone_next) {
     pthread_mutex_lock(&sa->lock); /* whoever was inside has left */
     sa->doomed = reapable(sa);
     pthread_mutex_unlock(&sa->lock);
@@ -385,21 +394,22 @@ void sa__stream_arenas_reap(sa_arena *a) {
      * (forgotten) and in marks that wait for their work (then they stay).
      * One query of an unreleased one's latest ticket says if all is done. */
     bool named = false;
-    for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next) {
+    for (sa_stream_arena *sa = a->gone_streams; sa != NULL; sa = sa->gone_next) {
       if (!sa->doomed || sa->timeline.next == 0) continue;
       named = true;
       if (!sa->synced) (void)sa__timeline_reached(a, sa, sa->timeline.next, false);
     }
     if (named) sa__span_forget_doomed(a);
-    for (sa_stream_arena **p = &a->streams; *p != NULL;) {
+    for (sa_stream_arena **p = &a->gone_streams; *p != NULL;) {
       sa_stream_arena *sa = *p;
       if (!sa->doomed) {
-        p = &sa->next;
+        p = &sa->gone_next;
         continue;
       }
       sa__timeline_release(a, sa); /* nothing waits on its events any more */
       atomic_fetch_sub_explicit(&a->xgone_streams, 1, memory_order_relaxed);
-      *p = sa->next;
+      *p = sa->gone_next;
+      unlink_stream_arena(a, sa);
       sa->next = dead;
       dead = sa;
     }
@@ -470,6 +480,8 @@ static void mark_gone(sa_arena *a, sa_stream_arena *sa, bool synced) {
     sa->synced = synced;
     atomic_store_explicit(&sa->xgone, true, memory_order_release);
     live_remove(a, sa); /* never looked up again */
+    sa->gone_next = a->gone_streams; /* for reap */
+    a->gone_streams = sa;
     atomic_fetch_add_explicit(&a->xgone_streams, 1, memory_order_release);
     atomic_fetch_add_explicit(&a->xstream_epoch, 1, memory_order_release);
     if (synced) sa__timeline_release(a, sa); /* its work is done: spans need not wait */
@@ -514,6 +526,7 @@ sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out) 
       }
       fresh->id = ++a->next_stream_id;
       fresh->next = a->streams;
+      if (a->streams != NULL) a->streams->prev = fresh;
       a->streams = fresh;
       pthread_mutex_unlock(&a->lock);
       *out = fresh;
@@ -638,6 +651,7 @@ void sa__stream_arenas_destroy(sa_arena *a) {
     stream_arena_free(sa);
   }
   a->streams = NULL;
+  a->gone_streams = NULL;
   free(a->live_index);
   a->live_index = NULL;
   a->nlive = 0;
