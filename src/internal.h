@@ -137,7 +137,8 @@ typedef struct sa_slab_s {
   size_t slot;                      /* bytes of each superblock */
   uint32_t nslots, ncarved, nfree;  /* carved + free = nslots */
   uint32_t free_slots[SA_SLAB_MAX];
-  struct sa_slab_s *next;           /* the arena's slabs */
+  struct sa_slab_s *next, *prev;    /* the arena's slabs with free slots, or
+                                       its full ones */
 } sa_slab;
 
 typedef struct sa_superblock_s {
@@ -392,7 +393,8 @@ struct sa_arena_s {
   _Atomic size_t xcarved_bytes; /* superblocks carved in free spans (the ledger) */
   sa_superblock *all_superblocks;
   sa_superblock *spare_superblocks; /* descriptors without a mapping */
-  sa_slab *slabs;               /* superblocks mapped together (superblock.c) */
+  sa_slab *slabs;               /* superblocks mapped together (superblock.c), */
+  sa_slab *full_slabs;          /* ... apart once none of their slots is free */
   size_t slab_free_bytes;       /* their free slots, mapped */
   size_t reserve_limit;         /* the user's soft budget, else physical_cap */
   bool budgeted;                /* max_physical or reserve_limit configured:

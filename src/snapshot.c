@@ -135,6 +135,8 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
     write_chunks(f, sb->hdr.chunks, sb->hdr.base, "", &first);
   for (const sa_slab *sl = a->slabs; sl != NULL; sl = sl->next)
     write_chunks(f, sl->hdr.chunks, sl->hdr.base, "", &first);
+  for (const sa_slab *sl = a->full_slabs; sl != NULL; sl = sl->next)
+    write_chunks(f, sl->hdr.chunks, sl->hdr.base, "", &first);
   for (const sa_run *r = a->all_runs; r != NULL; r = r->all_next) /* kept-aside ones too */
     write_chunks(f, r->hdr.chunks, r->hdr.base, "", &first);
   for (const sa_chunk *s = a->stuck; s != NULL; s = s->phys->stuck_next) /* held too */
