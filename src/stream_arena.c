@@ -575,9 +575,8 @@ void sa__stream_arenas_settle(sa_arena *a) {
 }
 
 size_t sa__stream_arenas_live(sa_arena *a) {
-  size_t n = 0;
   pthread_mutex_lock(&a->lock);
-  for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next) n += !gone(sa);
+  size_t n = a->nlive; /* the live index holds exactly those not gone */
   pthread_mutex_unlock(&a->lock);
   return n;
 }

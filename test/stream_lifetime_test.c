@@ -563,6 +563,85 @@ static void a_recycled_handle_after_the_rule_for_memory_allocated_on_it(void **s
   }
 }
 
+/* ---- review: the live index and the gone list follow every path -------- */
+
+/* Under the arena lock: the list is doubly linked; each live stream arena
+ * is in the live index (nlive of them), each gone one on the gone list
+ * (xgone_streams of them), and nothing else is on either. */
+static void check_stream_lists(sa_arena *a) {
+  pthread_mutex_lock(&a->lock);
+  size_t live = 0, gone = 0, on_gone_list = 0, indexed = 0;
+  for (sa_stream_arena *sa = a->streams, *prev = NULL; sa != NULL; prev = sa, sa = sa->next) {
+    assert_ptr_equal(sa->prev, prev);
+    bool is_gone = atomic_load(&sa->xgone);
+    bool found = false;
+    size_t buckets = a->live_index != NULL ? (size_t)1 << a->live_bits : 0;
+    for (size_t b = 0; b < buckets; b++)
+      for (sa_stream_arena *x = a->live_index[b]; x != NULL; x = x->live_next) found |= x == sa;
+    bool listed = false;
+    for (sa_stream_arena *x = a->gone_streams; x != NULL; x = x->gone_next) listed |= x == sa;
+    assert_int_equal(found, !is_gone);
+    assert_int_equal(listed, is_gone);
+    live += !is_gone;
+    gone += is_gone;
+  }
+  size_t buckets = a->live_index != NULL ? (size_t)1 << a->live_bits : 0;
+  for (size_t b = 0; b < buckets; b++)
+    for (sa_stream_arena *x = a->live_index[b]; x != NULL; x = x->live_next) indexed++;
+  for (sa_stream_arena *x = a->gone_streams; x != NULL; x = x->gone_next) on_gone_list++;
+  assert_int_equal(indexed, live);
+  assert_int_equal(a->nlive, live);
+  assert_int_equal(on_gone_list, gone);
+  assert_int_equal(atomic_load(&a->xgone_streams), gone);
+  pthread_mutex_unlock(&a->lock);
+}
+
+/* Streams released, destroyed unreleased (their handles reused: found gone
+ * by a lookup or by a release), and released while blocks of theirs live. */
+static void live_index_and_gone_list_follow_every_way_to_go(void **state) {
+  sa_fixture *f = *state;
+  sa_stream k = f->streams[0];
+  void *held[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < 120; i++) {
+    sa_stream s = new_stream(SA_HOST_AUTO);
+    void *p;
+    sa_assert_ok(sa_alloc(f->arena, &p, 16 * KiB, s));
+    check_stream_lists(f->arena);
+    switch (i % 4) {
+    case 0: /* unreleased: the next stream may take its handle */
+      sa_assert_ok(sa_free(p, s));
+      sa_assert_ok(sa_host_drain_all());
+      break;
+    case 1:
+      sa_assert_ok(sa_free(p, s));
+      sa_assert_ok(sa_stream_release(f->arena, s));
+      break;
+    case 2: /* gone while a block of it lives: not freed yet */
+      if (held[i % 3] != NULL) sa_assert_ok(sa_free(held[i % 3], k));
+      held[i % 3] = p;
+      sa_assert_ok(sa_host_drain_all());
+      sa_assert_ok(sa_stream_release(f->arena, s));
+      break;
+    default: { /* unreleased, then its handle released as a new stream's */
+      sa_assert_ok(sa_free(p, s));
+      sa_assert_ok(sa_host_drain_all());
+      sa_assert_ok(sa_host_stream_destroy(s));
+      s = new_stream(SA_HOST_AUTO);
+      sa_assert_ok(sa_stream_release(f->arena, s));
+      break;
+    }
+    }
+    check_stream_lists(f->arena);
+    sa_assert_ok(sa_host_stream_destroy(s));
+  }
+  for (int i = 0; i < 3; i++)
+    if (held[i] != NULL) sa_assert_ok(sa_free(held[i], k));
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_trim(f->arena, 0));
+  check_stream_lists(f->arena);
+  assert_true(stream_arenas(f->arena) <= 4);
+}
+
 int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -580,6 +659,7 @@ int main(void) {
       T(release_hands_back_batches_parked_by_an_exited_thread),
       T(releasing_a_recycled_handle_does_not_settle_the_old_stream),
       T(a_recycled_handle_after_the_rule_for_memory_allocated_on_it),
+      T(live_index_and_gone_list_follow_every_way_to_go),
   };
 #undef T
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
