@@ -30,9 +30,8 @@ static inline size_t large_threshold(const sa_arena *a) {
  * the largest small block per thread. */
 static inline bool live_add(sa_tentry *e, int64_t delta, size_t block) {
   int64_t live = e->live_delta + delta;
-  int64_t limit = (int64_t)(SA_LIVE_FLUSH_BYTES + block);
   e->live_delta = live;
-  return sa_unlikely(live >= limit || live <= -limit); /* time to publish */
+  return sa_unlikely(sa__live_due(live, block)); /* time to publish */
 }
 
 static inline void live_account(sa_tentry *e, int64_t delta, size_t block) {

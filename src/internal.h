@@ -789,6 +789,12 @@ void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep); /* named *
 /* Send e's open cross-stream batch on (named: behind an event now). */
 void sa__tentry_flush_out(sa_tentry *e, bool named);
 void sa__tentry_publish_live(sa_tentry *e);
+/* Is an unpublished live-byte delta past the slack plus one block (block:
+ * the small block just counted, 0 for a span)? Then it is published. */
+static inline bool sa__live_due(int64_t delta, size_t block) {
+  int64_t limit = (int64_t)(SA_LIVE_FLUSH_BYTES + block);
+  return delta >= limit || delta <= -limit;
+}
 /* Arena destroy: hand every entry of a back to its owner thread, which
  * frees it; a is never reached through them again. */
 void sa__entries_detach(sa_arena *a);

@@ -270,9 +270,7 @@ static void fold_live(struct sa_tcache_s *tc, sa_arena *a, sa_tentry *e) {
     e->live_delta += x->live_delta;
     x->live_delta = 0;
   }
-  if (e->live_delta >= (int64_t)SA_LIVE_FLUSH_BYTES ||
-      e->live_delta <= -(int64_t)SA_LIVE_FLUSH_BYTES)
-    sa__tentry_publish_live(e);
+  if (sa__live_due(e->live_delta, 0)) sa__tentry_publish_live(e);
 }
 
 sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
