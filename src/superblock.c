@@ -132,13 +132,9 @@ static uint32_t slab_slots(const sa_arena *a, size_t size) {
   return k > least ? k : least;
 }
 
-/* The list sl is on: full slabs apart, so that slab_take walks only those
- * with a free slot (4 million live blocks in 3,389 slabs: walking them all
- * was 28% of allocation time). */
-static sa_slab **slab_list(sa_arena *a, const sa_slab *sl) {
-  return sl->nfree > 0 ? &a->slabs : &a->full_slabs;
-}
-
+/* Slabs with a free slot are on a->slabs, full ones apart on
+ * a->full_slabs, so that slab_take walks only the first (4 million live
+ * blocks in 3,389 slabs: walking them all was 28% of allocation time). */
 static void slab_unlink(sa_slab **list, sa_slab *sl) {
   if (sl->prev != NULL)
     sl->prev->next = sl->next;
@@ -197,7 +193,7 @@ static bool slab_unmap(sa_arena *a, sa_slab *sl) {
   if (sa__physical_unmap(a, &sl->hdr) != SA_OK) return false;
   sa__va_free(a, sl->hdr.base, sl->hdr.size);
   a->slab_free_bytes -= (size_t)sl->nfree * sl->slot;
-  slab_unlink(slab_list(a, sl), sl);
+  slab_unlink(&a->slabs, sl); /* none carved: every slot free */
   free(sl);
   return true;
 }
