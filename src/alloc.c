@@ -256,18 +256,23 @@ sa_status sa_alloc(sa_arena *a, void **out, size_t size, sa_stream s) {
 
 /* A live block: a span, or a small block of a superblock. */
 typedef struct block_ref_s {
-  sa_span *span;         /* a large allocation, or NULL */
+  bool in_run;           /* p is in span memory ... */
+  sa_span *span;         /* ... the live span there when looked up, or NULL */
   sa_superblock *sb;     /* else its superblock ... */
   uint32_t idx;          /* ... and index there */
   _Atomic uint8_t *state;
 } block_ref;
 
-/* Locate p's block: SA_OK with *ref, or why not. */
-static sa_status find_block(sa_arena *a, uintptr_t p, block_ref *ref) {
+/* Locate p's block: SA_OK with *ref, or why not. Spans are looked up (under
+ * the arena lock) only with look_up_spans: sa_free looks up and frees at
+ * once (sa__span_free). */
+static sa_status find_block(sa_arena *a, uintptr_t p, bool look_up_spans, block_ref *ref) {
   sa_desc *d = sa__pagemap_get(a, p);
   *ref = (block_ref){0};
   if (d == NULL) return SA_ERR_INVALID_POINTER;
   if (d->kind == SA_DESC_RUN) {
+    ref->in_run = true;
+    if (!look_up_spans) return SA_OK;
     sa_status st = sa__span_find(a, p, &ref->span);
     if (st == SA_OK) ref->state = &ref->span->xstate;
     return st;
@@ -287,31 +292,31 @@ static sa_status find_block(sa_arena *a, uintptr_t p, block_ref *ref) {
 }
 
 /* The arena and the live block at p, or why p is not one: the common front
- * of sa_free's slow path and sa_record_stream. */
-static sa_status locate_live(void *ptr, sa_arena **a, block_ref *ref) {
+ * of sa_free's slow path and sa_record_stream (a span not looked up: see
+ * find_block). */
+static sa_status locate_live(void *ptr, bool look_up_spans, sa_arena **a, block_ref *ref) {
   uintptr_t p = (uintptr_t)ptr;
   if (ptr == NULL || (*a = sa__arena_of(p)) == NULL) return SA_ERR_INVALID_POINTER;
-  sa_status st = find_block(*a, p, ref);
-  if (st != SA_OK) return st;
+  sa_status st = find_block(*a, p, look_up_spans, ref);
+  if (st != SA_OK || ref->state == NULL) return st;
   uint8_t now = atomic_load_explicit(ref->state, memory_order_relaxed);
   return now == SA_BLOCK_LIVE || now == SA_BLOCK_RECORDED ? SA_OK : SA_ERR_DOUBLE_FREE;
 }
 
 /* Free the span at p on e's stream, with a mark on every stream
  * sa_record_stream named for it. On failure nothing changes. */
-static sa_status free_span(sa_arena *a, sa_tentry *e, sa_span *sp, uint8_t state, void *p) {
+static sa_status free_recorded_span(sa_arena *a, sa_tentry *e, void *p) {
   /* From the take to the last mark: a release of a recorded stream waits
    * (its user destroys the stream next). */
-  bool use = state == SA_BLOCK_RECORDED;
-  if (use) sa__record_use_begin(a);
-  sa_record *r = use ? sa__record_take(a, (uintptr_t)p) : NULL;
+  sa__record_use_begin(a);
+  sa_record *r = sa__record_take(a, (uintptr_t)p);
   unsigned n = r != NULL ? r->n : 0;
   sa_stream_arena **recorded = n > 0 ? calloc(n, sizeof *recorded) : NULL;
   sa_status st = n > 0 && recorded == NULL ? SA_ERR_OUT_OF_MEMORY : SA_OK;
   for (unsigned i = 0; st == SA_OK && i < n; i++)
     st = sa__stream_arena_get(a, r->streams[i], &recorded[i]);
-  size_t request = sp->request;
-  if (st == SA_OK) st = sa__span_free(a, (uintptr_t)p, e->sarena, recorded, n);
+  size_t request = 0;
+  if (st == SA_OK) st = sa__span_free(a, (uintptr_t)p, e->sarena, recorded, n, NULL, &request);
   /* The free span's marks name them without a binding (reap asks
    * sa__span_forget_doomed), as they name the freer. */
   for (unsigned i = 0; recorded != NULL && i < n && recorded[i] != NULL; i++)
@@ -319,11 +324,23 @@ static sa_status free_span(sa_arena *a, sa_tentry *e, sa_span *sp, uint8_t state
   free(recorded);
   if (st != SA_OK) {
     sa__record_restore(a, r); /* the span stays live, its record too */
-    if (use) sa__record_use_end(a);
+    sa__record_use_end(a);
     return st;
   }
   sa__record_free(a, r);
-  if (use) sa__record_use_end(a);
+  sa__record_use_end(a);
+  live_account(e, -(int64_t)request, 0);
+  return SA_OK;
+}
+
+/* The span at p freed on e's stream: one hold of the arena lock, unless
+ * sa_record_stream named streams for it. */
+static sa_status free_span(sa_arena *a, sa_tentry *e, void *p) {
+  bool needs_records = false;
+  size_t request = 0;
+  sa_status st = sa__span_free(a, (uintptr_t)p, e->sarena, NULL, 0, &needs_records, &request);
+  if (st != SA_OK) return st;
+  if (needs_records) return free_recorded_span(a, e, p);
   live_account(e, -(int64_t)request, 0);
   return SA_OK;
 }
@@ -394,7 +411,7 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
  * cross-stream batch, or (a span) the free spans. */
 static sa_status release(sa_arena *a, sa_tentry *e, const block_ref *ref, uint8_t state,
                          void *ptr) {
-  if (ref->span != NULL) return free_span(a, e, ref->span, state, ptr);
+  if (ref->in_run) return free_span(a, e, ptr);
   sa_superblock *sb = ref->sb;
   size_t bs = sb->block_size;
   sa_status st = SA_OK;
@@ -417,12 +434,17 @@ static sa_status release(sa_arena *a, sa_tentry *e, const block_ref *ref, uint8_
 static sa_status free_slow(void *ptr, sa_stream s, bool trace) {
   sa_arena *a;
   block_ref ref;
-  sa_status st = locate_live(ptr, &a, &ref);
+  sa_status st = locate_live(ptr, false, &a, &ref);
   if (st != SA_OK) return st;
-  uint8_t state = atomic_load_explicit(ref.state, memory_order_relaxed);
+  uint8_t state = ref.state != NULL ? atomic_load_explicit(ref.state, memory_order_relaxed) : 0;
   sa_tentry *e;
   st = sa__tentry_get(a, s, &e); /* validates the stream */
-  if (st != SA_OK) return st;
+  if (st != SA_OK) {
+    /* A bad pointer is named before a bad stream, in span memory too. */
+    sa_span *sp;
+    sa_status why = ref.in_run ? sa__span_find(a, (uintptr_t)ptr, &sp) : SA_OK;
+    return why != SA_OK ? why : st;
+  }
   if (sa_likely(a->trace == NULL || !trace)) {
     st = release(a, e, &ref, state, ptr);
   } else {
@@ -497,7 +519,7 @@ sa_status sa_free(void *ptr, sa_stream s) {
 sa_status sa_record_stream(void *ptr, sa_stream other) {
   sa_arena *a;
   block_ref ref;
-  sa_status st = locate_live(ptr, &a, &ref);
+  sa_status st = locate_live(ptr, true, &a, &ref);
   if (st != SA_OK) return st;
   /* A small block always comes back through its own stream, which orders
    * its reuse after that stream's work. A span freed on another stream may

@@ -681,10 +681,14 @@ sa_status sa__span_prefill(sa_arena *a, size_t size);
 /* The live span at p: SA_OK with *sp, or SA_ERR_INVALID_POINTER /
  * SA_ERR_DOUBLE_FREE. No lock held. */
 sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **sp);
-/* Free the span at p on freer's stream; recorded: the stream arenas of the
- * streams sa_record_stream named for it. */
+/* Free the live span at p on freer's stream, in one hold of the arena lock;
+ * recorded: the stream arenas of the streams sa_record_stream named for it.
+ * With needs_records, a span that has such streams is left as it is and
+ * *needs_records set: the caller takes them and calls again without it.
+ * *request: what its allocation asked for. On failure nothing changes. */
 sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
-                        sa_stream_arena *const *recorded, unsigned nrecorded);
+                        sa_stream_arena *const *recorded, unsigned nrecorded,
+                        bool *needs_records, size_t *request);
 /* Unmap free span memory whose work is done (with wait: after waiting) until
  * the chunk cache holds need bytes (0: all of it); returns the bytes
  * unmapped. Arena lock held. */

@@ -800,10 +800,18 @@ sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **out) {
 }
 
 sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
-                        sa_stream_arena *const *recorded, unsigned nrecorded) {
+                        sa_stream_arena *const *recorded, unsigned nrecorded,
+                        bool *needs_records, size_t *request) {
   pthread_mutex_lock(&a->lock);
   sa_span *sp = sa__live_find(a, p);
   sa_status st = sp != NULL ? SA_OK : not_live(a, p);
+  if (st == SA_OK && needs_records != NULL &&
+      atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_RECORDED) {
+    *needs_records = true; /* the caller takes them (record.c) and comes back */
+    pthread_mutex_unlock(&a->lock);
+    return SA_OK;
+  }
+  if (st == SA_OK) *request = sp->request;
   if (st == SA_OK && !marks_reserve(sp, 1 + nrecorded)) st = SA_ERR_OUT_OF_MEMORY;
   /* A mark on the freeing stream and on every recorded one. A failure
    * leaves the span live: the tickets taken mark nothing. */

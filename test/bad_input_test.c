@@ -312,6 +312,14 @@ static void unknown_streams(void **state) {
   BAD(sa_free(q, bogus), SA_ERR_UNKNOWN_STREAM);
   BAD(sa_record_stream(p, bogus), SA_ERR_UNKNOWN_STREAM);
   BAD(sa_record_stream(q, bogus), SA_ERR_UNKNOWN_STREAM);
+  /* A bad pointer is named before a bad stream, in span memory too (where
+   * sa_free looks the span up only after it has the stream's entry). */
+  BAD(sa_free((char *)q + 4096, bogus), SA_ERR_INVALID_POINTER);
+  BAD(sa_free((char *)p + 16, bogus), SA_ERR_INVALID_POINTER);
+  void *freed;
+  sa_assert_ok(sa_alloc(f->arena, &freed, 6 * MiB, f->streams[0]));
+  sa_assert_ok(sa_free(freed, f->streams[0]));
+  BAD(sa_free(freed, bogus), SA_ERR_DOUBLE_FREE);
   BAD(sa_stream_release(f->arena, bogus), SA_OK); /* never seen: nothing to do */
 
   /* A stream released and destroyed is unknown from then on; blocks
