@@ -312,6 +312,7 @@ struct sa_stream_arena_s {
   size_t nsuperblocks;               /* owned (bins, full, empty) */
   _Atomic size_t xspans;             /* live spans allocated here */
   _Atomic size_t xentries;           /* thread cache entries bound here, and holders */
+  sa_tentry *bound;                  /* those entries (thread_cache.c's entries_lock) */
   _Atomic bool xunfenced;            /* something here may wait for an event here */
   _Atomic bool xgone;                /* released, or its stream destroyed: no driver
                                         call on it again, never looked up again */
@@ -351,6 +352,7 @@ struct sa_tentry_s {
   sa_deferred *out;           /* open cross-stream batch */
   uint64_t last_use;          /* its thread cache's clock: least recently used goes */
   struct sa_tentry_s *arena_next, *arena_prev; /* arena's entry list */
+  struct sa_tentry_s *bound_next, *bound_prev; /* sarena's bound list */
   struct sa_tcache_s *cache;
 };
 
@@ -810,7 +812,7 @@ void sa__tentry_flush_own(sa_arena *a, sa_stream_arena *named);
 void sa__tentry_publish_own(sa_arena *a); /* their live-byte deltas */
 /* sa_stream_release: every thread's entries bound to sa (gone) give their
  * blocks and open batches back now and let go of it. */
-void sa__tentry_release_stream(sa_arena *a, sa_stream_arena *sa);
+void sa__tentry_release_stream(sa_stream_arena *sa);
 
 /* Entries per thread before the least recently used is evicted: a thread
  * cycling through several arenas and streams (8 streams x a few arenas)

@@ -84,9 +84,27 @@ static void entry_flush_all(sa_tentry *e, bool named) {
   sa__tentry_flush_out(e, named);
 }
 
+/* e binds to sa (a reference the caller took) and joins its bound list,
+ * which sa__tentry_release_stream walks. entries_lock held. */
+static void entry_bind_to(sa_tentry *e, sa_stream_arena *sa) {
+  e->sarena = sa;
+  e->bound_prev = NULL;
+  e->bound_next = sa->bound;
+  if (sa->bound != NULL) sa->bound->bound_prev = e;
+  sa->bound = e;
+}
+
+/* entries_lock held. */
 static void entry_unbind(sa_tentry *e) {
-  if (e->sarena != NULL) sa__stream_arena_unbind(e->sarena);
+  sa_stream_arena *sa = e->sarena;
+  if (sa == NULL) return;
+  if (e->bound_prev != NULL)
+    e->bound_prev->bound_next = e->bound_next;
+  else
+    sa->bound = e->bound_next;
+  if (e->bound_next != NULL) e->bound_next->bound_prev = e->bound_prev;
   e->sarena = NULL;
+  sa__stream_arena_unbind(sa);
 }
 
 static void entry_free(sa_tentry *e) {
@@ -161,10 +179,10 @@ void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees) {
  * stream during the call: its entries hold still while their blocks and
  * open batches go back (clean: the release waited for the stream's work).
  * Their owners see the bumped epoch and bind anew on their next use. */
-void sa__tentry_release_stream(sa_arena *a, sa_stream_arena *sa) {
+void sa__tentry_release_stream(sa_stream_arena *sa) {
   pthread_mutex_lock(&entries_lock);
-  for (sa_tentry *e = a->entries; e != NULL; e = e->arena_next) {
-    if (e->sarena != sa) continue;
+  while (sa->bound != NULL) { /* only sa's entries, not every thread's */
+    sa_tentry *e = sa->bound;
     entry_flush_all(e, false);
     entry_unbind(e);
   }
@@ -207,12 +225,12 @@ static sa_status entry_create(sa_arena *a, sa_stream s, sa_stream_arena *sa, sa_
   sa_tentry *e = calloc(1, sizeof *e);
   if (e == NULL) return SA_ERR_OUT_OF_MEMORY;
   e->stream = s;
-  e->sarena = sa;
   e->epoch = atomic_load_explicit(&a->xstream_epoch, memory_order_acquire);
   e->va_base = a->va_base;
   e->va_size = a->va_size;
   atomic_store_explicit(&e->xarena, a, memory_order_relaxed);
   pthread_mutex_lock(&entries_lock);
+  entry_bind_to(e, sa);
   e->arena_next = a->entries;
   if (a->entries != NULL) a->entries->arena_prev = e;
   a->entries = e;
@@ -244,7 +262,7 @@ static sa_status entry_bind(struct sa_tcache_s *tc, sa_arena *a, sa_stream s, sa
     if (st != SA_OK) return st;
     if (e != NULL) {
       pthread_mutex_lock(&entries_lock); /* sa__tentry_release_stream reads it */
-      e->sarena = sa;
+      entry_bind_to(e, sa);
       pthread_mutex_unlock(&entries_lock);
     } else {
       if (tc->n == SA_TCACHE_ENTRIES) evict(tc);

@@ -292,9 +292,12 @@ static void *cache_and_wait(void *arg) {
   for (int i = 0; i < 32; i++) T_OK(sa_free(p[i], h->s)); /* some stay in the cache */
   sem_post(&h->cached);
   sem_wait(&h->released);
-  /* The stream still lives: using it again starts from its new arena. */
-  T_OK(sa_alloc(h->arena, &p[0], 64 * KiB, h->s));
-  T_OK(sa_free(p[0], h->s));
+  /* The stream still lives: using it again starts from its new arena, to
+   * which the same entry binds again; the next release finds it there. */
+  for (int i = 0; i < 32; i++) T_OK(sa_alloc(h->arena, &p[i], 64 * KiB, h->s));
+  for (int i = 0; i < 32; i++) T_OK(sa_free(p[i], h->s));
+  sem_post(&h->cached);
+  sem_wait(&h->released);
   return NULL;
 }
 
@@ -307,14 +310,15 @@ static void release_takes_back_what_other_threads_cached(void **state) {
   sem_init(&h.released, 0, 0);
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, cache_and_wait, &h), 0);
-  sem_wait(&h.cached);
-  assert_true(stats(f->arena).reserved_bytes > 0);
-  sa_assert_ok(sa_stream_release(f->arena, h.s));
-  sa_assert_ok(sa_trim(f->arena, 0));
-  assert_int_equal(stats(f->arena).reserved_bytes, 0);
-  sem_post(&h.released);
+  for (int round = 0; round < 2; round++) {
+    sem_wait(&h.cached);
+    assert_true(stats(f->arena).reserved_bytes > 0);
+    sa_assert_ok(sa_stream_release(f->arena, h.s));
+    sa_assert_ok(sa_trim(f->arena, 0));
+    assert_int_equal(stats(f->arena).reserved_bytes, 0);
+    sem_post(&h.released);
+  }
   assert_int_equal(pthread_join(t, NULL), 0);
-  sa_assert_ok(sa_stream_release(f->arena, h.s));
   sa_assert_ok(sa_host_stream_destroy(h.s));
   sem_destroy(&h.cached);
   sem_destroy(&h.released);
