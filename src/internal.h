@@ -660,9 +660,10 @@ void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d);
 sa_status sa__stream_arena_hand_over(sa_deferred *d, bool named);
 /* Named: one event for what waits here for one (parked batches, empty
  * superblocks whose blocks came back without a call naming the stream).
- * false: the handle names another stream now (the stream id differs), and
- * sa is gone instead. */
-bool sa__stream_arena_fence(sa_stream_arena *sa);
+ * *renamed: the handle names another stream now (the stream id differs,
+ * or the handle is no stream), and sa is gone instead. A failed id query's
+ * status (SA_ERR_DRIVER): nothing changed. */
+sa_status sa__stream_arena_fence(sa_stream_arena *sa, bool *renamed);
 void sa__stream_arena_shed(sa_stream_arena *sa, bool named); /* empties to global */
 /* Every stream arena: settle what completed or became clean, shed empties
  * (named for none), and free stream arenas that are gone and hold nothing. */

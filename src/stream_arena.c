@@ -266,15 +266,19 @@ static bool any_unfenced(sa_stream_arena *sa) {
   return false;
 }
 
-bool sa__stream_arena_fence(sa_stream_arena *sa) {
+sa_status sa__stream_arena_fence(sa_stream_arena *sa, bool *renamed) {
   /* What waits here was freed on this stream arena's stream; a new stream
-   * that got its handle must not stand in for it. */
+   * that got its handle must not stand in for it. A query that failed says
+   * neither: the call fails, and sa stays as it is. */
   uint64_t sid;
   sa_arena *a = sa->arena;
-  if (a->drv->ops->stream_id(a->drv, sa->stream, &sid) != SA_OK || sid != sa->sid) {
+  sa_status st = a->drv->ops->stream_id(a->drv, sa->stream, &sid);
+  *renamed = st == SA_ERR_UNKNOWN_STREAM || (st == SA_OK && sid != sa->sid);
+  if (*renamed) {
     mark_gone(a, sa, false);
-    return false;
+    return SA_OK;
   }
+  if (st != SA_OK) return st;
   pthread_mutex_lock(&sa->lock);
   sa_deferred *out = NULL;
   if (!gone(sa)) {
@@ -285,7 +289,7 @@ bool sa__stream_arena_fence(sa_stream_arena *sa) {
   }
   pthread_mutex_unlock(&sa->lock);
   push_all(out);
-  return true;
+  return SA_OK;
 }
 
 uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_block *out,

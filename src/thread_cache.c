@@ -314,8 +314,11 @@ sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
   sa_status st = SA_OK;
   if (sa_unlikely(e == NULL || e->sarena == NULL)) st = entry_bind(tc, a, s, &e);
   if (st != SA_OK) return st;
-  if (sa_unlikely(atomic_load_explicit(&e->sarena->xunfenced, memory_order_relaxed)) &&
-      !sa__stream_arena_fence(e->sarena)) { /* this call names its stream */
+  bool renamed = false;
+  if (sa_unlikely(atomic_load_explicit(&e->sarena->xunfenced, memory_order_relaxed)))
+    st = sa__stream_arena_fence(e->sarena, &renamed); /* this call names its stream */
+  if (st != SA_OK) return st;
+  if (renamed) {
     /* s is a new stream with an old handle: start from a new stream arena. */
     revalidate(tc, a, atomic_load_explicit(&a->xstream_epoch, memory_order_acquire));
     st = entry_bind(tc, a, s, &e);
