@@ -406,16 +406,19 @@ sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_r
   }
   size_t init = c->initial_physical_bytes;
   /* It is mapped in whole granules (sa__span_prefill): those must fit under
-   * the physical cap. Counted in granules, so that rounding up cannot
+   * the physical cap, and on the device, whose memory a max_physical above
+   * it does not add to. Counted in granules, so that rounding up cannot
    * overflow. */
   size_t init_granules = init / gran + (init % gran != 0);
-  if (init_granules > cap / gran) {
+  bool device_bound = total < cap;
+  size_t init_cap = device_bound ? total : cap;
+  if (init_granules > init_cap / gran) {
     set_error(err, err_size, "initial_physical=%s: mapped in whole granules, %s, above %s, %s; "
               "what is mapped up front must fit under the physical cap",
               size_text(v, sizeof v, init),
               size_text(w, sizeof w, init_granules <= SIZE_MAX / gran ? init_granules * gran : init),
-              c->max_physical_bytes != 0 ? "max_physical" : "the device's memory",
-              size_text(x, sizeof x, cap));
+              c->max_physical_bytes != 0 && !device_bound ? "max_physical" : "the device's memory",
+              size_text(x, sizeof x, init_cap));
     return SA_ERR_BAD_CONFIG;
   }
   /* Whole granules too: 3 MiB maps 4 MiB, past a 3 MiB budget. */

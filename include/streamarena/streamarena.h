@@ -130,8 +130,10 @@ struct sa_arena_s;
 
 /* Called when an allocation cannot be satisfied after the allocator has
  * reclaimed what it can. Return nonzero to ask for one more attempt (after
- * freeing memory, say); zero to let the allocation fail. Called without any
- * allocator lock held: it may call sa_free and sa_trim. */
+ * freeing memory, say), at most 8 times for one allocation; zero to let the
+ * allocation fail. Not called for a size above the physical cap, which no
+ * attempt can fit. Called without any allocator lock held: it may call
+ * sa_free and sa_trim. */
 typedef int (*sa_oom_callback)(struct sa_arena_s *arena, size_t size,
                                sa_stream stream, void *user_data);
 
@@ -220,8 +222,8 @@ sa_status sa_config_parse(sa_config *config, const char *spec, char *err,
  *   chunk_size        a multiple of the granularity, at most 2 GiB (0: the
  *                     default);
  *   max_physical      (or the device's memory) at least superblock_size;
- *   initial_physical  in whole granules, at most max_physical (or the
- *                     device's memory), and at most reserve_limit when that
+ *   initial_physical  in whole granules, at most max_physical and the
+ *                     device's memory, and at most reserve_limit when that
  *                     is set;
  *   va_reserve        at least superblock_size and initial_physical, at most
  *                     64 TiB;
@@ -239,7 +241,8 @@ sa_status sa_device_granularity(sa_backend backend, int device, size_t *bytes);
 typedef struct sa_arena_s sa_arena;
 
 /* Create an arena on config->device with config->backend (NULL config:
- * defaults). Reserves the virtual range; maps no physical memory yet.
+ * defaults). Reserves the virtual range; maps no physical memory yet but
+ * initial_physical_bytes.
  * Every mapping it makes (growth, remapping) is readable and writable by its
  * device and by the devices of config->peer_access.
  * Errors: SA_ERR_INVALID_ARGUMENT, SA_ERR_BAD_CONFIG (a value breaks a rule:
@@ -267,7 +270,8 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out);
  * a no-op returning SA_OK. */
 sa_status sa_arena_destroy(sa_arena *arena);
 
-/* The backend an arena runs on (resolved: never SA_BACKEND_AUTO). */
+/* The backend an arena runs on (resolved: never SA_BACKEND_AUTO, but for a
+ * NULL arena). */
 sa_backend sa_arena_backend(const sa_arena *arena);
 
 /* The arena's allocation granularity in bytes (0 for NULL). */
@@ -299,7 +303,8 @@ sa_status sa_alloc(sa_arena *arena, void **out, size_t size, sa_stream stream);
  * NULL is a no-op returning SA_OK.
  * Errors: SA_ERR_INVALID_POINTER (not the start of a block of a live arena:
  * foreign, interior, or after its arena was destroyed), SA_ERR_DOUBLE_FREE,
- * SA_ERR_UNKNOWN_STREAM, SA_ERR_DRIVER. On error nothing changes.
+ * SA_ERR_UNKNOWN_STREAM, SA_ERR_DRIVER, SA_ERR_OUT_OF_MEMORY (host
+ * bookkeeping). On error nothing changes.
  * A concurrent double free of the same pointer from two threads is a race in
  * the caller; it is detected when the frees are ordered. */
 sa_status sa_free(void *p, sa_stream stream);
@@ -312,7 +317,9 @@ sa_status sa_free(void *p, sa_stream stream);
  * nor after, with that work queued, if p was allocated on other (the rule
  * at the top of this header).
  * Errors: SA_ERR_INVALID_POINTER, SA_ERR_DOUBLE_FREE (p is free),
- * SA_ERR_UNKNOWN_STREAM, SA_ERR_OUT_OF_MEMORY (host bookkeeping). */
+ * SA_ERR_UNKNOWN_STREAM, SA_ERR_DRIVER (asking the driver about other
+ * failed), SA_ERR_OUT_OF_MEMORY (host bookkeeping). On error nothing
+ * changes. */
 sa_status sa_record_stream(void *p, sa_stream other);
 
 /* Hand back at once what the arena holds for stream, which will not be
@@ -329,8 +336,10 @@ sa_status sa_record_stream(void *p, sa_stream other);
  * has not seen is SA_OK; so is releasing a new stream that got the handle
  * of a destroyed one the arena saw (the driver's stream ids differ): what
  * the old one left waits for its events, not for this synchronize. Errors:
- * SA_ERR_INVALID_ARGUMENT, SA_ERR_DRIVER (the stream id query or the
- * synchronize failed: nothing changed). */
+ * SA_ERR_INVALID_ARGUMENT, SA_ERR_UNKNOWN_STREAM (the driver no longer knows
+ * a stream the arena saw: destroyed before this call, the caller's error),
+ * SA_ERR_DRIVER (the stream id query or the synchronize failed); on either,
+ * nothing changed. */
 sa_status sa_stream_release(sa_arena *arena, sa_stream stream);
 
 /* ------------------------------------------------------------------------
