@@ -384,6 +384,10 @@ void sa__stream_arenas_reap(sa_arena *a) {
   pthread_mutex_lock(&a->lock);
   sa_stream_arena *head = a->gone_streams; /* mark_gone only prepends */
   pthread_mutex_unlock(&a->lock);
+  /* A batch that reached one after it went was drained once, its events
+   * maybe pending; no call names its stream to drain it again: look now,
+   * or it holds its superblocks (and stays) until a reclaim. */
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->gone_next) sa__stream_arena_shed(sa, false);
   size_t n = 0;
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->gone_next) {
     pthread_mutex_lock(&sa->lock); /* whoever was inside has left */

@@ -492,6 +492,53 @@ static void release_hands_back_batches_parked_by_an_exited_thread(void **state) 
   assert_int_equal(stats(f->arena).deferred_frees, 0);
 }
 
+/* ---- review: a batch that reaches a gone stream arena is looked at again */
+
+/* One round of a training loop's hand-off: a block of a short-lived
+ * stream t, used on b, is freed on b after t was released and destroyed;
+ * b's next slow call sends it home behind an event on b, not complete
+ * yet. */
+static void hand_off_to_a_gone_stream(sa_arena *arena, sa_stream b, uint32_t round) {
+  sa_stream t = new_stream(SA_HOST_AUTO);
+  void *p, *q;
+  sa_assert_ok(sa_alloc(arena, &p, 64 * KiB, t));
+  sa_assert_ok(sa_host_fill(b, p, 4096, round)); /* b uses it */
+  sa_assert_ok(sa_stream_release(arena, t));
+  sa_assert_ok(sa_host_stream_destroy(t));
+  sa_assert_ok(sa_free(p, b));
+  sa_assert_ok(sa_alloc(arena, &q, 2 * MiB, b)); /* sends the batch on */
+  sa_assert_ok(sa_free(q, b));
+  sa_assert_ok(sa_host_stream_drain(b)); /* its event completes */
+}
+
+/* The batch reached t's stream arena gone, drained once while b's event
+ * was pending, and nothing looked at it again: t's stream arena, its
+ * superblock and the event stayed until a reclaim, one more each round
+ * (a training loop that makes a stream per step grew to the device's
+ * memory, then synchronized it on the out-of-memory path). Now the next
+ * new stream's reap looks again. */
+static void batches_that_reach_gone_streams_do_not_pile_up(void **state) {
+  (void)state;
+  sa_arena *arena;
+  sa_assert_ok(sa_fixture_arena_create(&arena, "backend=host"));
+  sa_stream b = new_stream(SA_HOST_MANUAL);
+  /* b's timeline records its span frees in a ring of SA_TIMELINE_EVENTS
+   * events (timeline.c): full after as many rounds, then steady. */
+  uint32_t round = 0;
+  while (round < SA_TIMELINE_EVENTS + 1) hand_off_to_a_gone_stream(arena, b, round++);
+  size_t arenas = stream_arenas(arena);
+  sa_stats first = stats(arena);
+  while (round < SA_TIMELINE_EVENTS + 21) hand_off_to_a_gone_stream(arena, b, round++);
+  sa_stats last = stats(arena);
+  assert_int_equal(stream_arenas(arena), arenas);
+  assert_int_equal(last.deferred_frees, first.deferred_frees);
+  assert_int_equal(last.events_in_flight, first.events_in_flight);
+  assert_int_equal(last.superblocks_total, first.superblocks_total);
+  sa_assert_ok(sa_stream_release(arena, b));
+  sa_assert_ok(sa_host_stream_destroy(b));
+  sa_assert_ok(sa_arena_destroy(arena));
+}
+
 /* ---- review: releasing a recycled handle is not the old stream's -------- */
 
 /* A span recorded on `old`, freed on A: its free span waits for a mark on
@@ -661,6 +708,7 @@ int main(void) {
       T(a_spans_recorded_stream_arena_is_freed_after_release),
       T(streams_that_freed_spans_are_freed_once_gone),
       T(release_hands_back_batches_parked_by_an_exited_thread),
+      T(batches_that_reach_gone_streams_do_not_pile_up),
       T(releasing_a_recycled_handle_does_not_settle_the_old_stream),
       T(a_recycled_handle_after_the_rule_for_memory_allocated_on_it),
       T(live_index_and_gone_list_follow_every_way_to_go),
