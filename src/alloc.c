@@ -386,7 +386,7 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
     if (i == n && own) break; /* the owner's own stream orders itself */
     if (t == owner->stream && owner_orders) continue;
     st = sa__event_record_new(a, t, &d->events[d->nevents]);
-    if (st == SA_OK) d->nevents++;
+    if (st == SA_OK && d->nevents++ == 0) d->on = t; /* its pending lane */
   }
   if (st != SA_OK) {
     for (unsigned i = 0; d != NULL && i < d->nevents; i++) sa__event_drop(a, d->events[i]);

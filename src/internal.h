@@ -55,6 +55,7 @@
 #define SA_AHEAD_SHARE 512         /* a climb maps ahead 1/512 of what is held (span.c) */
 #define SA_LIVE_FLUSH_BYTES (256u << 10) /* per-thread live-byte slack, plus a block */
 #define SA_BATCH_MAX 64            /* blocks per cross-stream batch */
+#define SA_LANE_LOOKUP 64          /* pending lanes a new batch looks at (stream_arena.c) */
 #define SA_RECORD_BUCKET_BITS 10 /* the record table's first size; it doubles */
 #define SA_RECORD_BUCKETS ((size_t)1 << SA_RECORD_BUCKET_BITS)
 #define SA_SUPERBLOCK_MAX ((size_t)1 << 30) /* block offsets stay below 2^32 */
@@ -251,7 +252,10 @@ typedef struct sa_cached_block_s {
 typedef struct sa_deferred_s {
   ck_stack_entry_t link;            /* owner's inbox */
   _Atomic uint64_t xhandoff;        /* see sa__handoff_publish */
-  struct sa_deferred_s *next;       /* owner's pending list */
+  struct sa_deferred_s *next;       /* owner's pending list: the next lane's first */
+  struct sa_deferred_s *lane_next;  /* pending: the next batch of its lane */
+  struct sa_deferred_s *lane_tail;  /* a lane's first batch: its last */
+  sa_stream on;                     /* the stream events[0] was recorded on (its lane) */
   sa_stream_arena *owner;
   sa_stream_arena *freer;           /* freed on this stream arena (while open or parked) */
   uint64_t gen;                     /* the owner's stream (never given an event here:
@@ -306,7 +310,7 @@ struct sa_stream_arena_s {
   uint8_t carved[SA_CLASS_COUNT];     /* fresh superblocks carved for each class (saturates) */
   sa_superblock *empty;              /* empty superblocks kept here */
   unsigned nempty;
-  sa_deferred *pending;              /* drained, events not complete */
+  sa_deferred *pending;              /* drained, events not complete: lanes */
   size_t pending_blocks;
   sa_deferred *parked;               /* batches freed here, waiting for an event here */
   size_t nsuperblocks;               /* owned (bins, full, empty) */

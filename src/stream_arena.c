@@ -153,32 +153,96 @@ static bool deferred_ready(sa_stream_arena *sa, sa_deferred *d, bool force, bool
   return kept == 0;
 }
 
+/* Pending batches wait in lanes, one per stream their first event was
+ * recorded on, oldest first. A stream completes its work in order, so a
+ * lane whose oldest batch is not ready holds none that is, as far as a
+ * query can tell: a drain queries a lane's first batch, not every batch
+ * (10,000 batches behind one stream cost a refill 10,000 queries). A batch
+ * recorded earlier but taken in later (two threads freeing on one stream),
+ * or one behind a batch that also waits for another stream, waits a little
+ * longer: later reuse, never earlier. A new batch looks for its lane among
+ * the first SA_LANE_LOOKUP (found: moved to the front); past them it opens
+ * another lane for the same stream, which costs a query more. */
+static void lane_add(sa_stream_arena *sa, sa_deferred *d) {
+  d->lane_next = NULL;
+  sa_deferred **pl = &sa->pending;
+  for (int i = 0; *pl != NULL && i < SA_LANE_LOOKUP; i++, pl = &(*pl)->next) {
+    sa_deferred *lane = *pl;
+    if (lane->on != d->on) continue;
+    lane->lane_tail->lane_next = d;
+    lane->lane_tail = d;
+    *pl = lane->next;
+    lane->next = sa->pending;
+    sa->pending = lane;
+    return;
+  }
+  d->lane_tail = d;
+  d->next = sa->pending;
+  sa->pending = d;
+}
+
+/* Put back the blocks of the batches of the lane at *pl whose events
+ * completed (with force: after a device-side wait, every batch); without
+ * force, the first not ready ends the walk. Returns the next lane's place. */
+static sa_deferred **lane_drain(sa_stream_arena *sa, sa_deferred **pl, bool force, bool named) {
+  sa_deferred *rest = (*pl)->next, *tail = (*pl)->lane_tail;
+  sa_deferred *keep = NULL, *last = NULL, *d = *pl;
+  while (d != NULL) {
+    sa_deferred *next = d->lane_next;
+    bool waited = false;
+    if (deferred_ready(sa, d, force, &waited)) {
+      sa->pending_blocks -= d->n;
+      /* Behind a wait on this stream, the blocks are this stream's work. */
+      deferred_release(sa, d, waited ? sa__sync_gen(sa->arena) : d->gen, named);
+    } else {
+      if (last != NULL)
+        last->lane_next = d;
+      else
+        keep = d;
+      last = d;
+      if (!force) break; /* d and those behind it stay as they are */
+    }
+    d = next;
+  }
+  if (keep == NULL) {
+    *pl = rest;
+    return pl;
+  }
+  if (d == NULL) { /* walked to the end */
+    last->lane_next = NULL;
+    tail = last;
+  }
+  keep->next = rest;
+  keep->lane_tail = tail;
+  *pl = keep;
+  return &keep->next;
+}
+
 /* Take in the inbox, and put back the blocks of every batch whose events
  * completed (with force: after a device-side wait). Owner lock held. */
 static void drain(sa_stream_arena *sa, bool force, bool named) {
   force = force && named && !gone(sa);
   ck_stack_entry_t *e = ck_stack_batch_pop_mpmc(&sa->inbox);
+  sa_deferred *in = NULL; /* the stack gives the newest first */
   while (e != NULL) {
     ck_stack_entry_t *next = e->next;
     sa_deferred *d = sa__deferred_of(e);
     sa__handoff_accept(&d->xhandoff);
-    d->next = sa->pending;
-    sa->pending = d;
-    sa->pending_blocks += d->n;
+    d->next = in;
+    in = d;
     e = next;
   }
-  for (sa_deferred **pd = &sa->pending; *pd != NULL;) {
-    sa_deferred *d = *pd;
-    bool waited = false;
-    if (deferred_ready(sa, d, force, &waited)) {
-      *pd = d->next;
-      sa->pending_blocks -= d->n;
-      /* Behind a wait on this stream, the blocks are this stream's work. */
-      deferred_release(sa, d, waited ? sa__sync_gen(sa->arena) : d->gen, named);
-    } else {
-      pd = &d->next;
+  while (in != NULL) {
+    sa_deferred *d = in;
+    in = d->next;
+    if (d->nevents == 0) { /* nothing to wait for: not behind a lane */
+      deferred_release(sa, d, d->gen, named);
+      continue;
     }
+    sa->pending_blocks += d->n;
+    lane_add(sa, d);
   }
+  for (sa_deferred **pl = &sa->pending; *pl != NULL;) pl = lane_drain(sa, pl, force, named);
 }
 
 void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d) {
@@ -216,6 +280,7 @@ sa_status sa__stream_arena_hand_over(sa_deferred *d, bool named) {
     if (named && !gone(f)) {
       st = sa__event_record_new(f->arena, f->stream, &d->events[0]);
       if (st == SA_OK) d->nevents = 1;
+      d->on = f->stream; /* its pending lane */
     } else {
       park(f, d);
       send = false;
@@ -238,6 +303,7 @@ static sa_deferred *unpark(sa_stream_arena *sa, bool fence) {
     if (!ready && fence) {
       ready = sa__event_record_new(sa->arena, sa->stream, &d->events[0]) == SA_OK;
       if (ready) d->nevents = 1;
+      d->on = sa->stream;
     }
     if (!ready) {
       pd = &d->next;
@@ -643,7 +709,11 @@ void sa__stream_arenas_destroy(sa_arena *a) {
     drain(sa, false, false);
     while (sa->pending != NULL) { /* the arena is going: wait for the rest */
       sa_deferred *d = sa->pending;
-      sa->pending = d->next;
+      sa->pending = d->lane_next != NULL ? d->lane_next : d->next;
+      if (d->lane_next != NULL) {
+        d->lane_next->next = d->next;
+        d->lane_next->lane_tail = d->lane_tail;
+      }
       for (unsigned i = 0; i < d->nevents; i++) (void)sa__event_settle(a, d->events[i]);
       atomic_fetch_sub_explicit(&a->xdeferred_blocks, d->n, memory_order_relaxed);
       sa__deferred_free(d);
