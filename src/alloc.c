@@ -107,11 +107,14 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
                                   void **out) {
   bool large = size > large_threshold(a);
   size_t soft = sa__physical_soft_limit(a), hard = a->physical_cap;
-  size_t need = large ? size : atomic_load_explicit(&a->xsuperblock_size, memory_order_relaxed);
   sa_status st = try_alloc(a, e, size, soft, out);
   bool all_reclaimed = false; /* step 2 took everything free already */
   for (int step = 2, callbacks = 0; st == SA_ERR_OUT_OF_MEMORY; step++) {
     size_t limit = hard;
+    /* Read at every step: sa_set_superblock_size on another thread sizes
+     * the superblock the next try carves. */
+    size_t need =
+        large ? size : atomic_load_explicit(&a->xsuperblock_size, memory_order_relaxed);
     if (step == 2) {
       size_t allowance = sa__physical_remap_allowance(a, soft);
       if (allowance == SIZE_MAX) { /* a budget: everything free goes */

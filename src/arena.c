@@ -79,6 +79,7 @@ size_t sa_arena_granularity(const sa_arena *a) { return a != NULL ? a->gran : 0;
 static void arena_free(sa_arena *a) {
   pthread_rwlock_destroy(&a->streams_rw);
   pthread_mutex_destroy(&a->lock);
+  pthread_mutex_destroy(&a->reclaim_lock);
   pthread_mutex_destroy(&a->event_lock);
   pthread_mutex_destroy(&a->record_lock);
   pthread_rwlock_destroy(&a->record_rw);
@@ -96,6 +97,7 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
   else
     sa_config_init(&a->cfg);
   pthread_mutex_init(&a->lock, NULL);
+  pthread_mutex_init(&a->reclaim_lock, NULL);
   pthread_rwlock_init(&a->streams_rw, NULL);
   pthread_mutex_init(&a->event_lock, NULL);
   pthread_mutex_init(&a->record_lock, NULL);

@@ -417,6 +417,7 @@ struct sa_arena_s {
                                    little (span.c): none again until a free */
 
   CK_CC_CACHELINE ck_stack_t free_superblocks; /* empty, mapped */
+  pthread_mutex_t reclaim_lock; /* one reclaim pass at a time (reclaim.c); then the arena lock */
   /* Mapped superblocks, each counted in exactly one of these as it moves
    * (superblock.c), so that statistics add up without a snapshot. */
   _Atomic size_t xsuperblocks_active, xsuperblocks_empty, xsuperblock_empty_bytes;

@@ -17,14 +17,20 @@
 #include "internal.h"
 
 /* Superblocks on the global stack whose event completed (or, with wait,
- * once it has) are unmapped; the others go back on the stack. */
+ * once it has) are unmapped; the others go back on the stack. A pass holds
+ * those until its end, out of every other pass's sight: passes take turns,
+ * or an allocation's last pass, after its device sync, found the stack
+ * empty while a concurrent sa_defragment held what it needed and failed
+ * (defrag_test: allocation_waits_for_a_concurrent_reclaim_pass). */
 static void unmap_free_superblocks(sa_arena *a, bool wait) {
   sa_superblock *keep = NULL, *sb;
+  pthread_mutex_lock(&a->reclaim_lock);
   while ((sb = sa__superblock_pop_global(a)) != NULL) {
     sa__hook(SA_HOOK_RECLAIM_POPPED, sb);
     sa__superblock_unmap_or_keep(a, sb, wait, &keep);
   }
   sa__superblock_push_all(a, keep);
+  pthread_mutex_unlock(&a->reclaim_lock);
   pthread_mutex_lock(&a->lock);
   sa__superblock_slabs_unmap_free(a);
   pthread_mutex_unlock(&a->lock);

@@ -770,6 +770,98 @@ static void defragment_concurrent_with_alloc_free(void **state) {
   teardown(&f);
 }
 
+/* sa_defragment on another thread, paused with the superblock it took off
+ * the global stack (SA_HOOK_RECLAIM_POPPED): a pass keeps those whose work
+ * is pending until its end, which on a GPU is an unmap per superblock
+ * later. An allocation that needs that memory must not fail meanwhile: it
+ * waits for the pass (the pause ends after a second, as a pass does). */
+static struct {
+  atomic_int paused, go;
+} held;
+
+static void hold_popped(sa_hook_point point, void *arg) {
+  (void)arg;
+  if (point != SA_HOOK_RECLAIM_POPPED ||
+      atomic_exchange_explicit(&held.paused, 1, memory_order_relaxed) != 0)
+    return;
+  for (int ms = 0; ms < 1000 && !atomic_load_explicit(&held.go, memory_order_relaxed); ms++)
+    usleep(1000);
+}
+
+static void *defragment_once(void *arg) { return (void *)(intptr_t)sa_defragment(arg); }
+
+static void allocation_waits_for_a_concurrent_reclaim_pass(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "max_physical=6MiB", 2, SA_HOST_MANUAL);
+  sa_stream s = f.streams[0];
+  /* An empty superblock (2 MiB) kept on s, fenced by the span's calls on
+   * s, and a free 4 MiB span: the whole cap, all of it pending on s. */
+  sa_assert_ok(sa_fixture_alloc_free_on_thread(f.arena, 4096, 8, s));
+  void *big;
+  sa_assert_ok(sa_alloc(f.arena, &big, 4 * MiB, s));
+  sa_assert_ok(sa_free(big, s));
+  assert_int_equal(stats(f.arena).reserved_bytes, 6 * MiB);
+
+  atomic_store(&held.paused, 0);
+  atomic_store(&held.go, 0);
+  atomic_store(&sa__test_hook, hold_popped);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, defragment_once, f.arena), 0);
+  while (!atomic_load_explicit(&held.paused, memory_order_relaxed)) sched_yield();
+  void *p;
+  sa_status got = sa_alloc(f.arena, &p, 6 * MiB, f.streams[1]); /* waits for s's work */
+  atomic_store_explicit(&held.go, 1, memory_order_relaxed);
+  void *dst;
+  assert_int_equal(pthread_join(t, &dst), 0);
+  atomic_store(&sa__test_hook, NULL);
+  sa_assert_ok((sa_status)(intptr_t)dst);
+  sa_assert_ok(got);
+  assert_true(stats(f.arena).reserved_bytes_peak <= 6 * MiB);
+  sa_assert_ok(sa_free(p, f.streams[1]));
+  teardown(&f);
+}
+
+/* sa_set_superblock_size while an allocation is on its out-of-memory path
+ * (here from the path's own reclaim, for a thread that calls it then): the
+ * superblock that allocation carves next is the new size, and what it gets
+ * back must be enough for that. */
+static sa_arena *resized;
+
+static void resize_on_reclaim(sa_hook_point point, void *arg) {
+  (void)arg;
+  if (point == SA_HOOK_RECLAIM_POPPED && resized != NULL) {
+    sa_assert_ok(sa_set_superblock_size(resized, 8 * MiB));
+    resized = NULL;
+  }
+}
+
+static void superblock_resized_during_reclaim_gets_its_memory(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "max_physical=10MiB", 2, SA_HOST_MANUAL);
+  sa_stream s = f.streams[0];
+  /* An empty 2 MiB superblock kept on s (fenced by the span's calls) and
+   * a free 8 MiB span, their work done: the whole cap. */
+  sa_assert_ok(sa_fixture_alloc_free_on_thread(f.arena, 4096, 8, s));
+  void *big;
+  sa_assert_ok(sa_alloc(f.arena, &big, 8 * MiB, s));
+  sa_assert_ok(sa_free(big, s));
+  sa_assert_ok(sa_host_stream_drain(s));
+  assert_int_equal(stats(f.arena).reserved_bytes, 10 * MiB);
+
+  resized = f.arena;
+  atomic_store(&sa__test_hook, resize_on_reclaim);
+  void *p;
+  sa_status got = sa_alloc(f.arena, &p, 4096, f.streams[1]); /* an 8 MiB superblock */
+  atomic_store(&sa__test_hook, NULL);
+  assert_null(resized); /* the reclaim took the superblock off the global stack */
+  sa_assert_ok(got);
+  assert_true(stats(f.arena).reserved_bytes_peak <= 10 * MiB);
+  sa_assert_ok(sa_free(p, f.streams[1]));
+  teardown(&f);
+}
+
 /* ---------------------------------------------------------------------- */
 
 /* Run fn with stderr going to a file; return what it wrote (malloc'd). */
@@ -1196,6 +1288,8 @@ int main(void) {
       cmocka_unit_test(trim_honours_release_threshold),
       cmocka_unit_test(defragment_waits_for_pending_work),
       cmocka_unit_test(defragment_concurrent_with_alloc_free),
+      cmocka_unit_test(allocation_waits_for_a_concurrent_reclaim_pass),
+      cmocka_unit_test(superblock_resized_during_reclaim_gets_its_memory),
       cmocka_unit_test(oom_report_summarises_the_arena),
       cmocka_unit_test(adjacent_free_spans_merge_without_the_driver),
       cmocka_unit_test(free_span_splits_at_chunk_boundaries),
