@@ -440,6 +440,16 @@ static sa_status free_slow(void *ptr, sa_stream s, bool trace) {
   sa_status st = locate_live(ptr, false, &a, &ref);
   if (st != SA_OK) return st;
   uint8_t state = ref.state != NULL ? atomic_load_explicit(ref.state, memory_order_relaxed) : 0;
+  /* A span is looked up with its free only where s's entry is at hand:
+   * else a bad pointer would bind s first (a stream arena, an eviction, a
+   * driver call on s), which a bad small block never does. */
+  sa_tentry *last = sa__tentry_last();
+  if (ref.in_run && !(last != NULL && entry_current(last, a, s) && last->sarena != NULL &&
+                      !atomic_load_explicit(&last->sarena->xunfenced, memory_order_relaxed))) {
+    sa_span *sp;
+    st = sa__span_find(a, (uintptr_t)ptr, &sp);
+    if (st != SA_OK) return st;
+  }
   sa_tentry *e;
   st = sa__tentry_get(a, s, &e); /* validates the stream */
   if (st != SA_OK) {

@@ -112,6 +112,35 @@ static void double_free(void **state) {
   still_serving(f);
 }
 
+/* A bad pointer in span memory changes nothing, as in a superblock: the
+ * stream it names is not bound first (no stream arena for a stream first
+ * named there, no driver call on one released and destroyed, which the
+ * checker counts). */
+static void bad_span_pointers_bind_no_stream(void **state) {
+  sa_fixture *f = *state;
+  sa_stream fresh, gone;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_AUTO, &fresh));
+  sa_assert_ok(sa_host_stream_create(SA_HOST_AUTO, &gone));
+  void *big, *live, *last;
+  sa_assert_ok(sa_alloc(f->arena, &last, 7 * MiB, gone));
+  sa_assert_ok(sa_free(last, gone));
+  sa_assert_ok(sa_stream_release(f->arena, gone));
+  sa_assert_ok(sa_host_stream_destroy(gone));
+  sa_assert_ok(sa_alloc(f->arena, &big, 5 * MiB, f->streams[0]));
+  sa_assert_ok(sa_alloc(f->arena, &live, 6 * MiB, f->streams[0]));
+  sa_assert_ok(sa_free(big, f->streams[0]));
+  sa_stats before, after;
+  sa_assert_ok(sa_get_stats(f->arena, &before));
+  BAD(sa_free(big, fresh), SA_ERR_DOUBLE_FREE);
+  BAD(sa_free((char *)live + 4096, fresh), SA_ERR_INVALID_POINTER);
+  BAD(sa_free(last, gone), SA_ERR_DOUBLE_FREE); /* no call on gone */
+  sa_assert_ok(sa_get_stats(f->arena, &after));
+  assert_int_equal(after.streams, before.streams);
+  sa_assert_ok(sa_free(live, f->streams[0]));
+  sa_assert_ok(sa_host_stream_destroy(fresh));
+  still_serving(f);
+}
+
 /* After sa_trim has given the memory back to the device, the address is no
  * block of the arena any more: a second free cannot be told from a wild
  * pointer. */
@@ -313,7 +342,8 @@ static void unknown_streams(void **state) {
   BAD(sa_record_stream(p, bogus), SA_ERR_UNKNOWN_STREAM);
   BAD(sa_record_stream(q, bogus), SA_ERR_UNKNOWN_STREAM);
   /* A bad pointer is named before a bad stream, in span memory too (where
-   * sa_free looks the span up only after it has the stream's entry). */
+   * sa_free looks the span up with its free when it has the stream's
+   * entry). */
   BAD(sa_free((char *)q + 4096, bogus), SA_ERR_INVALID_POINTER);
   BAD(sa_free((char *)p + 16, bogus), SA_ERR_INVALID_POINTER);
   void *freed;
@@ -517,6 +547,7 @@ int main(void) {
       T(null_arguments),
       T(double_free),
       T(double_free_after_trim),
+      T(bad_span_pointers_bind_no_stream),
       T(pointers_inside_blocks),
       T(pointers_inside_a_free_superblock),
       T(foreign_pointers),
