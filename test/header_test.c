@@ -5,6 +5,7 @@
  * STREAMARENA_CONF's ignored device key, the live-block count that
  * sa_arena_destroy writes, and how often an oom_callback is asked. */
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -368,13 +369,14 @@ static void oom_callback_is_asked_at_most_8_times(void **state) {
  * calls run while other threads allocate and free, sizes on both sides of
  * every threshold the superblock sizes give, and each thread checks that
  * its blocks keep their bytes. Run under ThreadSanitizer too. */
-enum { WORKERS = 3, ROUNDS = 20000, HELD = 8 };
+enum { WORKERS = 3, ROUNDS = 20000, HELD = 8, ROUNDS_PER_TUNING = 500 };
 
 typedef struct {
   sa_arena *arena;
   sa_stream stream;
   unsigned id;
   _Atomic int *running;
+  _Atomic unsigned *rounds; /* every worker's, together */
   int failures;
 } worker_arg;
 
@@ -387,6 +389,7 @@ static void *tuned_worker(void *arg) {
   size_t size[HELD] = {0};
   uint64_t rng = 0x9e3779b97f4a7c15ull * (w->id + 1);
   for (int r = 0; r < ROUNDS; r++) {
+    atomic_fetch_add_explicit(w->rounds, 1, memory_order_relaxed);
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     unsigned k = (unsigned)(rng >> 33) % HELD;
     if (held[k] != NULL) {
@@ -419,15 +422,21 @@ static void tuning_runs_while_threads_allocate(void **state) {
   FILE *sink = fopen("/dev/null", "w");
   assert_non_null(sink);
   _Atomic int running = WORKERS;
+  _Atomic unsigned rounds = 0;
   pthread_t t[WORKERS];
   worker_arg w[WORKERS];
   for (unsigned i = 0; i < WORKERS; i++) {
-    w[i] = (worker_arg){.arena = a, .id = i, .running = &running};
+    w[i] = (worker_arg){.arena = a, .id = i, .running = &running, .rounds = &rounds};
     sa_assert_ok(sa_host_stream_create(SA_HOST_AUTO, &w[i].stream));
     assert_int_equal(pthread_create(&t[i], NULL, tuned_worker, &w[i]), 0);
   }
   static const size_t sb[] = {8 << 20, 64 << 20, 2 << 20, 32 << 20, 4 << 20};
-  for (unsigned i = 0; atomic_load(&running) > 0; i++) {
+  /* Paced by the workers' progress: a snapshot stops the world, and back
+   * to back (on 16 cores) they starved the workers for minutes. */
+  for (unsigned i = 0, seen = 0; atomic_load(&running) > 0; i++) {
+    while (atomic_load(&running) > 0 && atomic_load(&rounds) - seen < ROUNDS_PER_TUNING)
+      sched_yield();
+    seen = atomic_load(&rounds);
     sa_assert_ok(sa_set_superblock_size(a, sb[i % 5]));
     sa_stats st = stats_of(a);
     assert_int_equal(st.superblocks_active + st.superblocks_empty, st.superblocks_total);
