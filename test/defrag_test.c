@@ -788,6 +788,15 @@ static void hold_popped(sa_hook_point point, void *arg) {
     usleep(1000);
 }
 
+/* An empty superblock that another thread's blocks came back to on s, kept
+ * there, and a free span of span bytes freed on s after it. */
+static void kept_superblock_and_free_span(sa_fixture *f, sa_stream s, size_t span) {
+  sa_assert_ok(sa_fixture_alloc_free_on_thread(f->arena, 4096, 8, s));
+  void *big;
+  sa_assert_ok(sa_alloc(f->arena, &big, span, s));
+  sa_assert_ok(sa_free(big, s));
+}
+
 static void *defragment_once(void *arg) { return (void *)(intptr_t)sa_defragment(arg); }
 
 static void allocation_waits_for_a_concurrent_reclaim_pass(void **state) {
@@ -797,10 +806,7 @@ static void allocation_waits_for_a_concurrent_reclaim_pass(void **state) {
   sa_stream s = f.streams[0];
   /* An empty superblock (2 MiB) kept on s, fenced by the span's calls on
    * s, and a free 4 MiB span: the whole cap, all of it pending on s. */
-  sa_assert_ok(sa_fixture_alloc_free_on_thread(f.arena, 4096, 8, s));
-  void *big;
-  sa_assert_ok(sa_alloc(f.arena, &big, 4 * MiB, s));
-  sa_assert_ok(sa_free(big, s));
+  kept_superblock_and_free_span(&f, s, 4 * MiB);
   assert_int_equal(stats(f.arena).reserved_bytes, 6 * MiB);
 
   atomic_store(&held.paused, 0);
@@ -843,10 +849,7 @@ static void superblock_resized_during_reclaim_gets_its_memory(void **state) {
   sa_stream s = f.streams[0];
   /* An empty 2 MiB superblock kept on s (fenced by the span's calls) and
    * a free 8 MiB span, their work done: the whole cap. */
-  sa_assert_ok(sa_fixture_alloc_free_on_thread(f.arena, 4096, 8, s));
-  void *big;
-  sa_assert_ok(sa_alloc(f.arena, &big, 8 * MiB, s));
-  sa_assert_ok(sa_free(big, s));
+  kept_superblock_and_free_span(&f, s, 8 * MiB);
   sa_assert_ok(sa_host_stream_drain(s));
   assert_int_equal(stats(f.arena).reserved_bytes, 10 * MiB);
 
