@@ -444,18 +444,16 @@ static sa_status free_slow(void *ptr, sa_stream s, bool trace) {
    * else a bad pointer would bind s first (a stream arena, an eviction, a
    * driver call on s), which a bad small block never does. */
   sa_tentry *last = sa__tentry_last();
-  if (ref.in_run && !(last != NULL && entry_current(last, a, s) && last->sarena != NULL &&
-                      !atomic_load_explicit(&last->sarena->xunfenced, memory_order_relaxed))) {
-    sa_span *sp;
-    st = sa__span_find(a, (uintptr_t)ptr, &sp);
-    if (st != SA_OK) return st;
-  }
+  bool at_hand = last != NULL && entry_current(last, a, s) && last->sarena != NULL &&
+                 !atomic_load_explicit(&last->sarena->xunfenced, memory_order_relaxed);
+  sa_span *sp;
+  if (ref.in_run && !at_hand && (st = sa__span_find(a, (uintptr_t)ptr, &sp)) != SA_OK) return st;
   sa_tentry *e;
   st = sa__tentry_get(a, s, &e); /* validates the stream */
   if (st != SA_OK) {
-    /* A bad pointer is named before a bad stream, in span memory too. */
-    sa_span *sp;
-    sa_status why = ref.in_run ? sa__span_find(a, (uintptr_t)ptr, &sp) : SA_OK;
+    /* A bad pointer is named before a bad stream: a span not looked up
+     * above (its entry needed a fence meanwhile, which failed) is now. */
+    sa_status why = ref.in_run && at_hand ? sa__span_find(a, (uintptr_t)ptr, &sp) : SA_OK;
     return why != SA_OK ? why : st;
   }
   if (sa_likely(a->trace == NULL || !trace)) {

@@ -452,7 +452,9 @@ void sa__stream_arenas_reap(sa_arena *a) {
   pthread_mutex_unlock(&a->lock);
   /* A batch that reached one after it went was drained once, its events
    * maybe pending; no call names its stream to drain it again: look now,
-   * or it holds its superblocks (and stays) until a reclaim. */
+   * or it holds its superblocks (and stays) until a reclaim. All are shed
+   * before any is judged: a shed hands unparked batches to their owners'
+   * inboxes, which may be gone ones of this list. */
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->gone_next) sa__stream_arena_shed(sa, false);
   size_t n = 0;
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->gone_next) {
