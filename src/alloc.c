@@ -218,7 +218,7 @@ SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size,
   sa_tentry *e;
   sa_status st = sa__tentry_get(a, s, &e);
   if (st != SA_OK) return st;
-  if (e->out != NULL) sa__tentry_flush_out(e, true);
+  if (e->out != NULL) (void)sa__tentry_flush_out(e, true); /* stays on failure */
   void *p;
   st = alloc_reclaiming(a, e, size, s, &p);
   if (st != SA_OK) return st;
@@ -356,8 +356,8 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
   if (!recorded) {
     sa_deferred *d = e->out;
     if (d != NULL && (d->owner != sb->owner || d->freer != e->sarena || d->n == SA_BATCH_MAX)) {
-      sa__tentry_flush_out(e, true);
-      if (e->out != NULL) return SA_ERR_DRIVER; /* could not record its event */
+      sa_status st = sa__tentry_flush_out(e, true);
+      if (st != SA_OK) return st; /* could not record its event: the batch stays */
       d = NULL;
     }
     if (d == NULL) {

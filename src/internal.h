@@ -799,7 +799,7 @@ static inline sa_tentry *sa__tentry_last(void);
 sa_status sa__tbin_init(sa_tbin *b, unsigned cls);
 void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep); /* named */
 /* Send e's open cross-stream batch on (named: behind an event now). */
-void sa__tentry_flush_out(sa_tentry *e, bool named);
+sa_status sa__tentry_flush_out(sa_tentry *e, bool named);
 void sa__tentry_publish_live(sa_tentry *e);
 /* Is an unpublished live-byte delta past the slack plus one block (block:
  * the small block just counted, 0 for a span)? Then it is published. */

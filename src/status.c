@@ -21,6 +21,7 @@ static const char *const status_strings[] = {
     [SA_ERR_STREAM_ORDER] = "stream-order violation",
     [SA_ERR_NOT_SUPPORTED] = "not supported by this backend",
     [SA_ERR_INTERNAL] = "internal error",
+    [SA_ERR_STREAM_CAPTURING] = "stream is being captured into a CUDA graph",
 };
 
 _Static_assert(sizeof status_strings / sizeof status_strings[0] == SA_STATUS_COUNT_,

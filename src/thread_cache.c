@@ -72,16 +72,20 @@ void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep) {
 }
 
 /* The open batch goes on (stream_arena.c: behind an event when named, else
- * without one or parked); on a driver failure it stays. */
-void sa__tentry_flush_out(sa_tentry *e, bool named) {
-  if (e->out != NULL && sa__stream_arena_hand_over(e->out, named) == SA_OK) e->out = NULL;
+ * without one or parked); on a driver failure it stays, and the failure is
+ * returned. */
+sa_status sa__tentry_flush_out(sa_tentry *e, bool named) {
+  if (e->out == NULL) return SA_OK;
+  sa_status st = sa__stream_arena_hand_over(e->out, named);
+  if (st == SA_OK) e->out = NULL;
+  return st;
 }
 
 /* Everything e holds back to its stream arena. */
 static void entry_flush_all(sa_tentry *e, bool named) {
   if (e->sarena != NULL)
     for (unsigned c = 0; c < SA_CLASS_COUNT; c++) flush_bin(e, c, 0, named);
-  sa__tentry_flush_out(e, named);
+  (void)sa__tentry_flush_out(e, named); /* a batch that could not go stays */
 }
 
 /* e binds to sa (a reference the caller took) and joins its bound list,

@@ -241,6 +241,27 @@ static CUresult f_StreamGetId(CUstream s, unsigned long long *id) {
   *id = st->id;
   return CUDA_SUCCESS;
 }
+static CUresult f_StreamIsCapturing(CUstream s, CUstreamCaptureStatus *status) {
+  if (resolve(s) == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  *status = CU_STREAM_CAPTURE_STATUS_NONE; /* the fake captures nothing */
+  return CUDA_SUCCESS;
+}
+static _Thread_local CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static CUresult f_ThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+  CUstreamCaptureMode old = capture_mode;
+  capture_mode = *mode;
+  *mode = old;
+  return CUDA_SUCCESS;
+}
+static CUresult f_StreamBeginCapture(CUstream s, CUstreamCaptureMode mode) {
+  (void)s; (void)mode;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+static CUresult f_StreamEndCapture(CUstream s, CUgraph *g) {
+  (void)s; *g = NULL;
+  return CUDA_ERROR_ILLEGAL_STATE;
+}
+static CUresult f_GraphDestroy(CUgraph g) { (void)g; return CUDA_SUCCESS; }
 static CUresult f_StreamCreate(CUstream *s, unsigned flags) {
   (void)flags;
   if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
@@ -274,7 +295,8 @@ static const struct {
     E(MemAddressReserve), E(MemAddressFree), E(MemCreate), E(MemRelease), E(MemMap), E(MemUnmap),
     E(MemSetAccess), E(EventCreate), E(EventDestroy), E(EventRecord), E(EventQuery),
     E(EventSynchronize), E(StreamWaitEvent), E(StreamSynchronize), E(StreamGetCtx),
-    E(StreamGetId), E(StreamCreate), E(StreamDestroy), E(MemsetD32Async), E(MemcpyDtoH),
+    E(StreamGetId), E(StreamIsCapturing), E(ThreadExchangeStreamCaptureMode), E(StreamCreate), E(StreamDestroy), E(MemsetD32Async), E(MemcpyDtoH),
+    E(StreamBeginCapture), E(StreamEndCapture), E(GraphDestroy),
 };
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,

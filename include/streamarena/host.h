@@ -90,6 +90,46 @@ sa_status sa_host_fill(sa_stream stream, void *p, size_t size, uint32_t pattern)
 sa_status sa_host_check(sa_stream stream, const void *p, size_t size,
                         uint32_t pattern, uint64_t *mismatches);
 
+/* Stream capture, as cuStreamBeginCapture models it: work enqueued on a
+ * capturing stream goes into a graph instead of running (the simulator
+ * keeps no graph: kernels are dropped, an event recorded there belongs to
+ * the capture). The driver's rules, as measured on an H200 with CUDA 13:
+ *   - on the capturing stream, an id query or a synchronize fails (in every
+ *     mode), and so does a wait for an event recorded outside the capture;
+ *   - a query or synchronize of an event recorded in a capture fails, during
+ *     the capture and after it;
+ *   - a host wait or query of anything else (event query or synchronize,
+ *     stream synchronize) is a "potentially unsafe" call: it fails while
+ *     the calling thread has a capture of its own not begun RELAXED, or
+ *     another thread has a GLOBAL one, unless the calling thread's mode
+ *     (sa_host_exchange_capture_mode) is RELAXED;
+ *   - the driver's device-wide synchronize fails while any capture is open.
+ * Each such failure is SA_ERR_STREAM_CAPTURING and invalidates the capture
+ * it conflicts with, as on CUDA. The default stream cannot be captured. */
+typedef enum sa_host_capture_mode_e { /* CUstreamCaptureMode's values */
+  SA_HOST_CAPTURE_GLOBAL = 0,
+  SA_HOST_CAPTURE_THREAD_LOCAL = 1,
+  SA_HOST_CAPTURE_RELAXED = 2
+} sa_host_capture_mode;
+
+typedef enum sa_host_capture_status_e { /* CUstreamCaptureStatus's values */
+  SA_HOST_CAPTURE_NONE = 0,
+  SA_HOST_CAPTURE_ACTIVE = 1,
+  SA_HOST_CAPTURE_INVALIDATED = 2
+} sa_host_capture_status;
+
+/* Errors: SA_ERR_UNKNOWN_STREAM, SA_ERR_INVALID_ARGUMENT (the default stream,
+ * a bad mode, or the stream captures already). */
+sa_status sa_host_stream_begin_capture(sa_stream stream, sa_host_capture_mode mode);
+/* Ends the capture: SA_OK if it stayed intact, SA_ERR_STREAM_CAPTURING if a
+ * conflicting call invalidated it; SA_ERR_INVALID_ARGUMENT if the stream
+ * was not capturing. */
+sa_status sa_host_stream_end_capture(sa_stream stream);
+sa_status sa_host_stream_capture_status(sa_stream stream, sa_host_capture_status *out);
+/* Swap the calling thread's capture mode with *mode
+ * (cuThreadExchangeStreamCaptureMode); a thread starts in GLOBAL. */
+sa_status sa_host_exchange_capture_mode(sa_host_capture_mode *mode);
+
 /* Simulated memory of each device (default 16 GiB; also the environment
  * variable STREAMARENA_HOST_DEVICE_BYTES). Only chunks actually created use
  * memory, and only their touched pages. Takes effect for chunks created

@@ -38,6 +38,25 @@
  * on memory allocated on other streams (recorded with sa_record_stream)
  * may stay queued.
  *
+ * CUDA graphs. Work captured into a graph (cuStreamBeginCapture) runs at
+ * the graph's launches, which the allocator cannot follow: memory freed on
+ * a stream while it is captured would be handed out again before the graph
+ * runs. So allocate a graph's memory before its capture (or during it) and
+ * free it after its last launch was enqueued, outside a capture. A call
+ * that would record an event on, wait on, synchronize or ask the driver
+ * about a stream that is being captured (a stream's first use on a thread,
+ * a span's free, a full cross-stream batch, sa_record_stream naming it,
+ * sa_stream_release) returns SA_ERR_STREAM_CAPTURING and changes nothing,
+ * and the capture stays intact; a call served from the thread cache asks
+ * the driver nothing and cannot tell. The allocator's own event queries and
+ * synchronizes run in the relaxed capture mode, so they do not invalidate a
+ * capture another thread runs in the global mode. A device-wide
+ * synchronize cannot avoid that: CUDA fails it during any capture of the
+ * process and invalidates the capture. sa_trim and the out-of-memory path
+ * (which synchronize the device) then go on without it, keeping what only
+ * it would have made safe; sa_arena_destroy returns SA_ERR_STREAM_CAPTURING
+ * after releasing everything, as for any failed synchronize.
+ *
  * Every function is thread-safe unless its comment says otherwise. No
  * function aborts on bad input: failures come back as an sa_status.
  *
@@ -82,6 +101,9 @@ typedef enum sa_status_e {
   SA_ERR_STREAM_ORDER,      /* the stream-order checker caught a violation */
   SA_ERR_NOT_SUPPORTED,     /* the backend cannot do this */
   SA_ERR_INTERNAL,          /* a broken internal invariant (a bug: report it) */
+  SA_ERR_STREAM_CAPTURING,  /* the stream is being captured into a CUDA graph,
+                               which the allocator cannot follow ("CUDA graphs"
+                               below); nothing changed */
   SA_STATUS_COUNT_
 } sa_status;
 

@@ -43,9 +43,12 @@ static void report(int dev, const char *what, void *ptr, size_t size, sa_status 
           sa_status_string(st));
   if (st == SA_ERR_DRIVER || st == SA_ERR_NO_DEVICE)
     fprintf(stderr, " (driver error %d, %s)", drv, drv_name);
-  fprintf(stderr, "%s\n",
-          st == SA_ERR_OUT_OF_MEMORY ? "; oom_report=1 in STREAMARENA_CONF describes the arena"
-                                     : "");
+  const char *hint = st == SA_ERR_OUT_OF_MEMORY
+                         ? "; oom_report=1 in STREAMARENA_CONF describes the arena"
+                     : st == SA_ERR_STREAM_CAPTURING
+                         ? "; capture CUDA graphs with PyTorch's own allocator (docs/TORCH.md)"
+                         : "";
+  fprintf(stderr, "%s\n", hint);
 }
 
 static bool valid_device(int dev) { return dev >= 0 && dev < SA_TORCH_MAX_DEVICES; }

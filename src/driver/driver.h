@@ -54,7 +54,15 @@ typedef struct sa_driver_ops_s {
    * SA_ERR_NOT_SUPPORTED (it cannot access this device's memory). */
   sa_status (*set_peer_access)(sa_driver *d, uint64_t peers);
 
-  /* Streams and events. An event never recorded counts as complete. */
+  /* Streams and events. An event never recorded counts as complete.
+   * Stream capture: no op enqueues on or asks about a stream that is being
+   * captured into a graph (the allocator cannot follow a graph's launches,
+   * and the driver would invalidate the capture): event_record,
+   * stream_wait_event, stream_synchronize, stream_validate and stream_id
+   * return SA_ERR_STREAM_CAPTURING for it, with nothing done. Host waits and
+   * queries run in the relaxed capture mode, so they do not invalidate a
+   * capture another thread runs; device_synchronize cannot avoid that, and
+   * returns SA_ERR_STREAM_CAPTURING. */
   sa_status (*event_create)(sa_driver *d, sa_event *out);
   sa_status (*event_destroy)(sa_driver *d, sa_event event);
   sa_status (*event_record)(sa_driver *d, sa_event event, sa_stream stream);
@@ -89,6 +97,12 @@ typedef struct sa_driver_ops_s {
   /* Synchronous copy of device memory to the host; the caller orders it
    * after the work that wrote src (stream_synchronize). */
   sa_status (*copy_to_host)(sa_driver *d, void *dst, uintptr_t src, size_t size);
+  /* Capture stream into a graph (cuStreamBeginCapture; mode is a
+   * CUstreamCaptureMode value, as sa_host_capture_mode), and end it,
+   * dropping the graph: SA_OK if the capture stayed intact,
+   * SA_ERR_STREAM_CAPTURING if a conflicting call invalidated it. */
+  sa_status (*stream_begin_capture)(sa_driver *d, sa_stream stream, int mode);
+  sa_status (*stream_end_capture)(sa_driver *d, sa_stream stream);
 } sa_driver_ops;
 
 struct sa_driver_s {

@@ -4,7 +4,12 @@
  * sim/checker.c). A driver is one simulated device: its chunks, events and
  * streams are that device's, and its set_access grants the device itself
  * and the peers set_peer_access named. Several drivers may be open at once,
- * on one device or several. Called through sa_driver_open (driver.c). */
+ * on one device or several. Called through sa_driver_open (driver.c).
+ *
+ * Stream capture: as cuda.c, it makes no call on a capturing stream
+ * (refused_while_capturing) and runs its host waits and queries in the
+ * relaxed capture mode (relaxed_begin/end), so the simulator's capture
+ * rules (sim/capture.c) hold the library to what CUDA would. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +35,23 @@ static host_driver *as_host(sa_driver *d) { return (host_driver *)d; }
   } while (0)
 
 static void host_close(sa_driver *d) { free(d); }
+
+/* SA_ERR_STREAM_CAPTURING, changing nothing, when stream is being captured
+ * (lock held): the library never enqueues into a user's graph. */
+static sa_status refused_while_capturing(sa_stream stream) {
+  const sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  if (s == NULL || s->capture == SA_HOST_CAPTURE_NONE) return SA_OK;
+  return sa_sim_fail(SA_ERR_STREAM_CAPTURING, EBUSY,
+                     "host: the stream is being captured into a graph");
+}
+
+static sa_host_capture_mode relaxed_begin(void) {
+  sa_host_capture_mode m = SA_HOST_CAPTURE_RELAXED;
+  (void)sa_host_exchange_capture_mode(&m);
+  return m;
+}
+
+static void relaxed_end(sa_host_capture_mode m) { (void)sa_host_exchange_capture_mode(&m); }
 
 static sa_status host_total_memory(sa_driver *d, size_t *bytes) {
   (void)d;
@@ -91,27 +113,48 @@ static sa_status host_event_destroy(sa_driver *d, sa_event event) {
 
 static sa_status host_event_record(sa_driver *d, sa_event event, sa_stream stream) {
   (void)d;
-  HOST_OP(SA_HOST_FN_EVENT_RECORD, sa_sim_event_record(event, stream));
+  HOST_OP(SA_HOST_FN_EVENT_RECORD, refused_while_capturing(stream) != SA_OK
+                                       ? SA_ERR_STREAM_CAPTURING
+                                       : sa_sim_event_record(event, stream));
+}
+
+/* A host wait or query, in the relaxed capture mode. */
+static sa_status host_wait_op(sa_host_fn fn, sa_event event, sa_stream stream) {
+  sa_host_capture_mode saved = relaxed_begin();
+  sa_sim_lock();
+  sa_status st = sa_sim_fault_enter(fn);
+  if (st == SA_OK && fn == SA_HOST_FN_STREAM_SYNCHRONIZE) {
+    st = refused_while_capturing(stream);
+    if (st == SA_OK) st = sa_sim_stream_synchronize(stream);
+  } else if (st == SA_OK) {
+    st = fn == SA_HOST_FN_EVENT_QUERY ? sa_sim_event_query(event)
+                                      : sa_sim_event_synchronize(event);
+  }
+  sa_sim_unlock();
+  relaxed_end(saved);
+  return st;
 }
 
 static sa_status host_event_query(sa_driver *d, sa_event event) {
   (void)d;
-  HOST_OP(SA_HOST_FN_EVENT_QUERY, sa_sim_event_query(event));
+  return host_wait_op(SA_HOST_FN_EVENT_QUERY, event, NULL);
 }
 
 static sa_status host_event_synchronize(sa_driver *d, sa_event event) {
   (void)d;
-  HOST_OP(SA_HOST_FN_EVENT_SYNCHRONIZE, sa_sim_event_synchronize(event));
+  return host_wait_op(SA_HOST_FN_EVENT_SYNCHRONIZE, event, NULL);
 }
 
 static sa_status host_stream_wait_event(sa_driver *d, sa_stream stream, sa_event event) {
   (void)d;
-  HOST_OP(SA_HOST_FN_STREAM_WAIT_EVENT, sa_sim_stream_wait_event(stream, event));
+  HOST_OP(SA_HOST_FN_STREAM_WAIT_EVENT, refused_while_capturing(stream) != SA_OK
+                                            ? SA_ERR_STREAM_CAPTURING
+                                            : sa_sim_stream_wait_event(stream, event));
 }
 
 static sa_status host_stream_synchronize(sa_driver *d, sa_stream stream) {
   (void)d;
-  HOST_OP(SA_HOST_FN_STREAM_SYNCHRONIZE, sa_sim_stream_synchronize(stream));
+  return host_wait_op(SA_HOST_FN_STREAM_SYNCHRONIZE, NULL, stream);
 }
 
 static sa_status host_stream_validate(sa_driver *d, sa_stream stream) {
@@ -127,6 +170,8 @@ static sa_status host_stream_validate(sa_driver *d, sa_stream stream) {
   } else if (!sa_sim_stream_on_device(s, d->device)) {
     /* As on CUDA, where it is a stream of another context. */
     st = sa_sim_fail(SA_ERR_UNKNOWN_STREAM, EXDEV, "host: stream of another device");
+  } else {
+    st = refused_while_capturing(stream);
   }
   sa_sim_unlock();
   return st;
@@ -140,14 +185,19 @@ static sa_status host_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
     sa_sim_unlock();
     return st;
   }
-  const sa_sim_stream *s = sa_sim_stream_for_call(stream, "stream_id");
-  if (s != NULL) *id = s->sid;
+  sa_sim_stream *s = sa_sim_stream_for_call(stream, "stream_id");
+  st = s == NULL ? SA_ERR_UNKNOWN_STREAM : refused_while_capturing(stream);
+  if (st == SA_OK) st = sa_sim_capture_refuse_on(s, "stream_id"); /* the driver's own rule */
+  if (st == SA_OK) *id = s->sid;
   sa_sim_unlock();
-  return s != NULL ? SA_OK : SA_ERR_UNKNOWN_STREAM;
+  return st;
 }
 
 static sa_status host_device_synchronize(sa_driver *d) {
-  HOST_OP(SA_HOST_FN_DEVICE_SYNCHRONIZE, (sa_sim_device_synchronize(d->device), SA_OK));
+  HOST_OP(SA_HOST_FN_DEVICE_SYNCHRONIZE,
+          sa_sim_capture_device_wide("device_synchronize") != SA_OK
+              ? SA_ERR_STREAM_CAPTURING
+              : (sa_sim_device_synchronize(d->device), SA_OK));
 }
 
 /* Peers must exist and be able to access this device's memory, as
@@ -226,6 +276,16 @@ static sa_status host_copy_to_host(sa_driver *d, void *dst, uintptr_t src, size_
   return st;
 }
 
+static sa_status host_stream_begin_capture(sa_driver *d, sa_stream stream, int mode) {
+  (void)d;
+  return sa_host_stream_begin_capture(stream, (sa_host_capture_mode)mode);
+}
+
+static sa_status host_stream_end_capture(sa_driver *d, sa_stream stream) {
+  (void)d;
+  return sa_host_stream_end_capture(stream);
+}
+
 static const sa_driver_ops host_ops = {
     .name = "host",
     .close = host_close,
@@ -254,6 +314,8 @@ static const sa_driver_ops host_ops = {
     .stream_destroy = host_stream_destroy,
     .memset32_async = host_memset32_async,
     .copy_to_host = host_copy_to_host,
+    .stream_begin_capture = host_stream_begin_capture,
+    .stream_end_capture = host_stream_end_capture,
 };
 
 sa_status sa_driver_host_open(int device, sa_driver **out) {

@@ -8,6 +8,7 @@
  *   ptrset.c       a pointer set: which handles are live
  *   vmm.c          reservations, chunks (ranges of one memfd), mappings
  *   stream.c       streams, events, queued ops and their progress
+ *   capture.c      stream capture: which calls the driver refuses meanwhile
  *   checker.c      vector clocks and the stream-order checker
  * The driver interface's host backend (src/driver/host.c) is the
  * sa_driver_ops table over all of the above. The simulator calls nothing of
@@ -156,6 +157,10 @@ typedef struct sa_sim_stream_s {
   size_t head, tail, cap;
   sa_sim_clock clock; /* what work enqueued from now on is ordered after */
   int destroyed;      /* its handle was destroyed; it lives until its work has run */
+  sa_host_capture_status capture; /* capture.c */
+  sa_host_capture_mode capture_mode;
+  const void *capture_thread; /* the thread that began it */
+  uint64_t capture_seq;       /* which capture: events recorded in it carry it */
 } sa_sim_stream;
 
 /* Streams by slot (NULL: free slot); slot 0 is the default stream. */
@@ -199,6 +204,20 @@ sa_status sa_sim_event_destroy(void *event);
 sa_status sa_sim_event_record(void *event, sa_stream stream);
 sa_status sa_sim_event_query(void *event);
 sa_status sa_sim_event_synchronize(void *event);
+
+/* ---- capture.c: stream capture ------------------------------------------ *
+ * Each check returns SA_OK, or SA_ERR_STREAM_CAPTURING after invalidating
+ * the captures the call conflicts with (host.h has the rules). */
+/* A call on s that conflicts with capturing s (an id query, a synchronize). */
+sa_status sa_sim_capture_refuse_on(sa_sim_stream *s, const char *call);
+/* A host wait or query ("potentially unsafe" during a capture). */
+sa_status sa_sim_capture_unsafe_call(const char *call);
+/* The device-wide synchronize: refused while any capture is open. */
+sa_status sa_sim_capture_device_wide(const char *call);
+/* The capture numbered seq, if still open, is invalidated; 1 if it was open. */
+int sa_sim_capture_invalidate_seq(uint64_t seq);
+/* s is destroyed: its capture, if any, ends with it. */
+void sa_sim_capture_forget(sa_sim_stream *s);
 
 /* ---- checker.c: the stream-order checker -------------------------------- */
 sa_status sa_sim_check_handout(uintptr_t p, size_t size, sa_stream stream);

@@ -36,8 +36,13 @@
  * on it (sa_sim_stream_for_call) is a violation: on a GPU it would be a
  * call on freed driver state.
  *
- * Called by driver/host.c, sim/checker.c (the stream table) and users of
- * include/streamarena/host.h.
+ * Capture (capture.c): what is enqueued on a capturing stream goes into a
+ * graph the simulator does not keep: kernels are dropped, an event
+ * recorded there belongs to the capture, a wait there is a dependency
+ * inside the graph.
+ *
+ * Called by driver/host.c, sim/checker.c (the stream table), sim/capture.c
+ * and users of include/streamarena/host.h.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -54,6 +59,7 @@ typedef struct sim_event_s {
   uint64_t sid;
   uint64_t ticket;     /* its record marker's ticket */
   sa_sim_clock clock;  /* the recorder's clock, with the marker itself */
+  uint64_t capture_seq; /* nonzero: last recorded in that capture (capture.c) */
 } sim_event;
 
 static sa_sim_stream default_stream = {.sid = 1, .slot = 0, .device = -1, .mode = SA_HOST_AUTO};
@@ -343,6 +349,8 @@ sa_status sa_sim_stream_destroy(sa_stream handle) {
     }
   }
   (void)sa_sim_ptrset_remove(&tab.handles, s);
+  sa_sim_capture_forget(s);
+  if (rest != NULL) rest->capture = SA_HOST_CAPTURE_NONE;
   tab.slots[s->slot] = rest;
   while (tab.nslots > 1 && tab.slots[tab.nslots - 1] == NULL) tab.nslots--;
   tab.user_streams--;
@@ -365,6 +373,9 @@ void sa_sim_device_synchronize(int device) {
 sa_status sa_sim_stream_synchronize(sa_stream handle) {
   sa_sim_stream *s = sa_sim_stream_for_call(handle, "stream_synchronize");
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
+  sa_status st = sa_sim_capture_refuse_on(s, "stream_synchronize");
+  if (st == SA_OK) st = sa_sim_capture_unsafe_call("stream_synchronize");
+  if (st != SA_OK) return st;
   drive(s, s->enqueued);
   settle();
   return SA_OK;
@@ -378,11 +389,37 @@ static sa_status bad_event(void) {
   return sa_sim_fail(SA_ERR_DRIVER, EINVAL, "host: unknown or destroyed event");
 }
 
+/* An event last recorded in a capture that has ended: CUDA says
+ * CUDA_ERROR_INVALID_VALUE to a query, a synchronize or a wait. */
+static sa_status captured_event(void) {
+  return sa_sim_fail(SA_ERR_DRIVER, EINVAL,
+                     "host: event last recorded in a stream capture that has ended");
+}
+
+/* Before a host query or synchronize of e: SA_OK, or why the driver
+ * refuses it during a capture. */
+static sa_status event_wait_allowed(const sim_event *e, const char *call) {
+  if (e->capture_seq == 0) return sa_sim_capture_unsafe_call(call);
+  if (!sa_sim_capture_invalidate_seq(e->capture_seq)) return captured_event();
+  return sa_sim_fail(SA_ERR_STREAM_CAPTURING, EBUSY,
+                     "host: query of an event recorded in a capture "
+                     "(as CUDA_ERROR_CAPTURED_EVENT)");
+}
+
 sa_status sa_sim_stream_wait_event(sa_stream handle, void *event) {
   sa_sim_stream *s = sa_sim_stream_for_call(handle, "stream_wait_event");
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
   sim_event *e = event_lookup(event);
   if (e == NULL) return bad_event();
+  if (s->capture != SA_HOST_CAPTURE_NONE) {
+    if (e->capture_seq == s->capture_seq) return SA_OK; /* a dependency inside the graph */
+    return sa_sim_capture_refuse_on(s, "stream_wait_event"); /* as CAPTURE_ISOLATION */
+  }
+  if (e->capture_seq != 0) {
+    /* CUDA joins s to the capture, which then cannot end cleanly. */
+    if (sa_sim_capture_invalidate_seq(e->capture_seq)) return SA_OK;
+    return captured_event();
+  }
   sa_sim_op op = {.kind = SA_SIM_OP_WAIT};
   sa_sim_clock clock = {NULL, 0};
   if (ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
@@ -433,6 +470,7 @@ sa_status sa_sim_enqueue_kernel(sa_stream handle, int device, sa_sim_op_kind kin
   if (!sa_sim_stream_on_device(s, device)) {
     return sa_sim_fail(SA_ERR_UNKNOWN_STREAM, EINVAL, "host: kernel of one device on a stream of another");
   }
+  if (s->capture != SA_HOST_CAPTURE_NONE) return SA_OK; /* into the graph, not run now */
   if (ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
   sa_sim_op op = {.kind = kind, .device = device, .pattern = pattern, .p = p, .size = size,
                   .mismatches = mismatches};
@@ -478,6 +516,11 @@ sa_status sa_sim_event_record(void *event, sa_stream handle) {
   if (!sa_sim_stream_on_device(s, e->device)) {
     return sa_sim_fail(SA_ERR_DRIVER, EINVAL, "host: event recorded on a stream of another device");
   }
+  if (s->capture != SA_HOST_CAPTURE_NONE) { /* a node of the graph, not a marker */
+    sa_sim_clock_free(&e->clock);
+    *e = (sim_event){.device = e->device, .recorded = 1, .capture_seq = s->capture_seq};
+    return SA_OK;
+  }
   if (ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
   uint64_t ticket = s->enqueued + 1;
   sa_sim_clock clock, none = {NULL, 0};
@@ -487,7 +530,7 @@ sa_status sa_sim_event_record(void *event, sa_stream handle) {
   sa_sim_op op = {.kind = SA_SIM_OP_RECORD};
   ops_push(s, &op);
   sa_sim_clock_free(&e->clock);
-  *e = (sim_event){e->device, 1, s->slot, s->sid, ticket, clock};
+  *e = (sim_event){e->device, 1, s->slot, s->sid, ticket, clock, 0};
   settle();
   return SA_OK;
 }
@@ -502,12 +545,16 @@ static sa_sim_stream *event_pending(const sim_event *e) {
 sa_status sa_sim_event_query(void *event) {
   sim_event *e = event_lookup(event);
   if (e == NULL) return bad_event();
+  sa_status st = event_wait_allowed(e, "event_query");
+  if (st != SA_OK) return st;
   return event_pending(e) == NULL ? SA_OK : SA_ERR_NOT_READY;
 }
 
 sa_status sa_sim_event_synchronize(void *event) {
   sim_event *e = event_lookup(event);
   if (e == NULL) return bad_event();
+  sa_status st = event_wait_allowed(e, "event_synchronize");
+  if (st != SA_OK) return st;
   sa_sim_stream *t = event_pending(e);
   if (t != NULL) {
     drive(t, e->ticket);

@@ -1,0 +1,377 @@
+/* Stream capture (CUDA graphs): the allocator never enqueues into a user's
+ * graph and never invalidates a user's capture with its own calls.
+ *
+ * Work captured into a graph runs when the graph is launched, which the
+ * allocator cannot follow. Before this contract, a free on a capturing
+ * stream recorded the allocator's event into the graph: the capture was
+ * invalidated by the allocator's next query of it, and that event failed
+ * every query afterwards (CUDA_ERROR_INVALID_VALUE on the H200), so every
+ * later large allocation of the arena failed. A stream's first use during
+ * a capture asked for its id, which invalidated the capture; and the
+ * allocator's event queries, made while another thread captured in the
+ * global mode, invalidated that capture too.
+ *
+ * Each case runs on the host simulator (which applies the driver's capture
+ * rules, include/streamarena/host.h) and on CUDA where a device is usable
+ * (skipped elsewhere). On a machine with a GPU, after tools/gpu-check.sh:
+ *   bash .gpu/run.sh --only=capture_test
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include <streamarena/host.h>
+#include <streamarena/streamarena.h>
+
+#include "driver/driver.h"
+#include "fixture.h"
+#include "sim/sim.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define SPAN (64 * MiB)
+#define GLOBAL 0 /* CU_STREAM_CAPTURE_MODE_GLOBAL, SA_HOST_CAPTURE_GLOBAL */
+
+typedef struct bench_s {
+  sa_backend backend;
+  sa_arena *arena;
+  sa_driver *drv; /* the test's own streams and captures */
+  sa_stream s1, s2, s3;
+  sa_host_counters before;
+} bench;
+
+static bench *open_bench; /* for the teardown of a case that failed */
+
+/* An arena and three streams on backend; skips where it has no device. */
+static void bench_open(bench *b, sa_backend backend) {
+  *b = (bench){.backend = backend};
+  sa_host_get_counters(&b->before);
+  sa_config cfg;
+  sa_config_init(&cfg);
+  cfg.backend = backend;
+  if (backend == SA_BACKEND_HOST) cfg.flags |= SA_FLAG_CHECK_STREAM_ORDER;
+  sa_status st = sa_arena_create(&cfg, &b->arena);
+  if (st == SA_ERR_NO_DEVICE) {
+    const char *why;
+    (void)sa_last_driver_error(&why);
+    printf("capture_test: %s: no usable device (%s), skipped\n", sa_backend_name(backend), why);
+    skip();
+  }
+  sa_assert_ok(st);
+  sa_assert_ok(sa_driver_open(backend, 0, &b->drv));
+  open_bench = b;
+  sa_assert_ok(b->drv->ops->stream_create(b->drv, &b->s1));
+  sa_assert_ok(b->drv->ops->stream_create(b->drv, &b->s2));
+  sa_assert_ok(b->drv->ops->stream_create(b->drv, &b->s3));
+}
+
+/* A case that failed may leave a capture open: ended here, so that the
+ * next case does not fail for it. */
+static int end_open_captures(void **state) {
+  (void)state;
+  bench *b = open_bench;
+  if (b != NULL && b->drv != NULL) {
+    sa_stream s[] = {b->s1, b->s2, b->s3};
+    for (int i = 0; i < 3; i++)
+      if (s[i] != NULL) (void)b->drv->ops->stream_end_capture(b->drv, s[i]);
+  }
+  open_bench = NULL;
+  return 0;
+}
+
+/* Everything back, nothing leaked, no stream-order violation. */
+static void bench_close(bench *b) {
+  sa_driver *d = b->drv;
+  sa_stream s[] = {b->s1, b->s2, b->s3};
+  for (int i = 0; i < 3; i++) sa_assert_ok(d->ops->stream_synchronize(d, s[i]));
+  for (int i = 0; i < 3; i++) sa_assert_ok(sa_stream_release(b->arena, s[i]));
+  sa_assert_ok(sa_trim(b->arena, 0));
+  sa_stats stats;
+  sa_assert_ok(sa_get_stats(b->arena, &stats));
+  assert_int_equal(stats.live_bytes, 0);
+  assert_int_equal(stats.reserved_bytes, 0);
+  sa_assert_ok(sa_arena_destroy(b->arena));
+  for (int i = 0; i < 3; i++) sa_assert_ok(d->ops->stream_destroy(d, s[i]));
+  sa_driver_close(d);
+  open_bench = NULL;
+  if (b->backend == SA_BACKEND_HOST) {
+    sa_host_counters after;
+    sa_host_get_counters(&after);
+    assert_int_equal(after.order_violations, b->before.order_violations);
+    assert_int_equal(after.events, b->before.events);
+    assert_int_equal(after.chunks, b->before.chunks);
+  }
+}
+
+static void begin(bench *b, sa_stream s) {
+  sa_assert_ok(b->drv->ops->stream_begin_capture(b->drv, s, GLOBAL));
+}
+
+/* The capture ended intact: nothing of the allocator invalidated it. */
+static void end_intact(bench *b, sa_stream s) {
+  sa_assert_ok(b->drv->ops->stream_end_capture(b->drv, s));
+}
+
+/* A large allocation and free on s, which must work (an arena whose
+ * events were recorded into a graph failed here for good). */
+static void span_round_trip(bench *b, sa_stream s) {
+  void *p = NULL;
+  sa_assert_ok(sa_alloc(b->arena, &p, SPAN, s));
+  assert_non_null(p);
+  sa_assert_ok(sa_free(p, s));
+}
+
+/* ---- the cases, each on one backend ------------------------------------ */
+
+static void first_use_during_a_capture(sa_backend backend) {
+  static bench b; /* outlives a failed case: the teardown reads it */
+  bench_open(&b, backend);
+  begin(&b, b.s1);
+  void *p = (void *)1, *q = (void *)1;
+  sa_assert_status(sa_alloc(b.arena, &p, 4 * KiB, b.s1), SA_ERR_STREAM_CAPTURING);
+  assert_null(p);
+  sa_assert_status(sa_alloc(b.arena, &q, SPAN, b.s1), SA_ERR_STREAM_CAPTURING);
+  assert_null(q);
+  end_intact(&b, b.s1);
+  sa_stats stats;
+  sa_assert_ok(sa_get_stats(b.arena, &stats));
+  assert_int_equal(stats.live_bytes, 0);
+  assert_int_equal(stats.alloc_count, 0);
+  sa_assert_ok(sa_alloc(b.arena, &p, 4 * KiB, b.s1));
+  sa_assert_ok(sa_free(p, b.s1));
+  span_round_trip(&b, b.s1);
+  bench_close(&b);
+}
+
+static void a_span_free_during_a_capture_is_refused(sa_backend backend) {
+  static bench b; /* outlives a failed case: the teardown reads it */
+  bench_open(&b, backend);
+  void *p = NULL;
+  sa_assert_ok(sa_alloc(b.arena, &p, SPAN, b.s1));
+  sa_stats before, after;
+  sa_assert_ok(sa_get_stats(b.arena, &before));
+  begin(&b, b.s1);
+  sa_assert_status(sa_free(p, b.s1), SA_ERR_STREAM_CAPTURING);
+  sa_assert_ok(sa_get_stats(b.arena, &after));
+  assert_int_equal(after.large_spans, before.large_spans);
+  assert_int_equal(after.live_bytes, before.live_bytes);
+  assert_int_equal(after.events_in_flight, before.events_in_flight);
+  end_intact(&b, b.s1);
+  sa_assert_ok(sa_free(p, b.s1)); /* still live: freed now, outside the capture */
+  for (int i = 0; i < 3; i++) {
+    span_round_trip(&b, b.s2);
+    span_round_trip(&b, b.s1);
+  }
+  bench_close(&b);
+}
+
+/* Blocks of s2 freed on a capturing s1 go into a cross-stream batch; the
+ * batch's event is recorded on s1 when it is handed on. Every free either
+ * works or is refused with the block still live, and the capture stays
+ * intact. */
+static void cross_stream_frees_during_a_capture(sa_backend backend) {
+  enum { N = 3 * 64 + 5 }; /* past a few batches of SA_BATCH_MAX */
+  static bench b; /* outlives a failed case: the teardown reads it */
+  bench_open(&b, backend);
+  void **blocks = calloc(N, sizeof *blocks);
+  assert_non_null(blocks);
+  void *warm = NULL; /* s1 known to this thread before the capture */
+  sa_assert_ok(sa_alloc(b.arena, &warm, 4 * KiB, b.s1));
+  sa_assert_ok(sa_free(warm, b.s1));
+  for (int i = 0; i < N; i++) sa_assert_ok(sa_alloc(b.arena, &blocks[i], 4 * KiB, b.s2));
+  begin(&b, b.s1);
+  int refused = 0;
+  for (int i = 0; i < N; i++) {
+    sa_status st = sa_free(blocks[i], b.s1);
+    if (st == SA_OK) {
+      blocks[i] = NULL;
+      continue;
+    }
+    sa_assert_status(st, SA_ERR_STREAM_CAPTURING);
+    refused++;
+  }
+  end_intact(&b, b.s1);
+  printf("capture_test: %s: %d of %d cross-stream frees refused during the capture\n",
+         sa_backend_name(backend), refused, N);
+  for (int i = 0; i < N; i++)
+    if (blocks[i] != NULL) sa_assert_ok(sa_free(blocks[i], b.s1));
+  free(blocks);
+  span_round_trip(&b, b.s2);
+  bench_close(&b);
+}
+
+static void release_and_record_during_a_capture(sa_backend backend) {
+  static bench b; /* outlives a failed case: the teardown reads it */
+  bench_open(&b, backend);
+  void *p = NULL, *q = NULL;
+  sa_assert_ok(sa_alloc(b.arena, &p, 4 * KiB, b.s1)); /* s1 known, p live on it */
+  sa_assert_ok(sa_alloc(b.arena, &q, 4 * KiB, b.s2));
+  begin(&b, b.s1);
+  sa_assert_status(sa_record_stream(q, b.s1), SA_ERR_STREAM_CAPTURING);
+  sa_assert_status(sa_stream_release(b.arena, b.s1), SA_ERR_STREAM_CAPTURING);
+  end_intact(&b, b.s1);
+  sa_assert_ok(sa_record_stream(q, b.s1));
+  sa_assert_ok(sa_free(q, b.s2));
+  sa_assert_ok(sa_free(p, b.s1));
+  sa_assert_ok(sa_stream_release(b.arena, b.s1));
+  bench_close(&b);
+}
+
+typedef struct worker_s {
+  bench *b;
+  sa_status st;
+} worker;
+
+/* Large allocations that reuse spans freed on another stream: the arena
+ * queries (or waits for) the free's event, and synchronizes a stream at
+ * its release. */
+static void *allocate_across_streams(void *arg) {
+  worker *w = arg;
+  bench *b = w->b;
+  for (int i = 0; i < 4 && w->st == SA_OK; i++) {
+    void *p = NULL;
+    w->st = sa_alloc(b->arena, &p, SPAN, b->s2);
+    if (w->st == SA_OK) w->st = sa_free(p, b->s2);
+    if (w->st == SA_OK) w->st = sa_alloc(b->arena, &p, SPAN, b->s1);
+    if (w->st == SA_OK) w->st = sa_free(p, b->s1);
+  }
+  if (w->st == SA_OK) w->st = sa_stream_release(b->arena, b->s2);
+  return NULL;
+}
+
+static void another_threads_global_capture_stays_intact(sa_backend backend) {
+  static bench b; /* outlives a failed case: the teardown reads it */
+  bench_open(&b, backend);
+  span_round_trip(&b, b.s1); /* the memory the worker's allocations reuse */
+  uint64_t queries = sa_host_call_count(SA_HOST_FN_EVENT_QUERY) +
+                     sa_host_call_count(SA_HOST_FN_STREAM_SYNCHRONIZE);
+  begin(&b, b.s3);
+  worker w = {&b, SA_OK};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, allocate_across_streams, &w), 0);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  sa_assert_ok(w.st);
+  /* The capturing thread's own calls too (its mode is global as well). */
+  w.st = SA_OK;
+  (void)allocate_across_streams(&w);
+  sa_assert_ok(w.st);
+  end_intact(&b, b.s3);
+  if (backend == SA_BACKEND_HOST) {
+    /* The case asked the driver to wait or query at all. */
+    assert_true(sa_host_call_count(SA_HOST_FN_EVENT_QUERY) +
+                    sa_host_call_count(SA_HOST_FN_STREAM_SYNCHRONIZE) > queries);
+  }
+  bench_close(&b);
+}
+
+#define ON_BOTH(name)                                                  \
+  static void name##_on_the_simulator(void **state) {                 \
+    (void)state;                                                       \
+    name(SA_BACKEND_HOST);                                             \
+  }                                                                    \
+  static void name##_on_cuda(void **state) {                          \
+    (void)state;                                                       \
+    name(SA_BACKEND_CUDA);                                             \
+  }
+
+ON_BOTH(first_use_during_a_capture)
+ON_BOTH(a_span_free_during_a_capture_is_refused)
+ON_BOTH(cross_stream_frees_during_a_capture)
+ON_BOTH(release_and_record_during_a_capture)
+ON_BOTH(another_threads_global_capture_stays_intact)
+
+/* The simulator's own rules, which the cases above rely on to fail where
+ * the allocator broke a capture: called below the backend (driver/host.c),
+ * which would refuse or relax these calls itself. */
+static sa_status sim_query(void *e) {
+  sa_sim_lock();
+  sa_status st = sa_sim_event_query(e);
+  sa_sim_unlock();
+  return st;
+}
+
+static sa_status sim_record(void *e, sa_stream s) {
+  sa_sim_lock();
+  sa_status st = sa_sim_event_record(e, s);
+  sa_sim_unlock();
+  return st;
+}
+
+static sa_host_capture_status status_of(sa_stream s) {
+  sa_host_capture_status cs = SA_HOST_CAPTURE_NONE;
+  sa_assert_ok(sa_host_stream_capture_status(s, &cs));
+  return cs;
+}
+
+static void the_simulator_applies_the_drivers_rules(void **state) {
+  (void)state;
+  sa_stream s1, s2;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_AUTO, &s1));
+  sa_assert_ok(sa_host_stream_create(SA_HOST_AUTO, &s2));
+  void *e, *f;
+  sa_sim_lock();
+  sa_assert_ok(sa_sim_event_create(0, &e));
+  sa_assert_ok(sa_sim_event_create(0, &f));
+  sa_sim_unlock();
+  /* An event recorded in a capture: a query fails and invalidates the
+   * capture; after the capture it still fails, until recorded again. */
+  sa_assert_ok(sa_host_stream_begin_capture(s1, SA_HOST_CAPTURE_RELAXED));
+  sa_assert_ok(sim_record(e, s1));
+  sa_assert_status(sim_query(e), SA_ERR_STREAM_CAPTURING);
+  assert_int_equal(status_of(s1), SA_HOST_CAPTURE_INVALIDATED);
+  sa_assert_status(sa_host_stream_end_capture(s1), SA_ERR_STREAM_CAPTURING);
+  sa_assert_status(sim_query(e), SA_ERR_DRIVER);
+  sa_assert_ok(sim_record(e, s2));
+  sa_assert_ok(sa_host_stream_drain(s2));
+  sa_assert_ok(sim_query(e));
+  /* A query of an outside event during a global capture fails and
+   * invalidates it; in the relaxed thread mode it does neither. */
+  sa_assert_ok(sim_record(f, s2));
+  sa_assert_ok(sa_host_stream_begin_capture(s1, SA_HOST_CAPTURE_GLOBAL));
+  sa_host_capture_mode m = SA_HOST_CAPTURE_RELAXED;
+  sa_assert_ok(sa_host_exchange_capture_mode(&m));
+  assert_int_equal(m, SA_HOST_CAPTURE_GLOBAL);
+  sa_assert_ok(sim_query(f));
+  assert_int_equal(status_of(s1), SA_HOST_CAPTURE_ACTIVE);
+  sa_assert_ok(sa_host_exchange_capture_mode(&m));
+  sa_assert_status(sim_query(f), SA_ERR_STREAM_CAPTURING);
+  assert_int_equal(status_of(s1), SA_HOST_CAPTURE_INVALIDATED);
+  sa_assert_status(sa_host_stream_end_capture(s1), SA_ERR_STREAM_CAPTURING);
+  /* The default stream cannot be captured; a stream captures once. */
+  sa_assert_status(sa_host_stream_begin_capture(NULL, SA_HOST_CAPTURE_GLOBAL),
+                   SA_ERR_INVALID_ARGUMENT);
+  sa_assert_ok(sa_host_stream_begin_capture(s1, SA_HOST_CAPTURE_THREAD_LOCAL));
+  sa_assert_status(sa_host_stream_begin_capture(s1, SA_HOST_CAPTURE_THREAD_LOCAL),
+                   SA_ERR_INVALID_ARGUMENT);
+  sa_assert_ok(sa_host_stream_end_capture(s1));
+  sa_assert_status(sa_host_stream_end_capture(s1), SA_ERR_INVALID_ARGUMENT);
+  sa_sim_lock();
+  sa_assert_ok(sa_sim_event_destroy(e));
+  sa_assert_ok(sa_sim_event_destroy(f));
+  sa_sim_unlock();
+  sa_assert_ok(sa_host_stream_destroy(s1));
+  sa_assert_ok(sa_host_stream_destroy(s2));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(first_use_during_a_capture_on_the_simulator, end_open_captures),
+      cmocka_unit_test_teardown(first_use_during_a_capture_on_cuda, end_open_captures),
+      cmocka_unit_test_teardown(a_span_free_during_a_capture_is_refused_on_the_simulator, end_open_captures),
+      cmocka_unit_test_teardown(a_span_free_during_a_capture_is_refused_on_cuda, end_open_captures),
+      cmocka_unit_test_teardown(cross_stream_frees_during_a_capture_on_the_simulator, end_open_captures),
+      cmocka_unit_test_teardown(cross_stream_frees_during_a_capture_on_cuda, end_open_captures),
+      cmocka_unit_test_teardown(release_and_record_during_a_capture_on_the_simulator, end_open_captures),
+      cmocka_unit_test_teardown(release_and_record_during_a_capture_on_cuda, end_open_captures),
+      cmocka_unit_test_teardown(another_threads_global_capture_stays_intact_on_the_simulator, end_open_captures),
+      cmocka_unit_test_teardown(another_threads_global_capture_stays_intact_on_cuda, end_open_captures),
+      cmocka_unit_test(the_simulator_applies_the_drivers_rules),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
