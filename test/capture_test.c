@@ -29,6 +29,7 @@
 #include <streamarena/host.h>
 #include <streamarena/streamarena.h>
 
+#include "cuda_loader.h"
 #include "driver/driver.h"
 #include "fixture.h"
 #include "sim/sim.h"
@@ -270,6 +271,32 @@ static void another_threads_global_capture_stays_intact(sa_backend backend) {
   bench_close(&b);
 }
 
+/* CUDA only (the simulator has no blocking streams): work on the legacy
+ * stream while a blocking stream is captured would join the capture and
+ * invalidate it (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT at the record). */
+static void the_legacy_stream_during_a_blocking_streams_capture(void **state) {
+  (void)state;
+  static bench b; /* outlives a failed case: the teardown reads it */
+  bench_open(&b, SA_BACKEND_CUDA);
+  if (sa_cu_load() != 0) skip();
+  CUdevice dev;
+  CUcontext ctx;
+  SA_CU_OK(sa_cu.DeviceGet(&dev, 0));
+  SA_CU_OK(sa_cu.DevicePrimaryCtxRetain(&ctx, dev));
+  SA_CU_OK(sa_cu.CtxSetCurrent(ctx));
+  CUstream blocking;
+  SA_CU_OK(sa_cu.StreamCreate(&blocking, CU_STREAM_DEFAULT));
+  void *p = NULL;
+  sa_assert_ok(sa_alloc(b.arena, &p, SPAN, NULL));
+  sa_assert_ok(b.drv->ops->stream_begin_capture(b.drv, (sa_stream)blocking, GLOBAL));
+  sa_assert_status(sa_free(p, NULL), SA_ERR_STREAM_CAPTURING);
+  sa_assert_ok(b.drv->ops->stream_end_capture(b.drv, (sa_stream)blocking));
+  sa_assert_ok(sa_free(p, NULL));
+  SA_CU_OK(sa_cu.StreamDestroy(blocking));
+  SA_CU_OK(sa_cu.DevicePrimaryCtxRelease(dev));
+  bench_close(&b);
+}
+
 #define ON_BOTH(name)                                                  \
   static void name##_on_the_simulator(void **state) {                 \
     (void)state;                                                       \
@@ -371,6 +398,8 @@ int main(void) {
       cmocka_unit_test_teardown(release_and_record_during_a_capture_on_cuda, end_open_captures),
       cmocka_unit_test_teardown(another_threads_global_capture_stays_intact_on_the_simulator, end_open_captures),
       cmocka_unit_test_teardown(another_threads_global_capture_stays_intact_on_cuda, end_open_captures),
+      cmocka_unit_test_teardown(the_legacy_stream_during_a_blocking_streams_capture,
+                                end_open_captures),
       cmocka_unit_test(the_simulator_applies_the_drivers_rules),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -278,12 +278,25 @@ static sa_status ctx_leave(ctx_saved saved, sa_status st) {
  * event on it, invalidating the user's capture. So no op enqueues on or
  * asks about a capturing stream: SA_ERR_STREAM_CAPTURING, nothing changed,
  * the capture intact (cuStreamIsCapturing: 15 ns on the H200). The legacy
- * stream cannot be captured. */
-static sa_status refused_while_capturing(sa_stream stream) {
-  if (stream_is_implicit(stream)) return SA_OK;
+ * stream is never captured, but work on it while a blocking stream is
+ * captured would join it: cuStreamIsCapturing says
+ * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT then, without harm to the capture
+ * (measured), and it is refused the same way. */
+static sa_status refused_while_capturing(cuda_driver *cd, sa_stream stream) {
+  if ((CUstream)stream == CU_STREAM_PER_THREAD) return SA_OK; /* refused as unknown */
   CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUresult r = g_cu.StreamIsCapturing((CUstream)stream, &cs);
-  if (r != CUDA_SUCCESS) return cu_fail(r);
+  CUresult r;
+  if (stream_is_implicit(stream)) {
+    ctx_saved saved;
+    sa_status st = ctx_enter(cd, &saved);
+    if (st != SA_OK) return st;
+    r = g_cu.StreamIsCapturing((CUstream)stream, &cs);
+    st = ctx_leave(saved, SA_OK);
+    if (st != SA_OK) return st;
+  } else {
+    r = g_cu.StreamIsCapturing((CUstream)stream, &cs);
+  }
+  if (r != CUDA_SUCCESS) return cu_fail(r); /* _IMPLICIT: SA_ERR_STREAM_CAPTURING */
   if (cs == CU_STREAM_CAPTURE_STATUS_NONE) return SA_OK;
   sa_driver_set_error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
                       "the stream is being captured into a graph");
@@ -443,7 +456,7 @@ static sa_status cuda_event_destroy(sa_driver *d, sa_event event) {
 }
 
 static sa_status cuda_event_record(sa_driver *d, sa_event event, sa_stream stream) {
-  sa_status st = refused_while_capturing(stream);
+  sa_status st = refused_while_capturing(as_cuda(d), stream);
   if (st != SA_OK) return st;
   CU_ON_STREAM(as_cuda(d), stream, g_cu.EventRecord((CUevent)event, (CUstream)stream));
 }
@@ -467,7 +480,7 @@ static sa_status cuda_event_synchronize(sa_driver *d, sa_event event) {
 }
 
 static sa_status cuda_stream_wait_event(sa_driver *d, sa_stream stream, sa_event event) {
-  sa_status st = refused_while_capturing(stream);
+  sa_status st = refused_while_capturing(as_cuda(d), stream);
   if (st != SA_OK) return st;
   CU_ON_STREAM(as_cuda(d), stream, g_cu.StreamWaitEvent((CUstream)stream, (CUevent)event, 0));
 }
@@ -477,7 +490,7 @@ static sa_status stream_synchronize_on(sa_driver *d, sa_stream stream) {
 }
 
 static sa_status cuda_stream_synchronize(sa_driver *d, sa_stream stream) {
-  sa_status st = refused_while_capturing(stream);
+  sa_status st = refused_while_capturing(as_cuda(d), stream);
   if (st != SA_OK) return st;
   CUstreamCaptureMode saved = relaxed_begin();
   st = stream_synchronize_on(d, stream);
@@ -508,9 +521,9 @@ static sa_status cuda_stream_validate(sa_driver *d, sa_stream stream) {
                         "CU_STREAM_PER_THREAD is another stream on each thread: not supported");
     return SA_ERR_UNKNOWN_STREAM;
   }
-  if (stream_is_implicit(stream)) return SA_OK; /* resolved in our context */
-  sa_status st = refused_while_capturing(stream);
+  sa_status st = refused_while_capturing(as_cuda(d), stream);
   if (st != SA_OK) return st;
+  if (stream_is_implicit(stream)) return SA_OK; /* resolved in our context */
   CUcontext ctx = NULL;
   CUresult r = g_cu.StreamGetCtx((CUstream)stream, &ctx);
   if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE ||
@@ -529,14 +542,13 @@ static sa_status cuda_stream_validate(sa_driver *d, sa_stream stream) {
 }
 
 static sa_status cuda_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
-  (void)d;
   /* The implicit streams are never destroyed, so their handles are their
    * identity; their ids sit where cuStreamGetId's counter never reaches. */
   if (stream_is_implicit(stream)) {
     *id = UINT64_MAX - (uint64_t)(uintptr_t)stream;
     return SA_OK;
   }
-  sa_status st = refused_while_capturing(stream);
+  sa_status st = refused_while_capturing(as_cuda(d), stream);
   if (st != SA_OK) return st;
   unsigned long long v = 0;
   CUresult r = g_cu.StreamGetId((CUstream)stream, &v);
