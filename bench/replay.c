@@ -505,6 +505,18 @@ static int parse_options(int argc, char **argv, options *o, int *first) {
     fprintf(stderr, "replay: no trace given\n");
     return usage();
   }
+  /* An option after the traces would be read as a trace, after the ones
+   * before it had been replayed without it. After "--" every argument is a
+   * trace. */
+  if (i == 1 || strcmp(argv[i - 1], "--") != 0) {
+    for (int j = i; j < argc; j++) {
+      if (argv[j][0] == '-' && argv[j][1] != '\0') {
+        fprintf(stderr, "replay: option %s after a trace: options go before TRACE.csv...\n",
+                argv[j]);
+        return usage();
+      }
+    }
+  }
   /* --conf is checked here, once, and may name the device size itself. */
   sa_config cfg;
   sa_config_init(&cfg);
@@ -540,7 +552,7 @@ static int parse_options(int argc, char **argv, options *o, int *first) {
 
 int main(int argc, char **argv) {
   options o;
-  int first;
+  int first = 0;
   int usage_status = parse_options(argc, argv, &o, &first);
   if (usage_status != 0) return usage_status == 1 ? 0 : usage_status;
   size_t n = (size_t)(argc - first);

@@ -44,6 +44,12 @@ expect 2 "unknown option --bogus" --bogus "$rmm_log"
 expect 2 "unknown key 'foo'" --conf foo=1 "$rmm_log"
 expect 2 "--conf given twice" --conf max_physical=32MiB --conf superblock_size=4MiB "$rmm_log"
 expect 2 "no trace given" --capacity 64MiB
+# An option after a trace: refused before anything is replayed (it was
+# replayed with the defaults, then "--capacity=64MiB: No such file").
+expect 2 "option --capacity=64MiB after a trace: options go before TRACE.csv" \
+  "$rmm_log" --capacity=64MiB
+# After "--" every argument is a trace, whatever its name.
+expect 1 "replay: -x.csv: No such file or directory" -- "$rmm_log" -x.csv
 printf 'thread,stream,op,id,size,time_ns\n' >"$tmp/empty.csv"
 expect 1 "the trace allocates nothing" "$tmp/empty.csv"
 # A device size past what size_t arithmetic can round up to 2 MiB: refused,
@@ -68,5 +74,5 @@ if [[ $rc -ne 0 ]] || grep -q '^op ' <<<"$out"; then
   fails=$((fails + 1))
 fi
 
-echo "replay_args_test: 23 cases, $fails failed"
+echo "replay_args_test: 25 cases, $fails failed"
 [[ $fails -eq 0 ]]

@@ -66,4 +66,19 @@ for want in "out of memory: 6291456 bytes" "total" "largest free span" "fragment
 done
 python3 "$render" "$out/oom.err" -o "$out/oom.svg" >/dev/null
 check_svg "$out/oom.svg"
+
+# What a user gets wrong: a path that is not there, a snapshot cut short, a
+# JSON file of something else. A line that says so and exit 1, no traceback.
+head -c 2000 "$snap" >"$out/cut.json"
+echo '{"a": 1}' >"$out/other.json"
+for bad in "$out/missing.json:cannot be read: No such file or directory" \
+           "$out/cut.json:the snapshot is not whole JSON" \
+           "$out/other.json:not a streamarena snapshot"; do
+  file="${bad%%:*}" want="${bad#*:}"
+  rc=0
+  msg="$(python3 "$render" "$file" -o "$out/bad.svg" 2>&1)" || rc=$?
+  if [[ $rc -ne 1 ]] || ! grep -qF -- "$file: $want" <<<"$msg" || grep -q Traceback <<<"$msg"; then
+    echo "render_snapshot.py $file: exit $rc, output:"; echo "$msg"; echo "(want: $want)"; exit 1
+  fi
+done
 echo "PASS"

@@ -26,6 +26,9 @@
  * thread stops, frees what it holds, and the summary still shows the
  * arena's figures.
  *
+ * Under `bazel run` a relative path in --conf (trace=run.csv) is taken from
+ * the folder the command was typed in (BUILD_WORKING_DIRECTORY).
+ *
  * Streams: on the host backend they come from sa_host_stream_create; on
  * CUDA from cuStreamCreate, loaded from libcuda.so.1 like the library does
  * (so this program, too, builds and runs without the CUDA driver). */
@@ -42,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -708,6 +712,15 @@ int main(int argc, char **argv) {
   if (r < 0) {
     usage(stderr);
     fprintf(stderr, "train_loop --help lists the options, their ranges and defaults\n");
+    return 2;
+  }
+  /* Under `bazel run` the program starts in its runfiles folder: a relative
+   * trace=PATH is taken from the folder the command was typed in, as
+   * //bench:replay takes its paths, not written deep in bazel-bin. */
+  const char *wd = getenv("BUILD_WORKING_DIRECTORY");
+  if (wd != NULL && wd[0] != '\0' && chdir(wd) != 0) {
+    fprintf(stderr, "train_loop: cannot enter %s (BUILD_WORKING_DIRECTORY): %s\n", wd,
+            strerror(errno));
     return 2;
   }
   sa_config cfg;

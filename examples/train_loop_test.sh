@@ -69,5 +69,19 @@ if [[ "$(head -n 1 <<<"$out")" != "train_loop: backend cuda"* ]]; then
   has "$out" "sa_arena_create: no usable device (" "backend=cuda without a GPU"
 fi
 
+# Under `bazel run` (BUILD_WORKING_DIRECTORY set) a relative trace path is
+# the typing folder's: it was written into the runfiles tree, out of sight.
+tmpd="${TEST_TMPDIR:-$(mktemp -d)}/typed_here"
+mkdir -p "$tmpd"
+out="$(BUILD_WORKING_DIRECTORY="$tmpd" "$tl" --threads 1 --steps 2 --progress 0 \
+  --conf backend=host,trace=rel_trace.csv 2>&1)" || fail "run with a relative trace exited $?"
+header="$(head -n 1 "$tmpd/rel_trace.csv" 2>/dev/null)"
+if [[ "$header" != "thread,stream,op,id,size,time_ns" ]]; then
+  fail "trace=rel_trace.csv under bazel run is not in BUILD_WORKING_DIRECTORY:"$'\n'"$out"
+fi
+out="$(BUILD_WORKING_DIRECTORY="$tmpd/none" "$tl" --steps 1 2>&1)"
+[[ $? -eq 2 ]] || fail "a BUILD_WORKING_DIRECTORY that is not there must exit 2"
+has "$out" "cannot enter $tmpd/none (BUILD_WORKING_DIRECTORY)" "missing working directory"
+
 echo "train_loop_test: $fails failed"
 [[ $fails -eq 0 ]]

@@ -16,7 +16,10 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.."
 seconds="${1:-${FUZZ_SECONDS:-60}}"
-cuda_include="${CUDA_INCLUDE:-/usr/local/cuda/include}"
+# The CUDA headers where the WORKSPACE finds them (cuda_path), unless
+# CUDA_INCLUDE names their folder.
+cuda_path="$(sed -nE 's/.*cuda_path *= *"([^"]+)".*/\1/p' WORKSPACE | head -n 1)"
+cuda_include="${CUDA_INCLUDE:-${cuda_path:-/usr/local/cuda}/include}"
 work="${FUZZ_WORK:-$(mktemp -d)}"
 mkdir -p "$work/corpus"
 cc="${CLANG:-clang}"

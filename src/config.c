@@ -259,6 +259,55 @@ static bool apply(sa_config *c, const key_desc *k, span value, char *err, size_t
   return false;
 }
 
+/* Edit distance between a typed key and a known one, ignoring case: the
+ * message for an unknown key names the nearest known key when it is close
+ * (a typo), else lists them all. Keys longer than 64 bytes count as far. */
+static size_t key_distance(span typed, const char *known) {
+  size_t n = span_len(typed), m = strlen(known);
+  if (n > 64 || m > 64) return SIZE_MAX;
+  size_t row[65];
+  for (size_t j = 0; j <= m; j++) row[j] = j;
+  for (size_t i = 1; i <= n; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= m; j++) {
+      size_t up = row[j];
+      int a = tolower((unsigned char)typed.begin[i - 1]);
+      size_t best = diag + (a == tolower((unsigned char)known[j - 1]) ? 0 : 1);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[m];
+}
+
+static void unknown_key_error(span key, char *err, size_t err_size) {
+  int klen = (int)(span_len(key) > 64 ? 64 : span_len(key));
+  const char *nearest = NULL;
+  size_t best = SIZE_MAX;
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    size_t d = key_distance(key, keys[i].name);
+    if (d < best) {
+      best = d;
+      nearest = keys[i].name;
+    }
+  }
+  if (nearest != NULL && best <= 2 && best < strlen(nearest) / 2) {
+    set_error(err, err_size, "unknown key '%.*s' (did you mean '%s'?)", klen, key.begin, nearest);
+    return;
+  }
+  char list[320] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0] && used < sizeof list; i++) {
+    int w = snprintf(list + used, sizeof list - used, "%s%s", i > 0 ? ", " : "", keys[i].name);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  set_error(err, err_size, "unknown key '%.*s'; the keys are %s", klen, key.begin, list);
+}
+
 /* One "key=value" item (already trimmed, not empty). */
 static bool parse_item(sa_config *c, span item, char *err, size_t err_size) {
   int ilen = (int)(span_len(item) > 64 ? 64 : span_len(item));
@@ -269,7 +318,6 @@ static bool parse_item(sa_config *c, span item, char *err, size_t err_size) {
   }
   span key = span_trim((span){item.begin, eq});
   span value = span_trim((span){eq + 1, item.end});
-  int klen = (int)(span_len(key) > 64 ? 64 : span_len(key));
   const key_desc *k = NULL;
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     if (span_is(key, keys[i].name)) k = &keys[i];
@@ -278,7 +326,7 @@ static bool parse_item(sa_config *c, span item, char *err, size_t err_size) {
     if (span_len(key) == 0) {
       set_error(err, err_size, "missing key in '%.*s'", ilen, item.begin);
     } else {
-      set_error(err, err_size, "unknown key '%.*s'", klen, key.begin);
+      unknown_key_error(key, err, err_size);
     }
     return false;
   }

@@ -181,6 +181,13 @@ static void unknown_key(void **state) {
   expect_bad("Device=1", "Device");
   /* A later error undoes earlier good items too. */
   expect_bad("device=1,backend=cuda,nope=1", "nope");
+  /* A typo names the key meant; a key far from every known one gets the list
+   * (STREAMARENA_CONF's users have no --help to ask). */
+  expect_bad("superblok_size=4MiB",
+             "unknown key 'superblok_size' (did you mean 'superblock_size'?)");
+  expect_bad("BACKEND=host", "(did you mean 'backend'?)");
+  expect_bad("nope=1", "unknown key 'nope'; the keys are device, backend, peer_access,");
+  expect_bad("nope=1", ", oom_report, exact_growth, trace");
 }
 
 static void bad_numbers(void **state) {

@@ -78,15 +78,20 @@ else
 fi
 
 # The CUDA toolkit headers: where the WORKSPACE looks (repositories.bzl,
-# cuda_path). Not installed here: the toolkit is large and not in Debian main.
-cuda_include="/usr/local/cuda/include"
+# cuda_path: /usr/local/cuda unless WORKSPACE passes another). Not installed
+# here: the toolkit is large and not in Debian main.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cuda_path="$(sed -nE 's/.*cuda_path *= *"([^"]+)".*/\1/p' "$root/WORKSPACE" | head -n 1)"
+cuda_include="${cuda_path:-/usr/local/cuda}/include"
 if [[ ! -f "$cuda_include/cuda.h" ]]; then
   say "CUDA toolkit headers not found: $cuda_include/cuda.h is missing."
-  say "  Install the CUDA toolkit (only its headers are used; no GPU needed), for"
-  say "  example NVIDIA's toolkit under /usr/local/cuda, or the PyPI package"
-  say "  nvidia-cuda-runtime (its include/ holds cuda.h) and point"
-  say "  streamarena_dependencies(cuda_path = ...) in WORKSPACE at the folder"
-  say "  that contains include/cuda.h."
+  say "  Only the headers are used (no GPU or driver needed). Either install NVIDIA's"
+  say "  CUDA toolkit under /usr/local/cuda, or take them from PyPI:"
+  say "    python3 -m pip install --target /opt/cuda-headers nvidia-cuda-runtime"
+  say "  (cuda.h lands in /opt/cuda-headers/nvidia/cu13/include), then call"
+  say "    streamarena_dependencies(cuda_path = \"/opt/cuda-headers/nvidia/cu13\")"
+  say "  in $root/WORKSPACE (and in a consumer's WORKSPACE);"
+  say "  this script and fuzz/run.sh then look there too."
   exit 1
 fi
 say "CUDA headers: $cuda_include/cuda.h"

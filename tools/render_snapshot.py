@@ -52,12 +52,23 @@ STREAM_COLOURS = ["#8e44ad", "#16a085", "#c0392b", "#2c3e50", "#d35400", "#7f8c8
 
 
 def load(path):
-    with open(path) as f:
-        text = f.read()
+    try:
+        with open(path) as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        why = getattr(e, "strerror", None) or e
+        raise SystemExit(f"{path}: cannot be read: {why}")
     start = 0 if text.lstrip().startswith("{") else text.find("\n{\n") + 1
     if start <= 0 and not text.lstrip().startswith("{"):
         raise SystemExit(f"{path}: no snapshot found (a line that is just '{{')")
-    return json.JSONDecoder().raw_decode(text[start:])[0]
+    try:
+        snap = json.JSONDecoder().raw_decode(text[start:])[0]
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"{path}: the snapshot is not whole JSON ({e.msg} at line "
+                         f"{text.count(chr(10), 0, start) + e.lineno}): cut short?")
+    if not isinstance(snap, dict) or "summary" not in snap:
+        raise SystemExit(f"{path}: not a streamarena snapshot (no \"summary\")")
+    return snap
 
 
 def mib(n):

@@ -416,6 +416,36 @@ def case_torch_replay_lags_the_device():
     return 2 * 400
 
 
+def case_install_prefers_the_plain_build_to_bazel_bin():
+    """A checkout after `bazel build //:streamarena_torch` and then a
+    sanitizer test run: bazel-bin is the sanitizer's tree, whose plugin
+    python3 cannot load; find_library takes the plain build's."""
+    import shutil
+    with tempfile.TemporaryDirectory() as root:
+        shutil.copytree(os.path.join(HERE, "..", "..", "python", "streamarena"),
+                        os.path.join(root, "python", "streamarena"))
+        paths = {}
+        for tree in ("bazel-out/k8-opt/bin", "bazel-out/k8-optasan/bin", "bazel-bin"):
+            d = os.path.join(root, tree, "plugins", "torch")
+            os.makedirs(d)
+            paths[tree] = os.path.join(d, sat.LIB_NAME)
+            open(paths[tree], "w").close()
+        code = "import streamarena.torch as t; print(t.find_library())"
+        env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"))
+        env.pop("STREAMARENA_TORCH_LIB", None)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True)
+        got = r.stdout.strip()
+        expect(got == os.path.realpath(paths["bazel-out/k8-opt/bin"]),
+               f"find_library: {got!r} {r.stderr}")
+        os.remove(paths["bazel-out/k8-opt/bin"])
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True)
+        got = r.stdout.strip()
+        expect(got == os.path.realpath(paths["bazel-bin"]), f"then bazel-bin: {got!r}")
+    return 0
+
+
 CASES = {name[len("case_"):]: fn for name, fn in sorted(globals().items())
          if name.startswith("case_")}
 

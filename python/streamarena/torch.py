@@ -60,10 +60,15 @@ class _Stats(ctypes.Structure):
 
 def find_library(lib=None):
     """The plugin's path: lib, $STREAMARENA_TORCH_LIB, beside this package, or
-    the checkout's Bazel output (bazel build //:streamarena_torch)."""
+    the checkout's Bazel output (bazel build //:streamarena_torch): first the
+    tree a plain build writes (bazel-out/<cpu>-opt), then bazel-bin, which
+    follows the last command (after `bazel test --config=asan` its plugin
+    needs the ASan runtime preloaded, and python3 dies loading it)."""
     here = pathlib.Path(__file__).resolve().parent
-    candidates = [lib, os.environ.get("STREAMARENA_TORCH_LIB"), here / LIB_NAME,
-                  here.parent.parent / "bazel-bin" / "plugins" / "torch" / LIB_NAME]
+    checkout = here.parent.parent
+    built = sorted(checkout.glob(f"bazel-out/*-opt/bin/plugins/torch/{LIB_NAME}"))
+    candidates = [lib, os.environ.get("STREAMARENA_TORCH_LIB"), here / LIB_NAME, *built,
+                  checkout / "bazel-bin" / "plugins" / "torch" / LIB_NAME]
     tried = []
     for c in candidates:
         if not c:
