@@ -112,7 +112,8 @@ static void without_the_variable_the_device_has_16gib(void **state) {
 
 static void bad_values_keep_the_default_with_a_warning(void **state) {
   (void)state;
-  const char *bad[] = {"lots", "1MiB", "-4GiB", "12 GiB", "3XiB", "99999999999999999999", "16EiB"};
+  const char *bad[] = {"lots", "1MiB", "-4GiB", "12 GiB", "3XiB", "99999999999999999999", "16EiB",
+                       "4GB", "4Mi", "4MiBB"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     report r;
     run_probe(bad[i], &r);

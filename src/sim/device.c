@@ -23,7 +23,8 @@ static uint64_t no_peer[SA_SIM_MAX_DEVICES];
 static _Thread_local int tl_device;
 
 /* Parse "123", "16GiB", "16G", "512mib", "4096B", ... into bytes (binary
- * multiples, any case, as sa_config_parse takes them). 0 on success. */
+ * multiples, any case, the suffixes sa_config_parse takes: "16GB" is
+ * refused there, as decimal or binary would be a guess). 0 on success. */
 static int parse_bytes(const char *text, size_t *out) {
   char *end = NULL;
   errno = 0;
@@ -40,9 +41,10 @@ static int parse_bytes(const char *text, size_t *out) {
   }
   if (shift != 0) {
     end++;
-    if (tolower((unsigned char)*end) == 'i') end++;
+    if (tolower((unsigned char)end[0]) == 'i' && tolower((unsigned char)end[1]) == 'b') end += 2;
+  } else if (tolower((unsigned char)*end) == 'b') {
+    end++;
   }
-  if (tolower((unsigned char)*end) == 'b') end++;
   if (*end != '\0') return -1;
   if (v > (unsigned long long)(SIZE_MAX >> shift)) return -1;
   *out = (size_t)v << shift;
