@@ -21,6 +21,7 @@
  *   device_sync.c    device-wide synchronize: what it makes clean
  *   hook.c           test hooks (pause points on slow paths)
  *   registry.c       which arena an address belongs to (lock-free)
+ *   chain_table.c    chained hash tables (record.c's, the live stream arenas')
  *   driver/driver.h  the device (src/driver/), the simulator behind it (src/sim/)
  *
  * Naming: sa_ is public, sa__ is internal across files, static functions
@@ -57,7 +58,6 @@
 #define SA_BATCH_MAX 64            /* blocks per cross-stream batch */
 #define SA_LANE_LOOKUP 64          /* pending lanes a new batch looks at (stream_arena.c) */
 #define SA_RECORD_BUCKET_BITS 10 /* the record table's first size; it doubles */
-#define SA_RECORD_BUCKETS ((size_t)1 << SA_RECORD_BUCKET_BITS)
 #define SA_SUPERBLOCK_MAX ((size_t)1 << 30) /* block offsets stay below 2^32 */
 #define SA_VA_RESERVE_MAX ((size_t)1 << 46) /* 64 TiB */
 #define SA_REGISTRY_SLOT_BITS 32     /* arenas own whole 4 GiB slots (registry.c) */
@@ -74,6 +74,82 @@ static inline void *sa__zalloc_aligned(size_t size, size_t align) {
   void *p = aligned_alloc(align, rounded);
   if (p != NULL) memset(p, 0, rounded);
   return p;
+}
+
+/* A doubly linked list threaded through type's own next_field and
+ * prev_field, its head a pointer to the first node: defines name_push (to
+ * the front) and name_unlink (n's own links stay as they were). A macro
+ * because C has no generics: nodes keep typed links, and walks over them
+ * stay plain loops. Unused: a list may need only one of the two. */
+#define SA_DLIST_FUNCTIONS(name, type, next_field, prev_field)                      \
+  static inline __attribute__((unused)) void name##_push(type **head, type *n) {    \
+    n->prev_field = NULL;                                                           \
+    n->next_field = *head;                                                          \
+    if (*head != NULL) (*head)->prev_field = n;                                     \
+    *head = n;                                                                      \
+  }                                                                                 \
+  static inline __attribute__((unused)) void name##_unlink(type **head, type *n) {  \
+    if (n->prev_field != NULL)                                                      \
+      n->prev_field->next_field = n->next_field;                                    \
+    else                                                                            \
+      *head = n->next_field;                                                        \
+    if (n->next_field != NULL) n->next_field->prev_field = n->prev_field;           \
+  }
+
+/* ------------------------------------------------------------------------
+ * Chained hash tables (chain_table.c): the chains run through the entries,
+ * each of which embeds a link. The owner holds the lock and decides when
+ * the table doubles.
+ * ---------------------------------------------------------------------- */
+typedef struct sa_chain_link_s {
+  uintptr_t key;                /* set by the owner before the entry is pushed */
+  struct sa_chain_link_s *next; /* in its chain */
+} sa_chain_link;
+
+typedef struct sa_chain_table_s {
+  sa_chain_link **heads; /* 2^bits chains; NULL until sa__chain_create */
+  unsigned bits;
+  unsigned key_shift;    /* low key bits left out of the hash: alike in every key */
+  size_t n;              /* entries in the table */
+} sa_chain_table;
+
+/* 2^bits empty chains; false (nothing made) when out of memory. */
+bool sa__chain_create(sa_chain_table *t, unsigned bits, unsigned key_shift);
+/* Twice the chains, entries moved; false (the table as it was) when out of
+ * memory: chains get longer, nothing is lost. */
+bool sa__chain_double(sa_chain_table *t);
+void sa__chain_remove(sa_chain_table *t, sa_chain_link *l); /* l linked or not */
+void sa__chain_destroy(sa_chain_table *t); /* the chains; the entries are the owner's */
+
+static inline size_t sa__chain_buckets(const sa_chain_table *t) { return (size_t)1 << t->bits; }
+/* Fibonacci hashing: the top bits of the product pick the chain. */
+static inline sa_chain_link **sa__chain_bucket(const sa_chain_table *t, uintptr_t key) {
+  return &t->heads[(uint64_t)(key >> t->key_shift) * 0x9E3779B97F4A7C15ull >> (64 - t->bits)];
+}
+/* The link that points at key's entry, or the null link ending its chain. */
+static inline sa_chain_link **sa__chain_find(const sa_chain_table *t, uintptr_t key) {
+  sa_chain_link **pl = sa__chain_bucket(t, key);
+  while (*pl != NULL && (*pl)->key != key) pl = &(*pl)->next;
+  return pl;
+}
+/* Key's entry's link, NULL if none (or no table yet). */
+static inline sa_chain_link *sa__chain_get(const sa_chain_table *t, uintptr_t key) {
+  return t->heads != NULL ? *sa__chain_find(t, key) : NULL;
+}
+static inline void sa__chain_push(sa_chain_table *t, sa_chain_link *l) { /* l->key set */
+  sa_chain_link **head = sa__chain_bucket(t, l->key);
+  l->next = *head;
+  *head = l;
+  t->n++;
+}
+static inline void sa__chain_unlink(sa_chain_table *t, sa_chain_link **pl) { /* *pl's entry */
+  *pl = (*pl)->next;
+  t->n--;
+}
+/* The entry of the given type whose member l is; NULL for NULL. */
+#define sa__chain_entry(l, type, member) ((type *)sa__chain_entry_at((l), offsetof(type, member)))
+static inline void *sa__chain_entry_at(sa_chain_link *l, size_t offset) {
+  return l != NULL ? (char *)l - offset : NULL;
 }
 
 /* ------------------------------------------------------------------------
@@ -325,7 +401,8 @@ struct sa_stream_arena_s {
   bool doomed;                       /* reap's mark (streams_rw held for writing) */
   sa_timeline timeline;              /* span frees on this stream (arena lock) */
   struct sa_stream_arena_s *next, *prev; /* arena's list (lock; streams_rw to unlink) */
-  struct sa_stream_arena_s *live_next; /* live index chain, while not gone (lock) */
+  sa_chain_link live_link;           /* key: stream; in the live index while not gone
+                                        (arena lock) */
   struct sa_stream_arena_s *gone_next; /* arena's gone list, once gone (lock;
                                           streams_rw to unlink) */
 };
@@ -428,9 +505,7 @@ struct sa_arena_s {
   _Atomic uint64_t xstream_epoch; /* bumped when a stream arena goes */
   _Atomic size_t xgone_streams;   /* stream arenas gone, not yet reaped */
   struct sa_stream_arena_s *gone_streams; /* those, for reap (lock) */
-  struct sa_stream_arena_s **live_index; /* live ones by handle, 2^live_bits (lock) */
-  unsigned live_bits;
-  size_t nlive;
+  sa_chain_table live_index;    /* live ones by handle (lock; stream_arena.c) */
   _Atomic uint64_t xsync_started, xsync_done; /* device sync generations */
 
   pthread_mutex_t event_lock;   /* event pool */
@@ -443,9 +518,7 @@ struct sa_arena_s {
   pthread_rwlock_t record_rw;   /* read: a free uses the streams of a record it
                                    took; write: sa_stream_release forgets a
                                    stream (record.c) */
-  struct sa_record_s **records; /* hash buckets, 2^record_bits (record.c) */
-  unsigned record_bits;
-  size_t nrecords;              /* entries in the table */
+  sa_chain_table records;       /* the table (record.c) */
 
   /* Statistics kept on slow paths. */
   _Atomic int64_t xlive_bytes;
@@ -747,11 +820,10 @@ sa_status sa__timeline_wait(sa_arena *a, sa_stream_arena *sa, uint64_t ticket, s
 void sa__timeline_release(sa_arena *a, sa_stream_arena *sa);
 
 /* record.c */
-typedef struct sa_record_s { /* the streams recorded for the block at p */
-  uintptr_t p;
-  unsigned n, cap; /* n: for a stream's entry, the blocks' entries naming it */
+typedef struct sa_record_s { /* the streams recorded for the block at link.key */
+  sa_chain_link link; /* in the record table; key: the block's address or a stream's */
+  unsigned n, cap;    /* n: for a stream's entry, the blocks' entries naming it */
   sa_stream *streams;
-  struct sa_record_s *next;
 } sa_record;
 sa_status sa__record_add(sa_arena *a, uintptr_t p, sa_stream s);
 /* Detach p's record (NULL if none); the caller frees it or, when the free

@@ -137,12 +137,10 @@ static void run_link(sa_arena *a, sa_run *r) {
   if (next != NULL) next->prev = r;
 }
 
+SA_DLIST_FUNCTIONS(runs, sa_run, next, prev)
+
 static void run_unlink(sa_arena *a, sa_run *r) {
-  if (r->prev != NULL)
-    r->prev->next = r->next;
-  else
-    a->runs = r->next;
-  if (r->next != NULL) r->next->prev = r->prev;
+  runs_unlink(&a->runs, r);
   r->next = r->prev = NULL;
 }
 

@@ -38,20 +38,15 @@
 
 #include "internal.h"
 
+SA_DLIST_FUNCTIONS(bin, sa_superblock, next, prev)
+
 static void bin_insert(sa_stream_arena *sa, sa_superblock *sb) {
-  sb->prev = NULL;
-  sb->next = sa->bins[sb->cls];
-  if (sb->next != NULL) sb->next->prev = sb;
-  sa->bins[sb->cls] = sb;
+  bin_push(&sa->bins[sb->cls], sb);
   sb->in_bin = true;
 }
 
 static void bin_remove(sa_stream_arena *sa, sa_superblock *sb) {
-  if (sb->prev != NULL)
-    sb->prev->next = sb->next;
-  else
-    sa->bins[sb->cls] = sb->next;
-  if (sb->next != NULL) sb->next->prev = sb->prev;
+  bin_unlink(&sa->bins[sb->cls], sb);
   sb->next = sb->prev = NULL;
   sb->in_bin = false;
 }
@@ -432,14 +427,8 @@ static void stream_arena_free(sa_stream_arena *sa) {
   free(sa);
 }
 
-/* sa out of the arena's list (streams_rw held for writing, arena lock). */
-static void unlink_stream_arena(sa_arena *a, sa_stream_arena *sa) {
-  if (sa->prev != NULL)
-    sa->prev->next = sa->next;
-  else
-    a->streams = sa->next;
-  if (sa->next != NULL) sa->next->prev = sa->prev;
-}
+/* The arena's list: arena lock, and streams_rw held for writing to unlink. */
+SA_DLIST_FUNCTIONS(streams, sa_stream_arena, next, prev)
 
 void sa__stream_arenas_reap(sa_arena *a) {
   /* Only a gone one can go, and only those are walked (on their own list):
@@ -485,7 +474,7 @@ void sa__stream_arenas_reap(sa_arena *a) {
       sa__timeline_release(a, sa); /* nothing waits on its events any more */
       atomic_fetch_sub_explicit(&a->xgone_streams, 1, memory_order_relaxed);
       *p = sa->gone_next;
-      unlink_stream_arena(a, sa);
+      streams_unlink(&a->streams, sa);
       sa->next = dead;
       dead = sa;
     }
@@ -503,48 +492,21 @@ void sa__stream_arenas_reap(sa_arena *a) {
  * A stream's first use on a thread and sa_stream_release look the handle
  * up; walking the list cost 31 us per new stream with 1,000 live ones. */
 
-static size_t live_bucket(const sa_arena *a, sa_stream s) {
-  return (size_t)(((uint64_t)(uintptr_t)s >> 4) * 0x9E3779B97F4A7C15ull >> (64 - a->live_bits));
-}
+#define LIVE_KEY_SHIFT 4 /* stream handles are pointers: their low bits vary little */
+#define LIVE_FIRST_BITS 6
 
 /* The index made at the first stream; doubled past one per bucket, unless
  * host memory is short (longer chains then, nothing lost). */
 static sa_status live_insert(sa_arena *a, sa_stream_arena *sa) {
-  size_t n = a->live_index != NULL ? (size_t)1 << a->live_bits : 0;
-  if (a->nlive >= n) {
-    unsigned bits = n != 0 ? a->live_bits + 1 : 6;
-    sa_stream_arena **grown = calloc((size_t)1 << bits, sizeof *grown);
-    if (grown == NULL && n == 0) return SA_ERR_OUT_OF_MEMORY;
-    if (grown != NULL) {
-      sa_stream_arena **old = a->live_index;
-      a->live_index = grown;
-      a->live_bits = bits;
-      for (size_t i = 0; i < n; i++) {
-        for (sa_stream_arena *x = old[i], *next; x != NULL; x = next) {
-          next = x->live_next;
-          sa_stream_arena **head = &grown[live_bucket(a, x->stream)];
-          x->live_next = *head;
-          *head = x;
-        }
-      }
-      free(old);
-    }
+  sa_chain_table *t = &a->live_index;
+  if (t->heads == NULL) {
+    if (!sa__chain_create(t, LIVE_FIRST_BITS, LIVE_KEY_SHIFT)) return SA_ERR_OUT_OF_MEMORY;
+  } else if (t->n >= sa__chain_buckets(t)) {
+    (void)sa__chain_double(t);
   }
-  sa_stream_arena **head = &a->live_index[live_bucket(a, sa->stream)];
-  sa->live_next = *head;
-  *head = sa;
-  a->nlive++;
+  sa->live_link.key = (uintptr_t)sa->stream;
+  sa__chain_push(t, &sa->live_link);
   return SA_OK;
-}
-
-static void live_remove(sa_arena *a, sa_stream_arena *sa) {
-  for (sa_stream_arena **p = &a->live_index[live_bucket(a, sa->stream)]; *p != NULL;
-       p = &(*p)->live_next) {
-    if (*p != sa) continue;
-    *p = sa->live_next;
-    a->nlive--;
-    return;
-  }
 }
 
 /* sa is gone from now on; with synced, its work is known done. Takes its
@@ -555,7 +517,7 @@ static void mark_gone(sa_arena *a, sa_stream_arena *sa, bool synced) {
   if (!gone(sa)) {
     sa->synced = synced;
     atomic_store_explicit(&sa->xgone, true, memory_order_release);
-    live_remove(a, sa); /* never looked up again */
+    sa__chain_remove(&a->live_index, &sa->live_link); /* never looked up again */
     sa->gone_next = a->gone_streams; /* for reap */
     a->gone_streams = sa;
     atomic_fetch_add_explicit(&a->xgone_streams, 1, memory_order_release);
@@ -568,10 +530,8 @@ static void mark_gone(sa_arena *a, sa_stream_arena *sa, bool synced) {
 
 /* The live stream arena with handle s (arena lock held). */
 static sa_stream_arena *find_live(sa_arena *a, sa_stream s) {
-  if (a->live_index == NULL) return NULL;
-  for (sa_stream_arena *sa = a->live_index[live_bucket(a, s)]; sa != NULL; sa = sa->live_next)
-    if (sa->stream == s) return sa;
-  return NULL;
+  sa_chain_link *l = sa__chain_get(&a->live_index, (uintptr_t)s);
+  return sa__chain_entry(l, sa_stream_arena, live_link);
 }
 
 void sa__stream_arena_unbind(sa_stream_arena *sa) {
@@ -601,9 +561,7 @@ sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out) 
         return SA_ERR_OUT_OF_MEMORY;
       }
       fresh->id = ++a->next_stream_id;
-      fresh->next = a->streams;
-      if (a->streams != NULL) a->streams->prev = fresh;
-      a->streams = fresh;
+      streams_push(&a->streams, fresh);
       pthread_mutex_unlock(&a->lock);
       *out = fresh;
       return SA_OK;
@@ -652,7 +610,7 @@ void sa__stream_arenas_settle(sa_arena *a) {
 
 size_t sa__stream_arenas_live(sa_arena *a) {
   pthread_mutex_lock(&a->lock);
-  size_t n = a->nlive; /* the live index holds exactly those not gone */
+  size_t n = a->live_index.n; /* the live index holds exactly those not gone */
   pthread_mutex_unlock(&a->lock);
   return n;
 }
@@ -731,7 +689,5 @@ void sa__stream_arenas_destroy(sa_arena *a) {
   }
   a->streams = NULL;
   a->gone_streams = NULL;
-  free(a->live_index);
-  a->live_index = NULL;
-  a->nlive = 0;
+  sa__chain_destroy(&a->live_index);
 }

@@ -37,6 +37,10 @@ static pthread_once_t tcache_once = PTHREAD_ONCE_INIT;
 
 static bool key_made; /* else tcache_key is 0, maybe another owner's key */
 
+/* The lists entries_lock guards: an arena's entries, a stream arena's bound ones. */
+SA_DLIST_FUNCTIONS(arena_entries, sa_tentry, arena_next, arena_prev)
+SA_DLIST_FUNCTIONS(bound_entries, sa_tentry, bound_next, bound_prev)
+
 static void tcache_exit(void *arg);
 static void make_key(void) { key_made = pthread_key_create(&tcache_key, tcache_exit) == 0; }
 
@@ -92,21 +96,14 @@ static void entry_flush_all(sa_tentry *e, bool named) {
  * which sa__tentry_release_stream walks. entries_lock held. */
 static void entry_bind_to(sa_tentry *e, sa_stream_arena *sa) {
   e->sarena = sa;
-  e->bound_prev = NULL;
-  e->bound_next = sa->bound;
-  if (sa->bound != NULL) sa->bound->bound_prev = e;
-  sa->bound = e;
+  bound_entries_push(&sa->bound, e);
 }
 
 /* entries_lock held. */
 static void entry_unbind(sa_tentry *e) {
   sa_stream_arena *sa = e->sarena;
   if (sa == NULL) return;
-  if (e->bound_prev != NULL)
-    e->bound_prev->bound_next = e->bound_next;
-  else
-    sa->bound = e->bound_next;
-  if (e->bound_next != NULL) e->bound_next->bound_prev = e->bound_prev;
+  bound_entries_unlink(&sa->bound, e);
   e->sarena = NULL;
   sa__stream_arena_unbind(sa);
 }
@@ -132,11 +129,7 @@ static void entry_retire(sa_tentry *e) {
     atomic_fetch_add_explicit(&a->xretired_fast_frees,
                               atomic_load_explicit(&e->xfast_frees, memory_order_relaxed),
                               memory_order_relaxed);
-    if (e->arena_prev != NULL)
-      e->arena_prev->arena_next = e->arena_next;
-    else
-      a->entries = e->arena_next;
-    if (e->arena_next != NULL) e->arena_next->arena_prev = e->arena_prev;
+    arena_entries_unlink(&a->entries, e);
   }
   pthread_mutex_unlock(&entries_lock);
   entry_free(e);
@@ -235,9 +228,7 @@ static sa_status entry_create(sa_arena *a, sa_stream s, sa_stream_arena *sa, sa_
   atomic_store_explicit(&e->xarena, a, memory_order_relaxed);
   pthread_mutex_lock(&entries_lock);
   entry_bind_to(e, sa);
-  e->arena_next = a->entries;
-  if (a->entries != NULL) a->entries->arena_prev = e;
-  a->entries = e;
+  arena_entries_push(&a->entries, e);
   pthread_mutex_unlock(&entries_lock);
   *out = e;
   return SA_OK;

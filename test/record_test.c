@@ -288,9 +288,10 @@ static void span_recorded_on_a_destroyed_stream_waits_on_its_next_handle(void **
 static size_t longest_record_chain(sa_arena *a) {
   size_t longest = 0;
   pthread_mutex_lock(&a->record_lock);
-  for (size_t i = 0; a->records != NULL && i < ((size_t)1 << a->record_bits); i++) {
+  const sa_chain_table *t = &a->records;
+  for (size_t i = 0; t->heads != NULL && i < sa__chain_buckets(t); i++) {
     size_t n = 0;
-    for (const sa_record *r = a->records[i]; r != NULL; r = r->next) n++;
+    for (const sa_chain_link *l = t->heads[i]; l != NULL; l = l->next) n++;
     if (n > longest) longest = n;
   }
   pthread_mutex_unlock(&a->record_lock);
@@ -343,7 +344,7 @@ static void record_stream_counts_follow_frees_and_releases(void **state) {
   assert_true(sa__record_names_stream(f->arena, c));
   sa_assert_ok(sa_stream_release(f->arena, c));
   assert_false(sa__record_names_stream(f->arena, c));
-  assert_int_equal(f->arena->nrecords, 0); /* p[2] and p[4] named c alone */
+  assert_int_equal(f->arena->records.n, 0); /* p[2] and p[4] named c alone */
   sa_assert_ok(sa_free(p[2], a));
   sa_assert_ok(sa_free(p[4], a));
   sa_assert_ok(sa_host_drain_all());

@@ -616,6 +616,10 @@ static void a_recycled_handle_after_the_rule_for_memory_allocated_on_it(void **s
 
 /* ---- review: the live index and the gone list follow every path -------- */
 
+static size_t live_buckets(const sa_arena *a) {
+  return a->live_index.heads != NULL ? sa__chain_buckets(&a->live_index) : 0;
+}
+
 /* Under the arena lock: the list is doubly linked; each live stream arena
  * is in the live index (nlive of them), each gone one on the gone list
  * (xgone_streams of them), and nothing else is on either. */
@@ -626,9 +630,9 @@ static void check_stream_lists(sa_arena *a) {
     assert_ptr_equal(sa->prev, prev);
     bool is_gone = atomic_load(&sa->xgone);
     bool found = false;
-    size_t buckets = a->live_index != NULL ? (size_t)1 << a->live_bits : 0;
-    for (size_t b = 0; b < buckets; b++)
-      for (sa_stream_arena *x = a->live_index[b]; x != NULL; x = x->live_next) found |= x == sa;
+    for (size_t b = 0; b < live_buckets(a); b++)
+      for (sa_chain_link *l = a->live_index.heads[b]; l != NULL; l = l->next)
+        found |= l == &sa->live_link;
     bool listed = false;
     for (sa_stream_arena *x = a->gone_streams; x != NULL; x = x->gone_next) listed |= x == sa;
     assert_int_equal(found, !is_gone);
@@ -636,12 +640,11 @@ static void check_stream_lists(sa_arena *a) {
     live += !is_gone;
     gone += is_gone;
   }
-  size_t buckets = a->live_index != NULL ? (size_t)1 << a->live_bits : 0;
-  for (size_t b = 0; b < buckets; b++)
-    for (sa_stream_arena *x = a->live_index[b]; x != NULL; x = x->live_next) indexed++;
+  for (size_t b = 0; b < live_buckets(a); b++)
+    for (sa_chain_link *l = a->live_index.heads[b]; l != NULL; l = l->next) indexed++;
   for (sa_stream_arena *x = a->gone_streams; x != NULL; x = x->gone_next) on_gone_list++;
   assert_int_equal(indexed, live);
-  assert_int_equal(a->nlive, live);
+  assert_int_equal(a->live_index.n, live);
   assert_int_equal(on_gone_list, gone);
   assert_int_equal(atomic_load(&a->xgone_streams), gone);
   pthread_mutex_unlock(&a->lock);
