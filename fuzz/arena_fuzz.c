@@ -54,7 +54,15 @@
  *     with sizes it must refuse;
  *   - an arena destroyed as it is: blocks live (SA_ERR_LIVE_BLOCKS), streams
  *     not released, work queued, workers still holding caches; afterwards
- *     its pointers are SA_ERR_INVALID_POINTER and nothing is left behind.
+ *     its pointers are SA_ERR_INVALID_POINTER and nothing is left behind;
+ *   - a capture episode: one created stream is captured into a graph (mode
+ *     from the input) while a few allocations, frees and uses run on any
+ *     streams; each call works or is refused with SA_ERR_STREAM_CAPTURING
+ *     and changes nothing (the model counts no refused call), and the
+ *     capture ends intact. Work on the capturing stream goes into the graph
+ *     and never runs: a block written there has no contents to check. No
+ *     trim, destroy or allocation that could reach the out-of-memory path
+ *     runs inside (their device-wide synchronize would invalidate it).
  *
  * Built with clang directly from the sources by fuzz/run.sh (Bazel here
  * builds with gcc). The first bytes choose the configuration.
@@ -93,6 +101,7 @@ typedef struct block_s {
   uint32_t tag;
   uint64_t recorded; /* streams named in sa_record_stream while it lives */
   bool large;        /* a span: above the threshold when allocated */
+  bool blank;        /* last written on a capturing stream: that never ran */
 } block;
 
 typedef struct input_s {
@@ -118,7 +127,8 @@ static struct {
   int nlive;
   void *freed[MAX_FREED]; /* recently freed addresses, for double frees */
   int nfreed;
-  size_t threshold, superblock, cap;
+  size_t threshold, superblock, cap, chunk;
+  int capturing; /* the stream of the open capture episode; 0 (never captured): none */
   bool threshold_explicit;
   uint64_t allocs, frees;
   int64_t live_bytes;
@@ -133,14 +143,15 @@ static struct {
 /* Totals over the whole run, printed at exit. */
 static uint64_t t_inputs, t_ops, t_allocs, t_frees, t_bad, t_oom, t_checks, t_faults, t_failed,
     t_destroys, t_threads, t_empty_trims, t_unbudgeted, t_worker_ops, t_undrained, t_sweeps,
-    t_callbacks, t_snapshots, t_abandoned;
+    t_callbacks, t_snapshots, t_abandoned, t_captures, t_refused;
 
 static void report(void) {
   printf("fuzz: inputs %llu, operations %llu (allocs %llu, frees %llu, bad inputs %llu, out of "
          "memory %llu, content checks %llu, faults armed %llu, calls failed %llu, streams "
          "destroyed %llu, exiting threads %llu, empty trims %llu, inputs without a budget %llu, "
          "operations on workers %llu, destroyed undrained %llu, sweeps %llu, oom callbacks "
-         "%llu, snapshots %llu, arenas abandoned %llu), threads %d, streams %d, failures 0\n",
+         "%llu, snapshots %llu, arenas abandoned %llu, captures %llu, calls refused while "
+         "capturing %llu), threads %d, streams %d, failures 0\n",
          (unsigned long long)t_inputs, (unsigned long long)t_ops, (unsigned long long)t_allocs,
          (unsigned long long)t_frees, (unsigned long long)t_bad, (unsigned long long)t_oom,
          (unsigned long long)t_checks, (unsigned long long)t_faults, (unsigned long long)t_failed,
@@ -148,7 +159,8 @@ static void report(void) {
          (unsigned long long)t_empty_trims, (unsigned long long)t_unbudgeted,
          (unsigned long long)t_worker_ops, (unsigned long long)t_undrained,
          (unsigned long long)t_sweeps, (unsigned long long)t_callbacks,
-         (unsigned long long)t_snapshots, (unsigned long long)t_abandoned, NTHREADS,
+         (unsigned long long)t_snapshots, (unsigned long long)t_abandoned,
+         (unsigned long long)t_captures, (unsigned long long)t_refused, NTHREADS,
          NSTREAMS + NEXTRA);
   fflush(stdout);
 }
@@ -211,6 +223,14 @@ static size_t last_word(const block *b) { return (b->size & ~(size_t)3) - 4; }
 static void fill(block *b, int s) {
   size_t h = head_bytes(b);
   if (h == 0) return;
+  if (m.capturing != 0 && s == m.capturing) {
+    /* Into the graph, never run; but work queued on s before the capture
+     * (on a block that had this memory) still orders other streams' use. */
+    b->blank = true;
+    b->use = s;
+    return;
+  }
+  b->blank = false;
   expect(sa_host_fill(m.streams[s], b->p, h, b->tag), SA_OK, "sa_host_fill");
   expect(sa_host_fill(m.streams[s], (char *)b->p + last_word(b), 4, b->tag), SA_OK,
          "sa_host_fill");
@@ -220,7 +240,7 @@ static void fill(block *b, int s) {
 
 static void check_kernel(block *b) {
   size_t h = head_bytes(b);
-  if (h == 0 || b->use < 0) return;
+  if (h == 0 || b->use < 0 || b->blank) return;
   expect(sa_host_check(m.streams[b->use], b->p, h, b->tag, &m.mismatches), SA_OK,
          "sa_host_check");
   if (b->use < NSTREAMS && b->alloc_stream == b->use) m.dirty[b->use] = true;
@@ -229,7 +249,7 @@ static void check_kernel(block *b) {
 
 /* Direct read: the block's stream must be drained first. */
 static void read_back(const block *b) {
-  if (head_bytes(b) == 0) return;
+  if (head_bytes(b) == 0 || b->blank) return;
   uint32_t first, last;
   memcpy(&first, b->p, 4);
   memcpy(&last, (const char *)b->p + last_word(b), 4);
@@ -253,6 +273,11 @@ static void check_overlap(void *p, size_t size) {
  * only with a driver error or out of memory (and changes nothing). */
 static bool ok_or_fault(sa_status st, const char *what) {
   if (st == SA_OK) return true;
+  if (st == SA_ERR_STREAM_CAPTURING && m.capturing != 0) { /* a capture episode's refusal */
+    TRACE("%s refused: stream %d is capturing\n", what, m.capturing);
+    t_refused++;
+    return false;
+  }
   if (m.faulting && (st == SA_ERR_DRIVER || st == SA_ERR_OUT_OF_MEMORY)) {
     t_failed++;
     return false;
@@ -377,6 +402,8 @@ static block *alloc_on(int s, size_t size) {
   }
   if (st != SA_OK && p != NULL) die("failed sa_alloc (%s) left %p", sa_status_string(st), p);
   if (st == SA_ERR_OUT_OF_MEMORY) {
+    if (m.capturing != 0 && size <= m.cap)
+      die("sa_alloc of %zu bytes on %d ran out of memory in a capture episode", size, s);
     /* With nothing live, everything can be reclaimed: a request the cap
      * holds must succeed. */
     if (empty && size <= m.cap)
@@ -410,7 +437,7 @@ static block *alloc_on(int s, size_t size) {
     return NULL;
   }
   block *b = &m.live[m.nlive++];
-  *b = (block){p, size, accounted(size), -1, s, m.next_tag++, 0, large};
+  *b = (block){p, size, accounted(size), -1, s, m.next_tag++, 0, large, false};
   fill(b, s);
   return b;
 }
@@ -842,6 +869,64 @@ static void op_abandon(input *in) {
   t_abandoned++;
 }
 
+/* ---- capture episodes ------------------------------------------------------ */
+
+/* Whether sa_alloc(size) inside an episode cannot reach the out-of-memory
+ * path, whose device-wide synchronize CUDA fails during any capture (and
+ * invalidates it): a size of 0, one above the cap (refused before any
+ * reclaim), or a small one with room to spare, physical and virtual, for
+ * a superblock, a slab or a span's growth. Not with a fault armed: a
+ * failed chunk looks like a device out of memory. */
+static bool safe_in_capture(size_t size) {
+  if (size == 0 || size > m.cap) return true;
+  if (m.faulting || m.nlive == MAX_LIVE || size > 64 * KiB) return false;
+  size_t unit = m.superblock > m.chunk ? m.superblock : m.chunk;
+  size_t room = 4 * (unit > 2 * MiB ? unit : 2 * MiB);
+  sa_stats st;
+  expect(sa_get_stats(m.arena, &st), SA_OK, "sa_get_stats");
+  return st.reserved_bytes + room <= m.cap && st.va_used_bytes + 2 * room <= st.va_reserved_bytes;
+}
+
+/* Stream c captured into a graph (the mode from the input) while a few
+ * allocations, frees and uses run on any streams: each call works or is
+ * refused (ok_or_fault), a refusal changes nothing the model sees, and the
+ * capture ends intact. */
+static void op_capture(input *in) {
+  int c = pick_created(in);
+  sa_host_capture_mode mode = (sa_host_capture_mode)(u8(in) % 3);
+  int n = 1 + u8(in) % 8;
+  TRACE("capture %d (mode %d): %d operations\n", c, (int)mode, n);
+  expect(sa_host_stream_begin_capture(m.streams[c], mode), SA_OK,
+         "sa_host_stream_begin_capture");
+  m.capturing = c;
+  t_captures++;
+  for (int k = 0; k < n; k++) {
+    uint8_t what = u8(in);
+    sa_stats before, after;
+    expect(sa_get_stats(m.arena, &before), SA_OK, "sa_get_stats");
+    uint64_t refused = t_refused;
+    switch (what % 3) {
+      case 0: {
+        int s = pick_stream(in);
+        size_t size = decode_size(in);
+        if (safe_in_capture(size)) (void)alloc_on(s, size);
+        break;
+      }
+      case 1: op_free(in); break;
+      default: op_use(in); break;
+    }
+    check_stats();
+    expect(sa_get_stats(m.arena, &after), SA_OK, "sa_get_stats");
+    /* Refused, it took a stream arena for the stream it names at most (a
+     * free binds its stream before it finds the block recorded). */
+    if (t_refused != refused && after.streams > before.streams + 1)
+      die("a call refused in a capture took stream arenas: %zu -> %zu", before.streams,
+          after.streams);
+  }
+  m.capturing = 0;
+  expect(sa_host_stream_end_capture(m.streams[c]), SA_OK, "sa_host_stream_end_capture");
+}
+
 /* ---- worker threads --------------------------------------------------------
  * Operations run on the thread m.exec names; a worker runs one while the
  * main thread waits, so the model needs no lock and a run is reproducible. */
@@ -986,8 +1071,10 @@ static void setup(input *in) {
     n += snprintf(spec + n, sizeof spec - (size_t)n, ",large_threshold=%s",
                   thresholds[extended ? e2 & 3 : 0]);
   int base_len = n;
+  size_t chunk = 0;
   if (extended) {
     static const size_t chunks[] = {0, 2 * MiB, 4 * MiB, 8 * MiB};
+    chunk = chunks[(e1 >> 2) & 3];
     size_t reserve[] = {0, cap / 2, cap, (size_t)64 << 30};
     size_t initial[] = {0, 2 * MiB, 3 * MiB, cap};
     size_t va[] = {0, 0, 2 * cap, cap + 8 * MiB};
@@ -1013,6 +1100,7 @@ static void setup(input *in) {
                            sa_status_string(checked), err, sa_status_string(st), spec);
     if (a != NULL) die("failed sa_arena_create left %p", (void *)a);
     spec[base_len] = '\0';
+    chunk = 0;
     sa_config_init(&cfg);
     expect(sa_config_parse(&cfg, spec, err, sizeof err), SA_OK, "sa_config_parse");
   }
@@ -1021,6 +1109,7 @@ static void setup(input *in) {
   if (c & 0x40) cfg.oom_callback = on_oom;
   t_unbudgeted += !budgeted;
   m.cap = cap;
+  m.chunk = chunk;
   m.superblock = cfg.superblock_size;
   m.threshold_explicit = explicit_threshold;
   m.threshold = explicit_threshold ? cfg.large_threshold : m.superblock / 2;
@@ -1100,7 +1189,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 static void run_op(uint8_t op, input *in) {
   if ((op & 0xc0) == 0xc0) { /* control() took 0-2 */
     switch ((op & 0x3f) % 10) {
-      case 3: case 9: op_undrained(in); break;
+      case 3: op_undrained(in); break;
+      case 9: op_capture(in); break;
       case 4: op_sweep(in); break;
       case 5: case 8: op_burst(in); break;
       case 6: op_snapshot(); break;

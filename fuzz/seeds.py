@@ -11,6 +11,8 @@ import struct
 ALLOC, FREE, USE, STEP, VERIFY, TUNE, BAD, RELEASE, STATS = 0, 5, 8, 9, 11, 12, 13, 14, 15
 # The further operations (0xc0 + n) and configuration bits.
 ON_THREAD, WORKER_EXIT, ABANDON, UNDRAINED, SWEEP, BURST, SNAPSHOT, BAD_TUNE = range(0xC0, 0xC8)
+CAPTURE = 0xC9  # a capture episode: stream, mode, count - 1, then its sub-operations
+EP_ALLOC, EP_FREE, EP_USE = 0, 1, 2  # its sub-operations, each followed by its arguments
 NO_BUDGET, OOM_CALLBACK, EXTENDED = 0x20, 0x40, 0x80
 
 
@@ -85,6 +87,18 @@ seeds = {
     "oom_callback": bytes([OOM_CALLBACK])
     + alloc(1, 2, 12000) + alloc(2, 2, 12000) + alloc(3, 2, 12000)
     + bytes([0x0B, 0, 1]) + op(VERIFY),
+    # stream 1 captured (global mode): blocks allocated on it and on stream
+    # 2, a span freed on it (refused: its event would go into the graph), a
+    # small block freed on it (into the cache), a block used on it (refused)
+    # and one on stream 3; then freed and checked outside the capture
+    "capture_episode": bytes([0x03])
+    + alloc(1, 0, 300) + alloc(2, 0, 500) + alloc(1, 2, 9000)
+    + op(CAPTURE, 0, 0, 5)
+    + bytes([EP_ALLOC, 1, 0]) + struct.pack("<H", 200)
+    + bytes([EP_ALLOC, 2, 7]) + struct.pack("<H", 3)
+    + bytes([EP_FREE, 2, 1]) + bytes([EP_FREE, 0, 1]) + bytes([EP_USE, 1, 1])
+    + bytes([EP_USE, 0, 3])
+    + free(0, 1) + step(1, 8) + step(2, 8) + op(VERIFY),
     # the arena destroyed with blocks live, a worker's cache and a trace
     "abandoned": bytes([EXTENDED, 0x00, 0x20])
     + op(ON_THREAD, 1) + alloc(1, 0, 100) + alloc(2, 2, 9000) + free(0, 1)

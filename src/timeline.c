@@ -45,12 +45,21 @@ sa_status sa__timeline_mark(sa_arena *a, sa_stream_arena *sa, uint64_t *ticket) 
   sa_timeline *tl = &sa->timeline;
   uint64_t t = tl->next + 1;
   unsigned k = (unsigned)(t % SA_TIMELINE_EVENTS);
-  if (tl->ev[k] == NULL) {
+  bool fresh = tl->ev[k] == NULL;
+  if (fresh) {
     sa_status st = sa__event_get(a, &tl->ev[k]);
     if (st != SA_OK) return st;
   }
   bool in_flight = tl->ticket[k] > tl->done;
   sa_status st = a->drv->ops->event_record(a->drv, tl->ev[k], sa->stream);
+  if (st == SA_ERR_STREAM_CAPTURING) {
+    /* Refused before the driver saw it: the slot still marks its ticket. */
+    if (fresh) {
+      sa__event_put(a, tl->ev[k]);
+      tl->ev[k] = NULL;
+    }
+    return st;
+  }
   if (st != SA_OK) {
     /* What the event marks now is unknown: nothing maps to it any more
      * (older tickets map to a later slot). */

@@ -32,6 +32,7 @@
 #include "cuda_loader.h"
 #include "driver/driver.h"
 #include "fixture.h"
+#include "internal.h"
 #include "sim/sim.h"
 
 #define KiB ((size_t)1 << 10)
@@ -150,25 +151,79 @@ static void first_use_during_a_capture(sa_backend backend) {
   bench_close(&b);
 }
 
-static void a_span_free_during_a_capture_is_refused(sa_backend backend) {
-  static bench b; /* outlives a failed case: the teardown reads it */
-  bench_open(&b, backend);
+/* A span free on s1 refused during a capture changes nothing the stats
+ * show. After more than SA_TIMELINE_EVENTS earlier frees on s1, the ring
+ * of s1's timeline events has wrapped: the free would re-record a slot
+ * that still marks an older free (refused, it keeps that mark). */
+static void refused_span_free(bench *b, int earlier) {
+  for (int i = 0; i < earlier; i++) span_round_trip(b, b->s1);
   void *p = NULL;
-  sa_assert_ok(sa_alloc(b.arena, &p, SPAN, b.s1));
+  sa_assert_ok(sa_alloc(b->arena, &p, SPAN, b->s1));
   sa_stats before, after;
-  sa_assert_ok(sa_get_stats(b.arena, &before));
-  begin(&b, b.s1);
-  sa_assert_status(sa_free(p, b.s1), SA_ERR_STREAM_CAPTURING);
-  sa_assert_ok(sa_get_stats(b.arena, &after));
+  sa_assert_ok(sa_get_stats(b->arena, &before));
+  begin(b, b->s1);
+  sa_assert_status(sa_free(p, b->s1), SA_ERR_STREAM_CAPTURING);
+  sa_assert_ok(sa_get_stats(b->arena, &after));
+  end_intact(b, b->s1);
   assert_int_equal(after.large_spans, before.large_spans);
   assert_int_equal(after.live_bytes, before.live_bytes);
   assert_int_equal(after.events_in_flight, before.events_in_flight);
-  end_intact(&b, b.s1);
-  sa_assert_ok(sa_free(p, b.s1)); /* still live: freed now, outside the capture */
+  sa_assert_ok(sa_free(p, b->s1)); /* still live: freed now, outside the capture */
+}
+
+static void a_span_free_during_a_capture_is_refused(sa_backend backend) {
+  static bench b; /* outlives a failed case: the teardown reads it */
+  bench_open(&b, backend);
+  refused_span_free(&b, 0);
   for (int i = 0; i < 3; i++) {
     span_round_trip(&b, b.s2);
     span_round_trip(&b, b.s1);
   }
+  bench_close(&b);
+}
+
+static void a_refused_span_free_keeps_the_timeline(sa_backend backend) {
+  static bench b; /* outlives a failed case: the teardown reads it */
+  bench_open(&b, backend);
+  refused_span_free(&b, SA_TIMELINE_EVENTS + 1);
+  span_round_trip(&b, b.s2); /* behind the frees on s1 */
+  bench_close(&b);
+}
+
+/* A span recorded on other streams: its free takes a stream arena for
+ * each of them. Refused (a recorded stream or the freer captures), it
+ * takes none: nothing changed. */
+static void a_refused_recorded_span_free_takes_no_stream_arena(sa_backend backend) {
+  static bench b; /* outlives a failed case: the teardown reads it */
+  bench_open(&b, backend);
+  void *p = NULL, *q = NULL;
+  sa_assert_ok(sa_alloc(b.arena, &p, SPAN, b.s2)); /* s2 known, s1 and s3 not */
+  sa_assert_ok(sa_record_stream(p, b.s3));
+  sa_assert_ok(sa_record_stream(p, b.s1));
+  sa_stats before, after;
+  sa_assert_ok(sa_get_stats(b.arena, &before));
+  begin(&b, b.s1);
+  sa_assert_status(sa_free(p, b.s2), SA_ERR_STREAM_CAPTURING); /* recorded on s1 */
+  sa_assert_ok(sa_get_stats(b.arena, &after));
+  end_intact(&b, b.s1);
+  assert_int_equal(after.streams, before.streams);
+  sa_assert_ok(sa_free(p, b.s2));
+  /* The freer captures: its thread's entry is at hand, no driver call
+   * before the free's own. s4 is new to the arena. */
+  sa_stream s4;
+  sa_assert_ok(b.drv->ops->stream_create(b.drv, &s4));
+  sa_assert_ok(sa_alloc(b.arena, &q, SPAN, b.s1));
+  sa_assert_ok(sa_record_stream(q, s4));
+  sa_assert_ok(sa_get_stats(b.arena, &before));
+  begin(&b, b.s1);
+  sa_assert_status(sa_free(q, b.s1), SA_ERR_STREAM_CAPTURING);
+  sa_assert_ok(sa_get_stats(b.arena, &after));
+  end_intact(&b, b.s1);
+  assert_int_equal(after.streams, before.streams);
+  sa_assert_ok(sa_free(q, b.s1));
+  sa_assert_ok(b.drv->ops->stream_synchronize(b.drv, s4));
+  sa_assert_ok(sa_stream_release(b.arena, s4));
+  sa_assert_ok(b.drv->ops->stream_destroy(b.drv, s4));
   bench_close(&b);
 }
 
@@ -309,6 +364,8 @@ static void the_legacy_stream_during_a_blocking_streams_capture(void **state) {
 
 ON_BOTH(first_use_during_a_capture)
 ON_BOTH(a_span_free_during_a_capture_is_refused)
+ON_BOTH(a_refused_span_free_keeps_the_timeline)
+ON_BOTH(a_refused_recorded_span_free_takes_no_stream_arena)
 ON_BOTH(cross_stream_frees_during_a_capture)
 ON_BOTH(release_and_record_during_a_capture)
 ON_BOTH(another_threads_global_capture_stays_intact)
@@ -392,6 +449,13 @@ int main(void) {
       cmocka_unit_test_teardown(first_use_during_a_capture_on_cuda, end_open_captures),
       cmocka_unit_test_teardown(a_span_free_during_a_capture_is_refused_on_the_simulator, end_open_captures),
       cmocka_unit_test_teardown(a_span_free_during_a_capture_is_refused_on_cuda, end_open_captures),
+      cmocka_unit_test_teardown(a_refused_span_free_keeps_the_timeline_on_the_simulator,
+                                end_open_captures),
+      cmocka_unit_test_teardown(a_refused_span_free_keeps_the_timeline_on_cuda, end_open_captures),
+      cmocka_unit_test_teardown(
+          a_refused_recorded_span_free_takes_no_stream_arena_on_the_simulator, end_open_captures),
+      cmocka_unit_test_teardown(a_refused_recorded_span_free_takes_no_stream_arena_on_cuda,
+                                end_open_captures),
       cmocka_unit_test_teardown(cross_stream_frees_during_a_capture_on_the_simulator, end_open_captures),
       cmocka_unit_test_teardown(cross_stream_frees_during_a_capture_on_cuda, end_open_captures),
       cmocka_unit_test_teardown(release_and_record_during_a_capture_on_the_simulator, end_open_captures),

@@ -97,15 +97,17 @@ sa_status sa_host_check(sa_stream stream, const void *p, size_t size,
  *   - on the capturing stream, an id query or a synchronize fails (in every
  *     mode), and so does a wait for an event recorded outside the capture;
  *   - a query or synchronize of an event recorded in a capture fails, during
- *     the capture and after it;
+ *     the capture and after it (then SA_ERR_DRIVER, as CUDA_ERROR_INVALID_VALUE:
+ *     no capture is left to invalidate);
  *   - a host wait or query of anything else (event query or synchronize,
  *     stream synchronize) is a "potentially unsafe" call: it fails while
  *     the calling thread has a capture of its own not begun RELAXED, or
  *     another thread has a GLOBAL one, unless the calling thread's mode
  *     (sa_host_exchange_capture_mode) is RELAXED;
  *   - the driver's device-wide synchronize fails while any capture is open.
- * Each such failure is SA_ERR_STREAM_CAPTURING and invalidates the capture
- * it conflicts with, as on CUDA. The default stream cannot be captured. */
+ * Each such failure during a capture is SA_ERR_STREAM_CAPTURING and
+ * invalidates the capture it conflicts with, as on CUDA. The default stream
+ * cannot be captured. */
 typedef enum sa_host_capture_mode_e { /* CUstreamCaptureMode's values */
   SA_HOST_CAPTURE_GLOBAL = 0,
   SA_HOST_CAPTURE_THREAD_LOCAL = 1,
