@@ -359,7 +359,9 @@ sa_status sa_record_stream(void *p, sa_stream other);
  * of a destroyed one the arena saw (the driver's stream ids differ): what
  * the old one left waits for its events, not for this synchronize. Errors:
  * SA_ERR_INVALID_ARGUMENT, SA_ERR_UNKNOWN_STREAM (the driver no longer knows
- * a stream the arena saw: destroyed before this call, the caller's error),
+ * a stream the arena saw: destroyed before this call, the caller's error;
+ * the host simulator says so, while CUDA may crash on a destroyed handle it
+ * has not handed out again, as any call on one did on an H200),
  * SA_ERR_DRIVER (the stream id query or the synchronize failed); on either,
  * nothing changed. */
 sa_status sa_stream_release(sa_arena *arena, sa_stream stream);

@@ -272,6 +272,16 @@ static sa_status ctx_leave(ctx_saved saved, sa_status st) {
     return SA_OK;                        \
   } while (0)
 
+/* The answers of a call on a stream handle the driver does not take as a
+ * stream of a live context: SA_ERR_UNKNOWN_STREAM to the caller. (A handle
+ * of a stream destroyed and not handed out again is freed driver state:
+ * cuStreamGetCtx, cuStreamIsCapturing, cuStreamGetId and cuEventRecord on
+ * one each crashed on the H200, driver 580.) */
+static bool names_no_stream(CUresult r) {
+  return r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE ||
+         r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED;
+}
+
 /* Stream capture. Work enqueued on a capturing stream goes into the user's
  * graph and runs at its launches, which the allocator cannot follow; and
  * the driver refuses an id query, a synchronize, or a wait for an outside
@@ -295,6 +305,10 @@ static sa_status refused_while_capturing(cuda_driver *cd, sa_stream stream) {
     if (st != SA_OK) return st;
   } else {
     r = g_cu.StreamIsCapturing((CUstream)stream, &cs);
+  }
+  if (names_no_stream(r)) {
+    (void)cu_fail(r);
+    return SA_ERR_UNKNOWN_STREAM;
   }
   if (r != CUDA_SUCCESS) return cu_fail(r); /* _IMPLICIT: SA_ERR_STREAM_CAPTURING */
   if (cs == CU_STREAM_CAPTURE_STATUS_NONE) return SA_OK;
@@ -526,8 +540,7 @@ static sa_status cuda_stream_validate(sa_driver *d, sa_stream stream) {
   if (stream_is_implicit(stream)) return SA_OK; /* resolved in our context */
   CUcontext ctx = NULL;
   CUresult r = g_cu.StreamGetCtx((CUstream)stream, &ctx);
-  if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE ||
-      r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
+  if (names_no_stream(r)) {
     (void)cu_fail(r);
     return SA_ERR_UNKNOWN_STREAM;
   }
