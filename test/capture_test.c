@@ -393,6 +393,18 @@ static sa_host_capture_status status_of(sa_stream s) {
   return cs;
 }
 
+typedef struct relay_s {
+  sa_stream s;
+  sa_host_capture_mode mode;
+} relay;
+
+/* Begins a capture of r->s on a thread of its own, which then exits. */
+static void *capture_on_a_thread(void *arg) {
+  relay *r = arg;
+  sa_assert_ok(sa_host_stream_begin_capture(r->s, r->mode));
+  return NULL;
+}
+
 static void the_simulator_applies_the_drivers_rules(void **state) {
   (void)state;
   sa_stream s1, s2;
@@ -421,6 +433,21 @@ static void the_simulator_applies_the_drivers_rules(void **state) {
   sa_host_capture_mode m = SA_HOST_CAPTURE_RELAXED;
   sa_assert_ok(sa_host_exchange_capture_mode(&m));
   assert_int_equal(m, SA_HOST_CAPTURE_GLOBAL);
+  sa_assert_ok(sim_query(f));
+  assert_int_equal(status_of(s1), SA_HOST_CAPTURE_ACTIVE);
+  sa_assert_ok(sa_host_exchange_capture_mode(&m));
+  sa_assert_status(sim_query(f), SA_ERR_STREAM_CAPTURING);
+  assert_int_equal(status_of(s1), SA_HOST_CAPTURE_INVALIDATED);
+  sa_assert_status(sa_host_stream_end_capture(s1), SA_ERR_STREAM_CAPTURING);
+  /* Another thread's global capture: a thread in the thread-local mode may
+   * make the call, one in the global mode may not. */
+  sa_assert_ok(sim_record(f, s2));
+  relay r = {s1, SA_HOST_CAPTURE_GLOBAL};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, capture_on_a_thread, &r), 0);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  m = SA_HOST_CAPTURE_THREAD_LOCAL;
+  sa_assert_ok(sa_host_exchange_capture_mode(&m));
   sa_assert_ok(sim_query(f));
   assert_int_equal(status_of(s1), SA_HOST_CAPTURE_ACTIVE);
   sa_assert_ok(sa_host_exchange_capture_mode(&m));

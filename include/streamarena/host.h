@@ -102,8 +102,9 @@ sa_status sa_host_check(sa_stream stream, const void *p, size_t size,
  *   - a host wait or query of anything else (event query or synchronize,
  *     stream synchronize) is a "potentially unsafe" call: it fails while
  *     the calling thread has a capture of its own not begun RELAXED, or
- *     another thread has a GLOBAL one, unless the calling thread's mode
- *     (sa_host_exchange_capture_mode) is RELAXED;
+ *     another thread has a GLOBAL one and the calling thread's mode
+ *     (sa_host_exchange_capture_mode) is GLOBAL; a RELAXED thread may make
+ *     it always;
  *   - the driver's device-wide synchronize fails while any capture is open.
  * Each such failure during a capture is SA_ERR_STREAM_CAPTURING and
  * invalidates the capture it conflicts with, as on CUDA. The default stream

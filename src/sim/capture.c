@@ -15,7 +15,14 @@
 static size_t open_captures; /* streams whose capture began and has not ended */
 static uint64_t next_seq = 1;
 static _Thread_local sa_host_capture_mode thread_mode = SA_HOST_CAPTURE_GLOBAL;
-static _Thread_local char thread_token; /* its address names the thread */
+static uint64_t threads_seen;             /* names threads: 1, 2, ... */
+static _Thread_local uint64_t thread_name; /* 0 until the thread begins a capture */
+
+/* The calling thread's name, unique for the process (lock held). */
+static uint64_t this_thread(void) {
+  if (thread_name == 0) thread_name = ++threads_seen;
+  return thread_name;
+}
 
 static sa_status refuse(const char *why) {
   return sa_sim_fail(SA_ERR_STREAM_CAPTURING, EBUSY, why);
@@ -33,10 +40,13 @@ sa_status sa_sim_capture_refuse_on(sa_sim_stream *s, const char *call) {
                 "(as CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)");
 }
 
-/* Does the capture of s forbid this thread's potentially unsafe calls? */
+/* Does the capture of s forbid this thread's potentially unsafe calls? Its
+ * own capture does unless begun relaxed; another thread's global one does
+ * unless this thread's mode is thread-local (or relaxed: not asked). */
 static int forbids(const sa_sim_stream *s) {
   if (s->capture == SA_HOST_CAPTURE_NONE || s->capture_mode == SA_HOST_CAPTURE_RELAXED) return 0;
-  return s->capture_thread == &thread_token || s->capture_mode == SA_HOST_CAPTURE_GLOBAL;
+  if (s->capture_thread == this_thread()) return 1;
+  return s->capture_mode == SA_HOST_CAPTURE_GLOBAL && thread_mode == SA_HOST_CAPTURE_GLOBAL;
 }
 
 sa_status sa_sim_capture_unsafe_call(const char *call) {
@@ -100,7 +110,7 @@ sa_status sa_host_stream_begin_capture(sa_stream stream, sa_host_capture_mode mo
   } else {
     s->capture = SA_HOST_CAPTURE_ACTIVE;
     s->capture_mode = mode;
-    s->capture_thread = &thread_token;
+    s->capture_thread = this_thread();
     s->capture_seq = next_seq++;
     open_captures++;
   }

@@ -159,7 +159,7 @@ typedef struct sa_sim_stream_s {
   int destroyed;      /* its handle was destroyed; it lives until its work has run */
   sa_host_capture_status capture; /* capture.c */
   sa_host_capture_mode capture_mode;
-  const void *capture_thread; /* the thread that began it */
+  uint64_t capture_thread;    /* the thread that began it (capture.c names threads) */
   uint64_t capture_seq;       /* which capture: events recorded in it carry it */
 } sa_sim_stream;
 
