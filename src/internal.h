@@ -109,7 +109,7 @@ typedef struct sa_chain_link_s {
 typedef struct sa_chain_table_s {
   sa_chain_link **heads; /* 2^bits chains; NULL until sa__chain_create */
   unsigned bits;
-  unsigned key_shift;    /* low key bits left out of the hash: alike in every key */
+  unsigned key_shift;    /* low key bits left out of the hash: they vary little */
   size_t n;              /* entries in the table */
 } sa_chain_table;
 
@@ -518,7 +518,7 @@ struct sa_arena_s {
   pthread_rwlock_t record_rw;   /* read: a free uses the streams of a record it
                                    took; write: sa_stream_release forgets a
                                    stream (record.c) */
-  sa_chain_table records;       /* the table (record.c) */
+  sa_chain_table records;       /* the table (record_lock; record.c) */
 
   /* Statistics kept on slow paths. */
   _Atomic int64_t xlive_bytes;
@@ -870,7 +870,8 @@ extern _Thread_local struct sa_tcache_s *sa__tl_cache SA_TLS_FAST;
 static inline sa_tentry *sa__tentry_last(void);
 sa_status sa__tbin_init(sa_tbin *b, unsigned cls);
 void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep); /* named */
-/* Send e's open cross-stream batch on (named: behind an event now). */
+/* Send e's open cross-stream batch on (named: behind an event now); the
+ * driver's failure to record it is returned, the batch kept. */
 sa_status sa__tentry_flush_out(sa_tentry *e, bool named);
 void sa__tentry_publish_live(sa_tentry *e);
 /* Is an unpublished live-byte delta past the slack plus one block (block:

@@ -470,25 +470,20 @@ static void the_simulator_applies_the_drivers_rules(void **state) {
   sa_assert_ok(sa_host_stream_destroy(s2));
 }
 
+/* A case on each backend, each with the teardown that ends open captures. */
+#define BOTH_CASES(name)                                                 \
+  cmocka_unit_test_teardown(name##_on_the_simulator, end_open_captures), \
+      cmocka_unit_test_teardown(name##_on_cuda, end_open_captures)
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(first_use_during_a_capture_on_the_simulator, end_open_captures),
-      cmocka_unit_test_teardown(first_use_during_a_capture_on_cuda, end_open_captures),
-      cmocka_unit_test_teardown(a_span_free_during_a_capture_is_refused_on_the_simulator, end_open_captures),
-      cmocka_unit_test_teardown(a_span_free_during_a_capture_is_refused_on_cuda, end_open_captures),
-      cmocka_unit_test_teardown(a_refused_span_free_keeps_the_timeline_on_the_simulator,
-                                end_open_captures),
-      cmocka_unit_test_teardown(a_refused_span_free_keeps_the_timeline_on_cuda, end_open_captures),
-      cmocka_unit_test_teardown(
-          a_refused_recorded_span_free_takes_no_stream_arena_on_the_simulator, end_open_captures),
-      cmocka_unit_test_teardown(a_refused_recorded_span_free_takes_no_stream_arena_on_cuda,
-                                end_open_captures),
-      cmocka_unit_test_teardown(cross_stream_frees_during_a_capture_on_the_simulator, end_open_captures),
-      cmocka_unit_test_teardown(cross_stream_frees_during_a_capture_on_cuda, end_open_captures),
-      cmocka_unit_test_teardown(release_and_record_during_a_capture_on_the_simulator, end_open_captures),
-      cmocka_unit_test_teardown(release_and_record_during_a_capture_on_cuda, end_open_captures),
-      cmocka_unit_test_teardown(another_threads_global_capture_stays_intact_on_the_simulator, end_open_captures),
-      cmocka_unit_test_teardown(another_threads_global_capture_stays_intact_on_cuda, end_open_captures),
+      BOTH_CASES(first_use_during_a_capture),
+      BOTH_CASES(a_span_free_during_a_capture_is_refused),
+      BOTH_CASES(a_refused_span_free_keeps_the_timeline),
+      BOTH_CASES(a_refused_recorded_span_free_takes_no_stream_arena),
+      BOTH_CASES(cross_stream_frees_during_a_capture),
+      BOTH_CASES(release_and_record_during_a_capture),
+      BOTH_CASES(another_threads_global_capture_stays_intact),
       cmocka_unit_test_teardown(the_legacy_stream_during_a_blocking_streams_capture,
                                 end_open_captures),
       cmocka_unit_test(the_simulator_applies_the_drivers_rules),

@@ -295,7 +295,8 @@ static const struct {
     E(MemAddressReserve), E(MemAddressFree), E(MemCreate), E(MemRelease), E(MemMap), E(MemUnmap),
     E(MemSetAccess), E(EventCreate), E(EventDestroy), E(EventRecord), E(EventQuery),
     E(EventSynchronize), E(StreamWaitEvent), E(StreamSynchronize), E(StreamGetCtx),
-    E(StreamGetId), E(StreamIsCapturing), E(ThreadExchangeStreamCaptureMode), E(StreamCreate), E(StreamDestroy), E(MemsetD32Async), E(MemcpyDtoH),
+    E(StreamGetId), E(StreamIsCapturing), E(ThreadExchangeStreamCaptureMode), E(StreamCreate),
+    E(StreamDestroy), E(MemsetD32Async), E(MemcpyDtoH),
     E(StreamBeginCapture), E(StreamEndCapture), E(GraphDestroy),
 };
 

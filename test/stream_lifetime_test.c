@@ -621,7 +621,7 @@ static size_t live_buckets(const sa_arena *a) {
 }
 
 /* Under the arena lock: the list is doubly linked; each live stream arena
- * is in the live index (nlive of them), each gone one on the gone list
+ * is in the live index (live_index.n of them), each gone one on the gone list
  * (xgone_streams of them), and nothing else is on either. */
 static void check_stream_lists(sa_arena *a) {
   pthread_mutex_lock(&a->lock);

@@ -47,7 +47,9 @@
  * about a stream that is being captured (a stream's first use on a thread,
  * a span's free, a full cross-stream batch, sa_record_stream naming it,
  * sa_stream_release) returns SA_ERR_STREAM_CAPTURING and changes nothing,
- * and the capture stays intact; a call served from the thread cache asks
+ * and the capture stays intact (on CUDA the legacy stream, NULL, counts as
+ * captured while a blocking stream of the context is: work on it would
+ * join that capture); a call served from the thread cache asks
  * the driver nothing and cannot tell. The allocator's own event queries and
  * synchronizes run in the relaxed capture mode, so they do not invalidate a
  * capture another thread runs in the global mode. A device-wide
@@ -283,7 +285,8 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out);
  * gone), so keeping their memory would only leak it for good. A driver call
  * that fails (the wait for the device included: a context that a kernel
  * fault broke) makes the return value its status (SA_ERR_DRIVER, or
- * SA_ERR_OUT_OF_MEMORY where the driver says so), ahead of the leak; the
+ * SA_ERR_OUT_OF_MEMORY where the driver says so, SA_ERR_STREAM_CAPTURING
+ * during a capture: "CUDA graphs" above), ahead of the leak; the
  * arena is released all the same, and what the driver refused to unmap or
  * release stays with the driver. SA_ERR_BAD_CONFIG: its trace file could not
  * be written in full (a full disk), so it lacks lines (a line on stderr
@@ -314,7 +317,8 @@ const char *sa_arena_backend_reason(const sa_arena *arena);
  * size 0 returns a NULL pointer and SA_OK (as cudaMallocAsync may).
  * Errors: SA_ERR_INVALID_ARGUMENT (NULL arena or out), SA_ERR_OUT_OF_MEMORY
  * (also for sizes no device can hold), SA_ERR_UNKNOWN_STREAM, SA_ERR_DRIVER,
- * SA_ERR_STREAM_ORDER (checker). On error *out is set to NULL. */
+ * SA_ERR_STREAM_ORDER (checker), SA_ERR_STREAM_CAPTURING ("CUDA graphs"
+ * above). On error *out is set to NULL. */
 sa_status sa_alloc(sa_arena *arena, void **out, size_t size, sa_stream stream);
 
 /* Free p in stream order on stream (see the contract at the top). The arena
@@ -326,7 +330,8 @@ sa_status sa_alloc(sa_arena *arena, void **out, size_t size, sa_stream stream);
  * Errors: SA_ERR_INVALID_POINTER (not the start of a block of a live arena:
  * foreign, interior, or after its arena was destroyed), SA_ERR_DOUBLE_FREE,
  * SA_ERR_UNKNOWN_STREAM, SA_ERR_DRIVER, SA_ERR_OUT_OF_MEMORY (host
- * bookkeeping). On error nothing changes.
+ * bookkeeping), SA_ERR_STREAM_CAPTURING ("CUDA graphs" above). On error
+ * nothing changes.
  * A concurrent double free of the same pointer from two threads is a race in
  * the caller; it is detected when the frees are ordered. */
 sa_status sa_free(void *p, sa_stream stream);
@@ -340,8 +345,8 @@ sa_status sa_free(void *p, sa_stream stream);
  * at the top of this header).
  * Errors: SA_ERR_INVALID_POINTER, SA_ERR_DOUBLE_FREE (p is free),
  * SA_ERR_UNKNOWN_STREAM, SA_ERR_DRIVER (asking the driver about other
- * failed), SA_ERR_OUT_OF_MEMORY (host bookkeeping). On error nothing
- * changes. */
+ * failed), SA_ERR_OUT_OF_MEMORY (host bookkeeping), SA_ERR_STREAM_CAPTURING
+ * (other is being captured). On error nothing changes. */
 sa_status sa_record_stream(void *p, sa_stream other);
 
 /* Hand back at once what the arena holds for stream, which will not be
@@ -362,7 +367,8 @@ sa_status sa_record_stream(void *p, sa_stream other);
  * a stream the arena saw: destroyed before this call, the caller's error;
  * the host simulator says so, while CUDA may crash on a destroyed handle it
  * has not handed out again, as any call on one did on an H200),
- * SA_ERR_DRIVER (the stream id query or the synchronize failed); on either,
+ * SA_ERR_DRIVER (the stream id query or the synchronize failed),
+ * SA_ERR_STREAM_CAPTURING (the stream is being captured); on any of them,
  * nothing changed. */
 sa_status sa_stream_release(sa_arena *arena, sa_stream stream);
 

@@ -323,7 +323,8 @@ static sa_status refused_while_capturing(cuda_driver *cd, sa_stream stream) {
  * (measured: 7.5 ns per exchange). */
 static CUstreamCaptureMode relaxed_begin(void) {
   CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
-  if (g_cu.ThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS) return CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (g_cu.ThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS)
+    return CU_STREAM_CAPTURE_MODE_RELAXED; /* unchanged: nothing to restore */
   return m;
 }
 

@@ -59,7 +59,9 @@ typedef struct sa_driver_ops_s {
    * captured into a graph (the allocator cannot follow a graph's launches,
    * and the driver would invalidate the capture): event_record,
    * stream_wait_event, stream_synchronize, stream_validate and stream_id
-   * return SA_ERR_STREAM_CAPTURING for it, with nothing done. Host waits and
+   * return SA_ERR_STREAM_CAPTURING for it, with nothing done (cuda.c: also
+   * for the legacy stream while a blocking stream is captured, except
+   * stream_id, which asks the driver nothing for it). Host waits and
    * queries run in the relaxed capture mode, so they do not invalidate a
    * capture another thread runs; device_synchronize cannot avoid that, and
    * returns SA_ERR_STREAM_CAPTURING. */

@@ -24,6 +24,11 @@ static uint64_t this_thread(void) {
   return thread_name;
 }
 
+static int mode_valid(sa_host_capture_mode m) {
+  return m == SA_HOST_CAPTURE_GLOBAL || m == SA_HOST_CAPTURE_THREAD_LOCAL ||
+         m == SA_HOST_CAPTURE_RELAXED;
+}
+
 static sa_status refuse(const char *why) {
   return sa_sim_fail(SA_ERR_STREAM_CAPTURING, EBUSY, why);
 }
@@ -45,7 +50,7 @@ sa_status sa_sim_capture_refuse_on(sa_sim_stream *s, const char *call) {
  * unless this thread's mode is thread-local (or relaxed: not asked). */
 static int forbids(const sa_sim_stream *s) {
   if (s->capture == SA_HOST_CAPTURE_NONE || s->capture_mode == SA_HOST_CAPTURE_RELAXED) return 0;
-  if (s->capture_thread == this_thread()) return 1;
+  if (s->capture_thread == thread_name) return 1; /* 0, never began one, names none */
   return s->capture_mode == SA_HOST_CAPTURE_GLOBAL && thread_mode == SA_HOST_CAPTURE_GLOBAL;
 }
 
@@ -96,10 +101,7 @@ void sa_sim_capture_forget(sa_sim_stream *s) {
 
 sa_status sa_host_stream_begin_capture(sa_stream stream, sa_host_capture_mode mode) {
   if (stream == NULL) return SA_ERR_INVALID_ARGUMENT; /* as CUDA's legacy stream */
-  if (mode != SA_HOST_CAPTURE_GLOBAL && mode != SA_HOST_CAPTURE_THREAD_LOCAL &&
-      mode != SA_HOST_CAPTURE_RELAXED) {
-    return SA_ERR_INVALID_ARGUMENT;
-  }
+  if (!mode_valid(mode)) return SA_ERR_INVALID_ARGUMENT;
   sa_sim_lock();
   sa_sim_stream *s = sa_sim_stream_lookup(stream);
   sa_status st = SA_OK;
@@ -144,10 +146,7 @@ sa_status sa_host_stream_capture_status(sa_stream stream, sa_host_capture_status
 }
 
 sa_status sa_host_exchange_capture_mode(sa_host_capture_mode *mode) {
-  if (mode == NULL || (*mode != SA_HOST_CAPTURE_GLOBAL && *mode != SA_HOST_CAPTURE_THREAD_LOCAL &&
-                       *mode != SA_HOST_CAPTURE_RELAXED)) {
-    return SA_ERR_INVALID_ARGUMENT;
-  }
+  if (mode == NULL || !mode_valid(*mode)) return SA_ERR_INVALID_ARGUMENT;
   sa_host_capture_mode old = thread_mode;
   thread_mode = *mode;
   *mode = old;

@@ -208,7 +208,8 @@ sa_status sa_sim_event_synchronize(void *event);
 /* ---- capture.c: stream capture ------------------------------------------ *
  * Each check returns SA_OK, or SA_ERR_STREAM_CAPTURING after invalidating
  * the captures the call conflicts with (host.h has the rules). */
-/* A call on s that conflicts with capturing s (an id query, a synchronize). */
+/* A call on s that conflicts with capturing s (an id query, a synchronize,
+ * a wait for an event recorded outside the capture). */
 sa_status sa_sim_capture_refuse_on(sa_sim_stream *s, const char *call);
 /* A host wait or query ("potentially unsafe" during a capture). */
 sa_status sa_sim_capture_unsafe_call(const char *call);

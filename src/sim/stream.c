@@ -38,8 +38,8 @@
  *
  * Capture (capture.c): what is enqueued on a capturing stream goes into a
  * graph the simulator does not keep: kernels are dropped, an event
- * recorded there belongs to the capture, a wait there is a dependency
- * inside the graph.
+ * recorded there belongs to the capture, a wait there for such an event
+ * is a dependency inside the graph (for any other, refused).
  *
  * Called by driver/host.c, sim/checker.c (the stream table), sim/capture.c
  * and users of include/streamarena/host.h.
