@@ -87,6 +87,12 @@ static void oom_report(sa_arena *a, size_t size, sa_stream s) {
   (void)sa_snapshot_write(a, stderr);
 }
 
+/* Is s being captured into a graph? The driver's validation refuses it
+ * then (driver.h). */
+static bool capturing(sa_arena *a, sa_stream s) {
+  return a->drv->ops->stream_validate(a->drv, s) == SA_ERR_STREAM_CAPTURING;
+}
+
 /* Allocate; past a limit, get memory back and try again:
  *   1. within the soft limit (sa__physical_soft_limit); a span that would grow past it
  *      first reshapes free span memory (span.c), as much as the remapping
@@ -102,7 +108,7 @@ static void oom_report(sa_arena *a, size_t size, sa_stream s) {
  *      gave back without an event on its stream is free then too);
  *   6. after the user's callback, which may free memory (from step 1).
  * When the soft limit is max_physical, step 3 is skipped, and step 4 when
- * step 2 did the same. */
+ * step 2 did the same; step 5 while s is being captured into a graph. */
 static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_stream s,
                                   void **out) {
   bool large = size > large_threshold(a);
@@ -136,7 +142,9 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
       sa__reclaim(a, need, false, SA_RECLAIM_ALL);
     } else if (step == 5) {
       /* This step waits for the whole device: what threads gave back
-       * without an event on its stream becomes usable too. */
+       * without an event on its stream becomes usable too. Not while s is
+       * captured: CUDA fails the wait then and invalidates the capture. */
+      if (capturing(a, s)) continue;
       sa__tentry_flush_own(a, e->sarena);
       sa__reclaim(a, need, true, SA_RECLAIM_ALL);
     } else if (a->cfg.oom_callback != NULL && callbacks++ < 8 &&

@@ -50,13 +50,15 @@ typedef struct bench_s {
 
 static bench *open_bench; /* for the teardown of a case that failed */
 
-/* An arena and three streams on backend; skips where it has no device. */
-static void bench_open(bench *b, sa_backend backend) {
+/* An arena of at most cap bytes (0: the device) and three streams on
+ * backend; skips where it has no device. */
+static void bench_open_capped(bench *b, sa_backend backend, size_t cap) {
   *b = (bench){.backend = backend};
   sa_host_get_counters(&b->before);
   sa_config cfg;
   sa_config_init(&cfg);
   cfg.backend = backend;
+  cfg.max_physical_bytes = cap;
   if (backend == SA_BACKEND_HOST) cfg.flags |= SA_FLAG_CHECK_STREAM_ORDER;
   sa_status st = sa_arena_create(&cfg, &b->arena);
   if (st == SA_ERR_NO_DEVICE) {
@@ -72,6 +74,8 @@ static void bench_open(bench *b, sa_backend backend) {
   sa_assert_ok(b->drv->ops->stream_create(b->drv, &b->s2));
   sa_assert_ok(b->drv->ops->stream_create(b->drv, &b->s3));
 }
+
+static void bench_open(bench *b, sa_backend backend) { bench_open_capped(b, backend, 0); }
 
 /* A case that failed may leave a capture open: ended here, so that the
  * next case does not fail for it. */
@@ -352,6 +356,25 @@ static void the_legacy_stream_during_a_blocking_streams_capture(void **state) {
   bench_close(&b);
 }
 
+/* An allocation on a capturing stream runs out of memory: the step that
+ * synchronizes the device (which CUDA fails during any capture, and
+ * invalidates it) is left out; the allocation fails, the capture stays. */
+static void out_of_memory_during_a_capture(sa_backend backend) {
+  static bench b; /* outlives a failed case: the teardown reads it */
+  bench_open_capped(&b, backend, 2 * SPAN);
+  void *warm = NULL, *p = NULL, *q = (void *)1;
+  sa_assert_ok(sa_alloc(b.arena, &warm, 4 * KiB, b.s1)); /* s1 known before */
+  sa_assert_ok(sa_free(warm, b.s1));
+  sa_assert_ok(sa_alloc(b.arena, &p, SPAN + SPAN / 2, b.s2));
+  begin(&b, b.s1);
+  sa_assert_status(sa_alloc(b.arena, &q, SPAN, b.s1), SA_ERR_OUT_OF_MEMORY);
+  assert_null(q);
+  end_intact(&b, b.s1);
+  sa_assert_ok(sa_free(p, b.s2));
+  span_round_trip(&b, b.s1);
+  bench_close(&b);
+}
+
 #define ON_BOTH(name)                                                  \
   static void name##_on_the_simulator(void **state) {                 \
     (void)state;                                                       \
@@ -369,6 +392,7 @@ ON_BOTH(a_refused_recorded_span_free_takes_no_stream_arena)
 ON_BOTH(cross_stream_frees_during_a_capture)
 ON_BOTH(release_and_record_during_a_capture)
 ON_BOTH(another_threads_global_capture_stays_intact)
+ON_BOTH(out_of_memory_during_a_capture)
 
 /* The simulator's own rules, which the cases above rely on to fail where
  * the allocator broke a capture: called below the backend (driver/host.c),
@@ -484,6 +508,7 @@ int main(void) {
       BOTH_CASES(cross_stream_frees_during_a_capture),
       BOTH_CASES(release_and_record_during_a_capture),
       BOTH_CASES(another_threads_global_capture_stays_intact),
+      BOTH_CASES(out_of_memory_during_a_capture),
       cmocka_unit_test_teardown(the_legacy_stream_during_a_blocking_streams_capture,
                                 end_open_captures),
       cmocka_unit_test(the_simulator_applies_the_drivers_rules),

@@ -56,7 +56,8 @@
  * synchronize cannot avoid that: CUDA fails it during any capture of the
  * process and invalidates the capture. sa_trim and the out-of-memory path
  * (which synchronize the device) then go on without it, keeping what only
- * it would have made safe; sa_arena_destroy returns SA_ERR_STREAM_CAPTURING
+ * it would have made safe; an allocation on a capturing stream does not
+ * synchronize at all; sa_arena_destroy returns SA_ERR_STREAM_CAPTURING
  * after releasing everything, as for any failed synchronize.
  *
  * Every function is thread-safe unless its comment says otherwise. No
