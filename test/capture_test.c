@@ -429,6 +429,21 @@ static void *capture_on_a_thread(void *arg) {
   return NULL;
 }
 
+/* s is captured in the global mode (by this thread or another): a query of
+ * the outside event f in mode works and leaves the capture intact; back in
+ * the global mode it is refused and invalidates the capture. */
+static void query_in_mode_then_in_global(void *f, sa_stream s, sa_host_capture_mode mode) {
+  sa_host_capture_mode m = mode;
+  sa_assert_ok(sa_host_exchange_capture_mode(&m));
+  assert_int_equal(m, SA_HOST_CAPTURE_GLOBAL);
+  sa_assert_ok(sim_query(f));
+  assert_int_equal(status_of(s), SA_HOST_CAPTURE_ACTIVE);
+  sa_assert_ok(sa_host_exchange_capture_mode(&m));
+  sa_assert_status(sim_query(f), SA_ERR_STREAM_CAPTURING);
+  assert_int_equal(status_of(s), SA_HOST_CAPTURE_INVALIDATED);
+  sa_assert_status(sa_host_stream_end_capture(s), SA_ERR_STREAM_CAPTURING);
+}
+
 static void the_simulator_applies_the_drivers_rules(void **state) {
   (void)state;
   sa_stream s1, s2;
@@ -454,15 +469,7 @@ static void the_simulator_applies_the_drivers_rules(void **state) {
    * invalidates it; in the relaxed thread mode it does neither. */
   sa_assert_ok(sim_record(f, s2));
   sa_assert_ok(sa_host_stream_begin_capture(s1, SA_HOST_CAPTURE_GLOBAL));
-  sa_host_capture_mode m = SA_HOST_CAPTURE_RELAXED;
-  sa_assert_ok(sa_host_exchange_capture_mode(&m));
-  assert_int_equal(m, SA_HOST_CAPTURE_GLOBAL);
-  sa_assert_ok(sim_query(f));
-  assert_int_equal(status_of(s1), SA_HOST_CAPTURE_ACTIVE);
-  sa_assert_ok(sa_host_exchange_capture_mode(&m));
-  sa_assert_status(sim_query(f), SA_ERR_STREAM_CAPTURING);
-  assert_int_equal(status_of(s1), SA_HOST_CAPTURE_INVALIDATED);
-  sa_assert_status(sa_host_stream_end_capture(s1), SA_ERR_STREAM_CAPTURING);
+  query_in_mode_then_in_global(f, s1, SA_HOST_CAPTURE_RELAXED);
   /* Another thread's global capture: a thread in the thread-local mode may
    * make the call, one in the global mode may not. */
   sa_assert_ok(sim_record(f, s2));
@@ -470,14 +477,7 @@ static void the_simulator_applies_the_drivers_rules(void **state) {
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, capture_on_a_thread, &r), 0);
   assert_int_equal(pthread_join(th, NULL), 0);
-  m = SA_HOST_CAPTURE_THREAD_LOCAL;
-  sa_assert_ok(sa_host_exchange_capture_mode(&m));
-  sa_assert_ok(sim_query(f));
-  assert_int_equal(status_of(s1), SA_HOST_CAPTURE_ACTIVE);
-  sa_assert_ok(sa_host_exchange_capture_mode(&m));
-  sa_assert_status(sim_query(f), SA_ERR_STREAM_CAPTURING);
-  assert_int_equal(status_of(s1), SA_HOST_CAPTURE_INVALIDATED);
-  sa_assert_status(sa_host_stream_end_capture(s1), SA_ERR_STREAM_CAPTURING);
+  query_in_mode_then_in_global(f, s1, SA_HOST_CAPTURE_THREAD_LOCAL);
   /* The default stream cannot be captured; a stream captures once. */
   sa_assert_status(sa_host_stream_begin_capture(NULL, SA_HOST_CAPTURE_GLOBAL),
                    SA_ERR_INVALID_ARGUMENT);
