@@ -46,8 +46,10 @@
  * that would record an event on, wait on, synchronize or ask the driver
  * about a stream that is being captured (a stream's first use on a thread,
  * a span's free, a full cross-stream batch, sa_record_stream naming it,
- * sa_stream_release) returns SA_ERR_STREAM_CAPTURING and changes nothing,
- * and the capture stays intact (on CUDA the legacy stream, NULL, counts as
+ * sa_stream_release) returns SA_ERR_STREAM_CAPTURING and changes nothing
+ * (but for memory a large allocation mapped before the wait it needed was
+ * refused: that stays, free for the next request), and the capture stays
+ * intact (on CUDA the legacy stream, NULL, counts as
  * captured while a blocking stream of the context is: work on it would
  * join that capture); a call served from the thread cache asks
  * the driver nothing and cannot tell. The allocator's own event queries and
