@@ -17,8 +17,11 @@
  *   bash .gpu/run.sh --only=capture_test
  */
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -375,6 +378,93 @@ static void out_of_memory_during_a_capture(sa_backend backend) {
   bench_close(&b);
 }
 
+/* Threads that allocate, free across streams and release their streams
+ * while the main thread captures, in the global mode, again and again:
+ * nothing the allocator does for them, or for the main thread's own calls
+ * on other streams, may invalidate a capture. No cap: no out-of-memory path
+ * (its device-wide synchronize would). */
+typedef struct churner_s {
+  bench *b;
+  sa_stream own;
+  atomic_bool *stop;
+  sa_status st;         /* the thread's; read after the join */
+  atomic_bool failed;   /* st is not SA_OK: read while it runs */
+  atomic_ulong ops;
+  uint64_t rng;
+} churner;
+
+static unsigned long churned(churner *c, int n) {
+  unsigned long ops = 0;
+  for (int t = 0; t < n; t++) ops += atomic_load(&c[t].ops);
+  return ops;
+}
+
+static void *churn(void *arg) {
+  churner *c = arg;
+  void *live[16] = {0};
+  sa_stream freed_on[2] = {c->own, c->b->s2};
+  while (!atomic_load(c->stop) && c->st == SA_OK) {
+    unsigned i = sa_fixture_pick(&c->rng, 16);
+    if (live[i] != NULL) {
+      c->st = sa_free(live[i], freed_on[sa_fixture_pick(&c->rng, 2)]);
+      live[i] = NULL;
+    } else {
+      size_t size = sa_fixture_pick(&c->rng, 4) == 0 ? 4 * MiB : 256 * (1 + (size_t)i * 7);
+      c->st = sa_alloc(c->b->arena, &live[i], size, c->own);
+    }
+    atomic_fetch_add(&c->ops, 1);
+  }
+  if (c->st != SA_OK) atomic_store(&c->failed, true);
+  for (int i = 0; i < 16; i++)
+    if (live[i] != NULL && c->st == SA_OK) c->st = sa_free(live[i], c->own);
+  if (c->st == SA_OK) c->st = sa_stream_release(c->b->arena, c->own);
+  return NULL;
+}
+
+static void captures_while_threads_allocate(sa_backend backend) {
+  enum { THREADS = 3, ROUNDS = 200 };
+  static bench b; /* outlives a failed case: the teardown reads it */
+  bench_open(&b, backend);
+  void *warm = NULL; /* s1 known to this thread before its captures */
+  sa_assert_ok(sa_alloc(b.arena, &warm, 4 * KiB, b.s1));
+  atomic_bool stop = false;
+  churner c[THREADS];
+  pthread_t th[THREADS];
+  for (int t = 0; t < THREADS; t++) {
+    c[t] = (churner){.b = &b, .stop = &stop, .rng = 0x9E3779B97F4A7C15ull * (uint64_t)(t + 1)};
+    atomic_init(&c[t].ops, 0);
+    atomic_init(&c[t].failed, false);
+    sa_assert_ok(b.drv->ops->stream_create(b.drv, &c[t].own));
+    assert_int_equal(pthread_create(&th[t], NULL, churn, &c[t]), 0);
+  }
+  for (int round = 0; round < ROUNDS; round++) {
+    unsigned long before = churned(c, THREADS);
+    begin(&b, b.s1);
+    void *p = NULL, *q = NULL;
+    sa_assert_ok(sa_alloc(b.arena, &p, 4 * KiB, b.s1)); /* from the thread cache */
+    sa_assert_ok(sa_alloc(b.arena, &q, 4 * MiB, b.s3)); /* another stream: may query */
+    sa_assert_ok(sa_free(q, b.s3));
+    /* The threads' calls happen during the capture (unless one failed). */
+    while (churned(c, THREADS) < before + 32 && !atomic_load(&c[0].failed) &&
+           !atomic_load(&c[1].failed) && !atomic_load(&c[2].failed))
+      sched_yield();
+    end_intact(&b, b.s1);
+    sa_assert_ok(sa_free(p, b.s1)); /* after the capture: the graph is dropped */
+  }
+  atomic_store(&stop, true);
+  unsigned long ops = churned(c, THREADS);
+  for (int t = 0; t < THREADS; t++) {
+    assert_int_equal(pthread_join(th[t], NULL), 0);
+    sa_assert_ok(c[t].st);
+    sa_assert_ok(b.drv->ops->stream_synchronize(b.drv, c[t].own));
+    sa_assert_ok(b.drv->ops->stream_destroy(b.drv, c[t].own));
+  }
+  printf("capture_test: %s: %d captures intact beside %lu operations of %d threads\n",
+         sa_backend_name(backend), ROUNDS, ops, THREADS);
+  sa_assert_ok(sa_free(warm, b.s1));
+  bench_close(&b);
+}
+
 #define ON_BOTH(name)                                                  \
   static void name##_on_the_simulator(void **state) {                 \
     (void)state;                                                       \
@@ -393,6 +483,7 @@ ON_BOTH(cross_stream_frees_during_a_capture)
 ON_BOTH(release_and_record_during_a_capture)
 ON_BOTH(another_threads_global_capture_stays_intact)
 ON_BOTH(out_of_memory_during_a_capture)
+ON_BOTH(captures_while_threads_allocate)
 
 /* The simulator's own rules, which the cases above rely on to fail where
  * the allocator broke a capture: called below the backend (driver/host.c),
@@ -509,6 +600,7 @@ int main(void) {
       BOTH_CASES(release_and_record_during_a_capture),
       BOTH_CASES(another_threads_global_capture_stays_intact),
       BOTH_CASES(out_of_memory_during_a_capture),
+      BOTH_CASES(captures_while_threads_allocate),
       cmocka_unit_test_teardown(the_legacy_stream_during_a_blocking_streams_capture,
                                 end_open_captures),
       cmocka_unit_test(the_simulator_applies_the_drivers_rules),
