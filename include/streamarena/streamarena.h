@@ -41,8 +41,10 @@
  * CUDA graphs. Work captured into a graph (cuStreamBeginCapture) runs at
  * the graph's launches, which the allocator cannot follow: memory freed on
  * a stream while it is captured would be handed out again before the graph
- * runs. So allocate a graph's memory before its capture (or during it) and
- * free it after its last launch was enqueued, outside a capture. A call
+ * runs. So allocate a graph's memory before its capture (or during it, on
+ * a stream the thread used before the capture: a stream's first use on a
+ * thread asks the driver for its id, which a capture refuses) and free it
+ * after its last launch was enqueued, outside a capture. A call
  * that would record an event on, wait on, synchronize or ask the driver
  * about a stream that is being captured (a stream's first use on a thread,
  * a span's free, a full cross-stream batch, sa_record_stream naming it,
