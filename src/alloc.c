@@ -87,10 +87,9 @@ static void oom_report(sa_arena *a, size_t size, sa_stream s) {
   (void)sa_snapshot_write(a, stderr);
 }
 
-/* Is s being captured into a graph? The driver's validation refuses it
- * then (driver.h). */
+/* Is s being captured into a graph? */
 static bool capturing(sa_arena *a, sa_stream s) {
-  return a->drv->ops->stream_validate(a->drv, s) == SA_ERR_STREAM_CAPTURING;
+  return a->drv->ops->stream_capture_check(a->drv, s) == SA_ERR_STREAM_CAPTURING;
 }
 
 /* Allocate; past a limit, get memory back and try again:

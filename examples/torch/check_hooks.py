@@ -160,6 +160,31 @@ def main():
 
     check("memory history under a pluggable allocator", memory_history_is_pytorchs)
     check("no failed hook", lambda: expect(plugin.errors() == 0, f"{plugin.errors()} errors"))
+
+    def graph_capture_is_refused():
+        # docs/TORCH.md: capture CUDA graphs with PyTorch's own allocator. A
+        # block allocated during the capture would go to other tensors while
+        # the graph replays on it, so the hooks refuse a capturing stream.
+        x = torch.randn(512, 512, device=dev)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            (x @ x).sum()  # warm-up, as torch.cuda.graph wants
+        torch.cuda.current_stream().wait_stream(side)
+        errors, graph = plugin.errors(), torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                y = x @ x
+            raise AssertionError("the capture allocated through the plugin")
+        except RuntimeError as e:
+            refused = plugin.errors() - errors
+            expect(refused > 0, f"no hook refused: {e}")
+        z = (x @ x).sum()  # and the allocator serves afterwards
+        torch.cuda.synchronize()
+        expect(bool(torch.isfinite(z)), "a result after the capture")
+        return f"{refused} hook calls refused, PyTorch raised RuntimeError"
+
+    check("torch.cuda.graph is refused, the allocator still serves", graph_capture_is_refused)
     failed = results.count(False)
     print(f"check_hooks: {results.count(True)} passed, {failed} failed")
     return 1 if failed else 0

@@ -97,10 +97,22 @@ static void requested_add(device *d, int64_t delta) {
   }
 }
 
+/* torch.cuda.graph captures through this allocator too, but memory used by
+ * a graph must stay reserved for its replays, which PyTorch's own graph
+ * pools do and streamarena cannot: a block allocated or freed during the
+ * capture would go to other tensors while the graph still writes it. So
+ * both hooks refuse a capturing stream (cuStreamIsCapturing, 15 ns), and
+ * the message says to capture with PyTorch's own allocator. */
+static sa_status refuse_capturing(sa_arena *a, sa_stream stream) {
+  return a->drv->ops->stream_capture_check(a->drv, stream);
+}
+
 void *sa_torch_malloc(size_t size, int dev, sa_stream stream) {
   sa_arena *a;
   void *p = NULL;
   sa_status st = sa__torch_arena(dev, &a);
+  if (st == SA_OK && sa_unlikely(refuse_capturing(a, stream) == SA_ERR_STREAM_CAPTURING))
+    st = SA_ERR_STREAM_CAPTURING;
   if (st == SA_OK) st = sa_alloc(a, &p, size, stream);
   if (sa_unlikely(st != SA_OK)) {
     report(valid_device(dev) ? dev : 0, "malloc", NULL, size, st);
@@ -118,6 +130,12 @@ void *sa_torch_malloc(size_t size, int dev, sa_stream stream) {
 void sa_torch_free(void *ptr, size_t size, int dev, sa_stream stream) {
   if (ptr == NULL) return;
   int at = valid_device(dev) ? dev : 0;
+  sa_arena *a;
+  if (sa__torch_arena(at, &a) == SA_OK &&
+      sa_unlikely(refuse_capturing(a, stream) == SA_ERR_STREAM_CAPTURING)) {
+    report(at, "free", ptr, size, SA_ERR_STREAM_CAPTURING); /* kept: the graph may use it */
+    return;
+  }
   sa_status fill = sa__torch_check_fill(at, ptr, size, stream);
   sa_status st = sa_free(ptr, stream); /* freed whether the fill worked or not */
   if (sa_unlikely(st != SA_OK)) {

@@ -416,6 +416,30 @@ def case_torch_replay_lags_the_device():
     return 2 * 400
 
 
+def case_capturing_stream_is_refused_by_both_hooks():
+    """torch.cuda.graph captures through the pluggable allocator, but a
+    block allocated or freed during the capture would go to other tensors
+    while the graph still replays on it: both hooks refuse, and say so."""
+    plugin, host = setup()
+    s = host.stream(SA_HOST_AUTO)
+    before = plugin.malloc(4096, 0, s)  # the stream known before the capture
+    host.begin_capture(s)
+    p, err = stderr_of(lambda: plugin.malloc(4096, 0, s))
+    expect(p is None, "no block during the capture")
+    expect("captured into a CUDA graph" in err and "PyTorch's own allocator" in err, err)
+    _, err = stderr_of(lambda: plugin.free(before, 4096, 0, s))
+    expect("captured into a CUDA graph" in err, err)
+    expect(host.end_capture(s) == 0, "the capture stayed intact")
+    st = plugin.stats(0)
+    expect(st["errors"] == 2 and st["alloc_count"] - st["free_count"] == 1,
+           f"two refusals, the block still live: {st}")
+    plugin.free(before, 4096, 0, s)  # after the capture: freed
+    st = plugin.stats(0)
+    expect(st["alloc_count"] == st["free_count"] and st["errors"] == 2, f"freed: {st}")
+    expect(host.counters().order_violations == 0, "no stream-order finding")
+    return 4
+
+
 def case_install_prefers_the_plain_build_to_bazel_bin():
     """A checkout after `bazel build //:streamarena_torch` and then a
     sanitizer test run: bazel-bin is the sanitizer's tree, whose plugin

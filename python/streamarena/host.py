@@ -24,6 +24,8 @@ class Host:
         for name, args in [("sa_host_stream_create", [ctypes.c_int, ctypes.POINTER(vp)]),
                            ("sa_host_stream_step", [vp, sz, ctypes.POINTER(sz)]),
                            ("sa_host_stream_drain", [vp]),
+                           ("sa_host_stream_begin_capture", [vp, ctypes.c_int]),
+                           ("sa_host_stream_end_capture", [vp]),
                            ("sa_host_drain_all", []),
                            ("sa_host_set_device_memory", [sz]),
                            ("sa_host_fill", [vp, vp, sz, ctypes.c_uint32]),
@@ -53,6 +55,16 @@ class Host:
         self._ok(self.lib.sa_host_stream_step(stream, n, ctypes.byref(done)),
                  "sa_host_stream_step")
         return done.value
+
+    def begin_capture(self, stream, mode=0):
+        """Capture stream into a graph (mode: 0 global, 1 thread-local,
+        2 relaxed), as cuStreamBeginCapture."""
+        self._ok(self.lib.sa_host_stream_begin_capture(stream, mode),
+                 "sa_host_stream_begin_capture")
+
+    def end_capture(self, stream):
+        """End the capture; the status (0: it stayed intact)."""
+        return self.lib.sa_host_stream_end_capture(stream)
 
     def pending(self, stream):
         return self.lib.sa_host_stream_pending(stream)

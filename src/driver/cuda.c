@@ -500,6 +500,10 @@ static sa_status cuda_stream_wait_event(sa_driver *d, sa_stream stream, sa_event
   CU_ON_STREAM(as_cuda(d), stream, g_cu.StreamWaitEvent((CUstream)stream, (CUevent)event, 0));
 }
 
+static sa_status cuda_stream_capture_check(sa_driver *d, sa_stream stream) {
+  return refused_while_capturing(as_cuda(d), stream);
+}
+
 static sa_status stream_synchronize_on(sa_driver *d, sa_stream stream) {
   CU_ON_STREAM(as_cuda(d), stream, g_cu.StreamSynchronize((CUstream)stream));
 }
@@ -651,6 +655,7 @@ static const sa_driver_ops cuda_ops = {
     .event_synchronize = cuda_event_synchronize,
     .stream_wait_event = cuda_stream_wait_event,
     .stream_synchronize = cuda_stream_synchronize,
+    .stream_capture_check = cuda_stream_capture_check,
     .stream_validate = cuda_stream_validate,
     .stream_id = cuda_stream_id,
     .device_synchronize = cuda_device_synchronize,

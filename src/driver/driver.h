@@ -72,6 +72,10 @@ typedef struct sa_driver_ops_s {
   sa_status (*event_synchronize)(sa_driver *d, sa_event event);
   sa_status (*stream_wait_event)(sa_driver *d, sa_stream stream, sa_event event);
   sa_status (*stream_synchronize)(sa_driver *d, sa_stream stream);
+  /* SA_ERR_STREAM_CAPTURING when stream is being captured into a graph
+   * (the check the ops above make first), else SA_OK; a capture is not
+   * disturbed by asking. */
+  sa_status (*stream_capture_check)(sa_driver *d, sa_stream stream);
   /* SA_OK when stream is usable on this device, else SA_ERR_UNKNOWN_STREAM
    * (a stream of another device is too, named so in sa_last_driver_error). */
   sa_status (*stream_validate)(sa_driver *d, sa_stream stream);

@@ -157,6 +157,14 @@ static sa_status host_stream_synchronize(sa_driver *d, sa_stream stream) {
   return host_wait_op(SA_HOST_FN_STREAM_SYNCHRONIZE, NULL, stream);
 }
 
+static sa_status host_stream_capture_check(sa_driver *d, sa_stream stream) {
+  (void)d;
+  sa_sim_lock();
+  sa_status st = refused_while_capturing(stream);
+  sa_sim_unlock();
+  return st;
+}
+
 static sa_status host_stream_validate(sa_driver *d, sa_stream stream) {
   sa_sim_lock();
   sa_status st = sa_sim_fault_enter(SA_HOST_FN_STREAM_VALIDATE);
@@ -305,6 +313,7 @@ static const sa_driver_ops host_ops = {
     .event_synchronize = host_event_synchronize,
     .stream_wait_event = host_stream_wait_event,
     .stream_synchronize = host_stream_synchronize,
+    .stream_capture_check = host_stream_capture_check,
     .stream_validate = host_stream_validate,
     .stream_id = host_stream_id,
     .device_synchronize = host_device_synchronize,
