@@ -130,9 +130,9 @@ void *sa_torch_malloc(size_t size, int dev, sa_stream stream) {
 void sa_torch_free(void *ptr, size_t size, int dev, sa_stream stream) {
   if (ptr == NULL) return;
   int at = valid_device(dev) ? dev : 0;
-  sa_arena *a;
-  if (sa__torch_arena(at, &a) == SA_OK &&
-      sa_unlikely(refuse_capturing(a, stream) == SA_ERR_STREAM_CAPTURING)) {
+  /* The device's arena as the allocation made it: a free creates none. */
+  sa_arena *a = atomic_load_explicit(&devices[at].xarena, memory_order_acquire);
+  if (a != NULL && sa_unlikely(refuse_capturing(a, stream) == SA_ERR_STREAM_CAPTURING)) {
     report(at, "free", ptr, size, SA_ERR_STREAM_CAPTURING); /* kept: the graph may use it */
     return;
   }
