@@ -326,7 +326,7 @@ static sa_status free_recorded_span(sa_arena *a, sa_tentry *e, void *p) {
   /* A stream being captured refuses before any stream arena is taken
    * (a recorded stream new to the arena gets one): then nothing changed. */
   for (unsigned i = 0; st == SA_OK && i <= n; i++)
-    st = a->drv->ops->stream_validate(a->drv, i < n ? r->streams[i] : e->stream);
+    st = a->drv->ops->stream_capture_check(a->drv, i < n ? r->streams[i] : e->stream);
   for (unsigned i = 0; st == SA_OK && i < n; i++)
     st = sa__stream_arena_get(a, r->streams[i], &recorded[i]);
   size_t request = 0;

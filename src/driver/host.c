@@ -24,14 +24,31 @@ typedef struct host_driver_s {
 
 static host_driver *as_host(sa_driver *d) { return (host_driver *)d; }
 
-/* Counted, fault-injectable entry: run `call` only if no fault fires. */
-#define HOST_OP(fn, call)                   \
-  do {                                      \
-    sa_sim_lock();                          \
-    sa_status st_ = sa_sim_fault_enter(fn); \
-    if (st_ == SA_OK) st_ = (call);         \
-    sa_sim_unlock();                        \
-    return st_;                             \
+/* Counted, fault-injectable entry: st is `call`'s status, run only if no
+ * fault fires. */
+#define HOST_CALL(st, fn, call)       \
+  do {                                \
+    sa_sim_lock();                    \
+    (st) = sa_sim_fault_enter(fn);    \
+    if ((st) == SA_OK) (st) = (call); \
+    sa_sim_unlock();                  \
+  } while (0)
+
+#define HOST_OP(fn, call)       \
+  do {                          \
+    sa_status st_;              \
+    HOST_CALL(st_, fn, call);   \
+    return st_;                 \
+  } while (0)
+
+/* A host wait or query: in the relaxed capture mode, as cuda.c makes it. */
+#define HOST_WAIT_OP(fn, call)                     \
+  do {                                             \
+    sa_host_capture_mode saved_ = relaxed_begin(); \
+    sa_status st_;                                 \
+    HOST_CALL(st_, fn, call);                      \
+    relaxed_end(saved_);                           \
+    return st_;                                    \
   } while (0)
 
 static void host_close(sa_driver *d) { free(d); }
@@ -118,31 +135,14 @@ static sa_status host_event_record(sa_driver *d, sa_event event, sa_stream strea
                                        : sa_sim_event_record(event, stream));
 }
 
-/* A host wait or query, in the relaxed capture mode. */
-static sa_status host_wait_op(sa_host_fn fn, sa_event event, sa_stream stream) {
-  sa_host_capture_mode saved = relaxed_begin();
-  sa_sim_lock();
-  sa_status st = sa_sim_fault_enter(fn);
-  if (st == SA_OK && fn == SA_HOST_FN_STREAM_SYNCHRONIZE) {
-    st = refused_while_capturing(stream);
-    if (st == SA_OK) st = sa_sim_stream_synchronize(stream);
-  } else if (st == SA_OK) {
-    st = fn == SA_HOST_FN_EVENT_QUERY ? sa_sim_event_query(event)
-                                      : sa_sim_event_synchronize(event);
-  }
-  sa_sim_unlock();
-  relaxed_end(saved);
-  return st;
-}
-
 static sa_status host_event_query(sa_driver *d, sa_event event) {
   (void)d;
-  return host_wait_op(SA_HOST_FN_EVENT_QUERY, event, NULL);
+  HOST_WAIT_OP(SA_HOST_FN_EVENT_QUERY, sa_sim_event_query(event));
 }
 
 static sa_status host_event_synchronize(sa_driver *d, sa_event event) {
   (void)d;
-  return host_wait_op(SA_HOST_FN_EVENT_SYNCHRONIZE, event, NULL);
+  HOST_WAIT_OP(SA_HOST_FN_EVENT_SYNCHRONIZE, sa_sim_event_synchronize(event));
 }
 
 static sa_status host_stream_wait_event(sa_driver *d, sa_stream stream, sa_event event) {
@@ -154,7 +154,9 @@ static sa_status host_stream_wait_event(sa_driver *d, sa_stream stream, sa_event
 
 static sa_status host_stream_synchronize(sa_driver *d, sa_stream stream) {
   (void)d;
-  return host_wait_op(SA_HOST_FN_STREAM_SYNCHRONIZE, NULL, stream);
+  HOST_WAIT_OP(SA_HOST_FN_STREAM_SYNCHRONIZE, refused_while_capturing(stream) != SA_OK
+                                                  ? SA_ERR_STREAM_CAPTURING
+                                                  : sa_sim_stream_synchronize(stream));
 }
 
 static sa_status host_stream_capture_check(sa_driver *d, sa_stream stream) {
@@ -187,23 +189,14 @@ static sa_status host_stream_validate(sa_driver *d, sa_stream stream) {
 
 static sa_status host_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
   (void)d;
-  sa_sim_lock();
-  sa_status st = sa_sim_fault_enter(SA_HOST_FN_STREAM_ID);
-  if (st != SA_OK) {
-    sa_sim_unlock();
-    return st;
-  }
-  sa_sim_stream *s = sa_sim_stream_for_call(stream, "stream_id");
-  st = s == NULL ? SA_ERR_UNKNOWN_STREAM : refused_while_capturing(stream);
-  if (st == SA_OK) st = sa_sim_capture_refuse_on(s, "stream_id"); /* the driver's own rule */
-  if (st == SA_OK) *id = s->sid;
-  sa_sim_unlock();
-  return st;
+  HOST_OP(SA_HOST_FN_STREAM_ID, refused_while_capturing(stream) != SA_OK
+                                    ? SA_ERR_STREAM_CAPTURING
+                                    : sa_sim_stream_id(stream, id));
 }
 
 static sa_status host_device_synchronize(sa_driver *d) {
   HOST_OP(SA_HOST_FN_DEVICE_SYNCHRONIZE,
-          sa_sim_capture_device_wide("device_synchronize") != SA_OK
+          sa_sim_capture_device_wide() != SA_OK
               ? SA_ERR_STREAM_CAPTURING
               : (sa_sim_device_synchronize(d->device), SA_OK));
 }

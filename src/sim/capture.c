@@ -37,8 +37,7 @@ static void invalidate(sa_sim_stream *s) {
   if (s->capture == SA_HOST_CAPTURE_ACTIVE) s->capture = SA_HOST_CAPTURE_INVALIDATED;
 }
 
-sa_status sa_sim_capture_refuse_on(sa_sim_stream *s, const char *call) {
-  (void)call;
+sa_status sa_sim_capture_refuse_on(sa_sim_stream *s) {
   if (s->capture == SA_HOST_CAPTURE_NONE) return SA_OK;
   invalidate(s);
   return refuse("host: call not permitted on a capturing stream "
@@ -54,8 +53,7 @@ static int forbids(const sa_sim_stream *s) {
   return s->capture_mode == SA_HOST_CAPTURE_GLOBAL && thread_mode == SA_HOST_CAPTURE_GLOBAL;
 }
 
-sa_status sa_sim_capture_unsafe_call(const char *call) {
-  (void)call;
+sa_status sa_sim_capture_unsafe_call(void) {
   if (open_captures == 0 || thread_mode == SA_HOST_CAPTURE_RELAXED) return SA_OK;
   int refused = 0;
   for (size_t slot = 1; slot < sa_sim_stream_slots(); slot++) {
@@ -69,8 +67,7 @@ sa_status sa_sim_capture_unsafe_call(const char *call) {
                  : SA_OK;
 }
 
-sa_status sa_sim_capture_device_wide(const char *call) {
-  (void)call;
+sa_status sa_sim_capture_device_wide(void) {
   if (open_captures == 0) return SA_OK;
   for (size_t slot = 1; slot < sa_sim_stream_slots(); slot++) {
     sa_sim_stream *s = sa_sim_stream_at(slot);

@@ -189,6 +189,8 @@ int sa_sim_stream_on_device(const sa_sim_stream *s, int device);
 sa_status sa_sim_stream_create(int device, sa_host_mode mode, sa_stream *out);
 sa_status sa_sim_stream_destroy(sa_stream stream);
 sa_status sa_sim_stream_synchronize(sa_stream stream);
+/* The driver's id of a live stream (refused while it is captured). */
+sa_status sa_sim_stream_id(sa_stream stream, uint64_t *id);
 /* Complete all work of device's streams and the default stream (device < 0:
  * of every stream), and whatever it waits for. */
 void sa_sim_device_synchronize(int device);
@@ -210,11 +212,11 @@ sa_status sa_sim_event_synchronize(void *event);
  * the captures the call conflicts with (host.h has the rules). */
 /* A call on s that conflicts with capturing s (an id query, a synchronize,
  * a wait for an event recorded outside the capture). */
-sa_status sa_sim_capture_refuse_on(sa_sim_stream *s, const char *call);
+sa_status sa_sim_capture_refuse_on(sa_sim_stream *s);
 /* A host wait or query ("potentially unsafe" during a capture). */
-sa_status sa_sim_capture_unsafe_call(const char *call);
+sa_status sa_sim_capture_unsafe_call(void);
 /* The device-wide synchronize: refused while any capture is open. */
-sa_status sa_sim_capture_device_wide(const char *call);
+sa_status sa_sim_capture_device_wide(void);
 /* The capture numbered seq, if still open, is invalidated; 1 if it was open. */
 int sa_sim_capture_invalidate_seq(uint64_t seq);
 /* s is destroyed: its capture, if any, ends with it. */

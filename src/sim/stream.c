@@ -373,12 +373,20 @@ void sa_sim_device_synchronize(int device) {
 sa_status sa_sim_stream_synchronize(sa_stream handle) {
   sa_sim_stream *s = sa_sim_stream_for_call(handle, "stream_synchronize");
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
-  sa_status st = sa_sim_capture_refuse_on(s, "stream_synchronize");
-  if (st == SA_OK) st = sa_sim_capture_unsafe_call("stream_synchronize");
+  sa_status st = sa_sim_capture_refuse_on(s);
+  if (st == SA_OK) st = sa_sim_capture_unsafe_call();
   if (st != SA_OK) return st;
   drive(s, s->enqueued);
   settle();
   return SA_OK;
+}
+
+sa_status sa_sim_stream_id(sa_stream handle, uint64_t *id) {
+  sa_sim_stream *s = sa_sim_stream_for_call(handle, "stream_id");
+  if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
+  sa_status st = sa_sim_capture_refuse_on(s);
+  if (st == SA_OK) *id = s->sid;
+  return st;
 }
 
 static sim_event *event_lookup(void *event) {
@@ -398,8 +406,8 @@ static sa_status captured_event(void) {
 
 /* Before a host query or synchronize of e: SA_OK, or why the driver
  * refuses it during a capture. */
-static sa_status event_wait_allowed(const sim_event *e, const char *call) {
-  if (e->capture_seq == 0) return sa_sim_capture_unsafe_call(call);
+static sa_status event_wait_allowed(const sim_event *e) {
+  if (e->capture_seq == 0) return sa_sim_capture_unsafe_call();
   if (!sa_sim_capture_invalidate_seq(e->capture_seq)) return captured_event();
   return sa_sim_fail(SA_ERR_STREAM_CAPTURING, EBUSY,
                      "host: query of an event recorded in a capture "
@@ -413,7 +421,7 @@ sa_status sa_sim_stream_wait_event(sa_stream handle, void *event) {
   if (e == NULL) return bad_event();
   if (s->capture != SA_HOST_CAPTURE_NONE) {
     if (e->capture_seq == s->capture_seq) return SA_OK; /* a dependency inside the graph */
-    return sa_sim_capture_refuse_on(s, "stream_wait_event"); /* as CAPTURE_ISOLATION */
+    return sa_sim_capture_refuse_on(s); /* as CAPTURE_ISOLATION */
   }
   if (e->capture_seq != 0) {
     /* CUDA joins s to the capture, which then cannot end cleanly. */
@@ -545,7 +553,7 @@ static sa_sim_stream *event_pending(const sim_event *e) {
 sa_status sa_sim_event_query(void *event) {
   sim_event *e = event_lookup(event);
   if (e == NULL) return bad_event();
-  sa_status st = event_wait_allowed(e, "event_query");
+  sa_status st = event_wait_allowed(e);
   if (st != SA_OK) return st;
   return event_pending(e) == NULL ? SA_OK : SA_ERR_NOT_READY;
 }
@@ -553,7 +561,7 @@ sa_status sa_sim_event_query(void *event) {
 sa_status sa_sim_event_synchronize(void *event) {
   sim_event *e = event_lookup(event);
   if (e == NULL) return bad_event();
-  sa_status st = event_wait_allowed(e, "event_synchronize");
+  sa_status st = event_wait_allowed(e);
   if (st != SA_OK) return st;
   sa_sim_stream *t = event_pending(e);
   if (t != NULL) {
