@@ -10,7 +10,18 @@
  * mapped back to back, to tell the per-call part of cuMemSetAccess from the
  * per-byte part.
  *
+ * With --schedule, it performs a list of growths instead (one size in bytes
+ * a line, as `bench/growth_bound.py TRACE --schedule R` prints the fewest
+ * growths a trace needs at footprint R) the two cheapest ways the driver
+ * offers, and times the whole list: each growth as one chunk created,
+ * mapped at the end of one reserved range and given access (the holdings
+ * rounded up to granules, so a growth within the last granule is free), and
+ * each as one cuMemAlloc. Divided by the trace's operations (--ops), that
+ * is what any allocator at that footprint pays per operation on a fresh
+ * replay of the trace, measured rather than assumed.
+ *
  *   driver_costs [--device N] [--max-size SIZE_MiB]
+ *   driver_costs --schedule FILE --ops N [--rounds R] [--device N]
  *
  * Needs a GPU; prints "skipped" and exits 0 without one.
  */
@@ -137,23 +148,156 @@ static void many_chunks(CUdeviceptr va, size_t chunk, int k) {
          per_chunk);
 }
 
+/* The growth sizes of a schedule file: one size in bytes a line, # comments. */
+static size_t *read_schedule(const char *path, int *n) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) {
+    perror(path);
+    exit(2);
+  }
+  size_t *v = NULL;
+  int cap = 0;
+  char line[128];
+  *n = 0;
+  while (fgets(line, sizeof line, f) != NULL) {
+    if (line[0] == '#' || line[0] == '\n') continue;
+    char *end;
+    unsigned long long x = strtoull(line, &end, 10);
+    if (end == line || (*end != '\n' && *end != '\0') || x == 0) {
+      fprintf(stderr, "driver_costs: %s: not a size in bytes: %s", path, line);
+      exit(2);
+    }
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 256;
+      v = realloc(v, (size_t)cap * sizeof *v);
+      if (v == NULL) exit(1);
+    }
+    v[(*n)++] = (size_t)x;
+  }
+  fclose(f);
+  return v;
+}
+
+/* One round of the schedule through the virtual-memory calls; returns us. */
+static double schedule_vmm(const size_t *grow, int n, size_t gran, int *calls) {
+  CUmemAllocationProp p = prop();
+  CUmemAccessDesc acc = access_rw();
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += grow[i];
+  size_t reserve = (total / gran + 1) * gran;
+  CUdeviceptr va;
+  CHECK(cu.MemAddressReserve(&va, reserve, 0, 0, 0));
+  CUmemGenericAllocationHandle *h = calloc((size_t)n, sizeof *h);
+  if (h == NULL) exit(1);
+  size_t held = 0, mapped = 0;
+  int chunks = 0;
+  double t0 = now_us();
+  for (int i = 0; i < n; i++) {
+    held += grow[i];
+    size_t want = (held + gran - 1) / gran * gran;
+    if (want == mapped) continue; /* within the last granule mapped */
+    size_t s = want - mapped;
+    CHECK(cu.MemCreate(&h[chunks], s, &p, 0));
+    CHECK(cu.MemMap(va + mapped, s, 0, h[chunks], 0));
+    CHECK(cu.MemSetAccess(va + mapped, s, &acc, 1));
+    chunks++;
+    mapped = want;
+  }
+  double us = now_us() - t0;
+  CHECK(cu.MemUnmap(va, mapped));
+  for (int i = 0; i < chunks; i++) CHECK(cu.MemRelease(h[i]));
+  CHECK(cu.MemAddressFree(va, reserve));
+  free(h);
+  *calls = chunks;
+  return us;
+}
+
+/* One round of the schedule as cuMemAlloc calls; returns us. */
+static double schedule_alloc(const size_t *grow, int n) {
+  CUdeviceptr *d = calloc((size_t)n, sizeof *d);
+  if (d == NULL) exit(1);
+  double t0 = now_us();
+  for (int i = 0; i < n; i++) CHECK(cu.MemAlloc(&d[i], grow[i]));
+  double us = now_us() - t0;
+  for (int i = 0; i < n; i++) CHECK(cu.MemFree(d[i]));
+  free(d);
+  return us;
+}
+
+static int run_schedule(const char *path, long ops, int rounds) {
+  int n;
+  size_t *grow = read_schedule(path, &n);
+  if (n == 0) {
+    fprintf(stderr, "driver_costs: %s: no growths\n", path);
+    return 2;
+  }
+  CUmemAllocationProp p = prop();
+  size_t gran = 0, total = 0;
+  CHECK(cu.MemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  for (int i = 0; i < n; i++) total += grow[i];
+  double vmm[MAX_REPS], alloc[MAX_REPS];
+  int chunks = 0;
+  (void)schedule_alloc(grow, n < 8 ? n : 8); /* the context's first allocations, untimed */
+  for (int r = 0; r < rounds; r++) { /* the two ways interleaved */
+    vmm[r] = schedule_vmm(grow, n, gran, &chunks);
+    alloc[r] = schedule_alloc(grow, n);
+  }
+  printf("%s: %d growths, %.2f GiB, over %ld operations; %d rounds\n\n", path, n,
+         (double)total / (double)(1u << 30), ops, rounds);
+  printf("| way | driver calls | ms, median (min-max) | us per operation |\n"
+         "| --- | ---: | ---: | ---: |\n");
+  const char *way[2] = {"create, map, access", "cuMemAlloc"};
+  double *t[2] = {vmm, alloc};
+  int calls[2] = {3 * chunks, n};
+  for (int w = 0; w < 2; w++) {
+    double lo = t[w][0], hi = t[w][0];
+    for (int r = 1; r < rounds; r++) {
+      lo = t[w][r] < lo ? t[w][r] : lo;
+      hi = t[w][r] > hi ? t[w][r] : hi;
+    }
+    double med = median(t[w], rounds);
+    printf("| %s | %d | %.2f (%.2f-%.2f) | %.3f |\n", way[w], calls[w], med / 1e3, lo / 1e3,
+           hi / 1e3, med / (double)ops);
+  }
+  free(grow);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  int device = 0;
+  int device = 0, rounds = 3;
+  long ops = 0;
+  const char *schedule = NULL;
   size_t max_size = 4096 * MIB;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
       device = atoi(argv[++i]);
     else if (strcmp(argv[i], "--max-size") == 0 && i + 1 < argc)
       max_size = (size_t)strtoull(argv[++i], NULL, 10) * MIB;
+    else if (strcmp(argv[i], "--schedule") == 0 && i + 1 < argc)
+      schedule = argv[++i];
+    else if (strcmp(argv[i], "--ops") == 0 && i + 1 < argc)
+      ops = atol(argv[++i]);
+    else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+      rounds = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: driver_costs [--device N] [--max-size MiB]\n");
+      fprintf(stderr, "usage: driver_costs [--device N] [--max-size MiB]\n"
+                      "       driver_costs --schedule FILE --ops N [--rounds R] [--device N]\n");
       return 2;
     }
+  }
+  if (schedule != NULL && (ops <= 0 || rounds < 1 || rounds > MAX_REPS)) {
+    fprintf(stderr, "driver_costs: --schedule needs --ops N > 0 and --rounds 1..%d\n", MAX_REPS);
+    return 2;
   }
   char why[256];
   if (bench_cu_open(&cu, device, why, sizeof why) != 0) {
     printf("driver_costs: skipped (%s)\n", why);
     return 0;
+  }
+  if (schedule != NULL) {
+    int rc = run_schedule(schedule, ops, rounds);
+    bench_cu_close(&cu);
+    return rc;
   }
   CUmemAllocationProp p = prop();
   size_t gran = 0;

@@ -3,6 +3,7 @@
 
     python3 bench/growth_bound.py TRACE.csv[.gz]... [--ratios 1.0,1.012,1.02,1.05,2]
                                    [--growth-us 63]
+    python3 bench/growth_bound.py TRACE --schedule R > growths.txt
 
 An allocator that must never hold more than r x the highest live bytes so
 far (it cannot know the trace's peak in advance: the trace may end at any
@@ -16,6 +17,12 @@ create, map and access setting cost 63 us at 2 MiB and more above
 operation is what a fresh allocator at that footprint cannot beat on the
 trace, whatever its design; a pool that over-allocates (RMM's doubles:
 about r = 2) needs a handful.
+
+--schedule R prints those growths at ratio R instead, one size in bytes a
+line (what each adds to the holdings), after comment lines that name the
+trace and its operations: `driver_costs --schedule FILE --ops N` performs
+them on a GPU with the fewest driver calls there are, which measures the
+bound instead of assuming a growth's cost.
 
 Reads streamarena's trace format (thread,stream,op,id,size,...) and
 PyTorch's (stream,action,addr,size,...: a block is freed at
@@ -53,10 +60,10 @@ def events(path):
 
 
 def bound(trace, ratios):
-    """Operations, peak live bytes, and {r: fewest growths} for the trace."""
+    """Operations, peak live bytes, and {r: [bytes of each growth]} for the trace."""
     sizes, live, peak, ops = {}, 0, 0, 0
     held = {r: 0 for r in ratios}
-    growths = {r: 0 for r in ratios}
+    growths = {r: [] for r in ratios}
     for is_alloc, key, size in trace:
         ops += 1
         if not is_alloc:
@@ -67,8 +74,9 @@ def bound(trace, ratios):
         peak = max(peak, live)
         for r in ratios:
             if live > held[r]:
-                growths[r] += 1
-                held[r] = max(live, int(r * peak))
+                now = max(live, int(r * peak))
+                growths[r].append(now - held[r])
+                held[r] = now
     return ops, peak, growths
 
 
@@ -78,13 +86,21 @@ def main(argv=None):
     p.add_argument("--ratios", default="1.0,1.012,1.02,1.05,1.1,1.4,2")
     p.add_argument("--growth-us", type=float, default=63.0,
                    help="driver time of one growth, us (H200: a 2 MiB chunk's create, map, access)")
+    p.add_argument("--schedule", type=float, metavar="R",
+                   help="print the growths at ratio R, one size in bytes a line")
     args = p.parse_args(argv)
     try:
         ratios = [float(x) for x in args.ratios.split(",")]
     except ValueError:
         p.error(f"--ratios: not a list of numbers: {args.ratios}")
+    if args.schedule is not None:
+        ratios = [args.schedule]
     if any(r < 1 for r in ratios):
-        p.error("--ratios: each at least 1")
+        p.error("--ratios and --schedule: each at least 1")
+    if args.schedule is not None:
+        if len(args.traces) != 1:
+            p.error("--schedule: one trace")
+        return schedule(args.traces[0], args.schedule)
     print("| trace | ops | peak live MiB | r | fewest growths | us/op at %.0f us a growth |"
           % args.growth_us)
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -96,8 +112,23 @@ def main(argv=None):
             return 1
         name = path.rsplit("/", 1)[-1]
         for r in ratios:
-            us = growths[r] * args.growth_us / ops if ops else 0.0
-            print(f"| {name} | {ops} | {peak / 2**20:.1f} | {r:g} | {growths[r]} | {us:.2f} |")
+            n = len(growths[r])
+            us = n * args.growth_us / ops if ops else 0.0
+            print(f"| {name} | {ops} | {peak / 2**20:.1f} | {r:g} | {n} | {us:.2f} |")
+    return 0
+
+
+def schedule(path, r):
+    """Print the growths at ratio r, one size in bytes a line."""
+    try:
+        ops, peak, growths = bound(events(path), [r])
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        print(f"growth_bound: {path}: {e}", file=sys.stderr)
+        return 1
+    print(f"# {path.rsplit('/', 1)[-1]}: the fewest growths at r = {r:g}, bytes each")
+    print(f"# ops {ops}, peak live {peak}, growths {len(growths[r])}, bytes {sum(growths[r])}")
+    for size in growths[r]:
+        print(size)
     return 0
 
 

@@ -7,7 +7,8 @@ Sixteen allocations of 1 MiB, none freed: holding exactly the live bytes
 (r = 1) takes a growth per allocation; at twice the live peak (r = 2) the
 holdings go 2, 6, 14, 30 MiB: four. The same climb in PyTorch's format,
 gzipped, with a block freed (free_requested) and allocated again, which
-needs no growth. A file that is no trace is an error (exit 1).
+needs no growth. --schedule 2 lists those four growths' sizes (2, 4, 8
+and 16 MiB). A file that is no trace is an error (exit 1).
 """
 import gzip
 import os
@@ -48,6 +49,12 @@ def main():
             if got != {1.0: 16, 2.0: 4}:
                 print(f"FAIL {os.path.basename(path)}: {got}, expected {{1.0: 16, 2.0: 4}}")
                 failures += 1
+        out = subprocess.run([sys.executable, tool, sa, "--schedule", "2"], check=True,
+                             capture_output=True, text=True).stdout
+        sizes = [int(x) for x in out.splitlines() if not x.startswith("#")]
+        if sizes != [2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB] or "# ops 16," not in out:
+            print(f"FAIL --schedule 2: {out!r}")
+            failures += 1
         bad = os.path.join(d, "bad.csv")
         with open(bad, "w") as f:
             f.write("a,b,c\n1,2,3\n")
