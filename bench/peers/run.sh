@@ -152,7 +152,10 @@ run_backend() { # backend, workloads (peer_bench --workloads), round (0: not the
       plugin=(--plugin="$torch_plugin")
       # torch's libraries find its CUDA runtime through their own rpath;
       # the toolkit's is the fallback.
-      env=(LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib:/usr/local/cuda/lib64")
+      # The allocator's settings are the backend's alone: none inherited
+      # from the caller's environment ("default settings" means default).
+      env=(-u PYTORCH_ALLOC_CONF -u PYTORCH_CUDA_ALLOC_CONF
+           LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib:/usr/local/cuda/lib64")
       [ "$b" = torch-expandable ] && env+=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
   esac
   left=$((deadline - ($(date +%s) - start)))
