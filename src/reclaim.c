@@ -41,8 +41,9 @@ void sa__reclaim(sa_arena *a, size_t need, bool wait, unsigned what) {
   /* To wait is to synchronize the device, no stream named (any may be
    * destroyed): then also what came back without an event on its stream (a
    * thread's exit, a stream destroyed unreleased) and every stream's
-   * pending cross-stream frees are free for all. On failure: what
-   * completed, as without waiting. */
+   * pending cross-stream frees are free for all. On failure the waits
+   * below still wait for each event they hold, but what only the device
+   * synchronize would have made safe stays. */
   if (wait) (void)sa__device_sync(a);
   pthread_mutex_lock(&a->lock);
   (void)sa__physical_unmap_stuck(a); /* refused unwinds, if the driver now agrees */

@@ -301,6 +301,34 @@ static void the_remapping_ledger_bounds_reshaping(void **state) {
   teardown(&f);
 }
 
+/* A reshape is charged to the ledger: the 32 MiB moved under the 64 MiB
+ * request are more than the 1/8 of the 128 MiB created, so the next request
+ * that would reshape (96 MiB, below the peak; the other free span, in the
+ * run above the hole, is as movable as the first was) grows instead. */
+static void a_reshape_is_charged_to_the_remapping_ledger(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "exact_growth=1,check_stream_order=1", 1, SA_HOST_MANUAL);
+  sa_stream s = f.streams[0];
+  void *p[4], *q, *r;
+  four_spans_two_freed(&f, p);
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  sa_assert_ok(sa_alloc(f.arena, &q, 64 * MiB, s)); /* reshapes: the ledger allows it */
+  assert_true(sa_host_call_count(SA_HOST_FN_UNMAP) > unmaps);
+  assert_int_equal(stats(f.arena).reserved_bytes, 128 * MiB);
+  sa_assert_ok(sa_free(q, s));
+  sa_assert_ok(sa_free(p[3], s));
+  sa_assert_ok(sa_host_stream_drain(s)); /* the free spans' work is done */
+  grows_without_unmapping(&f, &r, 96 * MiB, 160 * MiB); /* live 128 MiB */
+  uint64_t bad = 0;
+  sa_assert_ok(sa_host_check(s, p[1], 32 * MiB, 0x1001u, &bad));
+  sa_assert_ok(sa_host_stream_drain(s));
+  assert_int_equal(bad, 0);
+  sa_assert_ok(sa_free(p[1], s));
+  sa_assert_ok(sa_free(r, s));
+  teardown(&f);
+}
+
 /* reserve_limit at the device's size or more turns the reshape off below
  * max_physical: the arena grows as a pool does, the fastest setting, and
  * creates as without a budget (a 256 MiB growth is one chunk, not 128),
@@ -386,6 +414,61 @@ static void a_climb_maps_ahead_up_to_the_footprint_target(void **state) {
     sa_assert_ok(sa_free(big, s));
     teardown(&f);
   }
+}
+
+/* Mapping ahead stops at the footprint target, not short of it: past 2 GiB
+ * held, 1/512 of it is 4 MiB, more than the 2 MiB left below the target
+ * (2 GiB peak live, 1/64 more, 16 MiB), so a climb that leaves 2 MiB maps
+ * those 2 MiB ahead; all or nothing, it would map none. The next step of
+ * the climb then finds them mapped. */
+static void a_climb_maps_ahead_exactly_to_the_footprint_target(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO);
+  sa_stream s = f.streams[0];
+  void *big, *p, *q;
+  sa_assert_ok(sa_alloc(f.arena, &big, 2 * GiB, s)); /* nothing ahead: past the target */
+  assert_int_equal(stats(f.arena).reserved_bytes, 2 * GiB);
+  size_t target = 2 * GiB + 2 * GiB / 64 + 16 * MiB;
+  sa_assert_ok(sa_alloc(f.arena, &p, target - 2 * GiB - 2 * MiB, s));
+  assert_int_equal(stats(f.arena).reserved_bytes, target);
+  uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
+  sa_assert_ok(sa_alloc(f.arena, &q, 2 * MiB, s));
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_MAP), maps);
+  sa_assert_ok(sa_free(q, s));
+  sa_assert_ok(sa_free(p, s));
+  sa_assert_ok(sa_free(big, s));
+  teardown(&f);
+}
+
+/* Mapping ahead is for a climb past the highest live bytes so far, not for
+ * a request that brings them back to it (a training step that peaks where
+ * the last one did): with 8, 16 and 8 MiB live (the peak, 32 MiB) and the
+ * outer two freed, 16 MiB more fits in no free span and grows the free top
+ * of the run by exactly the 6 MiB it misses, though the target has room. */
+static void a_return_to_the_peak_maps_nothing_ahead(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO);
+  sa_stream s = f.streams[0];
+  void *p[3], *q;
+  const size_t sizes[3] = {8 * MiB, 16 * MiB, 8 * MiB};
+  for (int i = 0; i < 3; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], sizes[i], s));
+  for (int i = 0; i < 2; i++) assert_ptr_equal((char *)p[i] + sizes[i], p[i + 1]);
+  sa_stats st = stats(f.arena);
+  assert_int_equal(st.live_bytes_peak, 32 * MiB);
+  size_t before = st.reserved_bytes;
+  assert_int_equal(before, 34 * MiB); /* the last climb mapped 2 MiB ahead */
+  sa_assert_ok(sa_free(p[0], s));
+  sa_assert_ok(sa_free(p[2], s)); /* 10 MiB free at the top, 8 at the bottom */
+  sa_assert_ok(sa_alloc(f.arena, &q, 16 * MiB, s)); /* live 32 MiB again */
+  assert_ptr_equal(q, p[2]);
+  st = stats(f.arena);
+  assert_int_equal(st.live_bytes_peak, 32 * MiB);
+  assert_int_equal(st.reserved_bytes, before + 6 * MiB);
+  sa_assert_ok(sa_free(q, s));
+  sa_assert_ok(sa_free(p[1], s));
+  teardown(&f);
 }
 
 /* initial_physical maps a pool up front, as one free range: large
@@ -929,6 +1012,137 @@ static void oom_report_summarises_the_arena(void **state) {
 }
 
 
+/* The fit index (span_index.c) is a treap: in order by (size, base), every
+ * node's priority at least its children's, so its depth stays logarithmic
+ * whatever order spans come and go in (here: address order, the order a
+ * run is carved and freed in), and the ceiling is the smallest (size, base)
+ * at or after the key. */
+typedef struct treap_check_s {
+  const sa_span *last;
+  size_t nodes;
+  unsigned depth;
+} treap_check;
+
+static void check_treap(const sa_span *t, unsigned depth, treap_check *c) {
+  if (t == NULL) return;
+  if (depth > c->depth) c->depth = depth;
+  if (t->left != NULL) assert_true(t->left->prio <= t->prio);
+  if (t->right != NULL) assert_true(t->right->prio <= t->prio);
+  check_treap(t->left, depth + 1, c);
+  if (c->last != NULL)
+    assert_true(c->last->size < t->size || (c->last->size == t->size && c->last->base < t->base));
+  c->last = t;
+  c->nodes++;
+  check_treap(t->right, depth + 1, c);
+}
+
+static const sa_span *brute_ceiling(const sa_span *sp, const bool *in, size_t n, size_t size,
+                                    uintptr_t base) {
+  const sa_span *best = NULL;
+  for (size_t i = 0; i < n; i++) {
+    const sa_span *x = &sp[i];
+    if (!in[i] || x->size < size || (x->size == size && x->base < base)) continue;
+    if (best == NULL || x->size < best->size || (x->size == best->size && x->base < best->base))
+      best = x;
+  }
+  return best;
+}
+
+static void check_index(sa_arena *a, const sa_span *sp, const bool *in, size_t n) {
+  treap_check c = {NULL, 0, 0};
+  check_treap(a->fit_root, 1, &c);
+  size_t members = 0;
+  for (size_t i = 0; i < n; i++) members += in[i];
+  assert_int_equal(c.nodes, members);
+  unsigned log2n = 1;
+  while (((size_t)1 << log2n) < members) log2n++;
+  if (c.depth > 4 * log2n) fail_msg("depth %u for %zu free spans", c.depth, members);
+  for (size_t i = 0; i < n; i += 7) {
+    const size_t size = sp[i].size;
+    assert_ptr_equal(sa__fit_ceiling(a, size, sp[i].base),
+                     brute_ceiling(sp, in, n, size, sp[i].base));
+    assert_ptr_equal(sa__fit_ceiling(a, size, sp[i].base + 1),
+                     brute_ceiling(sp, in, n, size, sp[i].base + 1));
+    assert_ptr_equal(sa__fit_ceiling(a, size + 1, 0), brute_ceiling(sp, in, n, size + 1, 0));
+  }
+}
+
+static void free_span_index_stays_a_balanced_treap(void **state) {
+  (void)state;
+  enum { N = 4096 };
+  sa_arena *a = calloc(1, sizeof *a);
+  sa_span *sp = calloc(N, sizeof *sp);
+  bool *in = calloc(N, sizeof *in);
+  assert_non_null(a);
+  assert_non_null(sp);
+  assert_non_null(in);
+  uintptr_t base = (uintptr_t)1 << 40;
+  for (size_t i = 0; i < N; i++) { /* few sizes: many equal keys, told apart by base */
+    sp[i].size = ((i * 7) % 5 + 1) * MiB + (i % 3) * 256;
+    sp[i].base = base;
+    base += sp[i].size;
+  }
+  for (size_t i = 0; i < N; i++) { /* address order */
+    sa__fit_insert(a, &sp[i]);
+    in[i] = true;
+  }
+  check_index(a, sp, in, N);
+  for (size_t i = 0; i < N; i += 3) { /* a third, in address order */
+    sa__fit_remove(a, &sp[i]);
+    in[i] = false;
+  }
+  check_index(a, sp, in, N);
+  for (size_t i = N; i-- > 0;) { /* back in, and others out, from the top */
+    if (in[i] && i % 2 == 0) {
+      sa__fit_remove(a, &sp[i]);
+      in[i] = false;
+    } else if (!in[i] && i % 2 == 1) {
+      sa__fit_insert(a, &sp[i]);
+      in[i] = true;
+    }
+  }
+  check_index(a, sp, in, N);
+  for (size_t i = 0; i < N; i++)
+    if (in[i]) sa__fit_remove(a, &sp[i]);
+  assert_null(a->fit_root);
+  free(in);
+  free(sp);
+  free(a);
+}
+
+/* Under a budget a request of whole granules takes whole granules: the gap
+ * between two runs is filled for it only when the gap and the whole
+ * granules of the free ends beside it are enough, not their bytes. Here the
+ * trim unmaps the 6 MiB of whole granules inside a free span of 9 MiB
+ * between two live ones, which leaves 1.5 MiB free at either side of the
+ * gap: 9 MiB, but 6 of whole granules. An 8 MiB request grows at the top of
+ * the upper run by 8 MiB; counting bytes, it mapped the gap first, found no
+ * 8 MiB at a granule there, and held 6 MiB more than it needed. */
+static void a_gap_is_filled_only_for_whole_granules_around_it(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "max_physical=256MiB,check_stream_order=1", 1, SA_HOST_AUTO);
+  sa_stream s = f.streams[0];
+  void *lo, *mid, *hi, *q;
+  sa_assert_ok(sa_alloc(f.arena, &lo, 5 * MiB / 2, s)); /* packed: far from 4 MiB */
+  sa_assert_ok(sa_alloc(f.arena, &mid, 9 * MiB, s));
+  sa_assert_ok(sa_alloc(f.arena, &hi, 5 * MiB / 2, s));
+  assert_int_equal((uintptr_t)lo % (2 * MiB), 0);
+  assert_ptr_equal(mid, (char *)lo + 5 * MiB / 2);
+  assert_ptr_equal(hi, (char *)mid + 9 * MiB);
+  sa_assert_ok(sa_free(mid, s));
+  sa_assert_ok(sa_trim(f.arena, 0)); /* unmaps [lo + 4 MiB, lo + 10 MiB) */
+  assert_int_equal(stats(f.arena).reserved_bytes, 8 * MiB);
+  sa_assert_ok(sa_alloc(f.arena, &q, 8 * MiB, s));
+  assert_ptr_equal(q, (char *)lo + 14 * MiB); /* above the upper run */
+  assert_int_equal(stats(f.arena).reserved_bytes, 16 * MiB); /* the gap stays unmapped */
+  sa_assert_ok(sa_host_fill(s, q, 8 * MiB, 0x5A5A5A5Au));
+  sa_assert_ok(sa_free(q, s));
+  sa_assert_ok(sa_free(lo, s));
+  sa_assert_ok(sa_free(hi, s));
+  teardown(&f);
+}
+
 /* Free spans that touch in the range merge, so one request larger than
  * each of them is served from them without a single driver call. */
 static void adjacent_free_spans_merge_without_the_driver(void **state) {
@@ -1279,10 +1493,13 @@ int main(void) {
       cmocka_unit_test(footprint_target_reshapes_before_growing),
       cmocka_unit_test(a_new_live_peak_grows_rather_than_reshape),
       cmocka_unit_test(the_remapping_ledger_bounds_reshaping),
+      cmocka_unit_test(a_reshape_is_charged_to_the_remapping_ledger),
       cmocka_unit_test(superblocks_past_the_target_come_from_free_spans),
             cmocka_unit_test(a_reserve_limit_of_the_device_grows_as_a_pool),
       cmocka_unit_test(a_growth_is_one_chunk_unless_chunk_size_is_set),
       cmocka_unit_test(a_climb_maps_ahead_up_to_the_footprint_target),
+      cmocka_unit_test(a_climb_maps_ahead_exactly_to_the_footprint_target),
+      cmocka_unit_test(a_return_to_the_peak_maps_nothing_ahead),
       cmocka_unit_test(initial_physical_is_a_pool_mapped_up_front),
       cmocka_unit_test(soft_budget_gives_way_while_work_is_pending),
       cmocka_unit_test(remap_preserves_contents),
@@ -1295,6 +1512,8 @@ int main(void) {
       cmocka_unit_test(superblock_resized_during_reclaim_gets_its_memory),
       cmocka_unit_test(oom_report_summarises_the_arena),
       cmocka_unit_test(adjacent_free_spans_merge_without_the_driver),
+      cmocka_unit_test(a_gap_is_filled_only_for_whole_granules_around_it),
+      cmocka_unit_test(free_span_index_stays_a_balanced_treap),
       cmocka_unit_test(free_span_splits_at_chunk_boundaries),
       cmocka_unit_test(split_piece_for_another_stream_waits),
   };

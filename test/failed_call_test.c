@@ -242,6 +242,30 @@ static void a_stream_release_whose_synchronize_fails(void **state) {
   sa_assert_ok(sa_free(live, a)); /* still valid, freed on another stream */
 }
 
+/* sa_trim whose device-wide synchronize fails (as CUDA fails it during any
+ * capture) goes on without it, keeping only what it alone would have made
+ * safe: a free span freed on A with A's work still queued has an event of
+ * its own, which the trim waits for, and then gives the span back. */
+static void a_trim_whose_device_synchronize_fails(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0];
+  void *p;
+  sa_assert_ok(sa_alloc(f->arena, &p, 5 * MiB, a));
+  sa_assert_ok(sa_host_fill(a, p, 5 * MiB, 0xAAAAAAAAu)); /* still queued */
+  sa_assert_ok(sa_free(p, a));
+  assert_true(sa_host_stream_pending(a) > 0);
+  assert_true(stats(f->arena).reserved_bytes > 0);
+  uint64_t faults = sa_host_faults_injected();
+  sa_assert_ok(sa_host_fault_inject(SA_HOST_FN_DEVICE_SYNCHRONIZE, 1, 1));
+  sa_assert_ok(sa_trim(f->arena, 0));
+  assert_true(sa_host_faults_injected() > faults); /* the synchronize failed */
+  sa_host_fault_clear();
+  assert_int_equal(sa_host_stream_pending(a), 0); /* waited for */
+  sa_stats after = stats(f->arena);
+  assert_int_equal(after.reserved_bytes, 0);
+  assert_int_equal(after.cached_bytes, 0);
+}
+
 /* The first sa_malloc_async creates the default arena; its range cannot be
  * reserved. It fails with no arena made, and the next call makes one. */
 static void a_default_arena_whose_creation_fails(void **state) {
@@ -283,6 +307,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_span_alloc_whose_wait_fails, setup3, teardown),
       cmocka_unit_test_setup_teardown(a_stream_release_whose_synchronize_fails, setup3,
                                       teardown),
+      cmocka_unit_test_setup_teardown(a_trim_whose_device_synchronize_fails, setup3, teardown),
       cmocka_unit_test(a_default_arena_whose_creation_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

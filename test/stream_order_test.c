@@ -158,6 +158,55 @@ static void record_stream_delays_reuse(void **state) {
   reuse_waits_for_user_stream(true);
 }
 
+/* Two spans freed on A one after the other, A's work done up to the first
+ * free only: B gets the first without waiting (a query saw its event
+ * complete), but that says nothing of A's later work, so B gets the second
+ * only behind a wait edge. Run adversarially (B first), A's late fill of
+ * the second must not clobber B's pattern. */
+static void a_completed_free_does_not_vouch_for_a_later_one(void **state) {
+  (void)state;
+  sa_arena *a = make_arena(NULL);
+  sa_stream A = make_stream(SA_HOST_MANUAL), B = make_stream(SA_HOST_MANUAL);
+  void *x, *y, *sep[2];
+  assert_int_equal(sa_alloc(a, &x, 4 * MiB, A), SA_OK);
+  assert_int_equal(sa_alloc(a, &sep[0], 2 * MiB, A), SA_OK); /* x and y stay apart */
+  assert_int_equal(sa_alloc(a, &y, 8 * MiB, A), SA_OK);
+  assert_int_equal(sa_alloc(a, &sep[1], 2 * MiB, A), SA_OK);
+  assert_int_equal(sa_host_stream_drain(A), SA_OK);
+  assert_int_equal(sa_host_fill(A, x, 4 * MiB, 0xAAAAAAAAu), SA_OK);
+  assert_int_equal(sa_free(x, A), SA_OK);
+  size_t upto_x = sa_host_stream_pending(A); /* x's fill and its free's event */
+  assert_int_equal(sa_host_fill(A, y, 8 * MiB, 0xAAAAAAAAu), SA_OK);
+  assert_int_equal(sa_free(y, A), SA_OK);
+  size_t done = 0;
+  assert_int_equal(sa_host_stream_step(A, upto_x, &done), SA_OK);
+  assert_int_equal(done, upto_x);
+  assert_true(sa_host_stream_pending(A) > 0); /* y's fill is still queued */
+  uint64_t v0 = violations(), mism = 0;
+  void *bx, *by;
+  assert_int_equal(sa_alloc(a, &bx, 4 * MiB, B), SA_OK);
+  assert_ptr_equal(bx, x);
+  assert_int_equal(sa_alloc(a, &by, 8 * MiB, B), SA_OK);
+  assert_ptr_equal(by, y);
+  assert_int_equal(sa_host_fill(B, by, 8 * MiB, 0xBBBBBBBBu), SA_OK);
+  assert_int_equal(sa_host_check(B, by, 8 * MiB, 0xBBBBBBBBu, &mism), SA_OK);
+  assert_int_equal(sa_host_stream_step(B, SIZE_MAX, &done), SA_OK);
+  assert_true(sa_host_stream_pending(B) > 0); /* B waits for A's event */
+  assert_int_equal(sa_host_stream_drain(A), SA_OK);
+  assert_int_equal(sa_host_stream_drain(B), SA_OK);
+  assert_int_equal(mism, 0);
+  assert_int_equal(((uint32_t *)by)[0], 0xBBBBBBBBu);
+  assert_int_equal(violations(), v0);
+  assert_int_equal(sa_free(bx, B), SA_OK);
+  assert_int_equal(sa_free(by, B), SA_OK);
+  for (int i = 0; i < 2; i++) assert_int_equal(sa_free(sep[i], A), SA_OK);
+  assert_int_equal(sa_stream_release(a, A), SA_OK);
+  assert_int_equal(sa_stream_release(a, B), SA_OK);
+  destroy_clean(a);
+  assert_int_equal(sa_host_stream_destroy(A), SA_OK);
+  assert_int_equal(sa_host_stream_destroy(B), SA_OK);
+}
+
 /* Same stream: a freed block may be handed out again at once. */
 static void same_stream_reuse_is_immediate(void **state) {
   (void)state;
@@ -188,6 +237,7 @@ int main(void) {
       cmocka_unit_test(cross_stream_large_spans_wait_for_event),
       cmocka_unit_test(free_on_other_stream_defers_reuse),
       cmocka_unit_test(record_stream_delays_reuse),
+      cmocka_unit_test(a_completed_free_does_not_vouch_for_a_later_one),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
