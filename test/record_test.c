@@ -282,6 +282,118 @@ static void span_recorded_on_a_destroyed_stream_waits_on_its_next_handle(void **
   sa_assert_ok(sa_host_stream_destroy(next));
 }
 
+/* ---- review: mutation tests of the small-block path -------------------- */
+
+static uint64_t violations(void) {
+  sa_host_counters c;
+  sa_host_get_counters(&c);
+  return c.order_violations;
+}
+
+/* A block of A recorded on U and freed on a third stream B, B's use of it
+ * still queued: its reuse waits for B's work as well as U's (B is the
+ * freeing stream), not only for the recorded streams'. A 512 KiB class
+ * holds two blocks a bin, so A's next allocation refills from the stream
+ * arena, which has the block back as soon as the batch's events completed.
+ * A runs first; B's late fill must not clobber A's pattern. */
+static void a_recorded_block_freed_on_a_third_stream_waits_for_it(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], u = f->streams[1], b = f->streams[2];
+  const size_t size = 512 * 1024;
+  void *p, *q;
+  sa_assert_ok(sa_alloc(f->arena, &p, size, a));
+  sa_assert_ok(sa_host_stream_drain(a));
+  sa_assert_ok(sa_record_stream(p, u));
+  sa_assert_ok(sa_host_fill(b, p, 4096, 0xB0B0B0B0u)); /* B's use, queued */
+  sa_assert_ok(sa_free(p, b));
+  sa_assert_ok(sa_host_stream_drain(u)); /* U's event completes; B's does not */
+  uint64_t v0 = violations(), mism = 0;
+  sa_assert_ok(sa_alloc(f->arena, &q, size, a));
+  sa_assert_ok(sa_host_fill(a, q, 4096, 0xA0A0A0A0u));
+  sa_assert_ok(sa_host_check(a, q, 4096, 0xA0A0A0A0u, &mism));
+  size_t done = 0;
+  sa_assert_ok(sa_host_stream_step(a, SIZE_MAX, &done));
+  sa_assert_ok(sa_host_stream_drain(b));
+  sa_assert_ok(sa_host_stream_drain(a));
+  assert_int_equal(mism, 0);
+  assert_int_equal(((uint32_t *)q)[0], 0xA0A0A0A0u);
+  assert_int_equal(violations(), v0);
+  sa_assert_ok(sa_free(q, a));
+  sa_assert_ok(sa_host_drain_all());
+}
+
+/* A stream that only sa_record_stream named (nothing was allocated on it,
+ * so the arena has no stream arena for it) is synchronized by its release:
+ * the header lets the user destroy it then, and the records that name it
+ * are forgotten, so the block's reuse no longer waits for it. Released
+ * without waiting, the block went back to A at once while U's work was
+ * still queued. */
+static void releasing_a_stream_only_recorded_waits_for_its_work(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], u;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &u));
+  const size_t size = 512 * 1024; /* two blocks a bin: A refills for q */
+  void *p, *q;
+  sa_assert_ok(sa_alloc(f->arena, &p, size, a));
+  sa_assert_ok(sa_host_fill(u, p, 4096, 0x0B0B0B0Bu)); /* U's use, queued */
+  sa_assert_ok(sa_record_stream(p, u));
+  sa_assert_ok(sa_stream_release(f->arena, u));
+  assert_int_equal(sa_host_stream_pending(u), 0); /* the release waited for it */
+  assert_false(sa__record_names_stream(f->arena, u));
+  sa_assert_ok(sa_host_stream_destroy(u));
+  uint64_t v0 = violations(), mism = 0;
+  sa_assert_ok(sa_free(p, a)); /* no record left: A has it back at once */
+  sa_assert_ok(sa_alloc(f->arena, &q, size, a));
+  assert_ptr_equal(q, p);
+  sa_assert_ok(sa_host_fill(a, q, 4096, 0xA0A0A0A0u));
+  sa_assert_ok(sa_host_check(a, q, 4096, 0xA0A0A0A0u, &mism));
+  sa_assert_ok(sa_host_drain_all());
+  assert_int_equal(mism, 0);
+  assert_int_equal(violations(), v0);
+  sa_assert_ok(sa_free(q, a));
+  sa_assert_ok(sa_host_drain_all());
+}
+
+/* A block allocated on `old`, which is released and destroyed; the next
+ * stream gets old's handle and uses the block, recorded there. The block's
+ * stream arena is gone (released: its work is done, what comes back to it
+ * is clean), so the new stream's use is not ordered by it: the record must
+ * be kept, or the block's superblock empties clean into the global stack
+ * and another stream takes it while the new stream's fill is queued. */
+static void a_record_on_a_recycled_handle_of_the_blocks_stream_is_kept(void **state) {
+  sa_fixture *f = *state;
+  sa_stream b = f->streams[1], c = f->streams[2], old, fresh;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &old));
+  const size_t size = 512 * 1024;
+  void *p, *r, *q;
+  sa_assert_ok(sa_alloc(f->arena, &p, size, old));
+  sa_assert_ok(sa_stream_release(f->arena, old));
+  sa_assert_ok(sa_host_stream_destroy(old));
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &fresh));
+  assert_ptr_equal(fresh, old); /* the handle comes back */
+  sa_assert_ok(sa_host_fill(fresh, p, 4096, 0xF0F0F0F0u)); /* queued */
+  sa_assert_ok(sa_record_stream(p, fresh));
+  sa_assert_ok(sa_free(p, b));
+  sa_assert_ok(sa_alloc(f->arena, &r, 4096, b)); /* a call on B sends B's batch on */
+  sa_assert_ok(sa_host_stream_drain(b));         /* B's event completes; fresh's not */
+  uint64_t v0 = violations(), mism = 0;
+  sa_assert_ok(sa_alloc(f->arena, &q, size, c));
+  sa_assert_ok(sa_host_fill(c, q, 4096, 0xC0C0C0C0u));
+  sa_assert_ok(sa_host_check(c, q, 4096, 0xC0C0C0C0u, &mism));
+  size_t done = 0;
+  sa_assert_ok(sa_host_stream_step(c, SIZE_MAX, &done));
+  sa_assert_ok(sa_host_stream_drain(fresh));
+  sa_assert_ok(sa_host_stream_drain(c));
+  assert_int_equal(mism, 0);
+  assert_int_equal(((uint32_t *)q)[0], 0xC0C0C0C0u);
+  assert_int_equal(violations(), v0);
+  sa_assert_ok(sa_free(q, c));
+  sa_assert_ok(sa_free(r, b));
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_stream_release(f->arena, fresh));
+  sa_assert_ok(sa_host_stream_destroy(fresh));
+}
+
 /* ---- review: the table grows with the blocks recorded ------------------ */
 
 /* The longest chain of the record table (record.c). */
@@ -361,6 +473,9 @@ int main(void) {
       T(span_recorded_on_a_destroyed_stream_waits_on_its_next_handle),
       T(record_chains_stay_short_however_many_blocks_are_recorded),
       T(record_stream_counts_follow_frees_and_releases),
+      T(a_recorded_block_freed_on_a_third_stream_waits_for_it),
+      T(releasing_a_stream_only_recorded_waits_for_its_work),
+      T(a_record_on_a_recycled_handle_of_the_blocks_stream_is_kept),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -207,6 +207,44 @@ static void a_completed_free_does_not_vouch_for_a_later_one(void **state) {
   assert_int_equal(sa_host_stream_destroy(B), SA_OK);
 }
 
+/* A block of A freed on B joins B's open cross-stream batch, which B's
+ * next call that misses the thread cache sends on to A behind an event
+ * recorded on B. A takes the block back only after B's work: a 512 KiB
+ * class holds two blocks a bin, so A's next allocation refills from its
+ * stream arena, which has the batch in its inbox. Run adversarially (A
+ * first), B's late fill must not clobber A's pattern. Only a threaded
+ * stress test caught a batch sent on without its event. */
+static void a_cross_stream_batch_goes_on_behind_an_event(void **state) {
+  (void)state;
+  sa_arena *a = make_arena(NULL);
+  sa_stream A = make_stream(SA_HOST_MANUAL), B = make_stream(SA_HOST_MANUAL);
+  const size_t size = 512 * 1024;
+  void *p, *r, *q;
+  assert_int_equal(sa_alloc(a, &p, size, A), SA_OK);
+  assert_int_equal(sa_host_stream_drain(A), SA_OK);
+  assert_int_equal(sa_host_fill(B, p, 4096, 0xBBBBBBBBu), SA_OK); /* B's use, queued */
+  assert_int_equal(sa_free(p, B), SA_OK);                         /* into B's open batch */
+  assert_int_equal(sa_alloc(a, &r, 4096, B), SA_OK);              /* sends the batch on */
+  uint64_t v0 = violations(), mism = 0;
+  assert_int_equal(sa_alloc(a, &q, size, A), SA_OK);
+  assert_int_equal(sa_host_fill(A, q, 4096, 0xAAAAAAAAu), SA_OK);
+  assert_int_equal(sa_host_check(A, q, 4096, 0xAAAAAAAAu, &mism), SA_OK);
+  size_t done = 0;
+  assert_int_equal(sa_host_stream_step(A, SIZE_MAX, &done), SA_OK);
+  assert_int_equal(sa_host_stream_drain(B), SA_OK);
+  assert_int_equal(sa_host_stream_drain(A), SA_OK);
+  assert_int_equal(mism, 0);
+  assert_int_equal(((uint32_t *)q)[0], 0xAAAAAAAAu);
+  assert_int_equal(violations(), v0);
+  assert_int_equal(sa_free(q, A), SA_OK);
+  assert_int_equal(sa_free(r, B), SA_OK);
+  assert_int_equal(sa_stream_release(a, A), SA_OK);
+  assert_int_equal(sa_stream_release(a, B), SA_OK);
+  destroy_clean(a);
+  assert_int_equal(sa_host_stream_destroy(A), SA_OK);
+  assert_int_equal(sa_host_stream_destroy(B), SA_OK);
+}
+
 /* Same stream: a freed block may be handed out again at once. */
 static void same_stream_reuse_is_immediate(void **state) {
   (void)state;
@@ -238,6 +276,7 @@ int main(void) {
       cmocka_unit_test(free_on_other_stream_defers_reuse),
       cmocka_unit_test(record_stream_delays_reuse),
       cmocka_unit_test(a_completed_free_does_not_vouch_for_a_later_one),
+      cmocka_unit_test(a_cross_stream_batch_goes_on_behind_an_event),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
