@@ -92,6 +92,15 @@ static bool capturing(sa_arena *a, sa_stream s) {
   return a->drv->ops->stream_capture_check(a->drv, s) == SA_ERR_STREAM_CAPTURING;
 }
 
+/* This thread's cached blocks back: they pin superblocks. A capturing
+ * stream's own stay cached: given back as in a call naming s, they would
+ * record an event on s, which a capture refuses, and every later call on s
+ * that misses the cache would first fence, asking for s's id, which a
+ * capture refuses too. */
+static void give_back_cached(sa_arena *a, sa_tentry *e, sa_stream s) {
+  sa__tentry_flush_own(a, e->sarena, capturing(a, s));
+}
+
 /* Allocate; past a limit, get memory back and try again:
  *   1. within the soft limit (sa__physical_soft_limit); a span that would grow past it
  *      first reshapes free span memory (span.c), as much as the remapping
@@ -123,13 +132,13 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
     if (step == 2) {
       size_t allowance = sa__physical_remap_allowance(a, soft);
       if (allowance == SIZE_MAX) { /* a budget: everything free goes */
-        sa__tentry_flush_own(a, e->sarena); /* cached blocks pin superblocks */
+        give_back_cached(a, e, s);
         sa__reclaim(a, need, false, SA_RECLAIM_ALL);
         all_reclaimed = true;
       } else if (!large && allowance >= need) {
         sa__reclaim(a, need, false, SA_RECLAIM_SPANS);
       } else if (large && allowance >= a->gran) {
-        sa__tentry_flush_own(a, e->sarena);
+        give_back_cached(a, e, s);
         sa__reclaim(a, need, false, SA_RECLAIM_SUPERBLOCKS);
       }
       limit = soft;
@@ -137,14 +146,14 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
       if (soft >= hard) continue; /* nothing to give way */
     } else if (step == 4) {
       if (all_reclaimed && soft >= hard) continue; /* step 2 did this */
-      sa__tentry_flush_own(a, e->sarena);
+      give_back_cached(a, e, s);
       sa__reclaim(a, need, false, SA_RECLAIM_ALL);
     } else if (step == 5) {
       /* This step waits for the whole device: what threads gave back
        * without an event on its stream becomes usable too. Not while s is
        * captured: CUDA fails the wait then and invalidates the capture. */
       if (capturing(a, s)) continue;
-      sa__tentry_flush_own(a, e->sarena);
+      sa__tentry_flush_own(a, e->sarena, false);
       sa__reclaim(a, need, true, SA_RECLAIM_ALL);
     } else if (a->cfg.oom_callback != NULL && callbacks++ < 8 &&
                a->cfg.oom_callback(a, size, s, a->cfg.oom_user_data)) {
@@ -170,7 +179,7 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
  * keep_bytes. */
 static sa_status trim_to(sa_arena *a, size_t keep_bytes, bool wait) {
   if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
-  sa__tentry_flush_own(a, NULL);
+  sa__tentry_flush_own(a, NULL, false);
   sa__reclaim(a, 0, wait, SA_RECLAIM_ALL);
   sa__reclaim_release(a, keep_bytes);
   return SA_OK;

@@ -886,8 +886,9 @@ void sa__entries_detach(sa_arena *a);
 /* The fast paths' allocations and frees: of exited threads and live ones. */
 void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees);
 /* The calling thread's entries of a give everything back; the one bound
- * to named (may be NULL) as in a call naming its stream. */
-void sa__tentry_flush_own(sa_arena *a, sa_stream_arena *named);
+ * to named (may be NULL) as in a call naming its stream, or with keep_named
+ * nothing. */
+void sa__tentry_flush_own(sa_arena *a, sa_stream_arena *named, bool keep_named);
 void sa__tentry_publish_own(sa_arena *a); /* their live-byte deltas */
 /* sa_stream_release: every thread's entries bound to sa (gone) give their
  * blocks and open batches back now and let go of it. */

@@ -340,14 +340,15 @@ sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
   return SA_OK;
 }
 
-void sa__tentry_flush_own(sa_arena *a, sa_stream_arena *named) {
+void sa__tentry_flush_own(sa_arena *a, sa_stream_arena *named, bool keep_named) {
   struct sa_tcache_s *tc = sa__tl_cache;
   if (tc == NULL) return;
   pthread_mutex_lock(&entries_lock); /* against sa__tentry_release_stream */
   for (unsigned i = 0; i < tc->n; i++) {
     sa_tentry *e = tc->entries[i];
     if (atomic_load_explicit(&e->xarena, memory_order_relaxed) != a) continue;
-    entry_flush_all(e, named != NULL && e->sarena == named);
+    bool is_named = named != NULL && e->sarena == named;
+    if (!(is_named && keep_named)) entry_flush_all(e, is_named);
     sa__tentry_publish_live(e);
   }
   pthread_mutex_unlock(&entries_lock);

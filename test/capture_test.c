@@ -425,6 +425,31 @@ static void out_of_memory_during_a_capture_asks_the_callback(sa_backend backend)
   bench_close(&b);
 }
 
+/* An allocation that runs out of memory on a capturing stream leaves the
+ * stream's own cached blocks where they are: given back as in a call naming
+ * it, they would need an event on it, which the capture refuses, and every
+ * later call on it that missed the cache would fence first, asking for its
+ * id, refused too. So a stream used before the capture still serves small
+ * requests in it afterwards (README, "CUDA graphs"). */
+static void small_alloc_after_an_oom_during_a_capture(sa_backend backend) {
+  static bench b;
+  bench_open_capped(&b, backend, 2 * SPAN);
+  void *warm = NULL, *p = NULL, *q = (void *)1, *r = NULL, *r0 = NULL;
+  sa_assert_ok(sa_alloc(b.arena, &warm, 4 * KiB, b.s1)); /* s1 known before */
+  sa_assert_ok(sa_free(warm, b.s1));
+  sa_assert_ok(sa_alloc(b.arena, &p, SPAN + SPAN / 2, b.s2));
+  begin(&b, b.s1);
+  sa_assert_ok(sa_alloc(b.arena, &r0, 8 * KiB, b.s1)); /* before the OOM: works */
+  sa_assert_status(sa_alloc(b.arena, &q, SPAN, b.s1), SA_ERR_OUT_OF_MEMORY);
+  sa_status st = sa_alloc(b.arena, &r, 16 * KiB, b.s1); /* after it too */
+  end_intact(&b, b.s1);
+  sa_assert_ok(st);
+  sa_assert_ok(sa_free(r, b.s1));
+  sa_assert_ok(sa_free(r0, b.s1));
+  sa_assert_ok(sa_free(p, b.s2));
+  bench_close(&b);
+}
+
 /* Threads that allocate, free across streams and release their streams
  * while the main thread captures, in the global mode, again and again:
  * nothing the allocator does for them, or for the main thread's own calls
@@ -531,6 +556,7 @@ ON_BOTH(release_and_record_during_a_capture)
 ON_BOTH(another_threads_global_capture_stays_intact)
 ON_BOTH(out_of_memory_during_a_capture)
 ON_BOTH(out_of_memory_during_a_capture_asks_the_callback)
+ON_BOTH(small_alloc_after_an_oom_during_a_capture)
 ON_BOTH(captures_while_threads_allocate)
 
 /* The simulator's own rules, which the cases above rely on to fail where
@@ -649,6 +675,7 @@ int main(void) {
       BOTH_CASES(another_threads_global_capture_stays_intact),
       BOTH_CASES(out_of_memory_during_a_capture),
       BOTH_CASES(out_of_memory_during_a_capture_asks_the_callback),
+      BOTH_CASES(small_alloc_after_an_oom_during_a_capture),
       BOTH_CASES(captures_while_threads_allocate),
       cmocka_unit_test_teardown(the_legacy_stream_during_a_blocking_streams_capture,
                                 end_open_captures),

@@ -61,8 +61,10 @@
  * process and invalidates the capture. sa_trim and the out-of-memory path
  * (which synchronize the device) then go on without it, keeping what only
  * it would have made safe; an allocation on a capturing stream does not
- * synchronize at all; sa_arena_destroy returns SA_ERR_STREAM_CAPTURING
- * after releasing everything, as for any failed synchronize.
+ * synchronize at all, and keeps the thread's cached blocks of that stream
+ * (their return would need an event on it); sa_arena_destroy returns
+ * SA_ERR_STREAM_CAPTURING after releasing everything, as for any failed
+ * synchronize.
  *
  * Every function is thread-safe unless its comment says otherwise. No
  * function aborts on bad input: failures come back as an sa_status.
