@@ -290,7 +290,6 @@ static uint64_t violations(void) {
   return c.order_violations;
 }
 
-
 /* size bytes allocated on s while blocker's work on them is still queued:
  * s's fill and check run, and must come after blocker's work (the checker
  * and the pattern say so); returns the allocation. */
@@ -310,6 +309,7 @@ static void *take_behind(sa_arena *a, size_t size, sa_stream s, sa_stream blocke
   assert_int_equal(violations(), v0);
   return q;
 }
+
 /* A block of A recorded on U and freed on a third stream B, B's use of it
  * still queued: its reuse waits for B's work as well as U's (B is the
  * freeing stream), not only for the recorded streams'. A 512 KiB class
