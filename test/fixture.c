@@ -251,3 +251,23 @@ int sa_fixture_run_with_host_driver_(const char *name, const struct CMUnitTest *
   group_driver = d;
   return _cmocka_run_group_tests(name, tests, count, open_group_driver, close_group_driver);
 }
+
+void *sa_fixture_take_behind(sa_arena *arena, size_t size, sa_stream s, sa_stream blocker,
+                             uint32_t pattern) {
+  sa_host_counters before, after;
+  sa_host_get_counters(&before);
+  uint64_t mism = 0;
+  void *q;
+  sa_assert_ok(sa_alloc(arena, &q, size, s));
+  sa_assert_ok(sa_host_fill(s, q, 4096, pattern));
+  sa_assert_ok(sa_host_check(s, q, 4096, pattern, &mism));
+  size_t done = 0;
+  sa_assert_ok(sa_host_stream_step(s, SIZE_MAX, &done));
+  sa_assert_ok(sa_host_stream_drain(blocker));
+  sa_assert_ok(sa_host_stream_drain(s));
+  assert_int_equal(mism, 0);
+  assert_int_equal(((uint32_t *)q)[0], pattern);
+  sa_host_get_counters(&after);
+  assert_int_equal(after.order_violations, before.order_violations);
+  return q;
+}

@@ -100,6 +100,14 @@ void sa_fixture_assert_status_(sa_status got, sa_status want, const char *expr,
 /* Messages the library writes to stderr: between begin and end, fd 2 goes
  * to a temporary file; end restores it and returns what was written (NUL-
  * terminated; the caller frees it), or NULL if the redirection failed. */
+/* size bytes allocated on stream s of arena while blocker's work on them
+ * may still be queued (both hand-stepped): s fills and checks them, runs,
+ * then blocker and s drain. Fails the test unless the check saw the fill,
+ * the fill is what stays, and the stream-order checker stayed silent: s's
+ * use came after blocker's. Returns the allocation. */
+void *sa_fixture_take_behind(sa_arena *arena, size_t size, sa_stream s, sa_stream blocker,
+                             uint32_t pattern);
+
 void sa_fixture_stderr_begin(void);
 char *sa_fixture_stderr_end(void);
 /* Non-overlapping occurrences of needle in haystack. */

@@ -290,26 +290,6 @@ static uint64_t violations(void) {
   return c.order_violations;
 }
 
-/* size bytes allocated on s while blocker's work on them is still queued:
- * s's fill and check run, and must come after blocker's work (the checker
- * and the pattern say so); returns the allocation. */
-static void *take_behind(sa_arena *a, size_t size, sa_stream s, sa_stream blocker,
-                         uint32_t pattern) {
-  uint64_t v0 = violations(), mism = 0;
-  void *q;
-  sa_assert_ok(sa_alloc(a, &q, size, s));
-  sa_assert_ok(sa_host_fill(s, q, 4096, pattern));
-  sa_assert_ok(sa_host_check(s, q, 4096, pattern, &mism));
-  size_t done = 0;
-  sa_assert_ok(sa_host_stream_step(s, SIZE_MAX, &done));
-  sa_assert_ok(sa_host_stream_drain(blocker));
-  sa_assert_ok(sa_host_stream_drain(s));
-  assert_int_equal(mism, 0);
-  assert_int_equal(((uint32_t *)q)[0], pattern);
-  assert_int_equal(violations(), v0);
-  return q;
-}
-
 /* A block of A recorded on U and freed on a third stream B, B's use of it
  * still queued: its reuse waits for B's work as well as U's (B is the
  * freeing stream), not only for the recorded streams'. A 512 KiB class
@@ -327,7 +307,7 @@ static void a_recorded_block_freed_on_a_third_stream_waits_for_it(void **state) 
   sa_assert_ok(sa_host_fill(b, p, 4096, 0xB0B0B0B0u)); /* B's use, queued */
   sa_assert_ok(sa_free(p, b));
   sa_assert_ok(sa_host_stream_drain(u)); /* U's event completes; B's does not */
-  q = take_behind(f->arena, size, a, b, 0xA0A0A0A0u);
+  q = sa_fixture_take_behind(f->arena, size, a, b, 0xA0A0A0A0u);
   sa_assert_ok(sa_free(q, a));
   sa_assert_ok(sa_host_drain_all());
 }
@@ -386,7 +366,7 @@ static void a_record_on_a_recycled_handle_of_the_blocks_stream_is_kept(void **st
   sa_assert_ok(sa_free(p, b));
   sa_assert_ok(sa_alloc(f->arena, &r, 4096, b)); /* a call on B sends B's batch on */
   sa_assert_ok(sa_host_stream_drain(b));         /* B's event completes; fresh's not */
-  q = take_behind(f->arena, size, c, fresh, 0xC0C0C0C0u);
+  q = sa_fixture_take_behind(f->arena, size, c, fresh, 0xC0C0C0C0u);
   sa_assert_ok(sa_free(q, c));
   sa_assert_ok(sa_free(r, b));
   sa_assert_ok(sa_host_drain_all());
