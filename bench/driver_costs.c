@@ -178,12 +178,11 @@ static size_t *read_schedule(const char *path, int *n) {
   return v;
 }
 
-/* One round of the schedule through the virtual-memory calls; returns us. */
-static double schedule_vmm(const size_t *grow, int n, size_t gran, int *calls) {
+/* One round of the schedule (total bytes) through the virtual-memory
+ * calls; returns us. */
+static double schedule_vmm(const size_t *grow, int n, size_t total, size_t gran, int *calls) {
   CUmemAllocationProp p = prop();
   CUmemAccessDesc acc = access_rw();
-  size_t total = 0;
-  for (int i = 0; i < n; i++) total += grow[i];
   size_t reserve = (total / gran + 1) * gran;
   CUdeviceptr va;
   CHECK(cu.MemAddressReserve(&va, reserve, 0, 0, 0));
@@ -239,7 +238,7 @@ static int run_schedule(const char *path, long ops, int rounds) {
   int chunks = 0;
   (void)schedule_alloc(grow, n < 8 ? n : 8); /* the context's first allocations, untimed */
   for (int r = 0; r < rounds; r++) { /* the two ways interleaved */
-    vmm[r] = schedule_vmm(grow, n, gran, &chunks);
+    vmm[r] = schedule_vmm(grow, n, total, gran, &chunks);
     alloc[r] = schedule_alloc(grow, n);
   }
   printf("%s: %d growths, %.2f GiB, over %ld operations; %d rounds\n\n", path, n,

@@ -94,16 +94,15 @@ def main(argv=None):
     except ValueError:
         p.error(f"--ratios: not a list of numbers: {args.ratios}")
     if args.schedule is not None:
+        if len(args.traces) != 1:
+            p.error("--schedule: one trace")
         ratios = [args.schedule]
     if any(r < 1 for r in ratios):
         p.error("--ratios and --schedule: each at least 1")
-    if args.schedule is not None:
-        if len(args.traces) != 1:
-            p.error("--schedule: one trace")
-        return schedule(args.traces[0], args.schedule)
-    print("| trace | ops | peak live MiB | r | fewest growths | us/op at %.0f us a growth |"
-          % args.growth_us)
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    if args.schedule is None:
+        print("| trace | ops | peak live MiB | r | fewest growths | us/op at %.0f us a growth |"
+              % args.growth_us)
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for path in args.traces:
         try:
             ops, peak, growths = bound(events(path), ratios)
@@ -111,24 +110,18 @@ def main(argv=None):
             print(f"growth_bound: {path}: {e}", file=sys.stderr)
             return 1
         name = path.rsplit("/", 1)[-1]
+        if args.schedule is not None:
+            r = args.schedule
+            print(f"# {name}: the fewest growths at r = {r:g}, bytes each")
+            print(f"# ops {ops}, peak live {peak}, growths {len(growths[r])}, "
+                  f"bytes {sum(growths[r])}")
+            for size in growths[r]:
+                print(size)
+            continue
         for r in ratios:
             n = len(growths[r])
             us = n * args.growth_us / ops if ops else 0.0
             print(f"| {name} | {ops} | {peak / 2**20:.1f} | {r:g} | {n} | {us:.2f} |")
-    return 0
-
-
-def schedule(path, r):
-    """Print the growths at ratio r, one size in bytes a line."""
-    try:
-        ops, peak, growths = bound(events(path), [r])
-    except (OSError, ValueError, KeyError, IndexError) as e:
-        print(f"growth_bound: {path}: {e}", file=sys.stderr)
-        return 1
-    print(f"# {path.rsplit('/', 1)[-1]}: the fewest growths at r = {r:g}, bytes each")
-    print(f"# ops {ops}, peak live {peak}, growths {len(growths[r])}, bytes {sum(growths[r])}")
-    for size in growths[r]:
-        print(size)
     return 0
 
 
