@@ -169,8 +169,10 @@ def sections(rows):
                 cell = f"{us} / {ratio}"
                 # An allocator that takes its memory when it is made (RMM's
                 # arena) pays there what the others pay in the replay.
-                if r["create"] is not None and r["create"] * 1e6 / r["ops"] >= 0.1 * r["us"]:
-                    cell += f" (with construction {r['us'] + r['create'] * 1e6 / r['ops']:.2f})"
+                if r["create"] is not None:
+                    made_us = r["create"] * 1e6 / r["ops"]
+                    if made_us >= 0.1 * r["us"]:
+                        cell += f" (with construction {r['us'] + made_us:.2f})"
                 if r["ooms"]:
                     cell += f" ({r['ooms']} OOM)"
                 row.append(cell)
