@@ -1070,7 +1070,7 @@ static void check_index(sa_arena *a, const sa_span *sp, const bool *in, size_t n
 static void free_span_index_stays_a_balanced_treap(void **state) {
   (void)state;
   enum { N = 4096 };
-  sa_arena *a = calloc(1, sizeof *a);
+  sa_arena *a = sa__zalloc_aligned(sizeof *a, _Alignof(sa_arena)); /* as arena.c makes one */
   sa_span *sp = calloc(N, sizeof *sp);
   bool *in = calloc(N, sizeof *in);
   assert_non_null(a);
