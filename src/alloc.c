@@ -322,29 +322,24 @@ static sa_status locate_live(void *ptr, bool look_up_spans, sa_arena **a, block_
   return now == SA_BLOCK_LIVE || now == SA_BLOCK_RECORDED ? SA_OK : SA_ERR_DOUBLE_FREE;
 }
 
-/* Free the span at p on e's stream, with a mark on every stream
+/* Free the span at p on e's stream, with an event on every stream
  * sa_record_stream named for it. On failure nothing changes. */
 static sa_status free_recorded_span(sa_arena *a, sa_tentry *e, void *p) {
-  /* From the take to the last mark: a release of a recorded stream waits
+  /* From the take to the last event: a release of a recorded stream waits
    * (its user destroys the stream next). */
   sa__record_use_begin(a);
   sa_record *r = sa__record_take(a, (uintptr_t)p);
   unsigned n = r != NULL ? r->n : 0;
-  sa_stream_arena **recorded = n > 0 ? calloc(n, sizeof *recorded) : NULL;
-  sa_status st = n > 0 && recorded == NULL ? SA_ERR_OUT_OF_MEMORY : SA_OK;
-  /* A stream being captured refuses before any stream arena is taken
-   * (a recorded stream new to the arena gets one): then nothing changed. */
+  /* A stream being captured, or no stream any more, refuses before any
+   * event is recorded: then nothing changed. */
+  sa_status st = SA_OK;
   for (unsigned i = 0; st == SA_OK && i <= n; i++)
     st = a->drv->ops->stream_capture_check(a->drv, i < n ? r->streams[i] : e->stream);
   for (unsigned i = 0; st == SA_OK && i < n; i++)
-    st = sa__stream_arena_get(a, r->streams[i], &recorded[i]);
+    st = a->drv->ops->stream_validate(a->drv, r->streams[i]);
   size_t request = 0;
-  if (st == SA_OK) st = sa__span_free(a, (uintptr_t)p, e->sarena, recorded, n, NULL, &request);
-  /* The free span's marks name them without a binding (reap asks
-   * sa__span_forget_doomed), as they name the freer. */
-  for (unsigned i = 0; recorded != NULL && i < n && recorded[i] != NULL; i++)
-    sa__stream_arena_unbind(recorded[i]);
-  free(recorded);
+  if (st == SA_OK)
+    st = sa__span_free(a, (uintptr_t)p, e->sarena, n > 0 ? r->streams : NULL, n, NULL, &request);
   if (st != SA_OK) {
     sa__record_restore(a, r); /* the span stays live, its record too */
     sa__record_use_end(a);

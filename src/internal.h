@@ -50,6 +50,27 @@
 #define sa_unlikely(x) __builtin_expect(!!(x), 0)
 #define SA_NOINLINE __attribute__((noinline))
 
+/* Invariants in code (invariant.c). SA_ASSERT states one rule at the point
+ * where it must hold; SA_CHECK is a validator's test of one rule of a named
+ * structure. Both are compiled into every build with asserts on (tests,
+ * sanitizers, the fuzzer, stress runs: NDEBUG undefined) and out of release
+ * builds (-c opt defines NDEBUG). A broken one prints the structure, the
+ * rule and the place, and aborts: a damaged allocator must not hand out
+ * memory. */
+#ifdef NDEBUG
+#define SA_INVARIANTS 0
+#define SA_ASSERT(cond) ((void)0)
+#define SA_CHECK(structure, cond, rule) ((void)0)
+#else
+#define SA_INVARIANTS 1
+#define SA_ASSERT(cond) \
+  (sa_likely(cond) ? (void)0 : sa__invariant_broken("assertion", #cond, __FILE__, __LINE__))
+#define SA_CHECK(structure, cond, rule) \
+  (sa_likely(cond) ? (void)0 : sa__invariant_broken((structure), (rule), __FILE__, __LINE__))
+#endif
+_Noreturn void sa__invariant_broken(const char *structure, const char *rule, const char *file,
+                                    int line);
+
 #define SA_KEEP_EMPTY_SUPERBLOCKS 2 /* per stream, kept before going global */
 #define SA_TARGET_SLACK 64         /* footprint target: peak live x (1 + 1/64) */
 #define SA_TARGET_FLOOR 8          /* ... plus 8 granules (physical.c) */
@@ -263,13 +284,33 @@ static inline uint64_t sa__block_inverse(size_t block_size) { /* block_size >= 2
 /* Large allocations (span.c). A run is a contiguous mapped range of the
  * reserved space, tiled by spans in address order: live ones (a user's
  * allocation) and free ones (mapped, waiting for reuse). A free span's marks
- * say which streams' work may still touch it: (stream, ticket) pairs on the
- * streams' timelines (timeline.c). */
+ * say which streams' work may still touch it. Two kinds:
+ *   - a free's mark: a (stream arena, ticket) pair on the timeline of the
+ *     stream it was freed on (timeline.c). A thread that knew a destroyed
+ *     stream's handle takes tickets for the next stream with that handle on
+ *     the same timeline; that is safe because the header asks a stream to
+ *     be synchronized before it is destroyed with work queued on memory
+ *     freed on it, so its own tickets are complete by then.
+ *   - a recorded mark (sa_record_stream): an event of its own, recorded at
+ *     the free on the recorded stream. No such rule covers that stream (it
+ *     may be destroyed with the work queued), so the mark stays tied to that
+ *     work whatever stream gets the handle next: a timeline would resolve
+ *     its ticket through events recorded later on the new stream.
+ * The pieces of a split span share a recorded mark's event, counted. */
+typedef struct sa_mark_event_s {
+  sa_event event;
+  unsigned refs; /* marks that name it (arena lock) */
+  bool done;     /* a query or a synchronize saw it complete */
+} sa_mark_event;
+
 typedef struct sa_mark_s {
-  sa_stream_arena *stream;
+  sa_stream_arena *stream;  /* a free's mark: the timeline; NULL: recorded */
   uint64_t ticket;
-  bool recorded; /* sa_record_stream's: waited for even by its own stream */
+  sa_mark_event *recorded;  /* a recorded mark's event; NULL: a free's mark */
 } sa_mark;
+
+/* Is m's work known complete, without a driver call? */
+bool sa__mark_known_done(const sa_mark *m);
 
 #define SA_SPAN_STARTS 4
 typedef struct sa_span_s {
@@ -763,12 +804,13 @@ sa_status sa__span_prefill(sa_arena *a, size_t size);
  * SA_ERR_DOUBLE_FREE. No lock held. */
 sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **sp);
 /* Free the live span at p on freer's stream, in one hold of the arena lock;
- * recorded: the stream arenas of the streams sa_record_stream named for it.
+ * recorded: the streams sa_record_stream named for it (an event is recorded
+ * on each: a call that frees a block recorded on a stream names it).
  * With needs_records, a span that has such streams is left as it is and
  * *needs_records set: the caller takes them and calls again without it.
  * *request: what its allocation asked for. On failure nothing changes. */
 sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
-                        sa_stream_arena *const *recorded, unsigned nrecorded,
+                        const sa_stream *recorded, unsigned nrecorded,
                         bool *needs_records, size_t *request);
 /* Unmap free span memory whose work is done (with wait: after waiting) until
  * the chunk cache holds need bytes (0: all of it); returns the bytes

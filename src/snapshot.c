@@ -20,8 +20,7 @@ static bool span_live(const sa_span *sp) {
 static const char *span_state(const sa_span *sp) {
   if (span_live(sp)) return "live";
   for (unsigned i = 0; i < sp->nmarks; i++)
-    if (!sa__timeline_known_done(sp->marks[i].stream, sp->marks[i].ticket))
-      return "awaiting_event";
+    if (!sa__mark_known_done(&sp->marks[i])) return "awaiting_event";
   return "cached";
 }
 

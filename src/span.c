@@ -69,6 +69,8 @@ static bool is_free(const sa_span *sp) {
  * Descriptors (recycled; runs are type-stable: the page map names them)
  * ---------------------------------------------------------------------- */
 
+static void marks_clear(sa_arena *a, sa_span *sp);
+
 static sa_span *span_new(sa_arena *a) {
   sa_span *sp = a->spare_spans;
   if (sp != NULL) {
@@ -79,8 +81,9 @@ static sa_span *span_new(sa_arena *a) {
     sp->all_next = a->all_spans;
     a->all_spans = sp;
   }
+  SA_ASSERT(sp->nmarks == 0); /* span_put dropped them */
   sp->prev = sp->next = sp->left = sp->right = NULL;
-  sp->nmarks = sp->nstarts = 0;
+  sp->nstarts = 0;
   sp->owner = NULL;
   sp->request = 0;
   sp->holder = NULL;
@@ -89,7 +92,8 @@ static sa_span *span_new(sa_arena *a) {
 }
 
 static void span_put(sa_arena *a, sa_span *sp) {
-  sp->nmarks = sp->nstarts = 0;
+  marks_clear(a, sp);
+  sp->nstarts = 0;
   sp->run = NULL;
   sp->next = a->spare_spans;
   a->spare_spans = sp;
@@ -176,6 +180,58 @@ static void span_unlink(sa_span *sp) {
  * Marks: the streams whose work may still touch a free span
  * ---------------------------------------------------------------------- */
 
+/* A recorded mark's event, shared by the marks that name it. */
+static sa_status mark_event_record(sa_arena *a, sa_stream s, sa_mark_event **out) {
+  sa_mark_event *me = malloc(sizeof *me);
+  if (me == NULL) return SA_ERR_OUT_OF_MEMORY;
+  sa_status st = sa__event_record_new(a, s, &me->event);
+  if (st != SA_OK) {
+    free(me);
+    return st;
+  }
+  me->refs = 1;
+  me->done = false;
+  *out = me;
+  return SA_OK;
+}
+
+/* The last mark naming it went: the event goes back to the pool, complete or
+ * not (waits enqueued on it keep their target). */
+static void mark_event_unref(sa_arena *a, sa_mark_event *me) {
+  SA_ASSERT(me->refs > 0);
+  if (--me->refs > 0) return;
+  sa__event_drop(a, me->event);
+  free(me);
+}
+
+static void mark_drop(sa_arena *a, sa_mark m) {
+  if (m.recorded != NULL) mark_event_unref(a, m.recorded);
+}
+
+bool sa__mark_known_done(const sa_mark *m) {
+  return m->recorded != NULL ? m->recorded->done
+                             : sa__timeline_known_done(m->stream, m->ticket);
+}
+
+/* Has m's work completed (with wait: after waiting for it)? SA_OK, or
+ * SA_ERR_NOT_READY, or a driver error. */
+static sa_status mark_reached(sa_arena *a, const sa_mark *m, bool wait) {
+  if (m->recorded == NULL) return sa__timeline_reached(a, m->stream, m->ticket, wait);
+  if (m->recorded->done) return SA_OK;
+  sa_status st = wait ? a->drv->ops->event_synchronize(a->drv, m->recorded->event)
+                      : a->drv->ops->event_query(a->drv, m->recorded->event);
+  if (st == SA_OK) m->recorded->done = true;
+  return st;
+}
+
+/* Make stream `on` wait on the device for m's work, unless it completed. */
+static sa_status mark_wait(sa_arena *a, const sa_mark *m, sa_stream on) {
+  if (m->recorded == NULL) return sa__timeline_wait(a, m->stream, m->ticket, on);
+  sa_status st = mark_reached(a, m, false);
+  if (st != SA_ERR_NOT_READY) return st;
+  return a->drv->ops->stream_wait_event(a->drv, on, m->recorded->event);
+}
+
 static bool marks_reserve(sa_span *sp, unsigned n) {
   if (n <= sp->marks_cap) return true;
   unsigned cap = sp->marks_cap ? sp->marks_cap : 2;
@@ -187,32 +243,58 @@ static bool marks_reserve(sa_span *sp, unsigned n) {
   return true;
 }
 
-/* One mark per stream: the later ticket covers the earlier. Room reserved. */
-static void marks_add(sa_span *sp, sa_mark m) {
+/* sp waits for m too, which it takes over (room reserved). A free's mark:
+ * one per stream arena, the later ticket covering the earlier. A recorded
+ * mark: one per event (two of one stream arena may be of two streams that
+ * shared a handle). */
+static void marks_add(sa_arena *a, sa_span *sp, sa_mark m) {
   for (unsigned i = 0; i < sp->nmarks; i++) {
-    if (sp->marks[i].stream == m.stream) {
-      if (m.ticket > sp->marks[i].ticket) sp->marks[i].ticket = m.ticket;
-      sp->marks[i].recorded |= m.recorded;
+    sa_mark *x = &sp->marks[i];
+    if (m.recorded != NULL && x->recorded == m.recorded) {
+      mark_event_unref(a, m.recorded);
+      return;
+    }
+    if (m.recorded == NULL && x->recorded == NULL && x->stream == m.stream) {
+      if (m.ticket > x->ticket) x->ticket = m.ticket;
       return;
     }
   }
   sp->marks[sp->nmarks++] = m;
 }
 
+/* dst gets copies of src's marks (room reserved), as a split does. */
+static void marks_copy(sa_span *dst, const sa_span *src) {
+  for (unsigned i = 0; i < src->nmarks; i++) {
+    dst->marks[i] = src->marks[i];
+    if (src->marks[i].recorded != NULL) src->marks[i].recorded->refs++;
+  }
+  dst->nmarks = src->nmarks;
+}
+
+/* sp waits for nothing any more (its marks are dropped). */
+static void marks_clear(sa_arena *a, sa_span *sp) {
+  for (unsigned i = 0; i < sp->nmarks; i++) mark_drop(a, sp->marks[i]);
+  sp->nmarks = 0;
+}
+
 /* Drop the marks the host knows completed; no driver call. */
-static void marks_prune_known(sa_span *sp) {
+static void marks_prune_known(sa_arena *a, sa_span *sp) {
   unsigned kept = 0;
-  for (unsigned i = 0; i < sp->nmarks; i++)
-    if (!sa__timeline_known_done(sp->marks[i].stream, sp->marks[i].ticket))
+  for (unsigned i = 0; i < sp->nmarks; i++) {
+    if (sa__mark_known_done(&sp->marks[i]))
+      mark_drop(a, sp->marks[i]);
+    else
       sp->marks[kept++] = sp->marks[i];
+  }
   sp->nmarks = kept;
 }
 
-/* dst also waits for what src waits for. False (dst unchanged) without
- * memory for it. */
-static bool marks_join(sa_span *dst, const sa_span *src) {
+/* dst also waits for what src waited for: src's marks move to dst. False
+ * (both unchanged) without memory for them. */
+static bool marks_join(sa_arena *a, sa_span *dst, sa_span *src) {
   if (!marks_reserve(dst, dst->nmarks + src->nmarks)) return false;
-  for (unsigned i = 0; i < src->nmarks; i++) marks_add(dst, src->marks[i]);
+  for (unsigned i = 0; i < src->nmarks; i++) marks_add(a, dst, src->marks[i]);
+  src->nmarks = 0;
   return true;
 }
 
@@ -222,32 +304,38 @@ static bool marks_reached(sa_arena *a, sa_span *sp, bool wait) {
   unsigned kept = 0;
   for (unsigned i = 0; i < sp->nmarks; i++) {
     sa_mark m = sp->marks[i];
-    if (sa__timeline_reached(a, m.stream, m.ticket, wait) != SA_OK) sp->marks[kept++] = m;
+    if (mark_reached(a, &m, wait) == SA_OK)
+      mark_drop(a, m);
+    else
+      sp->marks[kept++] = m;
   }
   sp->nmarks = kept;
   return kept == 0;
 }
 
+/* Does sa's stream order m's work by itself? Only a free's mark on sa's own
+ * timeline: a recorded mark's stream may have been destroyed and its
+ * handle taken by sa's stream (a thread that knew the handle binds it to
+ * the old stream arena). */
+static bool ordered_by(const sa_mark *m, const sa_stream_arena *sa) {
+  return m->recorded == NULL && m->stream == sa;
+}
+
 /* Can sa's stream use sp without waiting, as far as the host knows? */
 static bool clean_for(const sa_span *sp, const sa_stream_arena *sa) {
   for (unsigned i = 0; i < sp->nmarks; i++)
-    if ((sp->marks[i].stream != sa || sp->marks[i].recorded) &&
-        !sa__timeline_known_done(sp->marks[i].stream, sp->marks[i].ticket))
-      return false;
+    if (!ordered_by(&sp->marks[i], sa) && !sa__mark_known_done(&sp->marks[i])) return false;
   return true;
 }
 
-/* Make sp safe for sa's stream: its own marks are ordered by the stream
- * itself, but not a recorded one (a thread that knew a recorded stream,
- * destroyed after the free, takes the next stream with its handle for it);
- * for the others, completion seen by a query or a device-side wait. The
- * marks stay on sp (the caller drops them from the piece it hands out once
- * this succeeded): after a failed wait, every one of them still guards sp. */
+/* Make sp safe for sa's stream: completion seen by a query or a device-side
+ * wait for every mark sa's stream does not order by itself. The marks stay
+ * on sp (the caller drops them from the piece it hands out once this
+ * succeeded): after a failed wait, every one of them still guards sp. */
 static sa_status settle(sa_arena *a, sa_span *sp, sa_stream_arena *sa) {
   for (unsigned i = 0; i < sp->nmarks; i++) {
-    sa_mark m = sp->marks[i];
-    if (m.stream == sa && !m.recorded) continue;
-    sa_status st = sa__timeline_wait(a, m.stream, m.ticket, sa->stream);
+    if (ordered_by(&sp->marks[i], sa)) continue;
+    sa_status st = mark_wait(a, &sp->marks[i], sa->stream);
     if (st != SA_OK) return st;
   }
   return SA_OK;
@@ -311,9 +399,9 @@ static void free_remove(sa_arena *a, sa_span *sp) {
  * the index; right_newer: right was freed last. False without memory to
  * join their marks: they stay apart. */
 static bool absorb(sa_arena *a, sa_span *left, sa_span *right, bool right_newer) {
-  marks_prune_known(left);
-  marks_prune_known(right);
-  if (!marks_join(left, right)) return false;
+  marks_prune_known(a, left);
+  marks_prune_known(a, right);
+  if (!marks_join(a, left, right)) return false;
   starts_join(left, right, right_newer);
   left->size += right->size;
   span_unlink(right);
@@ -400,8 +488,7 @@ static sa_span *split(sa_arena *a, sa_span *sp, uintptr_t at) {
     span_put(a, r);
     return NULL;
   }
-  for (unsigned i = 0; i < sp->nmarks; i++) r->marks[i] = sp->marks[i];
-  r->nmarks = sp->nmarks;
+  marks_copy(r, sp);
   r->owner = sp->owner;
   r->base = at;
   r->size = sp->base + sp->size - at;
@@ -429,7 +516,8 @@ static sa_span *carve(sa_arena *a, sa_span *sp, want w) {
     }
   }
   if (taken->size > w.need) (void)split(a, taken, taken->base + w.need);
-  taken->nmarks = taken->nstarts = 0;
+  marks_clear(a, taken);
+  taken->nstarts = 0;
   return taken;
 }
 
@@ -771,7 +859,8 @@ sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sa, size_t size
 void sa__span_give_back_superblock(sa_arena *a, sa_span *sp) {
   sa__pagemap_set(a, sp->base, sp->size, &sp->run->hdr);
   sp->holder = NULL;
-  sp->nmarks = sp->nstarts = 0;
+  marks_clear(a, sp);
+  sp->nstarts = 0;
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
   free_insert(a, coalesce(a, sp));
   a->reshape_futile = 0; /* free span memory, as a span freed: worth another look */
@@ -798,7 +887,7 @@ sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **out) {
 }
 
 sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
-                        sa_stream_arena *const *recorded, unsigned nrecorded,
+                        const sa_stream *recorded, unsigned nrecorded,
                         bool *needs_records, size_t *request) {
   pthread_mutex_lock(&a->lock);
   sa_span *sp = sa__live_find(a, p);
@@ -811,15 +900,21 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
   }
   if (st == SA_OK) *request = sp->request;
   if (st == SA_OK && !marks_reserve(sp, 1 + nrecorded)) st = SA_ERR_OUT_OF_MEMORY;
-  /* A mark on the freeing stream and on every recorded one. A failure
-   * leaves the span live: the tickets taken mark nothing. */
-  for (unsigned i = 0; st == SA_OK && i <= nrecorded; i++) {
-    sa_mark m = {i == 0 ? freer : recorded[i - 1], 0, i > 0};
-    st = sa__timeline_mark(a, m.stream, &m.ticket);
-    if (st == SA_OK) marks_add(sp, m);
+  /* A mark on the freeing stream's timeline, and an event on every
+   * recorded stream. A failure leaves the span live: the tickets taken
+   * mark nothing, the events go back. */
+  if (st == SA_OK) {
+    sa_mark m = {freer, 0, NULL};
+    st = sa__timeline_mark(a, freer, &m.ticket);
+    if (st == SA_OK) marks_add(a, sp, m);
+  }
+  for (unsigned i = 0; st == SA_OK && i < nrecorded; i++) {
+    sa_mark m = {NULL, 0, NULL};
+    st = mark_event_record(a, recorded[i], &m.recorded);
+    if (st == SA_OK) marks_add(a, sp, m);
   }
   if (st != SA_OK) {
-    if (sp != NULL) sp->nmarks = 0;
+    if (sp != NULL) marks_clear(a, sp);
     pthread_mutex_unlock(&a->lock);
     return st;
   }
@@ -879,8 +974,7 @@ static sa_run *cut(sa_arena *a, sa_run *r, sa_span *f, uintptr_t lo, uintptr_t h
   sa_span *below = f->prev, *above = f->next, *old_last = r->last;
   sa_span *low_tail = below, *high_head = above;
   if (f_hi != NULL) {
-    for (unsigned i = 0; i < f->nmarks; i++) f_hi->marks[i] = f->marks[i];
-    f_hi->nmarks = f->nmarks;
+    marks_copy(f_hi, f);
     f_hi->owner = f->owner;
     f_hi->base = hi;
     f_hi->size = f_end - hi;
@@ -980,8 +1074,9 @@ void sa__span_forget_doomed(sa_arena *a) {
   for (sa_run *r = a->runs; r != NULL; r = r->next)
     for (sa_span *sp = r->first; sp != NULL; sp = sp->next) {
       if (!is_free(sp)) continue;
-      marks_prune_known(sp);
-      for (unsigned i = 0; i < sp->nmarks; i++) sp->marks[i].stream->doomed = false;
+      marks_prune_known(a, sp);
+      for (unsigned i = 0; i < sp->nmarks; i++)
+        if (sp->marks[i].stream != NULL) sp->marks[i].stream->doomed = false;
     }
   for (sa_run *r = a->runs; r != NULL; r = r->next)
     for (sa_span *sp = r->first; sp != NULL; sp = sp->next)
@@ -993,8 +1088,7 @@ size_t sa__span_clean_bytes(const sa_arena *a) {
   for (const sa_run *r = a->runs; r != NULL; r = r->next)
     for (const sa_span *sp = r->first; sp != NULL; sp = sp->next) {
       bool clean = is_free(sp);
-      for (unsigned i = 0; clean && i < sp->nmarks; i++)
-        clean = sa__timeline_known_done(sp->marks[i].stream, sp->marks[i].ticket);
+      for (unsigned i = 0; clean && i < sp->nmarks; i++) clean = sa__mark_known_done(&sp->marks[i]);
       if (clean) n += sp->size;
     }
   return n;
@@ -1003,8 +1097,11 @@ size_t sa__span_clean_bytes(const sa_arena *a) {
 sa_status sa__span_fini(sa_arena *a) {
   sa_status first = SA_OK;
   for (sa_run *r = a->all_runs; r != NULL; r = r->all_next) {
-    for (sa_span *sp = r->first; sp != NULL; sp = sp->next)
-      if (is_free(sp)) (void)marks_reached(a, sp, true);
+    for (sa_span *sp = r->first; sp != NULL; sp = sp->next) {
+      if (!is_free(sp)) continue;
+      (void)marks_reached(a, sp, true);
+      marks_clear(a, sp); /* a failed wait: the driver's error says so */
+    }
     sa_status st = sa__physical_unmap(a, &r->hdr);
     if (st != SA_OK && first == SA_OK) first = st;
   }

@@ -12,6 +12,12 @@
  * is conservative, never early. No event is created per free and none is
  * shared between ranges.
  *
+ * Only a free's own stream takes tickets: a stream that sa_record_stream
+ * named gets an event of its own per free (span.c, "Marks"), since the
+ * ring's shortcut (an older ticket judged by a later event) holds only for
+ * work of one stream, and a thread that knew a destroyed stream's handle
+ * takes the next stream's tickets here.
+ *
  * A released stream (sa_stream_release synchronized it) has completed
  * every ticket. Events are recorded only inside calls that name the stream
  * (its frees); queries and waits are safe on any stream's events, also

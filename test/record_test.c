@@ -119,6 +119,12 @@ static int setup(void **state) {
 
 static int teardown(void **state) { return sa_fixture_cmocka_teardown(state); }
 
+static uint64_t violations(void) {
+  sa_host_counters c;
+  sa_host_get_counters(&c);
+  return c.order_violations;
+}
+
 /* Free p on s with every host allocation failing: the status says so. */
 static sa_status free_without_host_memory(void *p, sa_stream s) {
   atomic_store(&fail_allocs, 1);
@@ -282,13 +288,56 @@ static void span_recorded_on_a_destroyed_stream_waits_on_its_next_handle(void **
   sa_assert_ok(sa_host_stream_destroy(next));
 }
 
-/* ---- review: mutation tests of the small-block path -------------------- */
-
-static uint64_t violations(void) {
-  sa_host_counters c;
-  sa_host_get_counters(&c);
-  return c.order_violations;
+/* The fuzzer's input fuzz/corpus/stream-order-after-destroyed-recorded-stream,
+ * made deterministic. A span recorded on K (K's fill queued) is freed on A;
+ * K is destroyed undrained, as the header allows for memory allocated
+ * elsewhere, and the next stream gets K's handle. This thread knows the
+ * handle as K's stream arena, so its span frees on the new stream took
+ * tickets on K's old timeline; eight of them wrapped its ring of events, and
+ * the recorded mark's ticket then resolved to an event on the new stream
+ * (and a completed query of a later ticket counted it done): a third
+ * stream got the span with no wait for K's fill. */
+static void a_recorded_mark_survives_its_streams_handle_reused(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], c = f->streams[2], k, next;
+  enum { FREES = 12 };
+  void *r[FREES], *q, *p, *sep[2];
+  /* Spans of another size, freed later on the new stream: none of them is
+   * p's memory (live spans keep them apart), and a third stream's request
+   * fits p best. */
+  for (int i = 0; i < FREES; i++) sa_assert_ok(sa_alloc(f->arena, &r[i], 2 * MiB, a));
+  sa_assert_ok(sa_alloc(f->arena, &sep[0], 2 * MiB, a));
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &k));
+  sa_assert_ok(sa_alloc(f->arena, &q, 4096, k)); /* this thread knows k */
+  sa_assert_ok(sa_free(q, k));
+  sa_assert_ok(sa_alloc(f->arena, &p, 8 * MiB, a));
+  sa_assert_ok(sa_alloc(f->arena, &sep[1], 2 * MiB, a));
+  sa_assert_ok(sa_host_fill(k, p, 4096, 0x6b6b6b6bu));
+  sa_assert_ok(sa_record_stream(p, k));
+  sa_assert_ok(sa_free(p, a));
+  sa_assert_ok(sa_host_stream_drain(a)); /* A's own mark completes */
+  sa_assert_ok(sa_host_stream_destroy(k)); /* its fill stays queued */
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &next));
+  assert_ptr_equal(next, k); /* the handle is reused */
+  for (int i = 0; i < FREES; i++) sa_assert_ok(sa_free(r[i], next));
+  sa_assert_ok(sa_host_stream_drain(next)); /* its events complete, not k's fill */
+  uint64_t v0 = violations(), mism = 0;
+  sa_assert_ok(sa_alloc(f->arena, &q, 8 * MiB, c));
+  assert_ptr_equal(q, p);
+  sa_assert_ok(sa_host_fill(c, q, 4096, 0xC3C3C3C3u));
+  sa_assert_ok(sa_host_check(c, q, 4096, 0xC3C3C3C3u, &mism));
+  sa_assert_ok(sa_host_drain_all()); /* k's fill runs too: before c's, or c was early */
+  assert_int_equal(violations(), v0);
+  assert_int_equal(mism, 0);
+  assert_int_equal(((uint32_t *)q)[0], 0xC3C3C3C3u);
+  sa_assert_ok(sa_free(q, c));
+  for (int i = 0; i < 2; i++) sa_assert_ok(sa_free(sep[i], a));
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_stream_release(f->arena, next));
+  sa_assert_ok(sa_host_stream_destroy(next));
 }
+
+/* ---- review: mutation tests of the small-block path -------------------- */
 
 /* A block of A recorded on U and freed on a third stream B, B's use of it
  * still queued: its reuse waits for B's work as well as U's (B is the
@@ -451,6 +500,7 @@ int main(void) {
       T(free_of_a_block_recorded_on_many_streams_does_not_wait),
       T(released_flag_is_read_under_its_lock),
       T(span_recorded_on_a_destroyed_stream_waits_on_its_next_handle),
+      T(a_recorded_mark_survives_its_streams_handle_reused),
       T(record_chains_stay_short_however_many_blocks_are_recorded),
       T(record_stream_counts_follow_frees_and_releases),
       T(a_recorded_block_freed_on_a_third_stream_waits_for_it),
