@@ -55,6 +55,9 @@
  *   - an arena destroyed as it is: blocks live (SA_ERR_LIVE_BLOCKS), streams
  *     not released, work queued, workers still holding caches; afterwards
  *     its pointers are SA_ERR_INVALID_POINTER and nothing is left behind;
+ *   - a driver fault armed right before a thread's end or a stream's (a
+ *     worker's exit, op_thread's thread, a stream destroyed drained or
+ *     undrained) and left armed for what follows: the op value 0xf9;
  *   - a capture episode: one created stream is captured into a graph (mode
  *     from the input) while a few allocations, frees and uses run on any
  *     streams; each call works or is refused with SA_ERR_STREAM_CAPTURING
@@ -143,7 +146,7 @@ static struct {
 /* Totals over the whole run, printed at exit. */
 static uint64_t t_inputs, t_ops, t_allocs, t_frees, t_bad, t_oom, t_checks, t_faults, t_failed,
     t_destroys, t_threads, t_empty_trims, t_unbudgeted, t_worker_ops, t_undrained, t_sweeps,
-    t_callbacks, t_snapshots, t_abandoned, t_captures, t_refused;
+    t_callbacks, t_snapshots, t_abandoned, t_captures, t_refused, t_faults_at_ends;
 
 static void report(void) {
   printf("fuzz: inputs %llu, operations %llu (allocs %llu, frees %llu, bad inputs %llu, out of "
@@ -151,7 +154,8 @@ static void report(void) {
          "destroyed %llu, exiting threads %llu, empty trims %llu, inputs without a budget %llu, "
          "operations on workers %llu, destroyed undrained %llu, sweeps %llu, oom callbacks "
          "%llu, snapshots %llu, arenas abandoned %llu, captures %llu, calls refused while "
-         "capturing %llu), threads %d, streams %d, failures 0\n",
+         "capturing %llu, faults at thread or stream ends %llu), threads %d, streams %d, "
+         "failures 0\n",
          (unsigned long long)t_inputs, (unsigned long long)t_ops, (unsigned long long)t_allocs,
          (unsigned long long)t_frees, (unsigned long long)t_bad, (unsigned long long)t_oom,
          (unsigned long long)t_checks, (unsigned long long)t_faults, (unsigned long long)t_failed,
@@ -160,7 +164,8 @@ static void report(void) {
          (unsigned long long)t_worker_ops, (unsigned long long)t_undrained,
          (unsigned long long)t_sweeps, (unsigned long long)t_callbacks,
          (unsigned long long)t_snapshots, (unsigned long long)t_abandoned,
-         (unsigned long long)t_captures, (unsigned long long)t_refused, NTHREADS,
+         (unsigned long long)t_captures, (unsigned long long)t_refused,
+         (unsigned long long)t_faults_at_ends, NTHREADS,
          NSTREAMS + NEXTRA);
   fflush(stdout);
 }
@@ -985,9 +990,32 @@ static void worker_exit(int k) {
   if (m.exec == k) m.exec = 0;
 }
 
-/* Operations that choose threads or end the arena: the main thread's. */
+/* A driver fault armed just before a thread's end or a stream's, the paths
+ * a review found last: a worker exits, op_thread's thread lives and exits,
+ * or a stream is destroyed (drained or not), and the fault stays armed for
+ * what follows (the next call that meets the stream's handle again, a reap)
+ * until an operation clears it. */
+static void op_fault_at_an_end(input *in) {
+  op_fault(in);
+  uint8_t what = u8(in);
+  TRACE("fault at an end: %d\n", what % 4);
+  t_faults_at_ends++;
+  switch (what % 4) {
+    case 0: worker_exit(1 + (what >> 2) % NWORKERS); break;
+    case 1: op_thread(in); break;
+    case 2: op_destroy(in); break;
+    default: op_undrained(in); break;
+  }
+}
+
+/* Operations that choose threads or end the arena: the main thread's. One
+ * op value of the range left to op_bad_tune, 0xf9, arms a fault at an end. */
 static bool control(uint8_t op, input *in) {
   if ((op & 0xc0) != 0xc0) return false;
+  if ((op & 0x3f) == 57) {
+    op_fault_at_an_end(in);
+    return true;
+  }
   switch ((op & 0x3f) % 10) {
     case 0: {
       int k = u8(in) % (NWORKERS + 1);

@@ -12,6 +12,12 @@ ALLOC, FREE, USE, STEP, VERIFY, TUNE, BAD, RELEASE, STATS = 0, 5, 8, 9, 11, 12, 
 # The further operations (0xc0 + n) and configuration bits.
 ON_THREAD, WORKER_EXIT, ABANDON, UNDRAINED, SWEEP, BURST, SNAPSHOT, BAD_TUNE = range(0xC0, 0xC8)
 CAPTURE = 0xC9  # a capture episode: stream, mode, count - 1, then its sub-operations
+# A driver fault armed before a thread's or a stream's end: function, nth,
+# sticky, then what ends (0: a worker exits, 1: op_thread, 2: a stream is
+# destroyed, 3: destroyed undrained) and that operation's arguments.
+FAULT_AT_END = 0xF9
+CLEAR = 0x83  # the extended operation that clears a fault
+FN_EVENT_QUERY, FN_STREAM_ID = 10, 16
 EP_ALLOC, EP_FREE, EP_USE = 0, 1, 2  # its sub-operations, each followed by its arguments
 NO_BUDGET, OOM_CALLBACK, EXTENDED = 0x20, 0x40, 0x80
 
@@ -99,6 +105,15 @@ seeds = {
     + bytes([EP_FREE, 2, 1]) + bytes([EP_FREE, 0, 1]) + bytes([EP_USE, 1, 1])
     + bytes([EP_USE, 0, 3])
     + free(0, 1) + step(1, 8) + step(2, 8) + op(VERIFY),
+    # a worker exits with cached blocks and an open batch while stream id
+    # queries fail (sticky); stream 3 is destroyed while event queries
+    # fail, and the next call naming it meets a new stream with its handle
+    "faults_at_ends": bytes([0x01])
+    + op(ON_THREAD, 1) + alloc(1, 0, 300) + alloc(2, 1, 3000) + alloc(1, 2, 9000)
+    + free(0, 2) + free(2, 1) + op(ON_THREAD, 0)
+    + op(FAULT_AT_END, FN_STREAM_ID, 1, 1, 0) + alloc(1, 0, 300) + op(CLEAR)
+    + use(0, 2) + op(FAULT_AT_END, FN_EVENT_QUERY, 2, 1, 2, 2)
+    + alloc(3, 2, 9000) + free(1, 3) + op(CLEAR) + op(VERIFY),
     # the arena destroyed with blocks live, a worker's cache and a trace
     "abandoned": bytes([EXTENDED, 0x00, 0x20])
     + op(ON_THREAD, 1) + alloc(1, 0, 100) + alloc(2, 2, 9000) + free(0, 1)
