@@ -16,6 +16,9 @@
  *   mixed-b16   the same sizes, 16 allocated, then the 16 freed (FIFO)
  *   cross       4 KiB allocated on the thread's stream, freed on a second one
  *   large       64 MiB (a span of its own in streamarena)
+ *   large-recorded  the same, recorded on a second stream before its free
+ *               (sa_record_stream; streamarena only: the baselines have no
+ *               such call)
  * Each runs on one thread; 4KiB and mixed also on T threads (--threads),
  * each thread on its own stream (CU_STREAM_NON_BLOCKING), all started
  * together.
@@ -67,13 +70,15 @@ typedef struct workload_s {
   size_t size;    /* one size, or 0: the mixed table */
   unsigned batch; /* blocks live at once */
   bool cross;     /* free on a second stream */
+  bool record;    /* recorded on the second stream, freed on the first */
 } workload;
 
 static const workload workloads[] = {
-    {"256B", 256, 1, false},        {"4KiB", 4 * KiB, 1, false},
-    {"64KiB", 64 * KiB, 1, false},  {"1MiB", MiB, 1, false},
-    {"mixed", 0, 1, false},         {"mixed-b16", 0, 16, false},
-    {"cross", 4 * KiB, 1, true},    {"large", 64 * MiB, 1, false},
+    {"256B", 256, 1, false, false},        {"4KiB", 4 * KiB, 1, false, false},
+    {"64KiB", 64 * KiB, 1, false, false},  {"1MiB", MiB, 1, false, false},
+    {"mixed", 0, 1, false, false},         {"mixed-b16", 0, 16, false, false},
+    {"cross", 4 * KiB, 1, true, false},    {"large", 64 * MiB, 1, false, false},
+    {"large-recorded", 64 * MiB, 1, false, true},
 };
 #define NWORKLOADS (sizeof workloads / sizeof workloads[0])
 
@@ -183,6 +188,22 @@ static int loop_fail(worker *wk, const char *what, const char *why) {
   return -1;
 }
 
+/* Pairs whose block is recorded on rs before its free on s. */
+static int pairs_streamarena_recorded(worker *wk, const loop_args *la, sa_stream s,
+                                      sa_stream rs) {
+  sa_arena *a = wk->r->b->arena;
+  for (uint64_t i = 0; i < la->pairs; i++) {
+    void *p;
+    sa_status st = sa_alloc(a, &p, la->sizes[0], s);
+    if (st != SA_OK) return loop_fail(wk, "sa_alloc", sa_status_string(st));
+    st = sa_record_stream(p, rs);
+    if (st != SA_OK) return loop_fail(wk, "sa_record_stream", sa_status_string(st));
+    st = sa_free(p, s);
+    if (st != SA_OK) return loop_fail(wk, "sa_free", sa_status_string(st));
+  }
+  return 0;
+}
+
 static int pairs_streamarena(worker *wk, const loop_args *la, sa_stream s, sa_stream fs) {
   sa_arena *a = wk->r->b->arena;
   const size_t *sizes = la->sizes;
@@ -261,7 +282,10 @@ static int worker_rep(worker *wk) {
   };
   unsigned si = 2 * wk->index, fi = w->cross ? si + 1 : si;
   switch (r->bk) {
-    case BK_SA: return pairs_streamarena(wk, &la, b->sa_streams[si], b->sa_streams[fi]);
+    case BK_SA:
+      if (w->record) return pairs_streamarena_recorded(wk, &la, b->sa_streams[si],
+                                                       b->sa_streams[si + 1]);
+      return pairs_streamarena(wk, &la, b->sa_streams[si], b->sa_streams[fi]);
     case BK_ASYNC: return pairs_async(wk, &la, b->cu_streams[si], b->cu_streams[fi]);
     case BK_MEMALLOC: return pairs_memalloc(wk, &la);
     default: return loop_fail(wk, "backend", "unknown");
@@ -454,7 +478,8 @@ static int run_case(bench *b, backend bk, const workload *w, unsigned threads) {
  * ---------------------------------------------------------------------- */
 static void usage(FILE *f) {
   fputs("usage: alloc_bench [--reps=N] [--rep-ms=MS] [--threads=1,2,4,8,16]\n"
-        "                   [--cases=256B,4KiB,64KiB,1MiB,mixed,mixed-b16,cross,large]\n"
+        "                   [--cases=256B,4KiB,64KiB,1MiB,mixed,mixed-b16,cross,large,\n"
+        "                          large-recorded]\n"
         "                   [--threaded=4KiB,mixed] [--backends=streamarena,cuMemAllocAsync,"
         "cuMemAlloc]\n"
         "                   [--sa-conf=SPEC] [--quick]\n",
@@ -676,6 +701,7 @@ int main(int argc, char **argv) {
       const workload *w = &workloads[i];
       if (!in_list(w->name, b.opt.cases)) continue;
       if (k == BK_MEMALLOC && w->cross) continue; /* synchronous: no stream to cross */
+      if (k != BK_SA && w->record) continue;      /* no sa_record_stream to call */
       if (run_case(&b, (backend)k, w, 1) != 0) rc = 1;
       if (!in_list(w->name, b.opt.threaded)) continue;
       for (unsigned t = 0; rc == 0 && t < b.opt.nthreads; t++)
