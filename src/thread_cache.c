@@ -23,6 +23,7 @@
  *
  * Calls stream_arena.c below it; called by alloc.c and arena.c.
  */
+#include <link.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,14 +36,60 @@ static pthread_mutex_t entries_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t tcache_key;
 static pthread_once_t tcache_once = PTHREAD_ONCE_INIT;
 
-static bool key_made; /* else tcache_key is 0, maybe another owner's key */
+/* Else tcache_key is 0, maybe another owner's key. Atomic for unload_key,
+ * which may run on a thread that never made a cache. */
+static _Atomic bool xkey_made;
 
 /* The lists entries_lock guards: an arena's entries, a stream arena's bound ones. */
 SA_DLIST_FUNCTIONS(arena_entries, sa_tentry, arena_next, arena_prev)
 SA_DLIST_FUNCTIONS(bound_entries, sa_tentry, bound_next, bound_prev)
 
+/* The key's destructor, tcache_exit, is code of the shared object this file
+ * is linked into (libstreamarena.so, the PyTorch plugin, a user's own), and
+ * glibc calls it at the exit of every thread that holds a cache, whenever
+ * that is. A dlclose that unmapped the object left it pointing at nothing:
+ * such a thread crashed at its exit, though every arena had been destroyed,
+ * and each load made a key that no unload deleted.
+ *
+ * So the library is linked with -z nodelete (BUILD.bazel's linkopts, which
+ * every object that links it in gets): a dlclose leaves it mapped, with its
+ * key and every thread's cache, threads retire their caches at exit as
+ * ever, and a later dlopen gets the same copy back, its initial-exec
+ * thread-local and its key included (one key per process, however often it
+ * is loaded). A pin at run time (dlopen with RTLD_NOLOAD | RTLD_NODELETE
+ * when the key is made) would do the same, but has the loader allocate at
+ * a thread's first allocation, memory that LeakSanitizer reports where the
+ * program interposes malloc (test/record_test.c does).
+ *
+ * An object built without the flag is unloaded for real, and
+ * unload_key then deletes the key, so that no thread calls tcache_exit
+ * after. That alone is a fallback, not a fix: the caches of live threads
+ * are theirs to free (each may be retiring one, and its thread-local still
+ * points at it), so they leak, and glibc does not stop a destructor that
+ * an exiting thread already runs. An object with the flag runs unload_key
+ * only as the process ends, when other destructors may still allocate:
+ * there it keeps the key. */
 static void tcache_exit(void *arg);
-static void make_key(void) { key_made = pthread_key_create(&tcache_key, tcache_exit) == 0; }
+static void make_key(void) {
+  bool made = pthread_key_create(&tcache_key, tcache_exit) == 0;
+  atomic_store_explicit(&xkey_made, made, memory_order_release);
+}
+
+/* The dynamic section of the object this file is linked into (the linker
+ * defines it); none in a static executable. */
+extern ElfW(Dyn) _DYNAMIC[] __attribute__((weak));
+
+/* Was the object linked with -z nodelete? */
+static bool linked_nodelete(void) {
+  for (const ElfW(Dyn) *d = _DYNAMIC; d != NULL && d->d_tag != DT_NULL; d++)
+    if (d->d_tag == DT_FLAGS_1) return (d->d_un.d_val & DF_1_NODELETE) != 0;
+  return false;
+}
+
+__attribute__((destructor)) static void unload_key(void) {
+  if (atomic_load_explicit(&xkey_made, memory_order_acquire) && !linked_nodelete())
+    (void)pthread_key_delete(tcache_key);
+}
 
 /* Bins start with no capacity, so the fast paths miss until the slow path
  * gives them their slots. */
@@ -190,7 +237,8 @@ static struct sa_tcache_s *tcache_get(void) {
   struct sa_tcache_s *tc = sa__tl_cache;
   if (tc != NULL) return tc;
   (void)pthread_once(&tcache_once, make_key);
-  if (!key_made) return NULL; /* no key left: no cache, rather than one nobody retires */
+  if (!atomic_load_explicit(&xkey_made, memory_order_relaxed))
+    return NULL; /* no key left: no cache, rather than one nobody retires */
   tc = calloc(1, sizeof *tc);
   if (tc == NULL) return NULL;
   if (pthread_setspecific(tcache_key, tc) != 0) {

@@ -66,6 +66,11 @@
  * SA_ERR_STREAM_CAPTURING after releasing everything, as for any failed
  * synchronize.
  *
+ * Loaded with dlopen (a Python or framework plugin), the library may be
+ * closed with dlclose at any time, but it stays mapped until the process
+ * ends (it is linked with -z nodelete): every thread that used it runs its
+ * code when it exits. A later dlopen gets the same copy back.
+ *
  * Every function is thread-safe unless its comment says otherwise. No
  * function aborts on bad input: failures come back as an sa_status.
  *
