@@ -222,12 +222,23 @@ SA_NOINLINE static sa_status alloc_fast_rare(sa_arena *a, sa_tentry *e, void *p,
   return SA_OK;
 }
 
+/* The least physical memory a request of size bytes can ever take. Memory
+ * is mapped in whole granules: a span's own, and the superblock a small
+ * block is carved from, which holds at least one block of its class. In
+ * bytes; SIZE_MAX where that does not fit in a size_t. */
+static size_t least_footprint(const sa_arena *a, size_t size) {
+  size_t bytes = size > large_threshold(a) ? size : sa_class_size(sa_size_class(size));
+  size_t granules = (bytes >> a->gran_shift) + ((bytes & (a->gran - 1)) != 0);
+  return granules <= SIZE_MAX >> a->gran_shift ? granules << a->gran_shift : SIZE_MAX;
+}
+
 SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size, sa_stream s) {
   *out = NULL;
   if (size == 0) return SA_OK;
-  /* No reclaim can make it fit (a small size's class is below the cap):
-   * said before the stream is looked up, which may call the driver. */
-  if (size > a->physical_cap) {
+  /* No reclaim can make it fit, so neither the out-of-memory loop (a device
+   * synchronize, the user's callback) nor the stream's lookup, which may
+   * call the driver, is worth its cost. */
+  if (least_footprint(a, size) > a->physical_cap) {
     atomic_fetch_add_explicit(&a->xoom_events, 1, memory_order_relaxed);
     return SA_ERR_OUT_OF_MEMORY;
   }

@@ -716,6 +716,54 @@ static void oom_callback_may_free_and_retry(void **state) {
   destroy_clean(a);
 }
 
+/* release_hostage that always asks for one more attempt, as the header
+ * allows (at most 8 times). */
+static int release_hostage_and_retry(sa_arena *a, size_t size, sa_stream s, void *ud) {
+  (void)release_hostage(a, size, s, ud);
+  return 1;
+}
+
+/* alloc_generic compared the raw size with max_physical: under a cap of
+ * 2.5 granules (5 MiB with 2 MiB granules) a request of the cap, which maps
+ * 3 granules, went through every reclaim step, synchronized the device and
+ * asked the callback 8 times, though the header says it is not called for a
+ * size that no attempt can fit. A size that fits once the callback freed
+ * memory still reaches it. */
+static void an_unfittable_size_never_reaches_the_oom_callback(void **state) {
+  (void)state;
+  size_t gran;
+  assert_int_equal(sa_device_granularity(drv->backend, 0, &gran), SA_OK);
+  size_t cap = 2 * gran + gran / 2;
+  char spec[64];
+  snprintf(spec, sizeof spec, "max_physical=%zu", cap);
+  sa_config cfg;
+  sa_config_init(&cfg);
+  cfg.backend = drv->backend;
+  assert_int_equal(sa_config_parse(&cfg, spec, NULL, 0), SA_OK);
+  cfg.oom_callback = release_hostage_and_retry;
+  sa_arena *a;
+  assert_int_equal(sa_arena_create(&cfg, &a), SA_OK);
+  assert_int_equal(sa_alloc(a, &oom_hostage, gran, NULL), SA_OK); /* a span: one granule */
+  oom_calls = 0;
+  uint64_t syncs = on_host ? sa_host_call_count(SA_HOST_FN_DEVICE_SYNCHRONIZE) : 0;
+  const size_t unfittable[] = {cap, 2 * gran + 1, SIZE_MAX / 2};
+  for (size_t i = 0; i < sizeof unfittable / sizeof unfittable[0]; i++) {
+    void *p = (void *)1;
+    assert_int_equal(sa_alloc(a, &p, unfittable[i], NULL), SA_ERR_OUT_OF_MEMORY);
+    assert_null(p);
+  }
+  assert_int_equal(oom_calls, 0);
+  assert_non_null(oom_hostage); /* still live: nothing asked for it */
+  if (on_host) assert_int_equal(sa_host_call_count(SA_HOST_FN_DEVICE_SYNCHRONIZE), syncs);
+  /* Two granules fit, once the hostage's one is free: the callback frees it. */
+  void *p;
+  assert_int_equal(sa_alloc(a, &p, 2 * gran, NULL), SA_OK);
+  assert_int_equal(oom_calls, 1);
+  assert_null(oom_hostage);
+  assert_int_equal(sa_free(p, NULL), SA_OK);
+  destroy_clean(a);
+}
+
 static void destroy_reports_live_blocks(void **state) {
   (void)state;
   sa_arena *a = make_arena(NULL);
@@ -796,6 +844,7 @@ int main(void) {
       cmocka_unit_test(live_bytes_within_slack_of_one_block),
       cmocka_unit_test(small_frees_become_one_large_span),
       cmocka_unit_test(oom_callback_may_free_and_retry),
+      cmocka_unit_test(an_unfittable_size_never_reaches_the_oom_callback),
       cmocka_unit_test(destroy_reports_live_blocks),
       cmocka_unit_test(bad_pointers_and_double_free),
       cmocka_unit_test(default_arena_drop_in_calls),

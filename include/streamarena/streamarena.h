@@ -167,8 +167,11 @@ struct sa_arena_s;
 /* Called when an allocation cannot be satisfied after the allocator has
  * reclaimed what it can. Return nonzero to ask for one more attempt (after
  * freeing memory, say), at most 8 times for one allocation; zero to let the
- * allocation fail. Not called for a size above the physical cap, which no
- * attempt can fit. Called without any allocator lock held: it may call
+ * allocation fail. Not called for a size that no attempt can fit under the
+ * physical cap: memory is mapped in whole granules (sa_device_granularity),
+ * so a large request takes its size rounded up to a granule, a small one
+ * at least a granule (under max_physical=5MiB with 2 MiB granules, nothing
+ * above 4 MiB fits). Called without any allocator lock held: it may call
  * sa_free and sa_trim. */
 typedef int (*sa_oom_callback)(struct sa_arena_s *arena, size_t size,
                                sa_stream stream, void *user_data);
