@@ -60,6 +60,11 @@ sa_status sa_default_arena(int device, sa_arena **out) {
   return st;
 }
 
+sa_arena *sa__default_arena_now(int device) {
+  if (device < 0 || device >= SA_MAX_DEVICES) return NULL;
+  return atomic_load_explicit(&defaults[device], memory_order_acquire);
+}
+
 sa_status sa_malloc_async(void **out, size_t size, sa_stream stream) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   sa_arena *a;

@@ -579,6 +579,12 @@ struct sa_arena_s {
  * Cross-file functions, grouped by the file that defines them.
  * ---------------------------------------------------------------------- */
 
+/* default_arena.c */
+/* Device's default arena as it is now: NULL if none was made, or since
+ * sa_default_arenas_shutdown; creates nothing (the PyTorch plugin's
+ * statistics and empty_cache). */
+sa_arena *sa__default_arena_now(int device);
+
 /* config.c: the rules a configuration must meet on a device */
 typedef struct sa_resolved_s {
   size_t superblock_size, large_threshold, physical_cap, va_size;

@@ -2,9 +2,19 @@
  * arenas (streamarena_torch.h lists them and what calls them).
  *
  * Owns per-device bookkeeping PyTorch reports (bytes requested, counts) and
- * the check mode (check.c). Calls the public API, the registry (a block's
- * arena, for its device) and, for check mode, the driver interface; called
- * by PyTorch through function pointers.
+ * the check mode (check.c). Calls the public API, the default arenas and
+ * the registry (a block's arena, for its device) and, for check mode, the
+ * driver interface; called by PyTorch through function pointers.
+ *
+ * It keeps no arena of its own: a hook asks for the device's default arena
+ * (sa_default_arena, or sa__default_arena_now where it must create none)
+ * or for a block's (the registry) at every call. The plugin exports the
+ * whole API, so sa_default_arenas_shutdown may destroy those arenas (an
+ * atexit handler) while PyTorch still frees tensors at interpreter
+ * teardown: a kept pointer would then name freed memory. The registry
+ * forgets a destroyed arena, so the free of one of its blocks is refused
+ * (SA_ERR_INVALID_POINTER, reported), and the next allocation creates a
+ * fresh default arena.
  *
  * PyTorch passes the allocation's stream to the free hook, so a free is
  * always on the block's own stream: its reuse there is ordered by the stream
@@ -24,13 +34,13 @@
 #define REPORT_LIMIT 8
 
 typedef struct device_s {
-  _Alignas(64) _Atomic(sa_arena *) xarena; /* NULL until its first allocation */
-  _Atomic int64_t xrequested, xrequested_peak;
+  _Alignas(64) _Atomic int64_t xrequested, xrequested_peak;
   _Atomic uint64_t xrequested_total, xfreed_total; /* bytes, ever */
   _Atomic uint64_t xallocs, xfrees, xrecords, xerrors;
 } device;
 
 static device devices[SA_TORCH_MAX_DEVICES];
+static _Atomic bool xstarted; /* an allocation got an arena */
 static _Atomic uint64_t xreported;
 static _Atomic int xwarned_fraction;
 
@@ -55,33 +65,26 @@ static bool valid_device(int dev) { return dev >= 0 && dev < SA_TORCH_MAX_DEVICE
 
 sa_status sa__torch_arena(int dev, sa_arena **out) {
   if (!valid_device(dev)) return SA_ERR_INVALID_ARGUMENT;
-  sa_arena *a = atomic_load_explicit(&devices[dev].xarena, memory_order_acquire);
-  if (sa_likely(a != NULL)) {
-    *out = a;
-    return SA_OK;
-  }
-  sa_status st = sa_default_arena(dev, &a);
+  sa_arena *a;
+  sa_status st = sa_default_arena(dev, &a); /* one acquire load once it exists */
   if (st != SA_OK) return st;
   /* PyTorch's memory must be the GPU's: the simulator only when asked for
    * (backend=host, STREAMARENA_BACKEND=host), never as backend auto's
    * fallback where CUDA does not open (a driver older than the library
    * needs), which would hand PyTorch CPU addresses its kernels fault on. */
-  if (a->drv->stand_in) {
+  if (sa_unlikely(a->drv->stand_in)) {
     sa_driver_set_errorf(100 /* CUDA_ERROR_NO_DEVICE */,
                          "%s; PyTorch needs CUDA memory (backend=host for the simulator)",
                          sa_arena_backend_reason(a));
     return SA_ERR_NO_DEVICE;
   }
-  atomic_store_explicit(&devices[dev].xarena, a, memory_order_release);
+  if (sa_unlikely(!atomic_load_explicit(&xstarted, memory_order_relaxed)))
+    atomic_store_explicit(&xstarted, true, memory_order_relaxed);
   *out = a;
   return SA_OK;
 }
 
-bool sa__torch_started(void) {
-  for (int i = 0; i < SA_TORCH_MAX_DEVICES; i++)
-    if (atomic_load_explicit(&devices[i].xarena, memory_order_acquire) != NULL) return true;
-  return false;
-}
+bool sa__torch_started(void) { return atomic_load_explicit(&xstarted, memory_order_relaxed); }
 
 static void requested_add(device *d, int64_t delta) {
   if (delta > 0)
@@ -130,8 +133,9 @@ void *sa_torch_malloc(size_t size, int dev, sa_stream stream) {
 void sa_torch_free(void *ptr, size_t size, int dev, sa_stream stream) {
   if (ptr == NULL) return;
   int at = valid_device(dev) ? dev : 0;
-  /* The device's arena as the allocation made it: a free creates none. */
-  sa_arena *a = atomic_load_explicit(&devices[at].xarena, memory_order_acquire);
+  /* The block's arena: a free creates none. NULL for a pointer of no live
+   * arena (a destroyed one's, or not ours), which sa_free refuses. */
+  sa_arena *a = sa__arena_of((uintptr_t)ptr);
   if (a != NULL && sa_unlikely(refuse_capturing(a, stream) == SA_ERR_STREAM_CAPTURING)) {
     report(at, "free", ptr, size, SA_ERR_STREAM_CAPTURING); /* kept: the graph may use it */
     return;
@@ -169,7 +173,7 @@ void sa_torch_record_stream(void *ptr, sa_stream stream) {
 
 void sa_torch_empty_cache(void) {
   for (int i = 0; i < SA_TORCH_MAX_DEVICES; i++) {
-    sa_arena *a = atomic_load_explicit(&devices[i].xarena, memory_order_acquire);
+    sa_arena *a = sa__default_arena_now(i);
     if (a == NULL) continue;
     sa_status st = sa_trim(a, 0);
     if (st != SA_OK) report(i, "empty_cache", NULL, 0, st);
@@ -199,7 +203,7 @@ sa_status sa_torch_get_stats(int dev, sa_torch_stats *out, size_t size) {
   out->record_count = atomic_load_explicit(&d->xrecords, memory_order_relaxed);
   out->errors = atomic_load_explicit(&d->xerrors, memory_order_relaxed);
   out->check_fills = sa__torch_check_fills(dev);
-  sa_arena *a = atomic_load_explicit(&d->xarena, memory_order_acquire);
+  sa_arena *a = sa__default_arena_now(dev);
   if (a == NULL) return SA_OK;
   sa_stats s;
   sa_status st = sa_get_stats(a, &s);

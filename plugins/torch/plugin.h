@@ -12,7 +12,8 @@
 #define sa_unlikely(x) __builtin_expect(!!(x), 0)
 
 /* plugin.c */
-/* The default arena of device dev, created at the first call. */
+/* The default arena of device dev as sa_default_arena gives it (created at
+ * the first call, and again after sa_default_arenas_shutdown); never kept. */
 sa_status sa__torch_arena(int dev, sa_arena **out);
 /* Whether any allocation went through the plugin yet. */
 bool sa__torch_started(void);

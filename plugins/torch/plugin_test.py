@@ -440,6 +440,53 @@ def case_capturing_stream_is_refused_by_both_hooks():
     return 4
 
 
+def case_hooks_after_default_arenas_shutdown_touch_no_freed_arena():
+    """The plugin exports the whole API, so an atexit handler may call
+    sa_default_arenas_shutdown while PyTorch still frees tensors at
+    interpreter teardown. The plugin kept each device's arena and went on
+    using it after the shutdown destroyed it: ASan found a heap-use-after-free
+    in the free hook (refuse_capturing), and an allocation would have carved
+    the destroyed arena. Now a free of the destroyed arena's block is refused
+    and counted, and the next allocation gets a fresh default arena."""
+    plugin, host = setup()
+    lib = plugin.lib
+    lib.sa_default_arenas_shutdown.argtypes = []
+    lib.sa_default_arenas_shutdown.restype = None
+    s = host.stream(SA_HOST_AUTO)
+    small, big = plugin.malloc(4096, 0, s), plugin.malloc(4 * MiB, 0, s)
+    expect(small is not None and big is not None, "allocations before the shutdown")
+    _, err = stderr_of(lib.sa_default_arenas_shutdown)
+    expect("2 blocks still allocated" in err, f"the shutdown said {err!r}")
+    c = host.counters()
+    expect(c.chunks == 0 and c.va_ranges == 0, "the shutdown released the arena's memory")
+    # Not through stderr_of: a sanitizer's report of these calls must reach
+    # the case's output.
+    plugin.free(small, 4096, 0, s)
+    plugin.free(big, 4 * MiB, 0, s)
+    expect(plugin.errors() == 2, f"{plugin.errors()} errors for two blocks of a destroyed arena")
+    st = plugin.stats(0)
+    expect(st["reserved_bytes"] == 0 and st["live_bytes"] == 0, f"no arena to read: {st}")
+    plugin.empty_cache()  # no arena: nothing to trim
+    expect(host.counters().va_ranges == 0, "empty_cache created no arena")
+    sizes = [4096, 4 * MiB]
+    ptrs = [plugin.malloc(n, 0, s) for n in sizes]
+    expect(all(p is not None for p in ptrs), "allocations from a fresh arena")
+    for p, n in zip(ptrs, sizes):
+        write(p, n, PATTERN_A)
+    expect(all(reads(p, n, PATTERN_A) for p, n in zip(ptrs, sizes)), "contents kept")
+    st = plugin.stats(0)
+    expect(st["reserved_bytes"] >= sum(sizes) and st["live_bytes"] >= sum(sizes),
+           f"the fresh arena holds them: {st}")
+    for p, n in zip(ptrs, sizes):
+        plugin.free(p, n, 0, s)
+    expect(plugin.errors() == 2, f"the fresh arena's frees failed: {plugin.errors()} errors")
+    plugin.empty_cache()
+    expect(plugin.stats(0)["reserved_bytes"] == 0, "empty_cache trims the fresh arena")
+    host.drain_all()
+    expect(host.counters().order_violations == 0, "no stream-order finding")
+    return 10
+
+
 def case_install_prefers_the_plain_build_to_bazel_bin():
     """A checkout after `bazel build //:streamarena_torch` and then a
     sanitizer test run: bazel-bin is the sanitizer's tree, whose plugin
