@@ -571,7 +571,7 @@ static sa_status sim_query(void *e) {
 
 static sa_status sim_record(void *e, sa_stream s) {
   sa_sim_lock();
-  sa_status st = sa_sim_event_record(e, s);
+  sa_status st = sa_sim_event_record(e, s, 0); /* events of device 0 */
   sa_sim_unlock();
   return st;
 }

@@ -101,8 +101,13 @@ static void device_count_is_configurable_and_guarded(void **state) {
   int dev = -1;
   sa_assert_ok(sa_host_stream_device(s, &dev));
   assert_int_equal(dev, 1);
+  /* NULL is the default stream of the thread's current device. */
+  sa_assert_ok(sa_host_set_device(1));
   sa_assert_ok(sa_host_stream_device(NULL, &dev));
-  assert_int_equal(dev, -1);
+  assert_int_equal(dev, 1);
+  sa_assert_ok(sa_host_set_device(0));
+  sa_assert_ok(sa_host_stream_device(NULL, &dev));
+  assert_int_equal(dev, 0);
   sa_assert_status(sa_host_set_device_count(1), SA_ERR_INVALID_ARGUMENT);
   sa_assert_ok(sa_host_stream_destroy(s));
   /* Nor one holding a chunk. */
@@ -180,6 +185,61 @@ static void streams_and_events_belong_to_a_device(void **state) {
   sa_assert_ok(d1->ops->stream_destroy(d1, made));
   sa_assert_ok(sa_host_stream_destroy(s0));
   sa_assert_ok(sa_host_stream_destroy(s1));
+  sa_driver_close(d0);
+  sa_driver_close(d1);
+}
+
+/* Each device has a default stream of its own, as each CUDA context has its
+ * own legacy stream: work queued on device 0's does not order device 1's,
+ * so the checker flags a handout on device 1's default stream of memory
+ * that device 0's still uses, and stepping one does not run the other's.
+ * NULL names the current device's in host.h's calls and the driver's own
+ * device's in driver ops. (With one default stream for all devices, as the
+ * simulator had, such code was ordered here and not on GPUs.) */
+static void each_device_has_a_default_stream_of_its_own(void **state) {
+  (void)state;
+  static uint32_t buf[1024]; /* host memory: work of any device may touch it */
+  sa_driver *d0 = NULL, *d1 = NULL;
+  sa_assert_ok(sa_driver_host_open(0, &d0));
+  sa_assert_ok(sa_driver_host_open(1, &d1));
+  uint64_t id0 = 0, id1 = 0;
+  sa_assert_ok(d0->ops->stream_id(d0, NULL, &id0));
+  sa_assert_ok(d1->ops->stream_id(d1, NULL, &id1));
+  assert_true(id0 != id1);
+  sa_assert_ok(sa_host_set_default_stream_mode(SA_HOST_MANUAL));
+  sa_assert_ok(sa_host_set_device(0));
+  sa_assert_ok(sa_host_fill(NULL, buf, sizeof buf, 5));
+  assert_int_equal(sa_host_stream_pending(NULL), 1);
+  sa_assert_ok(sa_host_set_device(1));
+  assert_int_equal(sa_host_stream_pending(NULL), 0);
+
+  uint64_t v = violations();
+  sa_assert_ok(d0->ops->check_handout(d0, (uintptr_t)buf, sizeof buf, NULL)); /* in order */
+  sa_fixture_stderr_begin();
+  sa_status st = d1->ops->check_handout(d1, (uintptr_t)buf, sizeof buf, NULL);
+  char *said = sa_fixture_stderr_end();
+  bool named = said != NULL && strstr(said, "handed to the default stream of device 1") != NULL &&
+               strstr(said, "but the default stream of device 0 has an unfinished fill") != NULL;
+  free(said);
+  sa_assert_status(st, SA_ERR_STREAM_ORDER);
+  assert_int_equal(violations(), v + 1);
+  if (!named) fail_msg("the checker's finding does not name both default streams");
+
+  /* An event of device 0 on its default stream orders device 1's after it. */
+  sa_event e = NULL;
+  sa_assert_ok(d0->ops->event_create(d0, &e));
+  sa_assert_ok(d0->ops->event_record(d0, e, NULL));
+  sa_assert_ok(d1->ops->stream_wait_event(d1, NULL, e));
+  sa_assert_ok(d1->ops->check_handout(d1, (uintptr_t)buf, sizeof buf, NULL));
+  size_t done = 0;
+  sa_assert_ok(sa_host_stream_step(NULL, 1, &done)); /* device 1's: it waits */
+  assert_int_equal(done, 0);
+  sa_assert_ok(sa_host_drain_all());
+  assert_int_equal(sa_host_stream_pending(NULL), 0);
+  assert_int_equal(buf[0], 5);
+  assert_int_equal(violations(), v + 1);
+  sa_assert_ok(sa_host_set_default_stream_mode(SA_HOST_AUTO));
+  sa_assert_ok(d0->ops->event_destroy(d0, e));
   sa_driver_close(d0);
   sa_driver_close(d1);
 }
@@ -561,6 +621,7 @@ int main(void) {
       T(device_count_is_configurable_and_guarded),
       T(each_device_has_its_own_memory),
       T(streams_and_events_belong_to_a_device),
+      T(each_device_has_a_default_stream_of_its_own),
       T(kernel_of_a_peer_runs_only_with_access),
       T(arena_takes_only_its_device),
       T(default_arena_follows_the_current_device),

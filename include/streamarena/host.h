@@ -11,7 +11,9 @@
  *
  * The simulator is one process-wide set of devices: one by default, more
  * through sa_host_set_device_count or STREAMARENA_HOST_DEVICES. Each has its
- * own memory; streams belong to a device; a mapping is accessible to the
+ * own memory and its own default stream; streams belong to a device; the
+ * thread's current device (sa_host_set_device) plays the current CUDA
+ * context; a mapping is accessible to the
  * devices set_access granted it to, and a kernel on a stream of another
  * device does not run (it counts as a violation, as a GPU would fault).
  * All functions are thread-safe.
@@ -40,10 +42,15 @@ typedef enum sa_host_mode_e {
 #define SA_HOST_MAX_DEVICES 64
 sa_status sa_host_set_device_count(int count);
 int sa_host_device_count(void);
-/* The calling thread's current device (cudaSetDevice's counterpart), 0 until
- * set: streams it creates belong to that device, and sa_malloc_async on the
- * host backend uses that device's default arena. SA_ERR_NO_DEVICE for a
- * device the simulator does not have. */
+/* The calling thread's current device (cudaSetDevice's counterpart, the
+ * simulator's current context): streams it creates belong to that device,
+ * NULL in the stream functions below is that device's default stream, and
+ * sa_malloc_async on the host backend uses that device's default arena.
+ * A thread that never set one has no device current, as a CUDA thread
+ * before its first runtime call: sa_host_get_device says 0, and NULL here is
+ * device 0's default stream (a runtime call would make device 0 current);
+ * the library's own driver calls for an arena of device d take NULL as d's
+ * default stream. SA_ERR_NO_DEVICE for a device the simulator does not have. */
 sa_status sa_host_set_device(int device);
 int sa_host_get_device(void);
 /* Whether peer access to device's memory may be granted to peer (the answer
@@ -53,12 +60,14 @@ sa_status sa_host_set_can_access_peer(int peer, int device, int can);
  * CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL says; SA_ERR_INVALID_POINTER if none. */
 sa_status sa_host_pointer_device(const void *p, int *device);
 
-/* Streams. NULL is the default stream, one queue shared by every device (its
- * kernels run as work of the device current on the thread that enqueued
- * them); its mode is AUTO unless changed. A stream made here belongs to the
- * calling thread's current device. */
+/* Streams. Each device has a default stream of its own, as each CUDA
+ * context has its own legacy stream: separate queues, so work on device 0's
+ * is not ordered with work on device 1's. NULL is the default stream of the
+ * calling thread's current device (device 0's where none was set). A stream
+ * made here belongs to the calling thread's current device. */
 sa_status sa_host_stream_create(sa_host_mode mode, sa_stream *out);
-/* The device a stream belongs to (-1 for the default stream). */
+/* The device a stream belongs to (NULL: the calling thread's current
+ * device, whose default stream NULL is). */
 sa_status sa_host_stream_device(sa_stream stream, int *device);
 /* Destroying a stream returns at once, as cuStreamDestroy does: work still
  * queued on it stays queued (events recorded on it stay pending, the checker
@@ -69,6 +78,9 @@ sa_status sa_host_stream_device(sa_stream stream, int *device);
  * handles; until then a driver call the allocator makes on the destroyed
  * handle counts as a violation (sa_host_counters.order_violations). */
 sa_status sa_host_stream_destroy(sa_stream stream);
+/* The mode of the default streams, every device's at once (AUTO until
+ * changed): a test steps one device's by hand by naming it with NULL while
+ * that device is current. */
 sa_status sa_host_set_default_stream_mode(sa_host_mode mode);
 
 /* Complete up to n queued operations of stream, in order. Stops early at an
@@ -77,7 +89,8 @@ sa_status sa_host_set_default_stream_mode(sa_host_mode mode);
 sa_status sa_host_stream_step(sa_stream stream, size_t n, size_t *done);
 /* Complete everything queued on stream, and whatever it waits on. */
 sa_status sa_host_stream_drain(sa_stream stream);
-/* Complete everything queued on every stream. */
+/* Complete everything queued on every stream, every device's default
+ * stream included. */
 sa_status sa_host_drain_all(void);
 /* Number of operations queued and not yet complete on stream. */
 size_t sa_host_stream_pending(sa_stream stream);
@@ -107,7 +120,7 @@ sa_status sa_host_check(sa_stream stream, const void *p, size_t size,
  *     it always;
  *   - the driver's device-wide synchronize fails while any capture is open.
  * Each such failure during a capture is SA_ERR_STREAM_CAPTURING and
- * invalidates the capture it conflicts with, as on CUDA. The default stream
+ * invalidates the capture it conflicts with, as on CUDA. The default streams
  * cannot be captured. */
 typedef enum sa_host_capture_mode_e { /* CUstreamCaptureMode's values */
   SA_HOST_CAPTURE_GLOBAL = 0,
@@ -183,7 +196,7 @@ typedef struct sa_host_counters_s {
   size_t chunk_bytes;      /* their bytes */
   size_t mappings;         /* mapped chunk pieces */
   size_t events;           /* events created and not destroyed */
-  size_t streams;          /* user streams alive (the default stream excluded) */
+  size_t streams;          /* user streams alive (the default streams excluded) */
   uint64_t order_violations; /* checker findings so far: stream-order violations,
                                 kernels on memory they may not touch, driver
                                 calls of the library on destroyed streams */

@@ -6,6 +6,9 @@
  * and the peers set_peer_access named. Several drivers may be open at once,
  * on one device or several. Called through sa_driver_open (driver.c).
  *
+ * NULL is the default stream of the driver's device in every op, as cuda.c
+ * makes its device's context current for a call on NULL.
+ *
  * Stream capture: as cuda.c, it makes no call on a capturing stream
  * (refused_while_capturing) and runs its host waits and queries in the
  * relaxed capture mode (relaxed_begin/end), so the simulator's capture
@@ -55,8 +58,8 @@ static void host_close(sa_driver *d) { free(d); }
 
 /* SA_ERR_STREAM_CAPTURING, changing nothing, when stream is being captured
  * (lock held): the library never enqueues into a user's graph. */
-static sa_status refused_while_capturing(sa_stream stream) {
-  const sa_sim_stream *s = sa_sim_stream_lookup(stream);
+static sa_status refused_while_capturing(sa_driver *d, sa_stream stream) {
+  const sa_sim_stream *s = sa_sim_stream_lookup(stream, d->device);
   if (s == NULL || s->capture == SA_HOST_CAPTURE_NONE) return SA_OK;
   return sa_sim_fail(SA_ERR_STREAM_CAPTURING, EBUSY,
                      "host: the stream is being captured into a graph");
@@ -129,10 +132,9 @@ static sa_status host_event_destroy(sa_driver *d, sa_event event) {
 }
 
 static sa_status host_event_record(sa_driver *d, sa_event event, sa_stream stream) {
-  (void)d;
-  HOST_OP(SA_HOST_FN_EVENT_RECORD, refused_while_capturing(stream) != SA_OK
+  HOST_OP(SA_HOST_FN_EVENT_RECORD, refused_while_capturing(d, stream) != SA_OK
                                        ? SA_ERR_STREAM_CAPTURING
-                                       : sa_sim_event_record(event, stream));
+                                       : sa_sim_event_record(event, stream, d->device));
 }
 
 static sa_status host_event_query(sa_driver *d, sa_event event) {
@@ -146,23 +148,20 @@ static sa_status host_event_synchronize(sa_driver *d, sa_event event) {
 }
 
 static sa_status host_stream_wait_event(sa_driver *d, sa_stream stream, sa_event event) {
-  (void)d;
-  HOST_OP(SA_HOST_FN_STREAM_WAIT_EVENT, refused_while_capturing(stream) != SA_OK
+  HOST_OP(SA_HOST_FN_STREAM_WAIT_EVENT, refused_while_capturing(d, stream) != SA_OK
                                             ? SA_ERR_STREAM_CAPTURING
-                                            : sa_sim_stream_wait_event(stream, event));
+                                            : sa_sim_stream_wait_event(stream, d->device, event));
 }
 
 static sa_status host_stream_synchronize(sa_driver *d, sa_stream stream) {
-  (void)d;
-  HOST_WAIT_OP(SA_HOST_FN_STREAM_SYNCHRONIZE, refused_while_capturing(stream) != SA_OK
+  HOST_WAIT_OP(SA_HOST_FN_STREAM_SYNCHRONIZE, refused_while_capturing(d, stream) != SA_OK
                                                   ? SA_ERR_STREAM_CAPTURING
-                                                  : sa_sim_stream_synchronize(stream));
+                                                  : sa_sim_stream_synchronize(stream, d->device));
 }
 
 static sa_status host_stream_capture_check(sa_driver *d, sa_stream stream) {
-  (void)d;
   sa_sim_lock();
-  sa_status st = refused_while_capturing(stream);
+  sa_status st = refused_while_capturing(d, stream);
   sa_sim_unlock();
   return st;
 }
@@ -174,24 +173,23 @@ static sa_status host_stream_validate(sa_driver *d, sa_stream stream) {
     sa_sim_unlock();
     return st;
   }
-  const sa_sim_stream *s = sa_sim_stream_for_call(stream, "stream_validate");
+  const sa_sim_stream *s = sa_sim_stream_for_call(stream, d->device, "stream_validate");
   if (s == NULL) {
     st = SA_ERR_UNKNOWN_STREAM;
   } else if (!sa_sim_stream_on_device(s, d->device)) {
     /* As on CUDA, where it is a stream of another context. */
     st = sa_sim_fail(SA_ERR_UNKNOWN_STREAM, EXDEV, "host: stream of another device");
   } else {
-    st = refused_while_capturing(stream);
+    st = refused_while_capturing(d, stream);
   }
   sa_sim_unlock();
   return st;
 }
 
 static sa_status host_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
-  (void)d;
-  HOST_OP(SA_HOST_FN_STREAM_ID, refused_while_capturing(stream) != SA_OK
+  HOST_OP(SA_HOST_FN_STREAM_ID, refused_while_capturing(d, stream) != SA_OK
                                     ? SA_ERR_STREAM_CAPTURING
-                                    : sa_sim_stream_id(stream, id));
+                                    : sa_sim_stream_id(stream, d->device, id));
 }
 
 static sa_status host_device_synchronize(sa_driver *d) {
@@ -228,9 +226,8 @@ static sa_status host_set_peer_access(sa_driver *d, uint64_t peers) {
 }
 
 static sa_status host_check_handout(sa_driver *d, uintptr_t p, size_t size, sa_stream stream) {
-  (void)d;
   sa_sim_lock();
-  sa_status st = sa_sim_check_handout(p, size, stream);
+  sa_status st = sa_sim_check_handout(p, size, stream, d->device);
   sa_sim_unlock();
   return st;
 }

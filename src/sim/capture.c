@@ -56,7 +56,7 @@ static int forbids(const sa_sim_stream *s) {
 sa_status sa_sim_capture_unsafe_call(void) {
   if (open_captures == 0 || thread_mode == SA_HOST_CAPTURE_RELAXED) return SA_OK;
   int refused = 0;
-  for (size_t slot = 1; slot < sa_sim_stream_slots(); slot++) {
+  for (size_t slot = SA_SIM_FIRST_USER_SLOT; slot < sa_sim_stream_slots(); slot++) {
     sa_sim_stream *s = sa_sim_stream_at(slot);
     if (s == NULL || !forbids(s)) continue;
     invalidate(s);
@@ -69,7 +69,7 @@ sa_status sa_sim_capture_unsafe_call(void) {
 
 sa_status sa_sim_capture_device_wide(void) {
   if (open_captures == 0) return SA_OK;
-  for (size_t slot = 1; slot < sa_sim_stream_slots(); slot++) {
+  for (size_t slot = SA_SIM_FIRST_USER_SLOT; slot < sa_sim_stream_slots(); slot++) {
     sa_sim_stream *s = sa_sim_stream_at(slot);
     if (s != NULL) invalidate(s);
   }
@@ -79,7 +79,7 @@ sa_status sa_sim_capture_device_wide(void) {
 
 int sa_sim_capture_invalidate_seq(uint64_t seq) {
   if (open_captures == 0) return 0;
-  for (size_t slot = 1; slot < sa_sim_stream_slots(); slot++) {
+  for (size_t slot = SA_SIM_FIRST_USER_SLOT; slot < sa_sim_stream_slots(); slot++) {
     sa_sim_stream *s = sa_sim_stream_at(slot);
     if (s == NULL || s->capture == SA_HOST_CAPTURE_NONE || s->capture_seq != seq) continue;
     invalidate(s);
@@ -100,7 +100,7 @@ sa_status sa_host_stream_begin_capture(sa_stream stream, sa_host_capture_mode mo
   if (stream == NULL) return SA_ERR_INVALID_ARGUMENT; /* as CUDA's legacy stream */
   if (!mode_valid(mode)) return SA_ERR_INVALID_ARGUMENT;
   sa_sim_lock();
-  sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  sa_sim_stream *s = sa_sim_stream_lookup(stream, sa_host_get_device());
   sa_status st = SA_OK;
   if (s == NULL) {
     st = SA_ERR_UNKNOWN_STREAM;
@@ -119,7 +119,7 @@ sa_status sa_host_stream_begin_capture(sa_stream stream, sa_host_capture_mode mo
 
 sa_status sa_host_stream_end_capture(sa_stream stream) {
   sa_sim_lock();
-  sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  sa_sim_stream *s = sa_sim_stream_lookup(stream, sa_host_get_device());
   sa_status st = SA_OK;
   if (s == NULL) {
     st = SA_ERR_UNKNOWN_STREAM;
@@ -136,7 +136,7 @@ sa_status sa_host_stream_end_capture(sa_stream stream) {
 sa_status sa_host_stream_capture_status(sa_stream stream, sa_host_capture_status *out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   sa_sim_lock();
-  sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  sa_sim_stream *s = sa_sim_stream_lookup(stream, sa_host_get_device());
   if (s != NULL) *out = s->capture;
   sa_sim_unlock();
   return s != NULL ? SA_OK : SA_ERR_UNKNOWN_STREAM;

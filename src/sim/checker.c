@@ -83,12 +83,12 @@ static const char *op_name(sa_sim_op_kind kind) {
 }
 
 static void describe(const sa_sim_stream *s, char *buf, size_t len) {
-  if (s->slot == 0) snprintf(buf, len, "the default stream");
+  if (sa_sim_stream_is_default(s)) snprintf(buf, len, "the default stream of device %d", s->device);
   else snprintf(buf, len, "stream %p (#%" PRIu64 ")", (void *)sa_sim_stream_handle(s), s->sid);
 }
 
-sa_status sa_sim_check_handout(uintptr_t p, size_t size, sa_stream stream) {
-  sa_sim_stream *s = sa_sim_stream_for_call(stream, "check_handout");
+sa_status sa_sim_check_handout(uintptr_t p, size_t size, sa_stream stream, int device) {
+  sa_sim_stream *s = sa_sim_stream_for_call(stream, device, "check_handout");
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
   if (size == 0) return SA_OK;
   uintptr_t end = p > UINTPTR_MAX - size ? UINTPTR_MAX : p + size;

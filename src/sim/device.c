@@ -19,8 +19,9 @@ static int sim_devices = 1;     /* lock held */
 /* Bit peer of no_peer[device]: peer cannot be granted access to device's
  * memory (sa_host_set_can_access_peer). Lock held. */
 static uint64_t no_peer[SA_SIM_MAX_DEVICES];
-/* The calling thread's device (sa_host_set_device): no lock, its own. */
-static _Thread_local int tl_device;
+/* The calling thread's device (sa_host_set_device), -1 until it sets one:
+ * no lock, its own. */
+static _Thread_local int tl_device = -1;
 
 /* Parse "123", "16GiB", "16G", "512mib", "4096B", ... into bytes (binary
  * multiples, any case, the suffixes sa_config_parse takes: "16GB" is
@@ -125,7 +126,11 @@ sa_status sa_host_set_device(int device) {
   return SA_OK;
 }
 
-int sa_host_get_device(void) { return tl_device; }
+int sa_host_get_device(void) { return tl_device >= 0 ? tl_device : 0; }
+
+int sa_sim_current_device(void) { return tl_device; }
+
+void sa_sim_set_current_device(int device) { tl_device = device; }
 
 sa_status sa_host_set_can_access_peer(int peer, int device, int can) {
   if (peer < 0 || peer >= SA_SIM_MAX_DEVICES || device < 0 || device >= SA_SIM_MAX_DEVICES)

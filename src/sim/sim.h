@@ -3,7 +3,8 @@
  * Modules of src/sim/ (each owns its state, all guarded by the one
  * simulator lock):
  *   device.c       the lock, configuration (devices, device memory), each
- *                  thread's current device, peer capability, counters
+ *                  thread's current device (its "current context"), peer
+ *                  capability, counters
  *   fault.c        call counting and fault injection per sa_host_fn
  *   ptrset.c       a pointer set: which handles are live
  *   vmm.c          reservations, chunks (ranges of one memfd), mappings
@@ -49,6 +50,12 @@ sa_status sa_sim_fail(sa_status status, int code, const char *name);
 void sa_sim_note_violation(void);
 uint64_t sa_sim_violations(void);
 int sa_sim_device_count(void);
+/* The calling thread's current device (sa_host_set_device), or -1 where it
+ * never set one: the simulator's "no context current". No lock needed. */
+int sa_sim_current_device(void);
+/* Make device (-1: none) current on the calling thread, unchecked: to put
+ * back what sa_sim_current_device said. No lock needed. */
+void sa_sim_set_current_device(int device);
 /* 1 if peer may be granted access to device's memory (always for itself). */
 int sa_sim_can_access_peer(int peer, int device);
 
@@ -149,7 +156,7 @@ typedef struct sa_sim_op_s {
 typedef struct sa_sim_stream_s {
   uint64_t sid;       /* unique for the process lifetime (handles are reused) */
   uint32_t slot;      /* index in the stream table */
-  int device;         /* the device it belongs to; -1: the default stream */
+  int device;         /* the device it belongs to */
   sa_host_mode mode;
   uint64_t enqueued;  /* ticket of the last op enqueued (tickets start at 1) */
   uint64_t completed; /* ticket of the last op completed */
@@ -163,38 +170,51 @@ typedef struct sa_sim_stream_s {
   uint64_t capture_seq;       /* which capture: events recorded in it carry it */
 } sa_sim_stream;
 
-/* Streams by slot (NULL: free slot); slot 0 is the default stream. */
+/* Every device has its own default stream, as every CUDA context has its own
+ * legacy stream, all known by the handle NULL. So each function below that
+ * takes a handle also takes the device whose default stream NULL names: the
+ * driver's own device in driver ops (as cuda.c makes its context current
+ * for a call on NULL), the calling thread's current device in host.h's
+ * functions (sa_host_get_device), -1 where NULL names none. */
+
+/* Streams by slot (NULL: free slot); slot d < SA_SIM_FIRST_USER_SLOT is
+ * device d's default stream, made when first named. */
+#define SA_SIM_FIRST_USER_SLOT SA_SIM_MAX_DEVICES
 size_t sa_sim_stream_slots(void);
 sa_sim_stream *sa_sim_stream_at(size_t slot);
-/* The live stream for a handle (NULL handle: the default stream), or NULL. */
-sa_sim_stream *sa_sim_stream_lookup(sa_stream handle);
+/* Device's default stream (made at the first call); NULL for no device. */
+sa_sim_stream *sa_sim_default_stream(int device);
+/* 1 for a default stream, 0 for a user stream. */
+int sa_sim_stream_is_default(const sa_sim_stream *s);
+/* The live stream for a handle (NULL: device's default stream), or NULL. */
+sa_sim_stream *sa_sim_stream_lookup(sa_stream handle, int device);
 /* The same for a driver call of the library named call: a handle of a
  * destroyed stream (not yet recycled) is also reported as a violation. */
-sa_sim_stream *sa_sim_stream_for_call(sa_stream handle, const char *call);
-/* The handle a stream is known by (NULL for the default stream). */
+sa_sim_stream *sa_sim_stream_for_call(sa_stream handle, int device, const char *call);
+/* The handle a stream is known by (NULL for a default stream). */
 sa_stream sa_sim_stream_handle(const sa_sim_stream *s);
 void sa_sim_stream_counters(sa_host_counters *out);
 
 /* User streams alive on device. */
 size_t sa_sim_streams_on(int device);
-/* 1 if work of device may be enqueued on s: s is the default stream or one
- * of device's streams. */
+/* 1 if work of device may be enqueued on s: s is one of device's streams
+ * (its default stream included). */
 int sa_sim_stream_on_device(const sa_sim_stream *s, int device);
 
 /* Driver-level stream and event operations (lock held). Streams and events
  * belong to a device (an existing one); an event is recorded only on a
- * stream of its device or the default stream, as cuEventRecord requires the
- * same context; any stream may wait for any event. Kernels are work of
- * device: it must be the stream's (or the stream is the default stream). */
+ * stream of its device, as cuEventRecord requires the same context; any
+ * stream may wait for any event. Kernels are work of device: it must be the
+ * stream's. */
 sa_status sa_sim_stream_create(int device, sa_host_mode mode, sa_stream *out);
 sa_status sa_sim_stream_destroy(sa_stream stream);
-sa_status sa_sim_stream_synchronize(sa_stream stream);
+sa_status sa_sim_stream_synchronize(sa_stream stream, int device);
 /* The driver's id of a live stream (refused while it is captured). */
-sa_status sa_sim_stream_id(sa_stream stream, uint64_t *id);
-/* Complete all work of device's streams and the default stream (device < 0:
- * of every stream), and whatever it waits for. */
+sa_status sa_sim_stream_id(sa_stream stream, int device, uint64_t *id);
+/* Complete all work of device's streams, its default stream included
+ * (device < 0: of every stream), and whatever it waits for. */
 void sa_sim_device_synchronize(int device);
-sa_status sa_sim_stream_wait_event(sa_stream stream, void *event);
+sa_status sa_sim_stream_wait_event(sa_stream stream, int device, void *event);
 /* [va, va + size) is being unmapped: every kernel still queued on it is a
  * violation now (cuMemUnmap does not wait for queued work), whether or not
  * the range is mapped again before the kernel runs. */
@@ -203,7 +223,7 @@ sa_status sa_sim_enqueue_kernel(sa_stream stream, int device, sa_sim_op_kind kin
                                 size_t size, uint32_t pattern, uint64_t *mismatches);
 sa_status sa_sim_event_create(int device, void **out);
 sa_status sa_sim_event_destroy(void *event);
-sa_status sa_sim_event_record(void *event, sa_stream stream);
+sa_status sa_sim_event_record(void *event, sa_stream stream, int device);
 sa_status sa_sim_event_query(void *event);
 sa_status sa_sim_event_synchronize(void *event);
 
@@ -223,6 +243,6 @@ int sa_sim_capture_invalidate_seq(uint64_t seq);
 void sa_sim_capture_forget(sa_sim_stream *s);
 
 /* ---- checker.c: the stream-order checker -------------------------------- */
-sa_status sa_sim_check_handout(uintptr_t p, size_t size, sa_stream stream);
+sa_status sa_sim_check_handout(uintptr_t p, size_t size, sa_stream stream, int device);
 
 #endif /* SA_SIM_SIM_H */

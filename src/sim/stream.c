@@ -15,15 +15,18 @@
  * wait itself was enqueued, so the dependencies form no cycle and driving
  * always finishes.
  *
- * Devices: a user stream belongs to one device, and so does an event; an
- * event is recorded only on its device's streams or on the default stream
- * (cuEventRecord wants the stream in the event's context), any stream may
- * wait for any event (cuStreamWaitEvent crosses devices). Kernels carry
- * their device, which must have access to what they touch when they run.
- * The default stream is one queue shared by every device.
+ * Devices: a stream belongs to one device, and so does an event; an event
+ * is recorded only on its device's streams (cuEventRecord wants the stream
+ * in the event's context), any stream may wait for any event
+ * (cuStreamWaitEvent crosses devices). Kernels carry their device, which
+ * must have access to what they touch when they run. Each device has its
+ * own default stream, a queue of its own, as each CUDA context has its own
+ * legacy stream; the handle NULL names the one of the device the caller
+ * says (sim.h).
  *
- * Streams live in a slot table (slot 0: the default stream, handle NULL);
- * a wait op or event names its stream by (slot, sid). Destroying a stream
+ * Streams live in a slot table (slots below SA_SIM_FIRST_USER_SLOT: the
+ * default streams, slot d device d's, handle NULL); a wait op or event
+ * names its stream by (slot, sid). Destroying a stream
  * returns at once, as cuStreamDestroy does: work still queued keeps the slot
  * and sid (on a copy no handle reaches) and runs when something drives it
  * (a synchronize depending on it, device_synchronize, drain_all; at once if
@@ -62,10 +65,15 @@ typedef struct sim_event_s {
   uint64_t capture_seq; /* nonzero: last recorded in that capture (capture.c) */
 } sim_event;
 
-static sa_sim_stream default_stream = {.sid = 1, .slot = 0, .device = -1, .mode = SA_HOST_AUTO};
+/* The default streams: device d's has slot d and sid d + 1, from its first
+ * use on (bit d of defaults_made), so that scans of the slot table skip the
+ * devices that never used theirs without touching them. */
+static sa_sim_stream default_streams[SA_SIM_MAX_DEVICES];
+static uint64_t defaults_made;
+static sa_host_mode default_mode = SA_HOST_AUTO; /* of every default stream */
 
 static struct {
-  sa_sim_stream **slots; /* slots[0] unused: slot 0 is default_stream */
+  sa_sim_stream **slots; /* from SA_SIM_FIRST_USER_SLOT on; below, default_streams */
   size_t nslots, cap;
   sa_sim_ptrset handles; /* live user stream handles */
   sa_sim_stream **dead;  /* destroyed, kept for their handles (a stack) */
@@ -75,28 +83,45 @@ static struct {
   uint64_t next_sid;
   sa_sim_ptrset events;
   size_t nevents;
-} tab = {.nslots = 1, .next_sid = 2};
+} tab = {.nslots = SA_SIM_FIRST_USER_SLOT, .next_sid = SA_SIM_MAX_DEVICES + 1};
 
 /* ---- the stream table --------------------------------------------------- */
 
 size_t sa_sim_stream_slots(void) { return tab.nslots; }
 
 sa_sim_stream *sa_sim_stream_at(size_t slot) {
-  if (slot == 0) return &default_stream;
+  if (slot < SA_SIM_FIRST_USER_SLOT) {
+    return defaults_made >> slot & 1 ? &default_streams[slot] : NULL;
+  }
   return slot < tab.nslots ? tab.slots[slot] : NULL;
 }
 
-sa_sim_stream *sa_sim_stream_lookup(sa_stream handle) {
-  if (handle == NULL) return &default_stream;
+sa_sim_stream *sa_sim_default_stream(int device) {
+  if (device < 0 || device >= SA_SIM_MAX_DEVICES) return NULL;
+  sa_sim_stream *s = &default_streams[device];
+  if (!(defaults_made >> device & 1)) {
+    *s = (sa_sim_stream){.sid = (uint64_t)device + 1, .slot = (uint32_t)device,
+                         .device = device, .mode = default_mode};
+    defaults_made |= (uint64_t)1 << device;
+  }
+  return s;
+}
+
+int sa_sim_stream_is_default(const sa_sim_stream *s) {
+  return s->slot < SA_SIM_FIRST_USER_SLOT;
+}
+
+sa_sim_stream *sa_sim_stream_lookup(sa_stream handle, int device) {
+  if (handle == NULL) return sa_sim_default_stream(device);
   return sa_sim_ptrset_contains(&tab.handles, handle) ? (sa_sim_stream *)handle : NULL;
 }
 
 sa_stream sa_sim_stream_handle(const sa_sim_stream *s) {
-  return s->slot == 0 ? NULL : (sa_stream)s;
+  return sa_sim_stream_is_default(s) ? NULL : (sa_stream)s;
 }
 
-sa_sim_stream *sa_sim_stream_for_call(sa_stream handle, const char *call) {
-  sa_sim_stream *s = sa_sim_stream_lookup(handle);
+sa_sim_stream *sa_sim_stream_for_call(sa_stream handle, int device, const char *call) {
+  sa_sim_stream *s = sa_sim_stream_lookup(handle, device);
   if (s == NULL && sa_sim_ptrset_contains(&tab.dead_handles, handle)) {
     fprintf(stderr,
             "streamarena host checker: %s on stream %p, which was destroyed (on a GPU: a "
@@ -115,13 +140,12 @@ static sa_sim_stream *stream_ref(uint32_t slot, uint64_t sid) {
 
 size_t sa_sim_streams_on(int device) {
   size_t n = 0;
-  for (size_t slot = 1; slot < tab.nslots; slot++) n += tab.slots[slot] != NULL && tab.slots[slot]->device == device;
+  for (size_t slot = SA_SIM_FIRST_USER_SLOT; slot < tab.nslots; slot++)
+    n += tab.slots[slot] != NULL && tab.slots[slot]->device == device;
   return n;
 }
 
-int sa_sim_stream_on_device(const sa_sim_stream *s, int device) {
-  return s->slot == 0 || s->device == device;
-}
+int sa_sim_stream_on_device(const sa_sim_stream *s, int device) { return s->device == device; }
 
 void sa_sim_stream_counters(sa_host_counters *out) {
   out->events = tab.nevents;
@@ -129,7 +153,7 @@ void sa_sim_stream_counters(sa_host_counters *out) {
 }
 
 static void stream_describe(const sa_sim_stream *s, char *buf, size_t len) {
-  if (s->slot == 0) snprintf(buf, len, "the default stream");
+  if (sa_sim_stream_is_default(s)) snprintf(buf, len, "the default stream of device %d", s->device);
   else snprintf(buf, len, "stream %p (#%" PRIu64 ", device %d)", (void *)s, s->sid, s->device);
 }
 
@@ -246,14 +270,14 @@ static void settle(void) {
       if (s != NULL && s->mode == SA_HOST_AUTO && s->head < s->tail && run(s, SIZE_MAX) > 0) moved = 1;
     }
   } while (moved);
-  for (size_t slot = 1; slot < tab.nslots; slot++) {
+  for (size_t slot = SA_SIM_FIRST_USER_SLOT; slot < tab.nslots; slot++) {
     sa_sim_stream *s = tab.slots[slot];
     if (s == NULL || !s->destroyed || s->head < s->tail) continue;
     free(s->ops);
     free(s);
     tab.slots[slot] = NULL;
   }
-  while (tab.nslots > 1 && tab.slots[tab.nslots - 1] == NULL) tab.nslots--;
+  while (tab.nslots > SA_SIM_FIRST_USER_SLOT && tab.slots[tab.nslots - 1] == NULL) tab.nslots--;
 }
 
 /* Complete s up to ticket, first driving whatever its waits need. Recursion
@@ -277,10 +301,10 @@ sa_status sa_sim_stream_create(int device, sa_host_mode mode, sa_stream *out) {
   *out = NULL;
   if (mode != SA_HOST_AUTO && mode != SA_HOST_MANUAL) return SA_ERR_INVALID_ARGUMENT;
   if (device < 0 || device >= sa_sim_device_count()) return SA_ERR_NO_DEVICE;
-  size_t slot = 1;
+  size_t slot = SA_SIM_FIRST_USER_SLOT;
   while (slot < tab.nslots && tab.slots[slot] != NULL) slot++;
   if (slot == tab.nslots && slot >= tab.cap) {
-    size_t cap = tab.cap < 16 ? 16 : tab.cap * 2;
+    size_t cap = tab.cap < SA_SIM_FIRST_USER_SLOT + 16 ? SA_SIM_FIRST_USER_SLOT + 16 : tab.cap * 2;
     if (cap > UINT32_MAX) return SA_ERR_OUT_OF_MEMORY;
     sa_sim_stream **slots = realloc(tab.slots, cap * sizeof *slots);
     if (slots == NULL) return SA_ERR_OUT_OF_MEMORY;
@@ -330,8 +354,8 @@ static void keep_dead(sa_sim_stream *s) {
 }
 
 sa_status sa_sim_stream_destroy(sa_stream handle) {
-  if (handle == NULL) return SA_ERR_INVALID_ARGUMENT; /* the default stream stays */
-  sa_sim_stream *s = sa_sim_stream_lookup(handle);
+  if (handle == NULL) return SA_ERR_INVALID_ARGUMENT; /* a default stream stays */
+  sa_sim_stream *s = sa_sim_stream_lookup(handle, -1);
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
   /* cuStreamDestroy returns at once: queued work still runs, later. It moves
    * to a stream of its own that keeps the slot and sid (what events and
@@ -352,7 +376,7 @@ sa_status sa_sim_stream_destroy(sa_stream handle) {
   sa_sim_capture_forget(s);
   if (rest != NULL) rest->capture = SA_HOST_CAPTURE_NONE;
   tab.slots[s->slot] = rest;
-  while (tab.nslots > 1 && tab.slots[tab.nslots - 1] == NULL) tab.nslots--;
+  while (tab.nslots > SA_SIM_FIRST_USER_SLOT && tab.slots[tab.nslots - 1] == NULL) tab.nslots--;
   tab.user_streams--;
   free(s->ops);
   s->ops = NULL;
@@ -370,8 +394,8 @@ void sa_sim_device_synchronize(int device) {
   settle();
 }
 
-sa_status sa_sim_stream_synchronize(sa_stream handle) {
-  sa_sim_stream *s = sa_sim_stream_for_call(handle, "stream_synchronize");
+sa_status sa_sim_stream_synchronize(sa_stream handle, int device) {
+  sa_sim_stream *s = sa_sim_stream_for_call(handle, device, "stream_synchronize");
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
   sa_status st = sa_sim_capture_refuse_on(s);
   if (st == SA_OK) st = sa_sim_capture_unsafe_call();
@@ -381,8 +405,8 @@ sa_status sa_sim_stream_synchronize(sa_stream handle) {
   return SA_OK;
 }
 
-sa_status sa_sim_stream_id(sa_stream handle, uint64_t *id) {
-  sa_sim_stream *s = sa_sim_stream_for_call(handle, "stream_id");
+sa_status sa_sim_stream_id(sa_stream handle, int device, uint64_t *id) {
+  sa_sim_stream *s = sa_sim_stream_for_call(handle, device, "stream_id");
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
   sa_status st = sa_sim_capture_refuse_on(s);
   if (st == SA_OK) *id = s->sid;
@@ -414,8 +438,8 @@ static sa_status event_wait_allowed(const sim_event *e) {
                      "(as CUDA_ERROR_CAPTURED_EVENT)");
 }
 
-sa_status sa_sim_stream_wait_event(sa_stream handle, void *event) {
-  sa_sim_stream *s = sa_sim_stream_for_call(handle, "stream_wait_event");
+sa_status sa_sim_stream_wait_event(sa_stream handle, int device, void *event) {
+  sa_sim_stream *s = sa_sim_stream_for_call(handle, device, "stream_wait_event");
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
   sim_event *e = event_lookup(event);
   if (e == NULL) return bad_event();
@@ -473,7 +497,7 @@ void sa_sim_note_unmap(uintptr_t va, size_t size) {
 
 sa_status sa_sim_enqueue_kernel(sa_stream handle, int device, sa_sim_op_kind kind, uintptr_t p,
                                 size_t size, uint32_t pattern, uint64_t *mismatches) {
-  sa_sim_stream *s = sa_sim_stream_lookup(handle);
+  sa_sim_stream *s = sa_sim_stream_lookup(handle, device);
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
   if (!sa_sim_stream_on_device(s, device)) {
     return sa_sim_fail(SA_ERR_UNKNOWN_STREAM, EINVAL, "host: kernel of one device on a stream of another");
@@ -516,10 +540,10 @@ sa_status sa_sim_event_destroy(void *event) {
   return SA_OK;
 }
 
-sa_status sa_sim_event_record(void *event, sa_stream handle) {
+sa_status sa_sim_event_record(void *event, sa_stream handle, int device) {
   sim_event *e = event_lookup(event);
   if (e == NULL) return bad_event();
-  sa_sim_stream *s = sa_sim_stream_for_call(handle, "event_record");
+  sa_sim_stream *s = sa_sim_stream_for_call(handle, device, "event_record");
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
   if (!sa_sim_stream_on_device(s, e->device)) {
     return sa_sim_fail(SA_ERR_DRIVER, EINVAL, "host: event recorded on a stream of another device");
@@ -583,7 +607,7 @@ sa_status sa_host_stream_create(sa_host_mode mode, sa_stream *out) {
 sa_status sa_host_stream_device(sa_stream stream, int *device) {
   if (device == NULL) return SA_ERR_INVALID_ARGUMENT;
   sa_sim_lock();
-  sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  sa_sim_stream *s = sa_sim_stream_lookup(stream, sa_host_get_device());
   if (s != NULL) *device = s->device;
   sa_sim_unlock();
   return s == NULL ? SA_ERR_UNKNOWN_STREAM : SA_OK;
@@ -599,7 +623,9 @@ sa_status sa_host_stream_destroy(sa_stream stream) {
 sa_status sa_host_set_default_stream_mode(sa_host_mode mode) {
   if (mode != SA_HOST_AUTO && mode != SA_HOST_MANUAL) return SA_ERR_INVALID_ARGUMENT;
   sa_sim_lock();
-  default_stream.mode = mode;
+  default_mode = mode;
+  for (int dev = 0; dev < SA_SIM_MAX_DEVICES; dev++)
+    if (defaults_made >> dev & 1) default_streams[dev].mode = mode;
   settle();
   sa_sim_unlock();
   return SA_OK;
@@ -608,7 +634,7 @@ sa_status sa_host_set_default_stream_mode(sa_host_mode mode) {
 sa_status sa_host_stream_step(sa_stream stream, size_t n, size_t *done) {
   if (done != NULL) *done = 0;
   sa_sim_lock();
-  sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  sa_sim_stream *s = sa_sim_stream_lookup(stream, sa_host_get_device());
   if (s == NULL) {
     sa_sim_unlock();
     return SA_ERR_UNKNOWN_STREAM;
@@ -627,7 +653,7 @@ sa_status sa_host_stream_step(sa_stream stream, size_t n, size_t *done) {
 
 sa_status sa_host_stream_drain(sa_stream stream) {
   sa_sim_lock();
-  sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  sa_sim_stream *s = sa_sim_stream_lookup(stream, sa_host_get_device());
   if (s != NULL) {
     drive(s, s->enqueued);
     settle();
@@ -645,17 +671,17 @@ sa_status sa_host_drain_all(void) {
 
 size_t sa_host_stream_pending(sa_stream stream) {
   sa_sim_lock();
-  sa_sim_stream *s = sa_sim_stream_lookup(stream);
+  sa_sim_stream *s = sa_sim_stream_lookup(stream, sa_host_get_device());
   size_t n = s == NULL ? 0 : (size_t)(s->enqueued - s->completed);
   sa_sim_unlock();
   return n;
 }
 
-/* A kernel of the public API is work of its stream's device, or on the
+/* A kernel of the public API is work of its stream's device: NULL is the
  * default stream of the calling thread's current device (lock held). */
 static int kernel_device(sa_stream stream) {
-  sa_sim_stream *s = sa_sim_stream_lookup(stream);
-  return s != NULL && s->slot != 0 ? s->device : sa_host_get_device();
+  sa_sim_stream *s = sa_sim_stream_lookup(stream, sa_host_get_device());
+  return s != NULL ? s->device : sa_host_get_device();
 }
 
 static sa_status kernel_args(const void *p, size_t size) {
