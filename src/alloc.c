@@ -243,7 +243,8 @@ SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size,
     return SA_ERR_OUT_OF_MEMORY;
   }
   sa_tentry *e;
-  sa_status st = sa__tentry_get(a, s, &e);
+  sa_status st = sa__legacy_stream_check(a, s);
+  if (st == SA_OK) st = sa__tentry_get(a, s, &e);
   if (st != SA_OK) return st;
   if (e->out != NULL) (void)sa__tentry_flush_out(e, true); /* stays on failure */
   void *p;
@@ -261,7 +262,8 @@ sa_status sa_alloc(sa_arena *a, void **out, size_t size, sa_stream s) {
     return SA_ERR_INVALID_ARGUMENT;
   }
   sa_tentry *e = sa__tentry_last();
-  if (sa_likely(e != NULL && size - 1 < large_threshold(a) && entry_current(e, a, s))) {
+  if (sa_likely(e != NULL && size - 1 < large_threshold(a) && entry_current(e, a, s) &&
+                sa__legacy_stream_check(a, s) == SA_OK)) {
     unsigned cls = sa_size_class(size);
     sa_tbin *b = &e->bins[cls];
     uint16_t n = b->n;
@@ -346,8 +348,12 @@ static sa_status free_recorded_span(sa_arena *a, sa_tentry *e, void *p) {
   sa_status st = SA_OK;
   for (unsigned i = 0; st == SA_OK && i <= n; i++)
     st = a->drv->ops->stream_capture_check(a->drv, i < n ? r->streams[i] : e->stream);
+  /* A recorded NULL passed the current context's check when it was
+   * recorded: it names the arena's device's legacy stream since, whatever
+   * context is current at the free. */
   for (unsigned i = 0; st == SA_OK && i < n; i++)
-    st = a->drv->ops->stream_validate(a->drv, r->streams[i]);
+    if (!sa_driver_stream_is_legacy(r->streams[i]))
+      st = a->drv->ops->stream_validate(a->drv, r->streams[i]);
   size_t request = 0;
   if (st == SA_OK)
     st = sa__span_free(a, (uintptr_t)p, e->sarena, n > 0 ? r->streams : NULL, n, NULL, &request);
@@ -475,7 +481,8 @@ static sa_status free_slow(void *ptr, sa_stream s, bool trace) {
   sa_span *sp;
   if (ref.in_run && !at_hand && (st = sa__span_find(a, (uintptr_t)ptr, &sp)) != SA_OK) return st;
   sa_tentry *e;
-  st = sa__tentry_get(a, s, &e); /* validates the stream */
+  st = sa__legacy_stream_check(a, s);
+  if (st == SA_OK) st = sa__tentry_get(a, s, &e); /* validates the stream */
   if (st != SA_OK) {
     /* A bad pointer is named before a bad stream: a span not looked up
      * above (its entry needed a fence meanwhile, which failed) is now. */
@@ -520,7 +527,8 @@ sa_status sa_free(void *ptr, sa_stream s) {
     sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
     sa__hook_fast(SA_HOOK_FREE_FAST_ARENA, a);
     if (sa_likely(a != NULL &&
-                  e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed))) {
+                  e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed) &&
+                  sa__legacy_stream_check(a, s) == SA_OK)) {
       sa_desc *d = sa__pagemap_at(a, at);
       if (sa_likely(d != NULL && d->kind == SA_DESC_SUPERBLOCK)) {
         sa_superblock *sb = (sa_superblock *)d;
@@ -557,6 +565,7 @@ sa_status sa_record_stream(void *ptr, sa_stream other) {
   sa_arena *a;
   block_ref ref;
   sa_status st = locate_live(ptr, true, &a, &ref);
+  if (st == SA_OK) st = sa__legacy_stream_check(a, other); /* before "ordered already" */
   if (st != SA_OK) return st;
   /* A small block always comes back through its own stream, which orders
    * its reuse after that stream's work. A span freed on another stream may

@@ -257,7 +257,9 @@ sa_status sa_set_superblock_size(sa_arena *a, size_t bytes) {
 sa_status sa_stream_release(sa_arena *a, sa_stream s) {
   if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
   sa_stream_arena *sa;
-  sa_status st = sa__stream_arena_release(a, s, &sa);
+  sa_status st = sa__legacy_stream_check(a, s);
+  if (st != SA_OK) return st;
+  st = sa__stream_arena_release(a, s, &sa);
   if (sa == NULL) return st;
   /* Its work is done: what every thread cached for it comes back now, and
    * its empty superblocks go to the global stack without an event. */

@@ -646,6 +646,17 @@ static inline void sa__live_add(sa_arena *a, int64_t delta) {
   sa__hook_fast(SA_HOOK_LIVE_ADDED, a); /* every span alloc and free publishes */
   sa__live_peak_raise(a, now);
 }
+/* SA_OK, or SA_ERR_UNKNOWN_STREAM where s is NULL (CUDA: or
+ * CU_STREAM_LEGACY) and the calling thread's current context is another
+ * device's, whose legacy stream s names there (streamarena.h, on
+ * sa_stream). A thread may switch contexts between calls while its cache
+ * entry for (arena, s) stays, so every call that names s asks before it
+ * uses the entry (alloc.c, sa_stream_release). Any other handle: one
+ * compare. */
+static inline sa_status sa__legacy_stream_check(sa_arena *a, sa_stream s) {
+  if (sa_likely(!sa_driver_stream_is_legacy(s))) return SA_OK;
+  return a->drv->ops->legacy_stream_check(a->drv, s);
+}
 
 /* va_space.c: all with the arena lock held */
 sa_status sa__va_init(sa_arena *a);

@@ -385,6 +385,13 @@ static void user_context_is_restored(void **state) {
   CUstream theirs = NULL;
   assert_int_equal(u.StreamCreate(&theirs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   assert_int_equal(o->stream_validate(f->d, (sa_stream)theirs), SA_ERR_UNKNOWN_STREAM);
+  /* Nor is NULL, which names the legacy stream of their context now: the
+   * arena refuses it (the ops below still make ours current). */
+  assert_int_equal(o->stream_validate(f->d, NULL), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(o->legacy_stream_check(f->d, NULL), SA_ERR_UNKNOWN_STREAM);
+  const char *why = NULL;
+  (void)sa_last_driver_error(&why);
+  assert_non_null(strstr(why, "NULL stream of another context on this device"));
 
   buffer b;
   buffer_make(f, &b, f->g);

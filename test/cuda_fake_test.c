@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "driver/driver.h"
 
@@ -23,6 +24,8 @@ static int (*fake_waits)(void);
 static unsigned long long (*fake_last_wait_stream)(void);
 static unsigned long long (*fake_pt_id)(int dev);
 static int (*fake_current_device)(void);
+static void *(*fake_user_context)(int dev);
+static CUresult (*cu_ctx_set_current)(CUcontext ctx); /* the fake's cuCtxSetCurrent */
 
 static sa_arena *arena_on(int device) {
   sa_config c;
@@ -139,6 +142,101 @@ static void call_on_fresh_thread_leaves_its_device_alone(void **state) {
   assert_int_equal(sa_arena_destroy(a), SA_OK);
 }
 
+/* Calls of a thread on NULL with device 1's arena, and what they said. */
+typedef struct null_calls_s {
+  sa_arena *a1;
+  sa_driver *d1;
+  void *small, *span, *q;
+  sa_status alloc_small, alloc_span, free_small, free_span, record, release, legacy, validate;
+  char why[256];
+} null_calls;
+
+/* With device 1's primary context current: the thread's entry for NULL,
+ * and a block in its cache. */
+static sa_status allocate_on_null(void *arg) {
+  null_calls *c = arg;
+  sa_status st = sa_alloc(c->a1, &c->span, 8 * MIB, NULL);
+  if (st == SA_OK) st = sa_alloc(c->a1, &c->small, 4096, NULL);
+  return st;
+}
+
+/* With device 0's primary context current. */
+static sa_status call_on_null(void *arg) {
+  null_calls *c = arg;
+  const char *why = NULL;
+  c->alloc_small = sa_alloc(c->a1, &c->q, 4096, NULL);
+  (void)sa_last_driver_error(&why);
+  snprintf(c->why, sizeof c->why, "%s", why);
+  c->alloc_span = sa_alloc(c->a1, &c->q, 8 * MIB, NULL);
+  c->free_small = sa_free(c->small, NULL);
+  c->free_span = sa_free(c->span, NULL);
+  c->record = sa_record_stream(c->small, NULL);
+  c->release = sa_stream_release(c->a1, NULL);
+  c->legacy = sa_alloc(c->a1, &c->q, 4096, CU_STREAM_LEGACY);
+  c->validate = c->d1->ops->stream_validate(c->d1, NULL); /* the driver's own answer */
+  return SA_OK;
+}
+
+/* cuda.c's rule for the legacy stream: device 1's arena takes NULL while
+ * device 1's primary context is current, or none is, and refuses NULL and
+ * CU_STREAM_LEGACY in every call while device 0's is current, where they
+ * name device 0's legacy stream (the thread's kernels on stream 0 go
+ * there); the message names both devices, and nothing changes. */
+static void null_with_another_devices_context_current_is_refused(void **state) {
+  (void)state;
+  sa_arena *a1 = arena_on(1);
+  sa_driver *d0 = NULL, *d1 = NULL;
+  assert_int_equal(sa_driver_open(SA_BACKEND_CUDA, 0, &d0), SA_OK);
+  assert_int_equal(sa_driver_open(SA_BACKEND_CUDA, 1, &d1), SA_OK);
+  null_calls c = {.a1 = a1, .d1 = d1};
+  assert_int_equal(d1->ops->call_in_context(d1, allocate_on_null, &c), SA_OK);
+  assert_int_equal(d0->ops->call_in_context(d0, call_on_null, &c), SA_OK);
+  assert_int_equal(fake_current_device(), -1); /* put back: none */
+  assert_int_equal(c.alloc_small, SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(c.alloc_span, SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(c.free_small, SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(c.free_span, SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(c.record, SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(c.release, SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(c.legacy, SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(c.validate, SA_ERR_UNKNOWN_STREAM);
+  assert_null(c.q);
+  if (strstr(c.why, "NULL stream of another device: it names the legacy stream of device 0") ==
+          NULL ||
+      strstr(c.why, "make device 1 current") == NULL)
+    fail_msg("the refusal says '%s'", c.why);
+  /* No context current: NULL is device 1's again; the blocks stayed live. */
+  assert_int_equal(sa_free(c.small, NULL), SA_OK);
+  assert_int_equal(sa_free(c.span, NULL), SA_OK);
+  assert_int_equal(sa_stream_release(a1, NULL), SA_OK);
+  assert_int_equal(sa_arena_destroy(a1), SA_OK);
+  sa_driver_close(d0);
+  sa_driver_close(d1);
+}
+
+/* A context of the user's own on the arena's device has a legacy stream
+ * of its own, not the primary context's the arena works in: NULL is
+ * refused there too, and the message says which. */
+static void null_with_a_users_own_context_current_is_refused(void **state) {
+  (void)state;
+  sa_arena *a1 = arena_on(1);
+  void *p = &p;
+  const char *why = NULL;
+  char said[256];
+  assert_int_equal(cu_ctx_set_current((CUcontext)fake_user_context(1)), CUDA_SUCCESS);
+  sa_status st = sa_alloc(a1, &p, 4096, NULL);
+  (void)sa_last_driver_error(&why);
+  snprintf(said, sizeof said, "%s", why);
+  sa_status legacy = sa_alloc(a1, &p, 4096, CU_STREAM_LEGACY);
+  assert_int_equal(cu_ctx_set_current(NULL), CUDA_SUCCESS);
+  assert_int_equal(st, SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(legacy, SA_ERR_UNKNOWN_STREAM);
+  assert_null(p);
+  if (strstr(said, "NULL stream of another context on this device") == NULL)
+    fail_msg("the refusal says '%s'", said);
+  assert_int_equal(sa_arena_destroy(a1), SA_OK);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || dlopen(argv[1], RTLD_NOW | RTLD_LOCAL) == NULL) {
     fprintf(stderr, "usage: %s path/to/fake/libcuda.so (%s)\n", argv[0], dlerror());
@@ -149,10 +247,17 @@ int main(int argc, char **argv) {
   *(void **)&fake_last_wait_stream = dlsym(h, "fake_cuda_last_wait_stream");
   *(void **)&fake_pt_id = dlsym(h, "fake_cuda_pt_id");
   *(void **)&fake_current_device = dlsym(h, "fake_cuda_current_device");
+  *(void **)&fake_user_context = dlsym(h, "fake_cuda_user_context");
+  CUresult (*get_proc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+  *(void **)&get_proc = dlsym(h, "cuGetProcAddress_v2");
+  if (get_proc("cuCtxSetCurrent", (void **)&cu_ctx_set_current, 12000, 0, NULL) != CUDA_SUCCESS)
+    return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(explicit_streams_reuse_behind_a_wait),
       cmocka_unit_test(per_thread_streams_of_two_threads_are_two_streams),
       cmocka_unit_test(call_on_fresh_thread_leaves_its_device_alone),
+      cmocka_unit_test(null_with_another_devices_context_current_is_refused),
+      cmocka_unit_test(null_with_a_users_own_context_current_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

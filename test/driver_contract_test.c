@@ -8,6 +8,7 @@
  * CUDA it skips, saying so, where the machine has fewer than two GPUs, and
  * there it also runs a PTX kernel on device 1 over device 0's memory
  * (cuda_loader.h). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -414,6 +415,84 @@ static void peer_reads_and_writes_memory_of_device_0(void **state) {
   if (d->backend == SA_BACKEND_HOST) assert_int_equal(sa_host_set_device_count(1), SA_OK);
 }
 
+/* What a thread saw of NULL: with no device current, and then inside
+ * d0's call_in_context. */
+typedef struct legacy_probe_s {
+  sa_driver *d0, *d1;
+  sa_status none0, none1;     /* stream_validate(NULL), no device current */
+  sa_status own, other, check, check_explicit, legacy; /* device 0 current */
+  char why[256];              /* the refusal's description */
+  sa_status called, after1;   /* call_in_context's status; d1's NULL after it */
+  sa_stream s1;
+} legacy_probe;
+
+static sa_status probe_with_device_0_current(void *arg) {
+  legacy_probe *p = arg;
+  const char *why = NULL;
+  p->own = p->d0->ops->stream_validate(p->d0, NULL);
+  p->other = p->d1->ops->stream_validate(p->d1, NULL);
+  (void)sa_last_driver_error(&why);
+  snprintf(p->why, sizeof p->why, "%s", why);
+  p->check = p->d1->ops->legacy_stream_check(p->d1, NULL);
+  p->check_explicit = p->d1->ops->legacy_stream_check(p->d1, p->s1);
+  p->legacy = p->d1->backend == SA_BACKEND_CUDA
+                  ? p->d1->ops->stream_validate(p->d1, (sa_stream)(uintptr_t)1)
+                  : SA_ERR_UNKNOWN_STREAM; /* CU_STREAM_LEGACY: CUDA's alone */
+  return SA_ERR_NOT_READY; /* handed back as it is */
+}
+
+static void *probe_thread(void *arg) {
+  legacy_probe *p = arg;
+  p->none0 = p->d0->ops->stream_validate(p->d0, NULL);
+  p->none1 = p->d1->ops->stream_validate(p->d1, NULL);
+  p->called = p->d0->ops->call_in_context(p->d0, probe_with_device_0_current, p);
+  p->after1 = p->d1->ops->stream_validate(p->d1, NULL);
+  return NULL;
+}
+
+/* NULL names the legacy stream of the calling thread's current context (on
+ * the simulator: device): a driver takes it where its own device or none is
+ * current, and refuses it where another device is, naming both (an arena
+ * would order its frees after a stream the user's work is not on); an
+ * explicit stream needs no current context. call_in_context makes the
+ * driver's device current for one call, hands back its status and then
+ * puts back what was current: here, none. */
+static void null_names_the_legacy_stream_of_the_current_device(void **state) {
+  (void)state;
+  int devices = 0;
+  if (d->backend == SA_BACKEND_HOST) {
+    assert_int_equal(sa_host_set_device_count(2), SA_OK);
+  } else if (sa_driver_cuda_device_count(&devices) != SA_OK || devices < 2) {
+    printf("driver_contract_test: NULL case skipped: this machine has %d CUDA device(s), the "
+           "case needs 2\n", devices);
+    skip();
+  }
+  legacy_probe p = {0};
+  assert_int_equal(sa_driver_open(d->backend, 0, &p.d0), SA_OK);
+  assert_int_equal(sa_driver_open(d->backend, 1, &p.d1), SA_OK);
+  assert_int_equal(p.d1->ops->stream_create(p.d1, &p.s1), SA_OK);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, probe_thread, &p), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(p.none0, SA_OK);
+  assert_int_equal(p.none1, SA_OK);
+  assert_int_equal(p.called, SA_ERR_NOT_READY);
+  assert_int_equal(p.own, SA_OK);
+  assert_int_equal(p.other, SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(p.check, SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(p.check_explicit, SA_OK);
+  assert_int_equal(p.legacy, SA_ERR_UNKNOWN_STREAM);
+  if (strstr(p.why, "NULL stream of another device") == NULL ||
+      strstr(p.why, "stream of device 0, current on this thread, not device 1's") == NULL ||
+      strstr(p.why, "make device 1 current") == NULL)
+    fail_msg("the refusal says '%s'", p.why);
+  assert_int_equal(p.after1, SA_OK); /* no device current again */
+  assert_int_equal(p.d1->ops->stream_destroy(p.d1, p.s1), SA_OK);
+  sa_driver_close(p.d0);
+  sa_driver_close(p.d1);
+  if (d->backend == SA_BACKEND_HOST) assert_int_equal(sa_host_set_device_count(1), SA_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(granularity_is_a_power_of_two_within_device_memory),
@@ -429,6 +508,7 @@ int main(void) {
       cmocka_unit_test(destroyed_stream_still_completes_its_work),
       cmocka_unit_test(streams_are_created_validated_and_destroyed),
       cmocka_unit_test(peer_reads_and_writes_memory_of_device_0),
+      cmocka_unit_test(null_names_the_legacy_stream_of_the_current_device),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -14,6 +14,8 @@
  *
  * fake_cuda_waits() counts cuStreamWaitEvent calls; fake_cuda_last_wait_stream()
  * is the id of the stream the last one was enqueued on.
+ * fake_cuda_user_context(dev) is a context of device dev that is not its
+ * primary one (cuCtxCreate's, which the fake lacks), for cuCtxSetCurrent.
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -42,6 +44,7 @@ typedef struct fevent_s {
 } fevent;
 
 static fctx ctxs[NDEV] = {{0}, {1}};
+static fctx user_ctxs[NDEV] = {{0}, {1}};
 static fstream legacy[NDEV] = {{&ctxs[0], 1}, {&ctxs[1], 2}};
 static _Thread_local fctx *tl_stack[8];
 static _Thread_local int tl_depth; /* tl_stack[tl_depth - 1] is current */
@@ -57,10 +60,13 @@ int fake_cuda_waits(void);
 unsigned long long fake_cuda_last_wait_stream(void);
 unsigned long long fake_cuda_pt_id(int dev);
 int fake_cuda_current_device(void);
+void *fake_cuda_user_context(int dev);
 
 int fake_cuda_waits(void) { return atomic_load(&waits); }
 unsigned long long fake_cuda_last_wait_stream(void) { return atomic_load(&last_wait_stream); }
 int fake_cuda_current_device(void) { return tl_depth > 0 && tl_stack[tl_depth - 1] ? tl_stack[tl_depth - 1]->dev : -1; }
+
+void *fake_cuda_user_context(int dev) { return &user_ctxs[dev]; }
 
 static fctx *cur(void) { return tl_depth > 0 ? tl_stack[tl_depth - 1] : NULL; }
 

@@ -7,6 +7,9 @@
  *     at each call (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL), never the other's;
  *     a stream of the other device is SA_ERR_UNKNOWN_STREAM;
  *   - an arena refuses streams of another device, naming the reason;
+ *   - NULL is the legacy stream of the thread's current context: device
+ *     1's arena orders a reuse after device 1's legacy stream while device
+ *     1 is current, and refuses NULL in every call while device 0 is;
  *   - with peer_access=1 an arena of device 0 is read and written by a PTX
  *     kernel on device 1 after growth, stitching under a physical cap, a
  *     trim to nothing and a new superblock size; cuMemGetAccess says
@@ -184,6 +187,95 @@ static void arena_refuses_streams_of_another_device(void **state) {
   SA_CU_OK(sa_cu.StreamDestroy(s1));
 }
 
+/* ---- NULL: the legacy stream of the current context -------------------- */
+
+/* NULL with device 1's primary context current is device 1's legacy
+ * stream, where the thread's own kernels on stream 0 go: a span freed on it
+ * behind such a kernel (mad_words, launched again and again so that it is
+ * still running at the handout) goes to a non-blocking stream of device 1
+ * only behind that kernel. The new owner's memset then lands last: every
+ * word reads as its pattern, not as the kernel's seed * 3 + 1. */
+static void null_is_the_arenas_legacy_stream_while_its_context_is_current(void **state) {
+  (void)state;
+  need_devices();
+  sa_arena *a1 = NULL;
+  sa_assert_ok(sa_fixture_arena_create(&a1, ON_CUDA "device=1,peer_access=0,max_physical=64MiB"));
+  CUstream s1 = stream_of(1); /* leaves device 1 current */
+  const size_t bytes = 48 * MiB; /* one fits under the cap, two do not */
+  void *p = NULL, *q = NULL;
+  sa_assert_ok(sa_alloc(a1, &p, bytes, NULL));
+  SA_CU_OK(sa_cu.MemsetD32Async((CUdeviceptr)(uintptr_t)p, 7, bytes / 4, NULL));
+  CUdeviceptr dp = (CUdeviceptr)(uintptr_t)p;
+  unsigned n = (unsigned)(bytes / 4), mul = 3, add = 1;
+  void *args[] = {&dp, &n, &mul, &add};
+  for (int i = 0; i < 64; i++)
+    SA_CU_OK(sa_cu.LaunchKernel(g.mad, 264, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+  sa_assert_ok(sa_free(p, NULL));
+  sa_assert_ok(sa_alloc(a1, &q, bytes, (sa_stream)s1));
+  assert_ptr_equal(q, p);
+  SA_CU_OK(sa_cu.MemsetD32Async((CUdeviceptr)(uintptr_t)q, 0x5A5A5A5Au, bytes / 4, s1));
+  SA_CU_OK(sa_cu.StreamSynchronize(s1));
+  SA_CU_OK(sa_cu.StreamSynchronize(NULL));
+  uint32_t *host = malloc(bytes);
+  assert_non_null(host);
+  SA_CU_OK(sa_cu.MemcpyDtoH(host, (CUdeviceptr)(uintptr_t)q, bytes));
+  unsigned long long wrong = 0;
+  for (size_t i = 0; i < bytes / 4; i++) wrong += host[i] != 0x5A5A5A5Au;
+  free(host);
+  printf("gpu_multi_device: NULL with device 1 current: a span freed behind 64 kernels on its "
+         "legacy stream went to another stream, %llu words wrong\n", wrong);
+  sa_assert_ok(sa_free(q, (sa_stream)s1));
+  sa_assert_ok(sa_stream_release(a1, (sa_stream)s1));
+  sa_assert_ok(sa_stream_release(a1, NULL));
+  sa_assert_ok(sa_arena_destroy(a1));
+  SA_CU_OK(sa_cu.StreamDestroy(s1));
+  assert_int_equal(wrong, 0);
+}
+
+/* NULL passed to device 1's arena while device 0's primary context is
+ * current names device 0's legacy stream: refused with
+ * SA_ERR_UNKNOWN_STREAM by every call, naming both devices, also where the
+ * thread's cache holds an entry for NULL made while device 1 was current;
+ * nothing changes, and with device 1 current again the calls work. */
+static void null_of_another_devices_context_is_refused(void **state) {
+  (void)state;
+  need_devices();
+  sa_arena *a1 = NULL;
+  sa_assert_ok(sa_fixture_arena_create(&a1, ON_CUDA "device=1,peer_access=0"));
+  CUstream s1 = stream_of(1);
+  void *other = NULL, *span = NULL, *small = NULL, *q = &q;
+  sa_assert_ok(sa_alloc(a1, &other, 4096, (sa_stream)s1));
+  sa_assert_ok(sa_alloc(a1, &span, 3 * MiB, NULL));
+  sa_assert_ok(sa_alloc(a1, &small, 4096, NULL));
+  sa_stats was, now;
+  sa_assert_ok(sa_get_stats(a1, &was));
+  SA_CU_OK(sa_cu.CtxSetCurrent(g.ctx[0]));
+  assert_int_equal(sa_alloc(a1, &q, 4096, NULL), SA_ERR_UNKNOWN_STREAM);
+  assert_null(q);
+  sa_fixture_assert_driver_error("NULL stream of another device: it names the legacy stream of "
+                                 "device 0");
+  sa_fixture_assert_driver_error("make device 1 current");
+  assert_int_equal(sa_alloc(a1, &q, 3 * MiB, NULL), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(sa_alloc(a1, &q, 4096, (sa_stream)CU_STREAM_LEGACY), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(sa_free(small, NULL), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(sa_free(span, NULL), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(sa_record_stream(small, NULL), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(sa_record_stream(other, NULL), SA_ERR_UNKNOWN_STREAM);
+  assert_int_equal(sa_stream_release(a1, NULL), SA_ERR_UNKNOWN_STREAM);
+  sa_assert_ok(sa_get_stats(a1, &now));
+  assert_int_equal(now.alloc_count, was.alloc_count);
+  assert_int_equal(now.free_count, was.free_count);
+  assert_int_equal(now.live_bytes, was.live_bytes);
+  SA_CU_OK(sa_cu.CtxSetCurrent(g.ctx[1]));
+  sa_assert_ok(sa_free(small, NULL));
+  sa_assert_ok(sa_free(span, NULL));
+  sa_assert_ok(sa_free(other, (sa_stream)s1));
+  sa_assert_ok(sa_stream_release(a1, NULL));
+  sa_assert_ok(sa_stream_release(a1, (sa_stream)s1));
+  sa_assert_ok(sa_arena_destroy(a1));
+  SA_CU_OK(sa_cu.StreamDestroy(s1));
+}
+
 /* ---- peer access ------------------------------------------------------- */
 
 typedef struct peer_s {
@@ -304,6 +396,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(default_arena_follows_the_current_context),
       cmocka_unit_test(arena_refuses_streams_of_another_device),
+      cmocka_unit_test(null_is_the_arenas_legacy_stream_while_its_context_is_current),
+      cmocka_unit_test(null_of_another_devices_context_is_refused),
       cmocka_unit_test(peer_kernel_after_growth_stitching_and_trim),
       cmocka_unit_test(peer_access_checks_at_create),
   };

@@ -1,12 +1,17 @@
-/* Several devices on the host simulator: per-device memory, streams and
- * arenas, the default arena of the thread's current device, streams of one
- * device refused by another's arena, and peer access (a kernel of device 1
- * on device 0's memory runs only where the arena granted it, through growth,
- * stitching, trims and new superblock sizes). Every case runs on two (or
- * three) simulated devices and leaves the simulator as it found it.
+/* Several devices on the host simulator: per-device memory, streams,
+ * default streams and arenas, the default arena of the thread's current
+ * device, streams of one device refused by another's arena, NULL as the
+ * legacy stream of the thread's current device (streamarena.h, on
+ * sa_stream), and peer access (a kernel of device 1 on device 0's memory
+ * runs only where the arena granted it, through growth, stitching, trims
+ * and new superblock sizes). Every case runs on two (or three) simulated
+ * devices and leaves the simulator as it found it.
  *
- * The same bookkeeping on two real GPUs: driver_contract_test (peer case)
- * and gpu_torture_test with STREAMARENA_TEST_DEVICE=1. */
+ * The same bookkeeping on two real GPUs: driver_contract_test (peer and
+ * NULL cases), gpu_multi_device_test and gpu_torture_test with
+ * STREAMARENA_TEST_DEVICE=1; cuda_fake_test runs cuda.c's NULL rule on a
+ * fake libcuda. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -164,8 +169,16 @@ static void streams_and_events_belong_to_a_device(void **state) {
   sa_assert_ok(sa_driver_host_open(1, &d1));
   sa_stream s0 = stream_on(0, SA_HOST_MANUAL), s1 = stream_on(1, SA_HOST_AUTO), made = NULL;
   sa_assert_ok(d0->ops->stream_validate(d0, s0));
+  /* NULL is the default stream of the thread's current device: a driver
+   * takes its own device's only (as cuda.c takes its own context's). */
+  sa_assert_ok(sa_host_set_device(0));
   sa_assert_ok(d0->ops->stream_validate(d0, NULL));
+  sa_assert_status(d1->ops->stream_validate(d1, NULL), SA_ERR_UNKNOWN_STREAM);
+  sa_fixture_assert_driver_error("NULL stream of another device");
+  sa_assert_ok(sa_host_set_device(1));
   sa_assert_ok(d1->ops->stream_validate(d1, NULL));
+  sa_assert_status(d0->ops->stream_validate(d0, NULL), SA_ERR_UNKNOWN_STREAM);
+  sa_assert_ok(sa_host_set_device(0));
   sa_assert_status(d0->ops->stream_validate(d0, s1), SA_ERR_UNKNOWN_STREAM);
   sa_fixture_assert_driver_error("stream of another device");
   sa_assert_ok(d1->ops->stream_validate(d1, s1));
@@ -312,8 +325,9 @@ static void kernel_of_a_peer_runs_only_with_access(void **state) {
 /* ---- arenas ------------------------------------------------------------ */
 
 /* An arena hands out its own device's memory and only takes that device's
- * streams (and NULL): another device's stream is SA_ERR_UNKNOWN_STREAM in
- * every call that names one, and nothing changes. */
+ * streams (and NULL while that device is current): another device's stream
+ * is SA_ERR_UNKNOWN_STREAM in every call that names one, and nothing
+ * changes. */
 static void arena_takes_only_its_device(void **state) {
   (void)state;
   sa_arena *a0 = NULL, *a1 = NULL;
@@ -336,9 +350,19 @@ static void arena_takes_only_its_device(void **state) {
   sa_assert_status(sa_free(p0[1], s1), SA_ERR_UNKNOWN_STREAM); /* still live */
   sa_assert_status(sa_free(p1[4], s0), SA_ERR_UNKNOWN_STREAM);
   sa_assert_status(sa_record_stream(p0[0], s1), SA_ERR_UNKNOWN_STREAM);
-  sa_assert_ok(sa_alloc(a1, &q, 4096, NULL)); /* the default stream is every device's */
+  /* NULL is the default stream of the thread's current device: device 0's
+   * here, which device 1's arena cannot order. (It was accepted while the
+   * simulator had one default stream for every device.) With device 1
+   * current it is device 1's. */
+  sa_assert_ok(sa_host_set_device(0));
+  sa_assert_status(sa_alloc(a1, &q, 4096, NULL), SA_ERR_UNKNOWN_STREAM);
+  assert_null(q);
+  sa_fixture_assert_driver_error("NULL stream of another device");
+  sa_assert_ok(sa_host_set_device(1));
+  sa_assert_ok(sa_alloc(a1, &q, 4096, NULL));
   assert_int_equal(device_of(q), 1);
   sa_assert_ok(sa_free(q, NULL));
+  sa_assert_ok(sa_host_set_device(0));
   for (int i = 0; i < 5; i++) {
     sa_assert_ok(sa_free(p0[i], s0));
     sa_assert_ok(sa_free(p1[i], s1));
@@ -349,6 +373,206 @@ static void arena_takes_only_its_device(void **state) {
   sa_assert_ok(sa_arena_destroy(a1));
   sa_assert_ok(sa_host_stream_destroy(s0));
   sa_assert_ok(sa_host_stream_destroy(s1));
+}
+
+/* ---- NULL: the legacy stream of the thread's current device ------------ *
+ * The rule of streamarena.h (on sa_stream): an arena takes NULL while the
+ * calling thread has the arena's device current, or none; with another
+ * device current, NULL names that device's default stream, and the arena
+ * refuses it. Two devices, each granted access to the other's memory, as a
+ * program that moves tensors between GPUs has. */
+
+#define SPAN (6 * MiB) /* one fits under the cap below, two do not */
+#define TWO_PEERS ON_HOST "peer_access=all,max_physical=8MiB,device="
+
+/* NULL from a thread whose current device is the arena's is that device's
+ * default stream, in the arena's calls as in the thread's own work: a span
+ * freed on it while the thread's fill there is still queued goes to
+ * another stream of the device only behind that fill (the stream waits),
+ * and the checker stays silent. */
+static void null_is_the_arenas_default_stream_while_its_device_is_current(void **state) {
+  (void)state;
+  sa_arena *a1 = NULL;
+  sa_assert_ok(sa_fixture_arena_create(&a1, TWO_PEERS "1"));
+  sa_stream s1 = stream_on(1, SA_HOST_MANUAL);
+  sa_assert_ok(sa_host_set_default_stream_mode(SA_HOST_MANUAL));
+  sa_assert_ok(sa_host_set_device(1));
+  uint64_t v = violations(), bad = 0;
+  void *p = NULL, *q = NULL;
+  sa_assert_ok(sa_alloc(a1, &p, SPAN, NULL));
+  sa_assert_ok(sa_host_fill(NULL, p, SPAN, 0xA1));
+  sa_assert_ok(sa_free(p, NULL));
+  sa_assert_ok(sa_alloc(a1, &q, SPAN, s1)); /* nothing else fits under the cap */
+  assert_ptr_equal(q, p);
+  sa_assert_ok(sa_host_fill(s1, q, SPAN, 0xB1));
+  sa_assert_ok(sa_host_check(s1, q, SPAN, 0xB1, &bad));
+  /* s1 first, as far as it goes: it waits for the default stream's fill. */
+  sa_assert_ok(sa_host_stream_step(s1, SIZE_MAX, NULL));
+  assert_true(sa_host_stream_pending(s1) > 0);
+  sa_assert_ok(sa_host_stream_drain(NULL));
+  sa_assert_ok(sa_host_stream_drain(s1));
+  assert_int_equal(bad, 0);
+  assert_int_equal(violations(), v);
+  sa_assert_ok(sa_free(q, s1));
+  sa_assert_ok(sa_host_set_default_stream_mode(SA_HOST_AUTO));
+  sa_assert_ok(sa_stream_release(a1, s1));
+  sa_assert_ok(sa_stream_release(a1, NULL));
+  sa_assert_ok(sa_host_set_device(0));
+  sa_assert_ok(sa_arena_destroy(a1));
+  sa_assert_ok(sa_host_stream_destroy(s1));
+}
+
+/* NULL passed to device 1's arena by a thread with device 0 current names
+ * device 0's default stream, where that thread's own work on "stream 0"
+ * goes; device 1's arena can neither record its events there nor order a
+ * reuse after it, and ordering after device 1's instead would hand the
+ * memory out while device 0 still uses it. Every call that names it is
+ * refused with SA_ERR_UNKNOWN_STREAM, naming both devices, and changes
+ * nothing: also where the thread used NULL with the arena before, while
+ * device 1 was current, so that its cache answers sa_alloc and sa_free of
+ * small blocks without asking the driver anything else. */
+static void null_of_another_current_device_is_refused_by_every_call(void **state) {
+  (void)state;
+  sa_arena *a1 = NULL;
+  sa_assert_ok(sa_fixture_arena_create(&a1, TWO_PEERS "1"));
+  sa_stream s1 = stream_on(1, SA_HOST_AUTO);
+  void *small = NULL, *span = NULL, *other = NULL, *q = &q;
+  sa_assert_ok(sa_host_set_device(1));
+  sa_assert_ok(sa_alloc(a1, &other, 4096, s1));
+  sa_assert_ok(sa_alloc(a1, &span, 3 * MiB, NULL));
+  sa_assert_ok(sa_alloc(a1, &small, 4096, NULL)); /* last: the fast paths' entry */
+  sa_stats was, now;
+  sa_assert_ok(sa_get_stats(a1, &was));
+
+  sa_assert_ok(sa_host_set_device(0));
+  sa_assert_status(sa_alloc(a1, &q, 4096, NULL), SA_ERR_UNKNOWN_STREAM); /* cached class */
+  assert_null(q);
+  sa_fixture_assert_driver_error("NULL stream of another device: it names the default stream "
+                                 "of device 0");
+  sa_fixture_assert_driver_error("make device 1 current");
+  q = &q;
+  sa_assert_status(sa_alloc(a1, &q, 3 * MiB, NULL), SA_ERR_UNKNOWN_STREAM);
+  assert_null(q);
+  sa_assert_status(sa_free(small, NULL), SA_ERR_UNKNOWN_STREAM); /* the fast path's */
+  sa_assert_status(sa_free(span, NULL), SA_ERR_UNKNOWN_STREAM);
+  sa_assert_status(sa_free(other, NULL), SA_ERR_UNKNOWN_STREAM);
+  sa_assert_status(sa_record_stream(small, NULL), SA_ERR_UNKNOWN_STREAM); /* its own stream */
+  sa_assert_status(sa_record_stream(other, NULL), SA_ERR_UNKNOWN_STREAM);
+  sa_assert_status(sa_record_stream(span, NULL), SA_ERR_UNKNOWN_STREAM);
+  sa_assert_status(sa_stream_release(a1, NULL), SA_ERR_UNKNOWN_STREAM);
+  sa_fixture_assert_driver_error("NULL stream of another device");
+  sa_assert_ok(sa_get_stats(a1, &now));
+  assert_int_equal(now.alloc_count, was.alloc_count);
+  assert_int_equal(now.free_count, was.free_count);
+  assert_int_equal(now.live_bytes, was.live_bytes);
+  assert_int_equal(now.streams, was.streams);
+
+  /* With device 1 current again the same calls work: nothing was freed.
+   * A record of NULL made then names device 1's default stream for good:
+   * a free on s1 from a thread with device 0 current takes it so. */
+  sa_assert_ok(sa_host_set_device(1));
+  sa_assert_ok(sa_record_stream(other, NULL));
+  sa_assert_ok(sa_record_stream(span, NULL));
+  sa_assert_ok(sa_free(small, NULL));
+  sa_assert_ok(sa_host_set_device(0));
+  sa_assert_ok(sa_free(span, s1));
+  sa_assert_ok(sa_free(other, s1));
+  sa_assert_ok(sa_host_set_device(1));
+  sa_assert_ok(sa_stream_release(a1, NULL));
+  sa_assert_ok(sa_stream_release(a1, s1));
+  sa_assert_ok(sa_host_set_device(0));
+  sa_assert_ok(sa_arena_destroy(a1)); /* SA_ERR_LIVE_BLOCKS if a block stayed */
+  sa_assert_ok(sa_host_stream_destroy(s1));
+}
+
+/* What a thread with no device current did: the first failing line, its
+ * status, and what it saw. */
+typedef struct no_device_job_s {
+  sa_arena *a0, *a1;
+  sa_driver *d1;
+  sa_stream s1;
+  int failed_at;
+  sa_status st;
+  int device_before;         /* sa_host_get_device() on arrival */
+  int dev0, dev1;            /* whose memory the NULL blocks are */
+  void *p1, *q1;
+  size_t own_pending;        /* its own default stream's work after the fill */
+  size_t s1_pending;         /* s1's after stepping it as far as it goes */
+  uint64_t bad;
+} no_device_job;
+
+#define JOB_OK(j, expr)                                        \
+  do {                                                         \
+    sa_status job_st_ = (expr);                                \
+    if (job_st_ != SA_OK && (j)->failed_at == 0) {             \
+      (j)->failed_at = __LINE__;                               \
+      (j)->st = job_st_;                                       \
+    }                                                          \
+  } while (0)
+
+static void *no_device_thread(void *arg) {
+  no_device_job *j = arg;
+  void *p0 = NULL;
+  j->device_before = sa_host_get_device();
+  JOB_OK(j, sa_alloc(j->a0, &p0, SPAN, NULL));
+  JOB_OK(j, sa_alloc(j->a1, &j->p1, SPAN, NULL));
+  if (j->failed_at != 0) return NULL;
+  j->dev0 = device_of(p0);
+  j->dev1 = device_of(j->p1);
+  /* Work of device 1 on its default stream, then the free there. */
+  JOB_OK(j, j->d1->ops->memset32_async(j->d1, (uintptr_t)j->p1, 0xC1, SPAN / 4, NULL));
+  JOB_OK(j, sa_free(j->p1, NULL));
+  j->own_pending = sa_host_stream_pending(NULL); /* device 0's, as host.h says */
+  JOB_OK(j, sa_alloc(j->a1, &j->q1, SPAN, j->s1));
+  if (j->failed_at != 0) return NULL;
+  JOB_OK(j, sa_host_fill(j->s1, j->q1, SPAN, 0xD1));
+  JOB_OK(j, sa_host_check(j->s1, j->q1, SPAN, 0xD1, &j->bad));
+  JOB_OK(j, sa_host_stream_step(j->s1, SIZE_MAX, NULL));
+  j->s1_pending = sa_host_stream_pending(j->s1);
+  JOB_OK(j, sa_host_drain_all());
+  JOB_OK(j, sa_free(p0, NULL));
+  JOB_OK(j, sa_free(j->q1, j->s1));
+  JOB_OK(j, sa_stream_release(j->a0, NULL));
+  JOB_OK(j, sa_stream_release(j->a1, NULL));
+  JOB_OK(j, sa_stream_release(j->a1, j->s1));
+  return NULL;
+}
+
+/* A thread that never made a device current (on CUDA: no context) passes
+ * NULL to the arenas of both devices: each takes it as its own device's
+ * default stream, so its blocks are that device's, and a span freed there
+ * goes to another stream of device 1 only behind device 1's work on its
+ * default stream. The caveat, pinned: the thread's own host.h calls on NULL
+ * meanwhile name device 0's default stream, as on CUDA the runtime's first
+ * call would make device 0 current (and then device 1's arena would refuse
+ * NULL). */
+static void null_from_a_thread_with_no_device_is_each_arenas_own(void **state) {
+  (void)state;
+  no_device_job j = {0};
+  sa_assert_ok(sa_fixture_arena_create(&j.a0, TWO_PEERS "0"));
+  sa_assert_ok(sa_fixture_arena_create(&j.a1, TWO_PEERS "1"));
+  sa_assert_ok(sa_driver_host_open(1, &j.d1));
+  j.s1 = stream_on(1, SA_HOST_MANUAL);
+  sa_assert_ok(sa_host_set_default_stream_mode(SA_HOST_MANUAL));
+  uint64_t v = violations();
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, no_device_thread, &j), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  sa_assert_ok(sa_host_set_default_stream_mode(SA_HOST_AUTO));
+  if (j.failed_at != 0)
+    fail_msg("line %d: %s", j.failed_at, sa_status_string(j.st));
+  assert_int_equal(j.device_before, 0);
+  assert_int_equal(j.dev0, 0);
+  assert_int_equal(j.dev1, 1);
+  assert_ptr_equal(j.q1, j.p1);      /* the cap left no other memory */
+  assert_int_equal(j.own_pending, 0); /* the fill is on device 1's */
+  assert_true(j.s1_pending > 0);     /* s1 waited for it */
+  assert_int_equal(j.bad, 0);
+  assert_int_equal(violations(), v);
+  sa_driver_close(j.d1);
+  sa_assert_ok(sa_arena_destroy(j.a0));
+  sa_assert_ok(sa_arena_destroy(j.a1));
+  sa_assert_ok(sa_host_stream_destroy(j.s1));
 }
 
 /* sa_malloc_async follows the thread's current device at every call: T
@@ -624,6 +848,9 @@ int main(void) {
       T(each_device_has_a_default_stream_of_its_own),
       T(kernel_of_a_peer_runs_only_with_access),
       T(arena_takes_only_its_device),
+      T(null_is_the_arenas_default_stream_while_its_device_is_current),
+      T(null_of_another_current_device_is_refused_by_every_call),
+      T(null_from_a_thread_with_no_device_is_each_arenas_own),
       T(default_arena_follows_the_current_device),
       T(peer_access_covers_growth_stitching_and_trim),
       T(peer_access_all_grants_every_device),

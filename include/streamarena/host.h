@@ -50,7 +50,9 @@ int sa_host_device_count(void);
  * before its first runtime call: sa_host_get_device says 0, and NULL here is
  * device 0's default stream (a runtime call would make device 0 current);
  * the library's own driver calls for an arena of device d take NULL as d's
- * default stream. SA_ERR_NO_DEVICE for a device the simulator does not have. */
+ * default stream, and the arena accepts NULL only while d or no device is
+ * current (streamarena.h, on sa_stream). SA_ERR_NO_DEVICE for a device the
+ * simulator does not have. */
 sa_status sa_host_set_device(int device);
 int sa_host_get_device(void);
 /* Whether peer access to device's memory may be granted to peer (the answer

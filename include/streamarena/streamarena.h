@@ -106,7 +106,8 @@ typedef enum sa_status_e {
   SA_ERR_INVALID_POINTER,   /* not a block start of any live arena */
   SA_ERR_DOUBLE_FREE,       /* the block is already free */
   SA_ERR_UNKNOWN_STREAM,    /* the backend does not know this stream, or it
-                               belongs to another device than the arena's */
+                               belongs to another device than the arena's
+                               (NULL too: see sa_stream) */
   SA_ERR_NO_DEVICE,         /* no usable device (or driver) for this backend */
   SA_ERR_DRIVER,            /* the driver failed a call; see sa_last_driver_error */
   SA_ERR_NOT_READY,         /* queried work has not completed yet */
@@ -133,11 +134,33 @@ int sa_last_driver_error(const char **name);
  * Streams and backends
  * ---------------------------------------------------------------------- */
 
-/* A stream handle: a CUstream / cudaStream_t on the CUDA backend (NULL is the
- * legacy default stream; CU_STREAM_PER_THREAD, another stream on each thread,
- * is SA_ERR_UNKNOWN_STREAM), or a stream made by
- * sa_host_stream_create (include/streamarena/host.h) on the host simulator,
- * where NULL is the simulator's default stream. */
+/* A stream handle: a CUstream / cudaStream_t on the CUDA backend
+ * (CU_STREAM_PER_THREAD, another stream on each thread, is
+ * SA_ERR_UNKNOWN_STREAM), or a stream made by sa_host_stream_create
+ * (include/streamarena/host.h) on the host simulator.
+ *
+ * NULL (on CUDA also CU_STREAM_LEGACY) names the legacy default stream of
+ * the calling thread's current context: CUDA has one per context, the
+ * simulator one per device, with the thread's current device
+ * (sa_host_set_device) as its current context. An arena accepts NULL where
+ * that stream is its device's: the device's primary context is current on
+ * the thread (the simulator: the arena's device is), or no context is
+ * current at all, and then NULL is the arena's device's legacy stream.
+ * Where another context is current (another device's, or on CUDA a context
+ * of your own on the arena's device, which has a legacy stream of its
+ * own), every call that names NULL (sa_alloc, sa_free, sa_record_stream,
+ * sa_stream_release, sa_malloc_async, sa_free_async) returns
+ * SA_ERR_UNKNOWN_STREAM and changes nothing, as for an explicit stream of
+ * another device; sa_last_driver_error names both devices. So
+ * sa_free(p, NULL) of device 1's block from a thread with device 0 current
+ * is refused, not ordered after device 1's legacy stream while the
+ * thread's own work on stream 0 (device 0's) may still use p: pass a stream
+ * of the block's device, or make that device current for the call. Every
+ * call checks, as a thread may switch devices between calls. A thread with
+ * no context: NULL is the arena's device's legacy stream, but the CUDA
+ * runtime's first call on that thread makes device 0 current, and its
+ * kernels on stream 0 then go to device 0's. A NULL that sa_record_stream
+ * accepted keeps naming the stream it named then, at any later free. */
 typedef void *sa_stream;
 
 typedef enum sa_backend_e {

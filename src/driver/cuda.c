@@ -24,6 +24,15 @@
  *     their own): ours is made current for the call and theirs restored.
  * Calls on an explicit stream or event handle need no current context
  * (the handle names it) and skip the check.
+ * The legacy stream (NULL, CU_STREAM_LEGACY) is the exception to the last
+ * case: it names the current context's legacy stream, where the user's work
+ * on "stream 0" goes, and with another context current that is not ours.
+ * Used in ours, it would order a free after the wrong stream. So
+ * stream_validate and legacy_stream_check accept it only while our primary
+ * context, or none, is current, and the arena asks at every call that
+ * names it (streamarena.h, on sa_stream). With none current, it is our
+ * device's legacy stream for the call; the runtime's first call on that
+ * thread would make device 0 current, and then it is device 0's.
  *
  * Several devices. A driver is one device; its memory is mapped read-write
  * for that device and for the peers set_peer_access named (checked with
@@ -530,6 +539,33 @@ static const char *stream_owner(CUcontext ctx, CUdevice ours) {
   return dev != ours ? "stream of another device" : "stream of another context on this device";
 }
 
+/* NULL and CU_STREAM_LEGACY with another context current: that context's
+ * legacy stream, not ours (the top of this file); a thread-local read when
+ * ours is current. */
+static sa_status cuda_legacy_stream_check(sa_driver *d, sa_stream stream) {
+  if (stream != NULL && (CUstream)stream != CU_STREAM_LEGACY) return SA_OK;
+  cuda_driver *cd = as_cuda(d);
+  CUcontext cur = NULL;
+  CU_CHECK(g_cu.CtxGetCurrent(&cur));
+  if (cur == NULL || cur == cd->ctx) return SA_OK;
+  CUdevice dev = cd->dev;
+  CU_CHECK(g_cu.CtxGetDevice(&dev)); /* the current context's */
+  if (dev != cd->dev) {
+    sa_driver_set_errorf(CUDA_ERROR_INVALID_CONTEXT,
+                         "NULL stream of another device: it names the legacy stream of device "
+                         "%d, current on this thread, not device %d's; pass a stream of device "
+                         "%d or make device %d current",
+                         (int)dev, d->device, d->device, d->device);
+  } else {
+    sa_driver_set_errorf(CUDA_ERROR_INVALID_CONTEXT,
+                         "NULL stream of another context on this device: it names the legacy "
+                         "stream of a context of device %d that is not its primary one; pass a "
+                         "stream of the primary context or make that current",
+                         d->device);
+  }
+  return SA_ERR_UNKNOWN_STREAM;
+}
+
 static sa_status cuda_stream_validate(sa_driver *d, sa_stream stream) {
   /* One handle, a different stream on each thread: the allocator keys a
    * stream by handle and id, and would hand what one thread freed on its
@@ -540,7 +576,8 @@ static sa_status cuda_stream_validate(sa_driver *d, sa_stream stream) {
                         "CU_STREAM_PER_THREAD is another stream on each thread: not supported");
     return SA_ERR_UNKNOWN_STREAM;
   }
-  sa_status st = refused_while_capturing(as_cuda(d), stream);
+  sa_status st = cuda_legacy_stream_check(d, stream);
+  if (st == SA_OK) st = refused_while_capturing(as_cuda(d), stream);
   if (st != SA_OK) return st;
   if (stream_is_implicit(stream)) return SA_OK; /* resolved in our context */
   CUcontext ctx = NULL;
@@ -583,6 +620,13 @@ static sa_status cuda_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
  * including streams the user destroyed with work still queued. */
 static sa_status cuda_device_synchronize(sa_driver *d) {
   CU_IN_CTX(as_cuda(d), g_cu.CtxSynchronize());
+}
+
+static sa_status cuda_call_in_context(sa_driver *d, sa_status (*fn)(void *arg), void *arg) {
+  ctx_saved saved;
+  sa_status st = ctx_enter(as_cuda(d), &saved);
+  if (st != SA_OK) return st;
+  return ctx_leave(saved, fn(arg));
 }
 
 static sa_status cuda_stream_create(sa_driver *d, sa_stream *out) {
@@ -657,8 +701,10 @@ static const sa_driver_ops cuda_ops = {
     .stream_synchronize = cuda_stream_synchronize,
     .stream_capture_check = cuda_stream_capture_check,
     .stream_validate = cuda_stream_validate,
+    .legacy_stream_check = cuda_legacy_stream_check,
     .stream_id = cuda_stream_id,
     .device_synchronize = cuda_device_synchronize,
+    .call_in_context = cuda_call_in_context,
     .set_peer_access = cuda_set_peer_access,
     .check_handout = NULL, /* no shadow state of device work on a real GPU */
     .stream_create = cuda_stream_create,

@@ -30,7 +30,7 @@ void sa_driver_set_error(int code, const char *name) {
 }
 
 void sa_driver_set_errorf(int code, const char *fmt, ...) {
-  static _Thread_local char text[160];
+  static _Thread_local char text[256];
   va_list ap;
   va_start(ap, fmt);
   if (vsnprintf(text, sizeof text, fmt, ap) < 0) text[0] = '\0';

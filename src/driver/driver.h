@@ -77,8 +77,19 @@ typedef struct sa_driver_ops_s {
    * disturbed by asking. */
   sa_status (*stream_capture_check)(sa_driver *d, sa_stream stream);
   /* SA_OK when stream is usable on this device, else SA_ERR_UNKNOWN_STREAM
-   * (a stream of another device is too, named so in sa_last_driver_error). */
+   * (a stream of another device is too, named so in sa_last_driver_error;
+   * so is a legacy stream legacy_stream_check refuses). */
   sa_status (*stream_validate)(sa_driver *d, sa_stream stream);
+  /* A legacy handle (sa_driver_stream_is_legacy) names the legacy stream of
+   * the calling thread's current context: SA_OK when that is this device's
+   * (its primary context is current, or no context is, and the ops make
+   * this device's current for their calls on it), or for any other handle;
+   * else SA_ERR_UNKNOWN_STREAM, with both devices named in
+   * sa_last_driver_error. The thread may switch contexts between calls, so
+   * the arena asks on every call that names one: it reads only the
+   * thread's current context, and the host backend neither counts it nor
+   * injects faults. */
+  sa_status (*legacy_stream_check)(sa_driver *d, sa_stream stream);
   /* The driver's id of a valid stream (cuStreamGetId): unique for the
    * process, so a new stream that received a destroyed one's handle has
    * another id. The implicit streams have fixed ids. */
@@ -86,6 +97,12 @@ typedef struct sa_driver_ops_s {
   /* Wait for all work of the device's context, on every stream, destroyed
    * ones included (cuCtxSynchronize): the one wait that names no stream. */
   sa_status (*device_synchronize)(sa_driver *d);
+  /* Run fn(arg) with this device's primary context current on the calling
+   * thread (host: the simulator's current device), then make current again
+   * what was (none included): for a caller that knows which device a
+   * legacy handle means while another may be current. fn's status, or the
+   * switch's failure (fn not run), or the restore's (after fn's SA_OK). */
+  sa_status (*call_in_context)(sa_driver *d, sa_status (*fn)(void *arg), void *arg);
 
   /* Optional (NULL when the backend cannot check): the stream-order checker.
    * Called when [p, p + size) is handed to work on stream; returns
@@ -110,6 +127,12 @@ typedef struct sa_driver_ops_s {
   sa_status (*stream_begin_capture)(sa_driver *d, sa_stream stream, int mode);
   sa_status (*stream_end_capture)(sa_driver *d, sa_stream stream);
 } sa_driver_ops;
+
+/* NULL, and CU_STREAM_LEGACY (1) on CUDA: the legacy stream of the calling
+ * thread's current context (legacy_stream_check). No stream handle of
+ * either backend is that small otherwise, so the arena tells them apart
+ * without a call. */
+static inline bool sa_driver_stream_is_legacy(sa_stream s) { return (uintptr_t)s <= 1; }
 
 struct sa_driver_s {
   const sa_driver_ops *ops;

@@ -7,7 +7,10 @@
  * on one device or several. Called through sa_driver_open (driver.c).
  *
  * NULL is the default stream of the driver's device in every op, as cuda.c
- * makes its device's context current for a call on NULL.
+ * makes its device's context current for a call on NULL; legacy_stream_check
+ * and stream_validate refuse it where the calling thread has another device
+ * current, whose default stream NULL names there, as cuda.c refuses it where
+ * another context is current.
  *
  * Stream capture: as cuda.c, it makes no call on a capturing stream
  * (refused_while_capturing) and runs its host waits and queries in the
@@ -166,9 +169,23 @@ static sa_status host_stream_capture_check(sa_driver *d, sa_stream stream) {
   return st;
 }
 
+/* The thread's current device is its own (no lock): a thread that never
+ * set one, like a CUDA thread with no context, takes NULL as d's. */
+static sa_status host_legacy_stream_check(sa_driver *d, sa_stream stream) {
+  int current = sa_sim_current_device();
+  if (stream != NULL || current < 0 || current == d->device) return SA_OK;
+  sa_driver_set_errorf(EXDEV,
+                       "host: NULL stream of another device: it names the default stream of "
+                       "device %d, current on this thread, not device %d's; pass a stream of "
+                       "device %d or make device %d current",
+                       current, d->device, d->device, d->device);
+  return SA_ERR_UNKNOWN_STREAM;
+}
+
 static sa_status host_stream_validate(sa_driver *d, sa_stream stream) {
   sa_sim_lock();
   sa_status st = sa_sim_fault_enter(SA_HOST_FN_STREAM_VALIDATE);
+  if (st == SA_OK) st = host_legacy_stream_check(d, stream);
   if (st != SA_OK) {
     sa_sim_unlock();
     return st;
@@ -197,6 +214,15 @@ static sa_status host_device_synchronize(sa_driver *d) {
           sa_sim_capture_device_wide() != SA_OK
               ? SA_ERR_STREAM_CAPTURING
               : (sa_sim_device_synchronize(d->device), SA_OK));
+}
+
+/* The thread-local current device stands for the current context. */
+static sa_status host_call_in_context(sa_driver *d, sa_status (*fn)(void *arg), void *arg) {
+  int saved = sa_sim_current_device();
+  sa_sim_set_current_device(d->device);
+  sa_status st = fn(arg);
+  sa_sim_set_current_device(saved);
+  return st;
 }
 
 /* Peers must exist and be able to access this device's memory, as
@@ -305,8 +331,10 @@ static const sa_driver_ops host_ops = {
     .stream_synchronize = host_stream_synchronize,
     .stream_capture_check = host_stream_capture_check,
     .stream_validate = host_stream_validate,
+    .legacy_stream_check = host_legacy_stream_check,
     .stream_id = host_stream_id,
     .device_synchronize = host_device_synchronize,
+    .call_in_context = host_call_in_context,
     .set_peer_access = host_set_peer_access,
     .check_handout = host_check_handout,
     .stream_create = host_stream_create,
