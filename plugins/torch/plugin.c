@@ -21,7 +21,8 @@
  * and elsewhere waits for an event, and work on other streams is covered only
  * by record_stream, exactly the rule of PyTorch's caching allocator. The
  * free hook's size is the allocation's, which keeps the byte count exact
- * without a lookup.
+ * without a lookup. Stream 0 is the legacy stream of the hook's device,
+ * whatever device is current when PyTorch calls (on_device).
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -110,13 +111,55 @@ static sa_status refuse_capturing(sa_arena *a, sa_stream stream) {
   return a->drv->ops->stream_capture_check(a->drv, stream);
 }
 
+/* One library call of a hook, for on_device. */
+typedef struct hook_call_s {
+  sa_arena *a;      /* the hook's device's */
+  void *p;          /* the block: sa_alloc's result, sa_free's argument */
+  size_t size;
+  sa_stream stream;
+  bool ran;
+  sa_status st;     /* the call's own status, once it ran */
+} hook_call;
+
+static sa_status alloc_call(void *arg) {
+  hook_call *c = arg;
+  c->ran = true;
+  return c->st = sa_alloc(c->a, &c->p, c->size, c->stream);
+}
+
+static sa_status free_call(void *arg) {
+  hook_call *c = arg;
+  c->ran = true;
+  return c->st = sa_free(c->p, c->stream);
+}
+
+/* PyTorch's stream 0 of device dev is dev's legacy stream, but its hooks
+ * run with whatever device is current (a tensor's deleter runs where the
+ * tensor dies), and the library takes NULL as the legacy stream of the
+ * current device, refusing another device's (streamarena.h, on
+ * sa_stream). So a call on NULL runs with dev made current, and then the
+ * caller's device is put back. Where only putting it back failed, the call
+ * did its work: that failure is reported under the hook's name (what), and
+ * the call's own status returned. */
+static sa_status on_device(int dev, const char *what, hook_call *c, sa_status (*call)(void *)) {
+  if (sa_likely(!sa_driver_stream_is_legacy(c->stream))) return call(c);
+  sa_status st = c->a->drv->ops->call_in_context(c->a->drv, call, c);
+  if (!c->ran) return st;
+  if (st != c->st) report(dev, what, c->p, c->size, st);
+  return c->st;
+}
+
 void *sa_torch_malloc(size_t size, int dev, sa_stream stream) {
   sa_arena *a;
   void *p = NULL;
   sa_status st = sa__torch_arena(dev, &a);
   if (st == SA_OK && sa_unlikely(refuse_capturing(a, stream) == SA_ERR_STREAM_CAPTURING))
     st = SA_ERR_STREAM_CAPTURING;
-  if (st == SA_OK) st = sa_alloc(a, &p, size, stream);
+  if (st == SA_OK) {
+    hook_call c = {.a = a, .size = size, .stream = stream};
+    st = on_device(dev, "malloc", &c, alloc_call);
+    p = c.p;
+  }
   if (sa_unlikely(st != SA_OK)) {
     report(valid_device(dev) ? dev : 0, "malloc", NULL, size, st);
     return NULL;
@@ -141,7 +184,10 @@ void sa_torch_free(void *ptr, size_t size, int dev, sa_stream stream) {
     return;
   }
   sa_status fill = sa__torch_check_fill(at, ptr, size, stream);
-  sa_status st = sa_free(ptr, stream); /* freed whether the fill worked or not */
+  /* Freed whether the fill worked or not, on NULL with the block's device
+   * (its arena's, the hook's) current. */
+  hook_call c = {.a = a, .p = ptr, .size = size, .stream = stream};
+  sa_status st = a != NULL ? on_device(at, "free", &c, free_call) : sa_free(ptr, stream);
   if (sa_unlikely(st != SA_OK)) {
     report(at, "free", ptr, size, st); /* one failed hook: the fill's failure was the same */
     return;

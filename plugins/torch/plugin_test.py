@@ -295,6 +295,53 @@ def case_record_stream_counts_on_the_block_device():
     return 4
 
 
+def case_stream_0_is_the_legacy_stream_of_the_hooks_device():
+    """PyTorch's stream 0 of device 1 is device 1's legacy stream, and its
+    hooks run with whatever device is current: a tensor's deleter frees
+    where the tensor dies. The library alone refuses NULL from a thread with
+    another device current (it names that device's legacy stream there);
+    the hooks make their device current for the call. So a block of device
+    1 freed on stream 0 with device 0 current is freed, and its memory goes
+    to another stream of device 1 only behind the work PyTorch queued on
+    device 1's legacy stream; device 0 is current again afterwards."""
+    os.environ["STREAMARENA_HOST_DEVICES"] = "2"
+    plugin, host = setup()
+    os.environ["STREAMARENA_CONF"] += ",max_physical=8MiB"  # read at the first malloc
+    lib = plugin.lib
+    lib.sa_host_set_device.argtypes = [ctypes.c_int]
+    lib.sa_host_set_default_stream_mode.argtypes = [ctypes.c_int]
+    expect(lib.sa_host_set_default_stream_mode(SA_HOST_MANUAL) == 0, "default streams manual")
+    n = 6 * MiB  # one fits under the cap, two do not
+    expect(lib.sa_host_set_device(1) == 0, "device 1")
+    s1 = host.stream(SA_HOST_MANUAL)
+    p = plugin.malloc(n, 1, None)
+    expect(p is not None, "an allocation on stream 0 of device 1")
+    host.fill(None, p, n, PATTERN_A)  # PyTorch's kernel on device 1's stream 0
+    expect(lib.sa_host_set_device(0) == 0, "device 0")
+    small = plugin.malloc(4096, 1, None)  # device 0 current: the hook makes 1 current
+    expect(small is not None and plugin.errors() == 0,
+           f"malloc on stream 0 of device 1 with device 0 current: {plugin.errors()} errors")
+    plugin.free(small, 4096, 1, None)
+    plugin.free(p, n, 1, None)  # the deleter, with device 0 current
+    expect(plugin.errors() == 0,
+           f"free on stream 0 of device 1 with device 0 current: {plugin.errors()} errors")
+    expect(lib.sa_host_get_device() == 0, "the caller's device is current again")
+    q = plugin.malloc(n, 1, s1)
+    expect(q == p, "the cap leaves no other memory")
+    host.fill(s1, q, n, PATTERN_B)
+    seen = host.check(s1, q, n, PATTERN_B)
+    host.step(s1)  # as far as it goes: it waits for device 1's stream 0
+    expect(host.pending(s1) > 0, "s1 is not ordered after device 1's legacy stream")
+    host.drain_all()
+    expect(seen.value == 0, f"{seen.value} words of the new owner overwritten")
+    plugin.free(q, n, 1, s1)
+    expect(lib.sa_host_set_default_stream_mode(SA_HOST_AUTO) == 0, "default streams auto")
+    st = plugin.stats(1)
+    expect(st["alloc_count"] == st["free_count"] == 3 and plugin.errors() == 0, f"{st}")
+    expect(host.counters().order_violations == 0, "no stream-order finding")
+    return 6
+
+
 def case_record_stream_of_an_empty_or_foreign_tensor_is_no_error():
     """CUDAPluggableAllocator::recordStream hands the plugin ptr.get() as it
     is: NULL for an empty tensor (torch.empty(0, device="cuda") has a NULL

@@ -10,6 +10,8 @@
  *                          is reused after that stream's work, as PyTorch's own
  *                          caching allocator does
  *   sa_torch_record_stream tensor.record_stream(stream): reuse also waits for stream
+ *                          (not told the device: stream 0 is the legacy stream of the
+ *                          device current at the call, which must be the block's)
  *   sa_torch_empty_cache   torch.cuda.empty_cache(): sa_trim of every arena in use
  *   sa_torch_set_memory_fraction
  *                          torch.cuda.set_per_process_memory_fraction: not supported
@@ -18,6 +20,9 @@
  * The malloc and free hooks cannot return a status to PyTorch: a failure is
  * written to stderr (the first few in full) and counted in
  * sa_torch_stats.errors; a failed allocation returns NULL.
+ *
+ * Stream 0 (NULL) in the malloc and free hooks is the legacy stream of the
+ * device they are told, whatever device is current at the call.
  *
  * It needs no PyTorch header: a cudaStream_t is a CUstream, an sa_stream.
  */
