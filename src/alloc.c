@@ -256,14 +256,11 @@ SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size,
   return SA_OK;
 }
 
-sa_status sa_alloc(sa_arena *a, void **out, size_t size, sa_stream s) {
-  if (sa_unlikely(a == NULL || out == NULL)) {
-    if (out != NULL) *out = NULL;
-    return SA_ERR_INVALID_ARGUMENT;
-  }
+/* The fast path, else alloc_generic: inline in sa_alloc and alloc_legacy,
+ * which would otherwise make one more jump. */
+static SA_ALWAYS_INLINE sa_status alloc_fast(sa_arena *a, void **out, size_t size, sa_stream s) {
   sa_tentry *e = sa__tentry_last();
-  if (sa_likely(e != NULL && size - 1 < large_threshold(a) && entry_current(e, a, s) &&
-                sa__legacy_stream_check(a, s) == SA_OK)) {
+  if (sa_likely(e != NULL && size - 1 < large_threshold(a) && entry_current(e, a, s))) {
     unsigned cls = sa_size_class(size);
     sa_tbin *b = &e->bins[cls];
     uint16_t n = b->n;
@@ -280,6 +277,31 @@ sa_status sa_alloc(sa_arena *a, void **out, size_t size, sa_stream s) {
     }
   }
   return alloc_generic(a, out, size, s);
+}
+
+/* NULL (CUDA: also CU_STREAM_LEGACY) names the legacy stream of the
+ * calling thread's current context, which may have changed since the
+ * thread's entry for it was made: the driver checks it at every call
+ * (sa__legacy_stream_check), here out of line, so that the fast path of
+ * other streams makes no call but tail calls. A size the fast path does
+ * not serve goes to alloc_generic, which checks after the size rules. */
+SA_NOINLINE static sa_status alloc_legacy(sa_arena *a, void **out, size_t size, sa_stream s) {
+  if (size - 1 >= large_threshold(a)) return alloc_generic(a, out, size, s);
+  sa_status st = a->drv->ops->legacy_stream_check(a->drv, s);
+  if (st != SA_OK) {
+    *out = NULL;
+    return st;
+  }
+  return alloc_fast(a, out, size, s);
+}
+
+sa_status sa_alloc(sa_arena *a, void **out, size_t size, sa_stream s) {
+  if (sa_unlikely(a == NULL || out == NULL)) {
+    if (out != NULL) *out = NULL;
+    return SA_ERR_INVALID_ARGUMENT;
+  }
+  if (sa_unlikely(sa_driver_stream_is_legacy(s))) return alloc_legacy(a, out, size, s);
+  return alloc_fast(a, out, size, s);
 }
 
 /* ------------------------------------------------------------------------
@@ -516,8 +538,8 @@ SA_NOINLINE static sa_status free_fast_rare(sa_arena *a, sa_tentry *e, void *ptr
   return SA_OK;
 }
 
-sa_status sa_free(void *ptr, sa_stream s) {
-  if (ptr == NULL) return SA_OK;
+/* The fast path, else free_generic: inline in sa_free and free_legacy. */
+static SA_ALWAYS_INLINE sa_status free_fast(void *ptr, sa_stream s) {
   sa_tentry *e = sa__tentry_last();
   /* The entry's arena may be another one, which another thread may be
    * destroying: read it only for a pointer in its range. A new arena in
@@ -527,8 +549,7 @@ sa_status sa_free(void *ptr, sa_stream s) {
     sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
     sa__hook_fast(SA_HOOK_FREE_FAST_ARENA, a);
     if (sa_likely(a != NULL &&
-                  e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed) &&
-                  sa__legacy_stream_check(a, s) == SA_OK)) {
+                  e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed))) {
       sa_desc *d = sa__pagemap_at(a, at);
       if (sa_likely(d != NULL && d->kind == SA_DESC_SUPERBLOCK)) {
         sa_superblock *sb = (sa_superblock *)d;
@@ -556,6 +577,26 @@ sa_status sa_free(void *ptr, sa_stream s) {
     }
   }
   return free_generic(ptr, s);
+}
+
+/* As alloc_legacy, for the fast path's arena: the last entry's, read as
+ * free_fast reads it. Without one, or where the check fails, free_slow
+ * checks and says why, a bad pointer before a bad stream. */
+SA_NOINLINE static sa_status free_legacy(void *ptr, sa_stream s) {
+  sa_tentry *e = sa__tentry_last();
+  uintptr_t at = e != NULL ? (uintptr_t)ptr - e->va_base : 0;
+  sa_arena *a = e != NULL && e->stream == s && at < e->va_size
+                    ? atomic_load_explicit(&e->xarena, memory_order_relaxed)
+                    : NULL;
+  if (a == NULL || a->drv->ops->legacy_stream_check(a->drv, s) != SA_OK)
+    return free_generic(ptr, s);
+  return free_fast(ptr, s);
+}
+
+sa_status sa_free(void *ptr, sa_stream s) {
+  if (ptr == NULL) return SA_OK;
+  if (sa_unlikely(sa_driver_stream_is_legacy(s))) return free_legacy(ptr, s);
+  return free_fast(ptr, s);
 }
 
 /* ------------------------------------------------------------------------

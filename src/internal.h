@@ -49,6 +49,7 @@
 #define sa_likely(x) __builtin_expect(!!(x), 1)
 #define sa_unlikely(x) __builtin_expect(!!(x), 0)
 #define SA_NOINLINE __attribute__((noinline))
+#define SA_ALWAYS_INLINE inline __attribute__((always_inline))
 
 /* Invariants in code (invariant.c). SA_ASSERT states one rule at the point
  * where it must hold; SA_CHECK is a validator's test of one rule of a named
@@ -651,7 +652,9 @@ static inline void sa__live_add(sa_arena *a, int64_t delta) {
  * device's, whose legacy stream s names there (streamarena.h, on
  * sa_stream). A thread may switch contexts between calls while its cache
  * entry for (arena, s) stays, so every call that names s asks before it
- * uses the entry (alloc.c, sa_stream_release). Any other handle: one
+ * uses the entry: alloc.c's slow paths and sa_record_stream,
+ * sa_stream_release, and (out of line, calling the driver directly) the
+ * fast paths' alloc_legacy and free_legacy. Any other handle: one
  * compare. */
 static inline sa_status sa__legacy_stream_check(sa_arena *a, sa_stream s) {
   if (sa_likely(!sa_driver_stream_is_legacy(s))) return SA_OK;
