@@ -40,7 +40,7 @@ static size_t nrecs, caprecs;
 static filler fillers[SA_TORCH_MAX_DEVICES]; /* lock */
 
 sa_status sa_torch_set_check(int enabled, uint32_t pattern) {
-  if (sa__torch_started()) return SA_ERR_NOT_SUPPORTED;
+  if (sa_hook_started(&sa__torch_hook)) return SA_ERR_NOT_SUPPORTED;
   pthread_mutex_lock(&lock);
   fill_pattern = pattern;
   atomic_store(&xenabled, enabled != 0);
@@ -54,7 +54,7 @@ static sa_status filler_get(int dev, filler **out) {
   if (f->drv == NULL) {
     sa_arena *a;
     sa_driver *drv;
-    sa_status st = sa__torch_arena(dev, &a);
+    sa_status st = sa_hook_arena(&sa__torch_hook, dev, &a);
     if (st == SA_OK) st = sa_driver_open(sa_arena_backend(a), dev, &drv);
     if (st != SA_OK) return st;
     st = drv->ops->stream_create(drv, &f->stream);

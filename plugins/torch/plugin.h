@@ -6,17 +6,12 @@
 #include <stdint.h>
 
 #include "driver/driver.h"
+#include "plugins/common/hook.h"
 #include "plugins/torch/streamarena_torch.h"
 
-#define sa_likely(x) __builtin_expect(!!(x), 1)
-#define sa_unlikely(x) __builtin_expect(!!(x), 0)
-
-/* plugin.c */
-/* The default arena of device dev as sa_default_arena gives it (created at
- * the first call, and again after sa_default_arenas_shutdown); never kept. */
-sa_status sa__torch_arena(int dev, sa_arena **out);
-/* Whether any allocation went through the plugin yet. */
-bool sa__torch_started(void);
+/* plugin.c: PyTorch's figures and its arenas, never kept (sa_hook_arena,
+ * sa_hook_started). */
+extern sa_hook sa__torch_hook;
 
 /* check.c: no-ops returning SA_OK while check mode is off. */
 /* Before the free of ptr on stream: fill it behind every stream that may
