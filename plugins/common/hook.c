@@ -129,8 +129,7 @@ void sa_hook_recorded(sa_hook *h, int dev) {
 
 void sa_hook_report(sa_hook *h, int dev, const char *what, const void *ptr, size_t size,
                     sa_status st) {
-  if (!sa_hook_valid_device(dev)) dev = 0;
-  atomic_fetch_add_explicit(&h->devices[dev].xerrors, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&device_at(h, dev)->xerrors, 1, memory_order_relaxed);
   if (atomic_fetch_add_explicit(&h->xreported, 1, memory_order_relaxed) >= SA_HOOK_REPORT_LIMIT)
     return;
   const char *drv_name;

@@ -122,7 +122,7 @@ void sa_hook_allocated(sa_hook *h, int dev, size_t size);
 void sa_hook_freed(sa_hook *h, int dev, size_t size);
 void sa_hook_recorded(sa_hook *h, int dev);
 
-/* Count a failed call on dev (0 when dev is out of range) and, for the
+/* Count a failed call on dev (on 0 when dev is out of range) and, for the
  * first SA_HOOK_REPORT_LIMIT, write "streamarena <name>: what(ptr, size
  * bytes, device dev): <status>" with the driver's error and a hint. */
 void sa_hook_report(sa_hook *h, int dev, const char *what, const void *ptr, size_t size,

@@ -25,7 +25,8 @@ The ``Plugin`` class drives the library through ctypes and needs no PyTorch.
 
 import ctypes
 import os
-import pathlib
+
+from streamarena import _library
 
 # A NaN in fp32, bf16 and fp16 alike: memory reused too early poisons the loss.
 CHECK_PATTERN = 0x7FC07FC0
@@ -60,25 +61,9 @@ class _Stats(ctypes.Structure):
 
 def find_library(lib=None):
     """The plugin's path: lib, $STREAMARENA_TORCH_LIB, beside this package, or
-    the checkout's Bazel output (bazel build //:streamarena_torch): first the
-    tree a plain build writes (bazel-out/<cpu>-opt), then bazel-bin, which
-    follows the last command (after `bazel test --config=asan` its plugin
-    needs the ASan runtime preloaded, and python3 dies loading it)."""
-    here = pathlib.Path(__file__).resolve().parent
-    checkout = here.parent.parent
-    built = sorted(checkout.glob(f"bazel-out/*-opt/bin/plugins/torch/{LIB_NAME}"))
-    candidates = [lib, os.environ.get("STREAMARENA_TORCH_LIB"), here / LIB_NAME, *built,
-                  checkout / "bazel-bin" / "plugins" / "torch" / LIB_NAME]
-    tried = []
-    for c in candidates:
-        if not c:
-            continue
-        if pathlib.Path(c).is_file():
-            return str(pathlib.Path(c).resolve())
-        tried.append(str(c))
-    raise FileNotFoundError(
-        f"{LIB_NAME} not found (tried: {', '.join(tried)}); build it with "
-        "`bazel build //:streamarena_torch`, or pass lib= or set STREAMARENA_TORCH_LIB")
+    the checkout's Bazel output (bazel build //:streamarena_torch); the
+    order is _library.find's."""
+    return _library.find(LIB_NAME, "torch", "STREAMARENA_TORCH_LIB", lib)
 
 
 class Plugin:
@@ -88,14 +73,7 @@ class Plugin:
 
     def __init__(self, lib=None):
         self.path = find_library(lib)
-        try:
-            self.lib = ctypes.CDLL(self.path)
-        except OSError as e:
-            hint = ""
-            if "static TLS" in str(e):
-                hint = (" (glibc's static TLS surplus is used up by libraries loaded before it: "
-                        "load it first, or set GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096)")
-            raise OSError(f"cannot load {self.path}: {e}{hint}") from e
+        self.lib = _library.load(self.path)
         L = self.lib
         vp, sz, i32, u32, u64 = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                                  ctypes.c_uint32, ctypes.c_uint64)
