@@ -46,8 +46,9 @@ py_root() { python3 -c "import os, $1; print(os.path.dirname(os.path.dirname($1.
 rmm=${RMM_ROOT:-$(py_root librmm)}
 torch=${TORCH_ROOT:-$(py_root torch)}
 
-bazel build -c opt //bench/peers:peer_bench
-bin=$(bazel info -c opt bazel-bin 2>/dev/null)/bench/peers/peer_bench
+bazel build -c opt //bench/peers:peer_bench //plugins/python:libstreamarena_python.so
+bazel_bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+bin=$bazel_bin/bench/peers/peer_bench
 
 rm -rf "$dest"
 mkdir -p "$dest/plugins" "$dest/lib" "$dest/traces" "$dest/src/bench/peers"
@@ -62,13 +63,18 @@ plugins=()
 if [ -n "$rmm" ] && [ -f "$rmm/librmm/lib64/librmm.so" ]; then
   say "RMM plug-in against $rmm ($(cat "$rmm/librmm/VERSION" 2>/dev/null || echo '?'))"
   # RMM's CCCL first: it is newer than the toolkit's. The CUDA runtime goes
-  # in statically (librmm.so carries its own the same way).
+  # in statically (librmm.so carries its own the same way). rmm-streamarena
+  # is streamarena's RMM resource (plugins/rmm) over libstreamarena_python.so.
   "${cxx[@]}" -isystem "$rmm/librmm/include/rapids" -isystem "$rmm/librmm/include" \
     -isystem "$rmm/rapids_logger/include" -isystem "$cuda/include" \
+    -I"$root/include" -I"$root/plugins/rmm" \
     bench/peers/rmm_backends.cc -o "$dest/plugins/peer_rmm.so" \
     -L"$rmm/librmm/lib64" -L"$rmm/rapids_logger/lib64" -lrmm -lrapids_logger \
+    -L"$bazel_bin/plugins/python" -lstreamarena_python \
     -L"$cuda/lib64" -lcudart_static -ldl -lpthread -lrt -Wl,-rpath,'$ORIGIN/../lib' -Wl,-z,defs
-  cp "$rmm/librmm/lib64/librmm.so" "$rmm/rapids_logger/lib64/librapids_logger.so" "$dest/lib/"
+  cp "$rmm/librmm/lib64/librmm.so" "$rmm/rapids_logger/lib64/librapids_logger.so" \
+    "$bazel_bin/plugins/python/libstreamarena_python.so" "$dest/lib/"
+  chmod u+w "$dest/lib/libstreamarena_python.so"
   plugins+=("rmm: $(cat "$rmm/librmm/VERSION" 2>/dev/null || echo '?')")
 else
   say "no RMM (set RMM_ROOT): the rmm-* backends are left out"

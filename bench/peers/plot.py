@@ -16,8 +16,8 @@ import json
 import os
 import sys
 
-ORDER = ["streamarena", "cudaMallocAsync", "rmm-pool", "rmm-arena", "rmm-async", "torch",
-         "torch-expandable"]
+ORDER = ["streamarena", "cudaMallocAsync", "rmm-pool", "rmm-arena", "rmm-async",
+         "rmm-streamarena", "torch", "torch-expandable"]
 PAIR_CASES = ["256B", "1KiB", "4KiB", "16KiB", "64KiB", "256KiB", "1MiB", "4MiB", "16MiB",
               "mixed", "mixed-16MiB"]
 PAIR_BYTES = {c: 256 << (2 * i) for i, c in enumerate(PAIR_CASES[:9])}

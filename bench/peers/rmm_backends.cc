@@ -8,17 +8,25 @@
 //              default arena (half the free device memory, taken at once)
 //   rmm-async  cuda_async_memory_resource (a cudaMallocAsync pool of its own,
 //              RMM's defaults: release threshold UINT64_MAX)
+//   rmm-streamarena
+//              streamarena::rmm_resource (plugins/rmm) over an arena of its
+//              own in the default configuration, called through
+//              rmm::device_async_resource_ref as RMM's users call a
+//              resource: against the built-in streamarena backend, what
+//              RMM's interface costs
 //
 // Peak reserved is RMM's own figure: for the pool and the arena, the peak
 // of a statistics_resource_adaptor between them and cudaMalloc (the pool's
 // largest pool_size(); the arena's whole); for the async resource, its
-// pool's cudaMemPoolAttrReservedMemHigh. Each instance builds new resources, so
-// peaks start from zero.
+// pool's cudaMemPoolAttrReservedMemHigh; for streamarena, its arena's
+// reserved_bytes_peak. Each instance builds new resources, so peaks start
+// from zero.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 
 #include <rmm/error.hpp>
 #include <rmm/mr/arena_memory_resource.hpp>
@@ -26,7 +34,10 @@
 #include <rmm/mr/cuda_memory_resource.hpp>
 #include <rmm/mr/pool_memory_resource.hpp>
 #include <rmm/mr/statistics_resource_adaptor.hpp>
+#include <rmm/resource_ref.hpp>
 #include <rmm/version_config.hpp>
+
+#include <streamarena/rmm_resource.hpp>
 
 #include "bench/peers/backend.h"
 
@@ -61,6 +72,16 @@ struct Async {
   rmm::mr::cuda_async_memory_resource mr;
 };
 
+struct Streamarena {
+  streamarena::rmm_resource resource;
+  rmm::device_async_resource_ref mr{resource};
+  explicit Streamarena(const peer_env *env)
+      : resource(streamarena::rmm_resource::with_config(
+            ("backend=cuda,device=" + std::to_string(env->device) +
+             (env->conf != nullptr ? std::string(",") + env->conf : std::string()))
+                .c_str())) {}
+};
+
 void counted_stats(const Counted &c, peer_stats *out) {
   auto bytes = c.upstream.get_bytes_counter();
   out->reserved_peak = static_cast<size_t>(bytes.peak);
@@ -84,13 +105,29 @@ void counted_stats(const Async &a, peer_stats *out) {
   out->reserved_now = now;
 }
 
-// The same five functions for each of the three resources.
+void counted_stats(const Streamarena &a, peer_stats *out) {
+  sa_stats s = a.resource.stats();
+  out->reserved_peak = s.reserved_bytes_peak;
+  out->reserved_now = s.reserved_bytes;
+}
+
+template <class R>
+R *make(const peer_env *) {
+  return new R;
+}
+
+template <>
+Streamarena *make(const peer_env *env) {
+  return new Streamarena(env);
+}
+
+// The same functions for each of the resources.
 template <class R>
 struct Ops {
   static int create(const peer_env *env, void **self, char *err, size_t err_size) {
     try {
       if (cudaSetDevice(env->device) != cudaSuccess) throw std::runtime_error("cudaSetDevice");
-      *self = new R;
+      *self = make<R>(env);
       return PEER_OK;
     } catch (const std::exception &e) {
       std::snprintf(err, err_size, "%s", e.what());
@@ -133,6 +170,15 @@ struct Ops {
 
 const char *error(void *) { return last_error; }
 
+// As the built-in streamarena backend: the program destroys the stream next.
+int streamarena_stream_done(void *self, void *stream) {
+  sa_status st = sa_stream_release(static_cast<Streamarena *>(self)->resource.arena(),
+                                   static_cast<sa_stream>(stream));
+  if (st == SA_OK) return PEER_OK;
+  std::snprintf(last_error, sizeof last_error, "sa_stream_release: %s", sa_status_string(st));
+  return PEER_ERROR;
+}
+
 #define RMM_ABOUT "RMM " RMM_VERSION ": "
 
 const peer_backend backends[] = {
@@ -154,6 +200,12 @@ const peer_backend backends[] = {
                "UINT64_MAX)",
      "cudaMemPoolAttrReservedMemHigh of its pool", Ops<Async>::create, Ops<Async>::alloc,
      Ops<Async>::free, nullptr, Ops<Async>::stats, Ops<Async>::destroy, error},
+    {"rmm-streamarena",
+     RMM_ABOUT "streamarena::rmm_resource over an arena of its own (default configuration), "
+               "called through rmm::device_async_resource_ref",
+     "sa_get_stats reserved_bytes_peak of its arena (physical memory mapped)",
+     Ops<Streamarena>::create, Ops<Streamarena>::alloc, Ops<Streamarena>::free,
+     streamarena_stream_done, Ops<Streamarena>::stats, Ops<Streamarena>::destroy, error},
 };
 
 }  // namespace

@@ -9,7 +9,9 @@
 #   --quick          small counts (a smoke run, not figures to report)
 #   --backends       default: streamarena,streamarena-torch,
 #                    streamarena-prefill,cudaMallocAsync,rmm-pool,rmm-arena,
-#                    rmm-async,torch,torch-expandable (streamarena-torch: the
+#                    rmm-async,rmm-streamarena,torch,torch-expandable
+#                    (rmm-streamarena: streamarena through RMM's resource
+#                    interface; streamarena-torch: the
 #                    trace replays only; streamarena-prefill: the random
 #                    allocations, with half the free device memory mapped up
 #                    front, the size RMM's arena takes)
@@ -37,7 +39,7 @@ mkdir -p "$FINAL"
 OUT=$(mktemp -d /tmp/peers-run.XXXXXX) # the work folder; bundled at the end
 
 start=$(date +%s)
-quick=0 record=1 steps="" per_s="" deadline="" trace_rounds="" backends="streamarena,streamarena-torch,streamarena-prefill,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,torch,torch-expandable"
+quick=0 record=1 steps="" per_s="" deadline="" trace_rounds="" backends="streamarena,streamarena-torch,streamarena-prefill,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,rmm-streamarena,torch,torch-expandable"
 extra=()
 for a in "$@"; do
   case "$a" in
