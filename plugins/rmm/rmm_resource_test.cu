@@ -166,7 +166,7 @@ __global__ void count_not(const std::uint32_t *p, std::size_t n, std::uint32_t w
 int main() {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) {
-    std::printf("no usable CUDA device\n0 passed, 1 failed\n");
+    std::printf("no usable CUDA device\nrmm_resource_test: 0 passed, 1 failed\n");
     return 1;
   }
   streamarena::rmm_resource mr;
