@@ -303,33 +303,7 @@ rmm_bench() {
         echo "round $r $b: exit $? (random-$b-$r.log)"
     done
   done
-  python3 - "$LOGS/random.jsonl" <<'PY'
-import collections, json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-errors = [r for r in rows if r.get("type") == "error"]
-us = collections.defaultdict(list)
-for r in rows:
-    if r.get("type") == "result" and r.get("workload") == "random" and not r.get("truncated"):
-        us[(r["case"], r["run"], r["backend"])].append(r["us_per_alloc"])
-print(f"{'case':<12} {'run':<5} {'direct us':>10} {'via RMM us':>11} {'ratio':>6}  rounds")
-worst = 0.0
-for case in sorted({k[0] for k in us}):
-    for run in (1, 2):
-        d, v = us.get((case, run, "streamarena")), us.get((case, run, "rmm-streamarena"))
-        if not d or not v:
-            continue
-        ratio = statistics.median(v) / statistics.median(d)
-        if run == 2:  # the bound is on warm runs: a cold one maps the arena's memory
-            worst = max(worst, ratio)
-        print(f"{case:<12} {'cold' if run == 1 else 'warm':<5} {statistics.median(d):10.3f} "
-              f"{statistics.median(v):11.3f} {ratio:6.2f}  {len(d)}/{len(v)}")
-for e in errors:
-    print("error:", e.get("backend"), e.get("error"))
-ok = bool(us) and not errors and worst <= 1.5
-print(f"result: worst warm median ratio through RMM {worst:.2f} (bound 1.5): "
-      f"{'within' if ok else 'NOT within'}")
-sys.exit(0 if ok else 1)
-PY
+  python3 "$E/examples/random_summary.py" "$LOGS/random.jsonl"
 }
 
 case "${1:-run}" in

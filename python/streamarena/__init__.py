@@ -1,11 +1,23 @@
 """streamarena from Python.
 
 streamarena is a stream-ordered GPU memory allocator written in C. This
-package loads its PyTorch plugin, libstreamarena_torch.so:
+package installs it as the allocator of PyTorch, CuPy, Numba and RMM:
 
     import streamarena.torch
     streamarena.torch.install(conf="superblock_size=4MiB")   # before any CUDA allocation
 
-``streamarena.torch`` imports PyTorch only inside ``install``; its ``Plugin``
-class drives the plugin through ctypes without PyTorch (the CPU test does).
+    import streamarena.cupy
+    streamarena.cupy.install()                                 # CuPy's C allocator hook
+
+    NUMBA_CUDA_MEMORY_MANAGER=streamarena.numba                # Numba's EMM plugin
+
+    import rmm, streamarena.rmm
+    rmm.mr.set_current_device_resource(streamarena.rmm.resource())
+
+``streamarena.torch`` loads libstreamarena_torch.so (docs/TORCH.md); the
+others share libstreamarena_python.so (docs/ECOSYSTEM.md). Each imports its
+framework only where it is used; the classes that drive the libraries
+through ctypes need none (the CPU tests use them).
 """
+
+from streamarena._library import StreamarenaError  # noqa: F401

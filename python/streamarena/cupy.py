@@ -81,6 +81,16 @@ def _make_env(cupy, memory):
         raise StreamarenaError(
             f"this CuPy ({cupy.__version__}) exports no C function {_STREAM_FUNCTION} in "
             "cupy_backends.cuda.stream: streamarena cannot learn its current stream")
+    return make_env(_capsule_pointer(capi[_STREAM_FUNCTION], _STREAM_SIGNATURE),
+                    memory.OutOfMemoryError)
+
+
+def make_env(current_stream, oom_error):
+    """An sa_py_env: current_stream, the address of a C function
+    ``intptr_t (int device)``; oom_error, the class raised as
+    ``oom_error(size, total)`` when memory runs out; Python's error API.
+    The classes must outlive the env (a class lives as long as its module,
+    which CuPy and this package keep)."""
     api = ctypes.PyDLL(None)
 
     def address(fn):
@@ -88,14 +98,12 @@ def _make_env(cupy, memory):
 
     return _hooks.Env(
         size=ctypes.sizeof(_hooks.Env),
-        current_stream=_capsule_pointer(capi[_STREAM_FUNCTION], _STREAM_SIGNATURE),
+        current_stream=current_stream,
         call_function=address(api.PyObject_CallFunction),
         set_object=address(api.PyErr_SetObject),
         set_string=address(api.PyErr_SetString),
         decref=address(api.Py_DecRef),
-        # Classes live as long as their modules, which CuPy and this package
-        # keep: their addresses stay valid.
-        oom_error=id(memory.OutOfMemoryError),
+        oom_error=id(oom_error),
         error=id(StreamarenaError))
 
 

@@ -69,8 +69,10 @@ def _stream_handle(stream):
         return stream
     if hasattr(stream, "__cuda_stream__"):
         return int(stream.__cuda_stream__()[1])
-    if hasattr(stream, "handle"):
+    if hasattr(stream, "handle"):  # numba.cuda
         return int(stream.handle)
+    if hasattr(stream, "ptr"):  # CuPy before the stream protocol
+        return int(stream.ptr)
     raise TypeError(f"allocating_on: not a stream: {stream!r}")
 
 
