@@ -273,21 +273,28 @@ int main() {
     EXPECT(said);
   });
   check("deallocate keeps stream order: another stream reuses after queued work", [&] {
+    // The first stream stays busy, then writes 0x11 over p, which is freed
+    // on it while that is queued; the other stream's block q, written 0x22,
+    // must not take p's memory before then, or the late 0x11 lands on it.
     rmm::cuda_stream other;
     const std::size_t n = 4 * MiB, words = n / 4;
+    std::vector<void *> kept;
     unsigned long long *bad = nullptr, found = 1;
     EXPECT(cudaMalloc(&bad, sizeof *bad) == cudaSuccess);
     EXPECT(cudaMemset(bad, 0, sizeof *bad) == cudaSuccess);
     for (int round = 0; round < 8; round++) {
       void *p = ref.allocate(sr(stream), n, ALIGN);
-      spin<<<1, 1, 0, stream.value()>>>(20'000'000); // the first stream stays busy
+      spin<<<1, 1, 0, stream.value()>>>(20'000'000);
       EXPECT(cudaMemsetAsync(p, 0x11, n, stream.value()) == cudaSuccess);
-      ref.deallocate(sr(stream), p, n, ALIGN); // its work is still queued
+      ref.deallocate(sr(stream), p, n, ALIGN); // its writes are still queued
       void *q = ref.allocate(sr(other), n, ALIGN);
       EXPECT(cudaMemsetAsync(q, 0x22, n, other.value()) == cudaSuccess);
-      count_not<<<128, 256, 0, other.value()>>>(static_cast<std::uint32_t *>(q), words,
-                                                 0x22222222u, bad);
-      ref.deallocate(sr(other), q, n, ALIGN);
+      kept.push_back(q);
+    }
+    EXPECT(cudaDeviceSynchronize() == cudaSuccess);
+    for (void *q : kept) {
+      count_not<<<128, 256>>>(static_cast<std::uint32_t *>(q), words, 0x22222222u, bad);
+      ref.deallocate(legacy, q, n, ALIGN);
     }
     EXPECT(cudaDeviceSynchronize() == cudaSuccess);
     EXPECT(cudaMemcpy(&found, bad, sizeof found, cudaMemcpyDeviceToHost) == cudaSuccess);

@@ -27,6 +27,7 @@ context resets).
 """
 
 import contextlib
+import ctypes
 import threading
 import weakref
 
@@ -76,6 +77,23 @@ def _stream_handle(stream):
     raise TypeError(f"allocating_on: not a stream: {stream!r}")
 
 
+def _device_pointer(ptr):
+    """A device pointer as this numba-cuda's MemoryPointer takes it: the
+    NVIDIA bindings' CUdeviceptr, or a ctypes pointer where Numba still
+    binds the driver through ctypes."""
+    binding = getattr(_driver, "binding", None)
+    return binding.CUdeviceptr(ptr) if binding is not None else ctypes.c_void_p(ptr)
+
+
+def _out_of_memory_code():
+    binding = getattr(_driver, "binding", None)
+    if binding is not None:
+        return binding.CUresult.CUDA_ERROR_OUT_OF_MEMORY
+    from numba.cuda.cudadrv import enums
+
+    return enums.CUDA_ERROR_OUT_OF_MEMORY
+
+
 def _current_stream():
     stack = getattr(_local, "streams", None)
     return stack[-1] if stack else None
@@ -117,7 +135,7 @@ class StreamarenaNumbaManager(HostOnlyCUDAMemoryManager):
             self.initialize()
         ctx = self.context
         if size == 0:
-            return MemoryPointer(ctx, _driver.binding.CUdeviceptr(0), 0)
+            return MemoryPointer(ctx, _device_pointer(0), 0)
         if self._held and self._batch_due():
             self._give_back_held()
         stream = _current_stream()
@@ -129,7 +147,7 @@ class StreamarenaNumbaManager(HostOnlyCUDAMemoryManager):
             st, ptr = self._hooks.alloc(self._device, size, 0)
         self._raise_for(st, size)
         finalizer = self._finalizer(ptr, size, stream)
-        return MemoryPointer(weakref.proxy(ctx), _driver.binding.CUdeviceptr(ptr), size,
+        return MemoryPointer(weakref.proxy(ctx), _device_pointer(ptr), size,
                              finalizer=finalizer)
 
     def _raise_for(self, st, size):
@@ -139,7 +157,7 @@ class StreamarenaNumbaManager(HostOnlyCUDAMemoryManager):
         if st == _hooks.OUT_OF_MEMORY:
             # Numba's own error for it, which its callers and users catch.
             raise _driver.CudaAPIError(
-                _driver.binding.CUresult.CUDA_ERROR_OUT_OF_MEMORY,
+                _out_of_memory_code(),
                 f"streamarena: out of memory allocating {size} bytes on device "
                 f"{self._device} ({text})")
         raise StreamarenaError(
