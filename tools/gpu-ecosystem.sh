@@ -194,36 +194,44 @@ print("python", sys.version.split()[0], "cupy", cupy.__version__, "numba", numba
   } > "$LOGS/machine.txt"
   cat "$LOGS/machine.txt"
 
-  part setup 60 setup_rmm
+  # The limits add up to about 450 s at worst (the suites run beside the
+  # checks), inside the device call's 600.
+  part setup 45 setup_rmm
   if want suites; then
     suite pool 0 &
     local pool_pid=$!
     suite streamarena 1 &
     local sa_pid=$!
   fi
-  part rmm-cpp 120 rmm_cpp
-  part rmm-py 90 python3 "$E/examples/check_rmm.py"
-  part numba 150 env NUMBA_CUDA_MEMORY_MANAGER=streamarena.numba python3 "$E/examples/check_numba.py"
+  part rmm-cpp 60 rmm_cpp
+  part rmm-py 45 python3 "$E/examples/check_rmm.py"
+  part numba 90 env NUMBA_CUDA_MEMORY_MANAGER=streamarena.numba python3 "$E/examples/check_numba.py"
   if want suites; then
     wait "$pool_pid" "$sa_pid"
-    part suites 30 python3 "$E/examples/compare_suites.py" "$LOGS/suite-pool.jsonl" \
+    part suites 20 python3 "$E/examples/compare_suites.py" "$LOGS/suite-pool.jsonl" \
       "$LOGS/suite-streamarena.jsonl"
   fi
-  part rmm-bench 150 rmm_bench
-  part cupy-bench 120 python3 "$E/examples/bench_cupy.py" --json "$LOGS/bench_cupy.json"
+  part rmm-bench 100 rmm_bench
+  part cupy-bench 90 python3 "$E/examples/bench_cupy.py" --json "$LOGS/bench_cupy.json"
 
-  tar -C "$LOGS" -czf "$OUT/logs.tar.gz" .
-  [ -f "$LOGS/bench_cupy.json" ] && cp "$LOGS/bench_cupy.json" "$OUT/bench.json"
-  {
-    echo "streamarena ecosystem on $gpu, $(($(date +%s) - START)) s ($(head -1 "$E/MANIFEST"))"
-    printf '%-11s %-9s %s\n' part result detail
-    for p in "${PARTS[@]}"; do printf '%-11s %-9s %s\n' "$p" "${RESULT[$p]}" "${DETAIL[$p]}"; done
-  } > "$OUT/summary.txt"
   echo
   [ -f "$LOGS/suites.log" ] && sed -n '1,200p' "$LOGS/suites.log"
   echo
   cat "$OUT/summary.txt"
   for p in "${PARTS[@]}"; do [ "${RESULT[$p]}" = PASS ] || return 1; done
+}
+
+# $OUT as it stands: written after every part, so a call stopped at its
+# limit still brings back what finished.
+save() {
+  tar -C "$LOGS" -czf "$OUT/logs.tar.gz" .
+  [ -f "$LOGS/bench_cupy.json" ] && cp "$LOGS/bench_cupy.json" "$OUT/bench.json"
+  {
+    echo "streamarena ecosystem on $gpu, $(($(date +%s) - START)) s ($(head -1 "$E/MANIFEST"))"
+    printf '%-11s %-9s %s\n' part result detail
+    local p
+    for p in "${PARTS[@]}"; do printf '%-11s %-9s %s\n' "$p" "${RESULT[$p]}" "${DETAIL[$p]}"; done
+  } > "$OUT/summary.txt"
 }
 
 want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
@@ -249,6 +257,7 @@ part() {
   DETAIL[$name]="$(grep -E '^(result: |[A-Za-z_-]+: [0-9]+ passed, [0-9]+ failed)' "$LOGS/$name.log" | tail -1 | sed 's/^result: //') ($(($(date +%s) - t0)) s)"
   echo "$name: ${RESULT[$name]} ${DETAIL[$name]}"
   [ "${RESULT[$name]}" = PASS ] || tail -n 25 "$LOGS/$name.log"
+  save
 }
 
 setup_rmm() {
@@ -266,7 +275,8 @@ suite() {
   # shellcheck disable=SC2086
   (cd "$E/cupy" && STREAMARENA_CUPY=$sa ECO_OUTCOMES="$LOGS/suite-$name.jsonl" \
     CUPY_TEST_RANDOM_SUBSAMPLE=1 _CUPY_TEST_SUBSAMPLE_SEED=$SUBSAMPLE_SEED \
-    timeout -k 10 200 python3 -m pytest -p cupy_suite_plugin -p no:cacheprovider -q -rN \
+    timeout -k 10 180 python3 -m pytest -p cupy_suite_plugin -p no:cacheprovider -q -rN \
+    --continue-on-collection-errors \
     "${xdist[@]}" "${timeout_arg[@]}" $SUITES) > "$LOGS/suite-$name.log" 2>&1
   local rc=$? n=0
   [ -f "$LOGS/suite-$name.jsonl" ] && n=$(wc -l < "$LOGS/suite-$name.jsonl")
@@ -297,8 +307,8 @@ rmm_bench() {
   local P=$E/peers r b
   for r in 1 2 3; do
     for b in $([ $((r % 2)) -eq 1 ] && echo streamarena rmm-streamarena || echo rmm-streamarena streamarena); do
-      LD_LIBRARY_PATH="$P/lib" timeout -k 5 40 "$P/peer_bench" --require-gpu --workloads=random \
-        --backends="$b" --plugin="$P/plugins/peer_rmm.so" --random-runs=2 --random-max-s=10 \
+      LD_LIBRARY_PATH="$P/lib" timeout -k 5 25 "$P/peer_bench" --require-gpu --workloads=random \
+        --backends="$b" --plugin="$P/plugins/peer_rmm.so" --random-runs=2 --random-max-s=5 \
         --json="$LOGS/random.jsonl" > "$LOGS/random-$b-$r.log" 2>&1 ||
         echo "round $r $b: exit $? (random-$b-$r.log)"
     done
