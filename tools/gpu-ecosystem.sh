@@ -93,7 +93,7 @@ stage() {
     --out "$work/build"
 
   cp python/streamarena/*.py "$lib" "$work"/build/_rmm*.so "$dest/python/streamarena/"
-  cp examples/ecosystem/*.py "$dest/examples/"
+  cp examples/ecosystem/*.py examples/checks.py "$dest/examples/"
   cp "$work/build/rmm_resource_test" "$lib" "$work/rmm/librmm/lib64/librmm.so" \
     "$work/rmm/rapids_logger/lib64/librapids_logger.so" "$dest/rmm/"
   # The test's sources, to build it again there if the binary does not start.

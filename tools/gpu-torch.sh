@@ -34,6 +34,7 @@ cp python/streamarena/*.py "$dest/python/streamarena/"
 cp "$so" "$dest/python/streamarena/"
 chmod u+w "$dest/python/streamarena/libstreamarena_torch.so"
 cp examples/torch/*.py "$dest/examples/torch/"
+cp examples/checks.py "$dest/examples/"
 cp bench/torch_trace.py "$dest/bench/"
 cat > "$dest/run.sh" <<'RUN'
 #!/usr/bin/env bash

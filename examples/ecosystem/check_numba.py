@@ -21,7 +21,8 @@ import numpy as np
 from numba import cuda
 from numba.cuda.cudadrv.driver import CudaAPIError
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # checks.py: examples/, or beside when staged
 from checks import check, expect, summary  # noqa: E402
 
 import streamarena.numba as san  # noqa: E402

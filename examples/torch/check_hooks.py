@@ -12,25 +12,9 @@ import sys
 import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # allocators.py; checks.py (examples/)
 import allocators  # noqa: E402
-
-results = []
-
-
-def check(name, fn):
-    try:
-        detail = fn()
-        results.append(True)
-        print(f"[ok] {name}{': ' + detail if detail else ''}", flush=True)
-    except Exception as e:  # noqa: BLE001  (each check reports its own failure)
-        results.append(False)
-        print(f"[FAILED] {name}: {type(e).__name__}: {e}", flush=True)
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
+from checks import check, expect, summary  # noqa: E402
 
 
 def main():
@@ -185,9 +169,7 @@ def main():
         return f"{refused} hook calls refused, PyTorch raised RuntimeError"
 
     check("torch.cuda.graph is refused, the allocator still serves", graph_capture_is_refused)
-    failed = results.count(False)
-    print(f"check_hooks: {results.count(True)} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("check_hooks")
 
 
 if __name__ == "__main__":

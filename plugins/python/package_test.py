@@ -179,12 +179,14 @@ def every_staged_script_parses():
     import py_compile
 
     with tempfile.TemporaryDirectory() as out:  # no .pyc beside the sources or in /tmp
+        scripts = [os.path.join(ROOT, "examples", "checks.py")]
         for folder in (os.path.join(ROOT, "examples", "ecosystem"),
                        os.path.join(ROOT, "python", "streamarena")):
-            for name in sorted(os.listdir(folder)):
-                if name.endswith(".py"):
-                    py_compile.compile(os.path.join(folder, name), doraise=True,
-                                       cfile=os.path.join(out, name + "c"))
+            scripts += [os.path.join(folder, n) for n in sorted(os.listdir(folder))
+                        if n.endswith(".py")]
+        for path in scripts:
+            py_compile.compile(path, doraise=True,
+                               cfile=os.path.join(out, os.path.basename(path) + "c"))
     for script in ("tools/gpu-ecosystem.sh", "plugins/rmm/build.sh"):
         r = subprocess.run(["bash", "-n", os.path.join(ROOT, script)], capture_output=True,
                            text=True, env=CHILD_ENV)

@@ -1,5 +1,6 @@
-"""What the ecosystem checks share: a check runs a function and prints one
-line, `ok` or `FAILED` with the exception; summary() prints
+"""What the GPU checks of examples/ share (torch/check_hooks.py,
+ecosystem/check_*.py): a check runs a function and prints one line, `ok`
+(with what it returned) or `FAILED` with the exception; summary() prints
 `NAME: N passed, M failed` and gives the exit status."""
 
 results = []
