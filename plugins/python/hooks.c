@@ -10,6 +10,14 @@
  * wrap the NULL pointer in an array: the hook raises through Python's error
  * API, which the Python package hands over with CuPy's stream function in
  * the hooks' env.
+ *
+ * Every hook is told its device, and stream 0 (CuPy's null stream, Numba's
+ * and RMM's default) of device d is d's legacy stream: a call on NULL runs
+ * with d made current (sa_hook_alloc, sa_hook_free), as CuPy frees an
+ * array wherever it dies, with whatever device is current. No arena is
+ * kept (plugins/common/hook.h): after sa_default_arenas_shutdown a free of
+ * a destroyed arena's block is refused, and the next allocation creates a
+ * fresh default arena.
  */
 #include <stdio.h>
 #include <string.h>
@@ -28,18 +36,21 @@ static sa_hook py_hook = {
     .capture_hint = "allocate a graph's memory before its capture (docs/ECOSYSTEM.md)",
 };
 
-sa_status sa_py_alloc(int dev, size_t size, sa_stream stream, void **out) {
+/* sa_py_alloc and sa_py_free, what naming the hook in a report of a
+ * caller's device that could not be put back. */
+static sa_status py_alloc(const char *what, int dev, size_t size, sa_stream stream,
+                          void **out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   *out = NULL;
   sa_arena *a;
   sa_status st = sa_hook_arena(&py_hook, dev, &a);
   if (st == SA_OK) st = sa_hook_refuse_capturing(a, stream);
-  if (st == SA_OK) st = sa_alloc(a, out, size, stream);
+  if (st == SA_OK) st = sa_hook_alloc(&py_hook, dev, what, a, out, size, stream);
   if (st == SA_OK && *out != NULL) sa_hook_allocated(&py_hook, dev, size);
   return st;
 }
 
-sa_status sa_py_free(int dev, void *ptr, size_t size, sa_stream stream) {
+static sa_status py_free(const char *what, int dev, void *ptr, size_t size, sa_stream stream) {
   if (ptr == NULL) return SA_OK;
   /* The block's arena, asked at each call: a free creates none, and the
    * block of an arena sa_default_arenas_shutdown destroyed (or memory not
@@ -47,9 +58,17 @@ sa_status sa_py_free(int dev, void *ptr, size_t size, sa_stream stream) {
   sa_arena *a = sa_hook_arena_of(ptr);
   if (a == NULL) return SA_ERR_INVALID_POINTER;
   sa_status st = sa_hook_refuse_capturing(a, stream);
-  if (st == SA_OK) st = sa_free(ptr, stream);
+  if (st == SA_OK) st = sa_hook_free(&py_hook, dev, what, a, ptr, size, stream);
   if (st == SA_OK) sa_hook_freed(&py_hook, dev, size);
   return st;
+}
+
+sa_status sa_py_alloc(int dev, size_t size, sa_stream stream, void **out) {
+  return py_alloc("alloc", dev, size, stream, out);
+}
+
+sa_status sa_py_free(int dev, void *ptr, size_t size, sa_stream stream) {
+  return py_free("free", dev, ptr, size, stream);
 }
 
 /* The env as the Python package laid it out, or NULL where its idea of the
@@ -113,12 +132,12 @@ void *sa_cupy_malloc(void *param, size_t size, int dev) {
   if (sa_unlikely(s == -1)) return RAISED; /* CuPy's exception is set */
   sa_stream stream = (sa_stream)s;
   void *p;
-  sa_status st = sa_py_alloc(dev, size, stream, &p);
+  sa_status st = py_alloc("cupy malloc", dev, size, stream, &p);
   if (st == SA_OK) {
     st = sa__py_table_put(p, stream, size);
     if (sa_unlikely(st != SA_OK)) {
       /* The free cannot fail here: it is the block just made, on its stream. */
-      (void)sa_py_free(dev, p, size, stream);
+      (void)py_free("cupy malloc", dev, p, size, stream);
       p = NULL;
     }
   }
@@ -135,7 +154,7 @@ void sa_cupy_free(void *param, void *ptr, int dev) {
     sa_hook_report(&py_hook, dev, "cupy free", ptr, 0, SA_ERR_INVALID_POINTER);
     return;
   }
-  sa_status st = sa_py_free(dev, ptr, size, stream);
+  sa_status st = py_free("cupy free", dev, ptr, size, stream);
   if (sa_likely(st == SA_OK)) return;
   sa_hook_report(&py_hook, dev, "cupy free", ptr, size, st);
   /* Kept for a later free where it stays allocated (a capture that ended,

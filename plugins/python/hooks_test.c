@@ -85,11 +85,13 @@ static sa_py_env env = {
     .error = &ERROR_TYPE,
 };
 
-static sa_hook_stats figures(void) {
+static sa_hook_stats figures_of(int dev) {
   sa_hook_stats s;
-  sa_assert_ok(sa_py_get_stats(0, &s, sizeof s));
+  sa_assert_ok(sa_py_get_stats(dev, &s, sizeof s));
   return s;
 }
+
+static sa_hook_stats figures(void) { return figures_of(0); }
 
 static uint64_t violations(void) {
   sa_host_counters c;
@@ -420,6 +422,134 @@ static void threads_on_their_own_streams_leave_nothing_behind(void **state) {
   assert_int_equal(violations(), 0);
 }
 
+/* CuPy's stream 0 of device 1 is device 1's legacy stream, and CuPy frees
+ * an array wherever it dies, with whatever device is current. The library
+ * alone refuses NULL from a thread with another device current (it names
+ * that device's legacy stream there); the hooks make their device current
+ * for the call. So a block of device 1 freed on stream 0 with device 0
+ * current is freed, and its memory goes to another stream of device 1 only
+ * behind the work CuPy queued on device 1's legacy stream; device 0 is
+ * current again afterwards. */
+static void stream_0_is_the_legacy_stream_of_the_hooks_device(void **state) {
+  (void)state;
+  sa_assert_ok(sa_host_set_device_count(2));
+  sa_assert_ok(sa_host_set_default_stream_mode(SA_HOST_MANUAL));
+  size_t n = 6 * MiB; /* one fits under device 1's cap, two do not */
+  sa_assert_ok(sa_host_set_device(1));
+  sa_stream s1;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &s1));
+  current = NULL; /* CuPy's null stream */
+  /* Device 1's arena reads the configuration at its first allocation. */
+  char *conf = strdup(getenv("STREAMARENA_CONF"));
+  assert_non_null(conf);
+  setenv("STREAMARENA_CONF", "backend=host,check_stream_order=1,max_physical=8MiB", 1);
+  void *p = sa_cupy_malloc(&env, n, 1);
+  setenv("STREAMARENA_CONF", conf, 1);
+  free(conf);
+  assert_non_null(p);
+  assert_ptr_not_equal(p, RAISED);
+  sa_assert_ok(sa_host_fill(NULL, p, n, PATTERN_A)); /* CuPy's kernel on device 1's stream 0 */
+  sa_assert_ok(sa_host_set_device(0));
+  sa_hook_stats before = figures_of(1);
+  void *small = sa_cupy_malloc(&env, 4096, 1); /* device 0 current: the hook makes 1 current */
+  assert_non_null(small);
+  assert_ptr_not_equal(small, RAISED);
+  assert_int_equal(last.count, 0);
+  sa_cupy_free(&env, small, 1);
+  sa_cupy_free(&env, p, 1); /* the array dies with device 0 current */
+  void *numba;
+  sa_assert_ok(sa_py_alloc(1, 4096, NULL, &numba)); /* Numba's and RMM's path too */
+  sa_assert_ok(sa_py_free(1, numba, 4096, NULL));
+  assert_int_equal(figures_of(1).errors, before.errors);
+  assert_int_equal(sa_host_get_device(), 0); /* the caller's device is current again */
+  void *q;
+  sa_assert_ok(sa_py_alloc(1, n, s1, &q));
+  assert_ptr_equal(q, p); /* the cap leaves no other memory */
+  uint64_t seen = 0;
+  sa_assert_ok(sa_host_fill(s1, q, n, PATTERN_B));
+  sa_assert_ok(sa_host_check(s1, q, n, PATTERN_B, &seen));
+  sa_assert_ok(sa_host_stream_step(s1, SIZE_MAX, NULL)); /* as far as it goes */
+  assert_true(sa_host_stream_pending(s1) > 0); /* it waits for device 1's stream 0 */
+  sa_assert_ok(sa_host_drain_all());
+  assert_int_equal(seen, 0); /* nothing of the new owner overwritten */
+  sa_assert_ok(sa_py_free(1, q, n, s1));
+  sa_assert_ok(sa_host_set_default_stream_mode(SA_HOST_AUTO));
+  sa_hook_stats after = figures_of(1);
+  assert_int_equal(after.alloc_count, before.alloc_count + 3);
+  assert_int_equal(after.free_count, before.free_count + 4);
+  assert_int_equal(after.errors, before.errors);
+  assert_int_equal(sa_cupy_live_blocks(), 0);
+  sa_arena *arena;
+  sa_assert_ok(sa_default_arena(1, &arena));
+  sa_assert_ok(sa_stream_release(arena, s1));
+  sa_assert_ok(sa_host_stream_destroy(s1));
+  assert_int_equal(violations(), 0);
+}
+
+/* The library exports the whole API, so an atexit handler may call
+ * sa_default_arenas_shutdown while CuPy still frees arrays at interpreter
+ * teardown. The hooks keep no arena: a free of the destroyed arena's block
+ * is refused and counted (its memory went with the arena), the statistics
+ * and the trim read no arena and create none, and the next allocation gets
+ * a fresh default arena. */
+static void hooks_after_default_arenas_shutdown_touch_no_freed_arena(void **state) {
+  (void)state;
+  sa_stream s;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_AUTO, &s));
+  current = s;
+  void *small = sa_cupy_malloc(&env, 4096, 0), *big = sa_cupy_malloc(&env, 4 * MiB, 0);
+  assert_true(small != NULL && small != RAISED && big != NULL && big != RAISED);
+  void *numba;
+  sa_assert_ok(sa_py_alloc(0, 65536, s, &numba));
+  sa_hook_stats before = figures();
+  sa_fixture_stderr_begin();
+  sa_default_arenas_shutdown();
+  char *err = sa_fixture_stderr_end();
+  assert_non_null(err);
+  assert_non_null(strstr(err, "3 blocks still allocated"));
+  free(err);
+  sa_host_counters c;
+  sa_host_get_counters(&c);
+  assert_int_equal(c.chunks, 0); /* the shutdown released the arenas' memory */
+  assert_int_equal(c.va_ranges, 0);
+  /* Not between stderr_begin and _end: a sanitizer's report of these calls
+   * must reach the test's output. */
+  sa_cupy_free(&env, small, 0);
+  sa_cupy_free(&env, big, 0);
+  sa_assert_status(sa_py_free(0, numba, 65536, s), SA_ERR_INVALID_POINTER);
+  assert_int_equal(sa_cupy_live_blocks(), 0);
+  sa_hook_stats st = figures();
+  assert_int_equal(st.errors, before.errors + 2); /* the CuPy frees, reported */
+  assert_int_equal(st.free_count, before.free_count);
+  assert_int_equal(st.reserved_bytes, 0); /* no arena to read */
+  assert_int_equal(st.live_bytes, 0);
+  sa_py_trim(); /* no arena: nothing to trim */
+  sa_host_get_counters(&c);
+  assert_int_equal(c.va_ranges, 0); /* neither created one */
+  size_t sizes[2] = {4096, 4 * MiB};
+  void *ptrs[2];
+  for (int i = 0; i < 2; i++) {
+    ptrs[i] = sa_cupy_malloc(&env, sizes[i], 0);
+    assert_true(ptrs[i] != NULL && ptrs[i] != RAISED);
+    for (size_t w = 0; w < sizes[i] / 4; w++) ((uint32_t *)ptrs[i])[w] = PATTERN_A;
+  }
+  for (int i = 0; i < 2; i++)
+    for (size_t w = 0; w < sizes[i] / 4; w++)
+      assert_int_equal(((uint32_t *)ptrs[i])[w], PATTERN_A); /* contents kept */
+  st = figures();
+  assert_true(st.reserved_bytes >= sizes[0] + sizes[1]); /* the fresh arena holds them */
+  assert_true(st.live_bytes >= sizes[0] + sizes[1]);
+  for (int i = 0; i < 2; i++) sa_cupy_free(&env, ptrs[i], 0);
+  assert_int_equal(figures().errors, before.errors + 2);
+  sa_py_trim();
+  assert_int_equal(figures().reserved_bytes, 0); /* the trim reaches the fresh arena */
+  sa_arena *arena;
+  sa_assert_ok(sa_default_arena(0, &arena));
+  sa_assert_ok(sa_stream_release(arena, s));
+  sa_assert_ok(sa_host_stream_destroy(s));
+  assert_int_equal(violations(), 0);
+}
+
 int main(void) {
   /* The hooks use the default arenas, which read this at their first use. */
   setenv("STREAMARENA_CONF", "backend=host,check_stream_order=1,max_physical=1GiB", 1);
@@ -436,6 +566,8 @@ int main(void) {
       cmocka_unit_test_setup(trim_gives_cached_memory_back, reset),
       cmocka_unit_test_setup(the_table_keeps_every_entry_through_collisions_and_growth, reset),
       cmocka_unit_test_setup(threads_on_their_own_streams_leave_nothing_behind, reset),
+      cmocka_unit_test_setup(stream_0_is_the_legacy_stream_of_the_hooks_device, reset),
+      cmocka_unit_test_setup(hooks_after_default_arenas_shutdown_touch_no_freed_arena, reset),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   sa_default_arenas_shutdown();

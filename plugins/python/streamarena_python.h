@@ -10,6 +10,14 @@
  *                                  through ctypes
  *   sa_py_trim, sa_py_get_stats, ...
  *
+ * Stream 0 (NULL) in every hook that is told a device is the legacy stream
+ * of that device, whatever device is current at the call: the call runs
+ * with it made current, and the caller's is put back. The hooks keep no
+ * arena: after sa_default_arenas_shutdown (which the library exports) a
+ * free of a destroyed arena's block is refused (SA_ERR_INVALID_POINTER;
+ * CuPy's free reports and counts it), and the next allocation creates a
+ * fresh default arena.
+ *
  * The library also exports the public API (sa_*, sa_host_*), which the
  * Python package calls through ctypes, and which RMM's compiled Python
  * resource links against, so that every Python library of a process shares
