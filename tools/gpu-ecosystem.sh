@@ -85,8 +85,16 @@ stage() {
   for whl in "$dest"/whl/*.whl; do (cd "$work/rmm" && python3 -m zipfile -e "$whl" .); done
 
   # A Python 3.12 with Cython and cuda.bindings' .pxd (RMM's cimport them).
-  py=${PYTHON312:-$(command -v python3.12 || ls -d "$HOME"/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -1)}
-  [ -x "$py" ] || { echo "gpu-ecosystem.sh: no python3.12 (set PYTHON312)" >&2; exit 1; }
+  # The first python3.12 that runs: a pyenv shim on the PATH may name a
+  # version that no environment selects.
+  py=${PYTHON312:-}
+  if [ -z "$py" ]; then
+    for cand in $(command -v python3.12) $(ls -d "$HOME"/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null); do
+      if "$cand" -c 'import sys' >/dev/null 2>&1; then py=$cand; break; fi
+    done
+  fi
+  [ -n "$py" ] && "$py" -c 'import sys' >/dev/null 2>&1 ||
+    { echo "gpu-ecosystem.sh: no python3.12 that runs (set PYTHON312)" >&2; exit 1; }
   "$py" -m venv "$work/venv"
   "$work/venv/bin/pip" install -q cython 'cuda-bindings==13.*'
   bash plugins/rmm/build.sh --rmm "$work/rmm" --lib "$lib" --python "$work/venv/bin/python" \
