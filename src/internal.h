@@ -59,9 +59,12 @@
  * rule and the place, and aborts: a damaged allocator must not hand out
  * memory. */
 #ifdef NDEBUG
+/* Out, but the condition still compiled as an operand of sizeof (never
+ * evaluated): it keeps compiling, and what a validator counts or names
+ * stays used. */
 #define SA_INVARIANTS 0
-#define SA_ASSERT(cond) ((void)0)
-#define SA_CHECK(structure, cond, rule) ((void)0)
+#define SA_ASSERT(cond) ((void)sizeof(cond))
+#define SA_CHECK(structure, cond, rule) ((void)sizeof(cond), (void)(structure), (void)(rule))
 #else
 #define SA_INVARIANTS 1
 #define SA_ASSERT(cond) \
@@ -71,6 +74,42 @@
 #endif
 _Noreturn void sa__invariant_broken(const char *structure, const char *rule, const char *file,
                                     int line);
+
+/* Validators: sa__<structure>_check walks one structure whole and
+ * SA_CHECKs each of its rules, with the lock the structure lives under
+ * held, at a point where it must be whole. A call site names one with
+ * SA_VALIDATE, which release builds compile out (the call stays
+ * type-checked). Trim, snapshot and arena destroy run them all
+ * (report.c: sa__world_check). */
+#define SA_VALIDATE(call) (SA_INVARIANTS ? (void)(call) : (void)0)
+
+/* Where a structure can grow large, a walk after every operation would
+ * make a stress test quadratic in its size, so those calls are paced:
+ * each earns SA_CHECK_CREDIT element visits, and the walk runs once the
+ * credit covers what the last walk visited (a paced validator returns
+ * that count). A structure of up to SA_CHECK_CREDIT elements is walked at
+ * every call; a larger one costs each operation SA_CHECK_CREDIT visits on
+ * average, whatever its size. The pace lives under the same lock as the
+ * structure. */
+#define SA_CHECK_CREDIT 32
+typedef struct sa_check_pace_s {
+  size_t credit; /* visits earned since the last walk */
+  size_t cost;   /* visits the last walk made */
+} sa_check_pace;
+#if SA_INVARIANTS
+#define SA_VALIDATE_PACED(pace, call) \
+  (sa__pace_due(pace) ? sa__pace_done((pace), (call)) : (void)0)
+#else
+#define SA_VALIDATE_PACED(pace, call) ((void)0)
+#endif
+static inline bool sa__pace_due(sa_check_pace *p) {
+  p->credit += SA_CHECK_CREDIT;
+  return p->credit >= p->cost;
+}
+static inline void sa__pace_done(sa_check_pace *p, size_t visited) {
+  p->credit = 0;
+  p->cost = visited;
+}
 
 #define SA_KEEP_EMPTY_SUPERBLOCKS 2 /* per stream, kept before going global */
 #define SA_TARGET_SLACK 64         /* footprint target: peak live x (1 + 1/64) */
@@ -447,6 +486,9 @@ struct sa_stream_arena_s {
                                         (arena lock) */
   struct sa_stream_arena_s *gone_next; /* arena's gone list, once gone (lock;
                                           streams_rw to unlink) */
+#if SA_INVARIANTS /* last, and only where asserts are on: release layout unchanged */
+  sa_check_pace pace, superblock_pace; /* its validator's, its superblocks' (lock) */
+#endif
 };
 
 /* ------------------------------------------------------------------------
@@ -574,6 +616,9 @@ struct sa_arena_s {
   FILE *trace;                  /* trace.c */
   pthread_mutex_t trace_lock;
   uint64_t trace_seq;
+#if SA_INVARIANTS /* last, and only where asserts are on: release layout unchanged */
+  sa_check_pace span_pace, physical_pace, slab_pace; /* validators' (lock) */
+#endif
 };
 
 /* ------------------------------------------------------------------------
