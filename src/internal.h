@@ -925,6 +925,9 @@ sa_status sa__timeline_wait(sa_arena *a, sa_stream_arena *sa, uint64_t ticket, s
 /* sa's work is all done (released, or the arena is going), or nothing
  * waits on it any more (no free span marks it): events back. */
 void sa__timeline_release(sa_arena *a, sa_stream_arena *sa);
+/* Validator: done <= next, every slot's ticket <= next and in its slot,
+ * slots' tickets distinct, each with an event. */
+void sa__timeline_check(const sa_stream_arena *sa);
 
 /* record.c */
 typedef struct sa_record_s { /* the streams recorded for the block at link.key */

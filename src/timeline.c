@@ -47,7 +47,24 @@ static unsigned slot_for(const sa_timeline *tl, uint64_t t) {
   return best;
 }
 
-sa_status sa__timeline_mark(sa_arena *a, sa_stream_arena *sa, uint64_t *ticket) {
+void sa__timeline_check(const sa_stream_arena *sa) {
+  static const char TIMELINE[] = "timeline";
+  const sa_timeline *tl = &sa->timeline;
+  SA_CHECK(TIMELINE, tl->done <= tl->next, "done <= next");
+  for (unsigned k = 0; k < SA_TIMELINE_EVENTS; k++) {
+    uint64_t t = tl->ticket[k];
+    if (t == 0) continue; /* no record marks a ticket there */
+    SA_CHECK(TIMELINE, t <= tl->next, "every slot's ticket <= next");
+    for (unsigned j = 0; j < k; j++)
+      SA_CHECK(TIMELINE, tl->ticket[j] != t, "slots hold distinct tickets");
+    SA_CHECK(TIMELINE, t % SA_TIMELINE_EVENTS == k, "ticket t is in slot t % SA_TIMELINE_EVENTS");
+    SA_CHECK(TIMELINE, tl->ev[k] != NULL, "a slot with a ticket has an event");
+  }
+}
+
+/* sa__timeline_mark's work: the next ticket, and its slot's event
+ * recorded for it. */
+static sa_status mark(sa_arena *a, sa_stream_arena *sa, uint64_t *ticket) {
   sa_timeline *tl = &sa->timeline;
   uint64_t t = tl->next + 1;
   unsigned k = (unsigned)(t % SA_TIMELINE_EVENTS);
@@ -80,6 +97,12 @@ sa_status sa__timeline_mark(sa_arena *a, sa_stream_arena *sa, uint64_t *ticket) 
   return SA_OK;
 }
 
+sa_status sa__timeline_mark(sa_arena *a, sa_stream_arena *sa, uint64_t *ticket) {
+  sa_status st = mark(a, sa, ticket);
+  SA_VALIDATE(sa__timeline_check(sa));
+  return st;
+}
+
 bool sa__timeline_known_done(const sa_stream_arena *sa, uint64_t t) {
   return sa->synced || t <= sa->timeline.done;
 }
@@ -92,6 +115,7 @@ sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sa, uint64_t t, boo
   sa_status st = wait ? a->drv->ops->event_synchronize(a->drv, tl->ev[k])
                       : a->drv->ops->event_query(a->drv, tl->ev[k]);
   if (st == SA_OK) advance(a, tl, tl->ticket[k]);
+  SA_VALIDATE(sa__timeline_check(sa));
   return st;
 }
 
@@ -110,4 +134,5 @@ void sa__timeline_release(sa_arena *a, sa_stream_arena *sa) {
     tl->ev[k] = NULL;
     tl->ticket[k] = 0;
   }
+  SA_VALIDATE(sa__timeline_check(sa));
 }
