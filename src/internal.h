@@ -911,6 +911,9 @@ void sa__live_insert(sa_arena *a, sa_span *sp);
 sa_span *sa__live_find(const sa_arena *a, uintptr_t base);
 void sa__live_remove(sa_arena *a, sa_span *sp);
 void sa__live_fini(sa_arena *a);
+/* Validator: the fit index is a treap in (size, base) order, heap-ordered
+ * on prio, at most 4 log2 n deep. Returns the spans in it. */
+size_t sa__fit_check(const sa_arena *a);
 
 /* timeline.c: arena lock held */
 /* Record an event on sa's stream for a free; *ticket names the point. */

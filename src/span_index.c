@@ -106,6 +106,48 @@ sa_span *sa__fit_ceiling(const sa_arena *a, size_t size, uintptr_t base) {
   return best;
 }
 
+/* The fit index's rules, checked by an in-order walk: (size, base) order,
+ * every node's priority the hash of its base and at least its children's,
+ * and so a depth that stays logarithmic whatever order spans come and go
+ * in. With priorities a hash of distinct addresses, a treap of n nodes
+ * deeper than 4 log2 n is vanishingly rare, while one whose priorities were
+ * ignored is as deep as its insertion order makes it (n, in address
+ * order). The walk gives up past SA_FIT_DEPTH_MAX, deeper than any such
+ * bound, so a cycle fails instead of recursing without end. */
+#define SA_FIT_DEPTH_MAX 256
+typedef struct fit_walk_s {
+  const sa_span *last; /* in order */
+  size_t nodes;
+  unsigned depth;      /* the deepest node's, the root's 1 */
+} fit_walk;
+
+static const char TREAP[] = "free-span treap";
+
+static void fit_walk_node(const sa_span *t, unsigned depth, fit_walk *w) {
+  if (t == NULL) return;
+  SA_CHECK(TREAP, depth <= SA_FIT_DEPTH_MAX, "depth at most 4 log2 n");
+  if (depth > w->depth) w->depth = depth;
+  SA_CHECK(TREAP, atomic_load_explicit(&t->xstate, memory_order_relaxed) == SA_BLOCK_FREE,
+           "only free spans");
+  SA_CHECK(TREAP, t->prio == priority(t->base), "prio is the hash of base");
+  SA_CHECK(TREAP, t->left == NULL || t->left->prio <= t->prio, "heap order on prio");
+  SA_CHECK(TREAP, t->right == NULL || t->right->prio <= t->prio, "heap order on prio");
+  fit_walk_node(t->left, depth + 1, w);
+  SA_CHECK(TREAP, w->last == NULL || before(w->last, t->size, t->base), "(size, base) order");
+  w->last = t;
+  w->nodes++;
+  fit_walk_node(t->right, depth + 1, w);
+}
+
+size_t sa__fit_check(const sa_arena *a) {
+  fit_walk w = {NULL, 0, 0};
+  fit_walk_node(a->fit_root, 1, &w);
+  unsigned log2n = 1;
+  while (((size_t)1 << log2n) < w.nodes) log2n++;
+  SA_CHECK(TREAP, w.depth <= 4 * log2n, "depth at most 4 log2 n");
+  return w.nodes;
+}
+
 /* ------------------------------------------------------------------------
  * Live spans by address: a hash table
  * ---------------------------------------------------------------------- */
