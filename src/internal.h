@@ -900,6 +900,11 @@ void sa__span_give_back_superblock(sa_arena *a, struct sa_span_s *sp);
 /* Destroy: wait for free spans' work, unmap every run, free descriptors.
  * Before the stream arenas go (marks name them). */
 sa_status sa__span_fini(sa_arena *a);
+/* Validator: runs tiled by spans in address order, links and run pointers
+ * right, a run's chunks summing to its size, free spans in the fit index
+ * (sa__fit_check first) and summing to free_span_bytes, live ones in the
+ * live map, marks naming what exists. Returns the spans visited. */
+size_t sa__span_check(const sa_arena *a);
 
 /* span_index.c: arena lock held */
 void sa__fit_insert(sa_arena *a, sa_span *sp);

@@ -391,6 +391,7 @@ static void free_insert(sa_arena *a, sa_span *sp) {
 }
 
 static void free_remove(sa_arena *a, sa_span *sp) {
+  SA_ASSERT(is_free(sp) && a->free_span_bytes >= sp->size);
   sa__fit_remove(a, sp);
   a->free_span_bytes -= sp->size;
 }
@@ -775,6 +776,7 @@ sa_status sa__span_prefill(sa_arena *a, size_t size) {
   sa_span *sp;
   sa_status st = grow(a, w, a->physical_cap, &sp);
   if (st == SA_OK) free_insert(a, sp); /* free, no marks: nothing used it */
+  SA_VALIDATE(sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
   return st;
 }
@@ -820,6 +822,7 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t l
     a->live_spans++;
     *out = (void *)sp->base;
   }
+  SA_VALIDATE_PACED(&a->span_pace, sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
   return st;
 }
@@ -915,9 +918,11 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
   }
   if (st != SA_OK) {
     if (sp != NULL) marks_clear(a, sp);
+    SA_VALIDATE_PACED(&a->span_pace, sa__span_check(a));
     pthread_mutex_unlock(&a->lock);
     return st;
   }
+  SA_ASSERT(sp->holder == NULL && a->live_spans > 0);
   sa__live_remove(a, sp);
   a->live_spans--;
   a->span_frees++;
@@ -927,6 +932,7 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
   starts_add(sp, sp->base);
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
   free_insert(a, coalesce(a, sp));
+  SA_VALIDATE_PACED(&a->span_pace, sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
   return SA_OK;
 }
@@ -1092,6 +1098,93 @@ size_t sa__span_clean_bytes(const sa_arena *a) {
       if (clean) n += sp->size;
     }
   return n;
+}
+
+/* ------------------------------------------------------------------------
+ * Invariants
+ * ---------------------------------------------------------------------- */
+
+static const char SPAN[] = "span";
+
+/* A free span's marks: a free's names a ticket its timeline handed out, a
+ * recorded one an event some mark still counts. */
+static void marks_check(const sa_span *sp) {
+  SA_CHECK(SPAN, sp->nmarks <= sp->marks_cap, "nmarks <= marks_cap");
+  for (unsigned i = 0; i < sp->nmarks; i++) {
+    const sa_mark *m = &sp->marks[i];
+    if (m->recorded != NULL) {
+      SA_CHECK(SPAN, m->recorded->refs > 0, "a recorded mark has refs > 0");
+    } else {
+      SA_CHECK(SPAN, m->stream != NULL && m->ticket > 0 && m->ticket <= m->stream->timeline.next,
+               "a free's mark names a ticket its timeline handed out");
+    }
+  }
+}
+
+/* One span of run r, whose previous span is prev; counts what it is. */
+static void span_check_one(const sa_arena *a, const sa_run *r, const sa_span *sp,
+                           const sa_span *prev, size_t *free_bytes, size_t *nfree,
+                           size_t *nlive) {
+  SA_CHECK(SPAN, sp->run == r, "a span's run pointer is its run");
+  SA_CHECK(SPAN, sp->prev == prev, "prev and next links agree");
+  SA_CHECK(SPAN, sp->size > 0 && sp->size % SA_SPAN_QUANTUM == 0,
+           "a span's size is a positive multiple of SA_SPAN_QUANTUM");
+  if (is_free(sp)) {
+    SA_CHECK(SPAN, sp->holder == NULL, "a free span holds no superblock");
+    SA_CHECK(SPAN, sa__fit_ceiling(a, sp->size, sp->base) == sp,
+             "a free span is in the fit index");
+    SA_CHECK(SPAN, sa__pagemap_get(a, sp->base) == &r->hdr, "a free span's page names its run");
+    marks_check(sp);
+    *free_bytes += sp->size;
+    (*nfree)++;
+    return;
+  }
+  SA_CHECK(SPAN, sp->nmarks == 0, "a live span has no marks");
+  if (sp->holder != NULL) { /* a superblock carved in free span memory */
+    SA_CHECK(SPAN, sa__pagemap_get(a, sp->base) == sp->holder,
+             "a carved superblock's page names it");
+    return;
+  }
+  SA_CHECK(SPAN, sp->owner != NULL, "a live span has an owner");
+  SA_CHECK(SPAN, sa__live_find(a, sp->base) == sp, "a live span is in the live map");
+  SA_CHECK(SPAN, sa__pagemap_get(a, sp->base) == &r->hdr, "a live span's page names its run");
+  (*nlive)++;
+}
+
+size_t sa__span_check(const sa_arena *a) {
+  /* The fit index first: a damaged treap is named as such, not as a span
+   * it fails to find. */
+  size_t indexed = sa__fit_check(a), visited = indexed;
+  size_t free_bytes = 0, nfree = 0, nlive = 0;
+  const sa_run *prev_run = NULL;
+  for (const sa_run *r = a->runs; r != NULL; prev_run = r, r = r->next) {
+    uintptr_t end = r->hdr.base + r->hdr.size;
+    SA_CHECK(SPAN, r->hdr.kind == SA_DESC_RUN && r->hdr.size > 0, "a run is mapped");
+    SA_CHECK(SPAN, r->prev == prev_run, "runs' prev and next links agree");
+    SA_CHECK(SPAN, prev_run == NULL || prev_run->hdr.base + prev_run->hdr.size <= r->hdr.base,
+             "runs in address order, apart");
+    size_t mapped = 0;
+    for (const sa_chunk *c = r->hdr.chunks; c != NULL; c = c->next, visited++) mapped += c->size;
+    SA_CHECK(SPAN, mapped == r->hdr.size, "a run's chunk sizes sum to its size");
+    SA_CHECK(SPAN, r->first != NULL && r->first->base == r->hdr.base,
+             "spans tile each run: no gap, no overlap");
+    uintptr_t at = r->hdr.base;
+    const sa_span *prev = NULL;
+    for (const sa_span *sp = r->first; sp != NULL; prev = sp, sp = sp->next) {
+      SA_CHECK(SPAN, sp->base == at && sp->size <= end - at,
+               "spans tile each run: no gap, no overlap");
+      span_check_one(a, r, sp, prev, &free_bytes, &nfree, &nlive);
+      at += sp->size;
+      visited++;
+    }
+    SA_CHECK(SPAN, at == end, "spans tile each run: no gap, no overlap");
+    SA_CHECK(SPAN, r->last == prev, "a run's last span ends its list");
+  }
+  SA_CHECK(SPAN, free_bytes == a->free_span_bytes, "free_span_bytes is the sum of free spans");
+  SA_CHECK(SPAN, nfree == indexed, "the fit index holds the free spans and only them");
+  SA_CHECK(SPAN, nlive == a->live_spans && nlive == a->live_map.n,
+           "live_spans and the live map count the live spans");
+  return visited;
 }
 
 sa_status sa__span_fini(sa_arena *a) {
