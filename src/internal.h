@@ -758,6 +758,10 @@ size_t sa__physical_soft_limit(const sa_arena *a);
 size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes);
 /* Destroy: forget every chunk left (the driver refused to release it). */
 void sa__physical_fini(sa_arena *a);
+/* Validator: chunk_cache_bytes, physical_bytes and nchunks are what the
+ * chunk cache and the chunks add up to, peak >= current, every byte held
+ * was created, stuck ranges whole. Returns the records visited. */
+size_t sa__physical_check(const sa_arena *a);
 /* Bytes the arena may remap to keep within limit: SIZE_MAX for a budget the
  * user set (reserve_limit, max_physical), the ledger's credit for the
  * footprint target below them. No lock needed. */

@@ -47,6 +47,7 @@ static void cache_push(sa_arena *a, sa_chunk *p) {
 
 static void cache_unlink(sa_arena *a, sa_chunk **pp) {
   sa_chunk *p = *pp;
+  SA_ASSERT(a->chunk_cache_bytes >= p->size && p->phys->cached == p->size);
   *pp = p->next;
   a->chunk_cache_bytes -= p->size;
   p->phys->cached -= p->size;
@@ -119,6 +120,7 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
     a->nchunks--;
     free(ph);
   }
+  SA_VALIDATE_PACED(&a->physical_pace, sa__physical_check(a));
   return released;
 }
 
@@ -230,11 +232,13 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t mos
   }
   if (st != SA_OK) {
     sa__physical_return(a, head); /* new chunks too: a later growth uses them */
+    SA_VALIDATE_PACED(&a->physical_pace, sa__physical_check(a));
     return st;
   }
   atomic_fetch_add_explicit(&a->xremapped_bytes, remapped, memory_order_relaxed);
   *out = head;
   *got = have;
+  SA_VALIDATE_PACED(&a->physical_pace, sa__physical_check(a));
   return SA_OK;
 }
 
@@ -362,6 +366,37 @@ size_t sa__physical_remap_allowance(const sa_arena *a, size_t limit) {
   size_t share = a->cfg.chunk_size != 0 ? 1 : SA_REMAP_SHARE;
   size_t credit = created / share + (size_t)(spans / SA_REMAP_TRICKLE) * a->gran;
   return credit > remapped ? credit - remapped : 0;
+}
+
+size_t sa__physical_check(const sa_arena *a) {
+  static const char LEDGER[] = "physical ledger";
+  size_t visited = 0, cached = 0, cached_by_chunk = 0, held = 0, n = 0;
+  for (const sa_chunk *c = a->chunk_cache; c != NULL; c = c->next, visited++) {
+    SA_CHECK(LEDGER, c->phys != NULL && c->size == c->phys->size && !c->phys->released,
+             "a cached record is its chunk's, whole and held");
+    cached += c->size;
+  }
+  SA_CHECK(LEDGER, cached == a->chunk_cache_bytes, "chunk_cache_bytes is the sum of cached chunks");
+  for (const sa_phys *ph = a->phys; ph != NULL; ph = ph->next, visited++) {
+    SA_CHECK(LEDGER, ph->size > 0 && ph->size % a->gran == 0, "a chunk is whole granules");
+    SA_CHECK(LEDGER, ph->cached == 0 || ph->cached == ph->size, "a chunk is cached whole or not");
+    held += ph->size;
+    cached_by_chunk += ph->cached;
+    n++;
+  }
+  SA_CHECK(LEDGER, cached_by_chunk == a->chunk_cache_bytes,
+           "chunks' cached bytes sum to chunk_cache_bytes");
+  SA_CHECK(LEDGER, held == a->physical_bytes, "physical_bytes is the sum of chunk sizes");
+  SA_CHECK(LEDGER, n == a->nchunks, "nchunks counts the chunks");
+  SA_CHECK(LEDGER, a->physical_peak >= a->physical_bytes, "peak >= current");
+  SA_CHECK(LEDGER, a->chunk_cache_bytes <= a->physical_bytes, "cached bytes are held bytes");
+  SA_CHECK(LEDGER,
+           a->physical_bytes <= atomic_load_explicit(&a->xcreated_bytes, memory_order_relaxed),
+           "every byte held was created");
+  for (const sa_chunk *c = a->stuck; c != NULL; c = c->phys->stuck_next, visited++)
+    SA_CHECK(LEDGER, sa__chunks_bytes(c) == c->phys->stuck_size,
+             "a stuck range's chunks sum to its size");
+  return visited;
 }
 
 void sa__physical_fini(sa_arena *a) {
