@@ -803,6 +803,13 @@ void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, bool wait,
                                   sa_superblock **keep);
 void sa__superblock_push_all(sa_arena *a, sa_superblock *list);
 void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb); /* its last block came back */
+/* Validators; each returns the elements it visited (SA_VALIDATE_PACED).
+ * One superblock, its owner's lock held (or the world lock): used, nfree,
+ * bump and nblocks agree, and so do the free index stack and the state
+ * bytes. The arena's slabs, arena lock held: ncarved + nfree == nslots,
+ * free slots distinct, slab_free_bytes their sum. */
+size_t sa__superblock_check(const sa_superblock *sb);
+size_t sa__slabs_check(const sa_arena *a);
 /* Destroy: unmap every slab (superblocks of their own went with their
  * descriptors' chunks) and free them. Device synchronized already. */
 sa_status sa__superblock_slabs_fini(sa_arena *a);

@@ -42,6 +42,49 @@ sa_status sa__superblock_format(sa_superblock *sb, unsigned cls) {
   return SA_OK;
 }
 
+static const char SUPERBLOCK[] = "superblock";
+
+size_t sa__superblock_check(const sa_superblock *sb) {
+  SA_CHECK(SUPERBLOCK, sb->nblocks <= sb->nstate, "nblocks <= nstate");
+  SA_CHECK(SUPERBLOCK, sb->bump <= sb->nblocks, "bump <= nblocks");
+  SA_CHECK(SUPERBLOCK, sb->nfree <= sb->capacity, "nfree <= capacity");
+  SA_CHECK(SUPERBLOCK, (uint64_t)sb->used + sb->nfree == sb->bump, "used + nfree == bump");
+  /* One on the global stack or spare keeps its last geometry; it holds
+   * nothing (its blocks are looked at again when a stream takes it). */
+  SA_CHECK(SUPERBLOCK, sb->owner != NULL || sb->used == 0, "an unowned superblock is unused");
+  if (sb->owner == NULL) return 1;
+  /* Blocks below bump are used or on the free index stack, once; the
+   * stack's and those from bump on are SA_BLOCK_FREE. */
+  uint8_t *seen = calloc((size_t)sb->bump / 8 + 1, 1); /* NULL: duplicates not looked for */
+  for (uint32_t i = 0; i < sb->nfree; i++) {
+    uint32_t idx = sb->free_idx[i];
+    SA_CHECK(SUPERBLOCK, idx < sb->bump, "the free index stack holds blocks below bump");
+    SA_CHECK(SUPERBLOCK, seen == NULL || !(seen[idx / 8] & (1u << idx % 8)),
+             "the free index stack holds a block once");
+    if (seen != NULL) seen[idx / 8] |= (uint8_t)(1u << idx % 8);
+    SA_CHECK(SUPERBLOCK,
+             atomic_load_explicit(&sb->state[idx], memory_order_relaxed) == SA_BLOCK_FREE,
+             "each block on the free index stack is SA_BLOCK_FREE");
+  }
+  free(seen);
+  /* One comparison per block below bump and none above it: the walk is
+   * what this validator costs (and, in the fuzzer, every comparison is
+   * traced). */
+  uint32_t used = 0;
+  unsigned below = 0, above = 0; /* the state bytes or'ed */
+  for (uint32_t i = 0; i < sb->bump; i++) {
+    uint8_t st = atomic_load_explicit(&sb->state[i], memory_order_relaxed);
+    used += st != SA_BLOCK_FREE;
+    below |= st;
+  }
+  for (uint32_t i = sb->bump; i < sb->nblocks; i++)
+    above |= atomic_load_explicit(&sb->state[i], memory_order_relaxed);
+  SA_CHECK(SUPERBLOCK, (below & ~7u) == 0, "state bytes use only the SA_BLOCK_ states' bits");
+  SA_CHECK(SUPERBLOCK, above == SA_BLOCK_FREE, "blocks from bump on are SA_BLOCK_FREE");
+  SA_CHECK(SUPERBLOCK, used == sb->used, "used counts the blocks not SA_BLOCK_FREE");
+  return (size_t)sb->nblocks + sb->nfree;
+}
+
 /* The statistics' counts: sb leaves (-1) or joins (+1) the empty ones, and
  * the other way for the active ones (active 0: it appears or goes). */
 static void count(sa_arena *a, const sa_superblock *sb, int empty, int active) {
@@ -66,6 +109,7 @@ static void push_global(sa_arena *a, sa_superblock *sb) {
 }
 
 void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e, uint64_t event_owner) {
+  SA_ASSERT(sb->used == 0); /* only an empty one goes */
   sb->owner = NULL;
   sb->event = e;
   sb->event_owner = event_owner;
@@ -173,6 +217,35 @@ static sa_status slab_new(sa_arena *a, size_t size, uint32_t k, size_t limit) {
   return SA_OK;
 }
 
+size_t sa__slabs_check(const sa_arena *a) {
+  static const char SLAB[] = "slab";
+  size_t visited = 0, free_bytes = 0;
+  const sa_slab *const lists[2] = {a->slabs, a->full_slabs};
+  for (int full = 0; full < 2; full++) {
+    const sa_slab *prev = NULL;
+    for (const sa_slab *sl = lists[full]; sl != NULL; prev = sl, sl = sl->next, visited++) {
+      SA_CHECK(SLAB, sl->prev == prev, "prev and next links agree");
+      SA_CHECK(SLAB, sl->nslots > 0 && sl->nslots <= SA_SLAB_MAX, "0 < nslots <= SA_SLAB_MAX");
+      SA_CHECK(SLAB, sl->ncarved + sl->nfree == sl->nslots, "ncarved + nfree == nslots");
+      SA_CHECK(SLAB, (sl->nfree == 0) == full, "slabs with a free slot apart from full ones");
+      SA_CHECK(SLAB,
+               sl->hdr.size == (size_t)sl->nslots * sl->slot &&
+                   sa__chunks_bytes(sl->hdr.chunks) == sl->hdr.size,
+               "a slab maps its slots");
+      uint32_t seen = 0;
+      for (uint32_t i = 0; i < sl->nfree; i++) {
+        uint32_t slot = sl->free_slots[i];
+        SA_CHECK(SLAB, slot < sl->nslots && !(seen & (1u << slot)),
+                 "free slots distinct, in range");
+        seen |= 1u << slot;
+      }
+      free_bytes += (size_t)sl->nfree * sl->slot;
+    }
+  }
+  SA_CHECK(SLAB, free_bytes == a->slab_free_bytes, "slab_free_bytes is the sum of free slots");
+  return visited;
+}
+
 /* Unmap sl, none of whose slots is carved, and forget it; false (sl stays,
  * every slot free, for sa__superblock_slabs_unmap_free) if the driver
  * refuses. */
@@ -187,6 +260,7 @@ static bool slab_unmap(sa_arena *a, sa_slab *sl) {
 
 /* Slot of sl is free again; the slab is unmapped once none is carved. */
 static void slab_put(sa_arena *a, sa_slab *sl, uint32_t slot) {
+  SA_ASSERT(sl->ncarved > 0 && sl->nfree < sl->nslots && slot < sl->nslots);
   if (sl->nfree == 0) { /* a slot free again */
     slab_unlink(&a->full_slabs, sl);
     slab_push(&a->slabs, sl);
@@ -261,6 +335,7 @@ void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, bool wait,
     pthread_mutex_lock(&a->lock);
     sb->event = NULL; /* under the lock: the reports read it (report.c) */
     st = unmap(a, sb);
+    SA_VALIDATE_PACED(&a->slab_pace, sa__slabs_check(a));
     pthread_mutex_unlock(&a->lock);
   }
   if (st != SA_OK) {
@@ -366,6 +441,7 @@ static sa_status carve(sa_arena *a, sa_stream_arena *sa, size_t size, size_t nee
     sb->next = a->spare_superblocks;
     a->spare_superblocks = sb;
   }
+  SA_VALIDATE_PACED(&a->slab_pace, sa__slabs_check(a));
   pthread_mutex_unlock(&a->lock);
   if (st == SA_OK) *out = sb;
   return st;
@@ -478,6 +554,7 @@ sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, size_t limit
   count(a, sb, -1, +1);
   sb->next = sb->prev = NULL;
   sb->in_bin = false;
+  SA_VALIDATE_PACED(&sa->superblock_pace, sa__superblock_check(sb));
   *out = sb;
   return SA_OK;
 }
