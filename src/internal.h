@@ -869,6 +869,14 @@ size_t sa__stream_arenas_live(sa_arena *a); /* stream arenas not gone */
  * (bound for the caller; NULL if there was none). */
 sa_status sa__stream_arena_release(sa_arena *a, sa_stream s, sa_stream_arena **out);
 void sa__stream_arenas_destroy(sa_arena *a); /* device synchronized already */
+/* Validators; each returns the elements it visited (SA_VALIDATE_PACED).
+ * One stream arena, its lock held: bins, nempty (the empty list),
+ * pending_blocks (the pending lanes), parked batches. Every stream arena
+ * and superblock, the world lock held (report.c): each stream arena and
+ * its timeline, each superblock, the arena's list, the live index, the
+ * gone list, and nsuperblocks against the superblocks' owners. */
+size_t sa__stream_arena_check(const sa_stream_arena *sa);
+size_t sa__stream_arenas_check(sa_arena *a);
 
 /* span.c: sizes in bytes; limit: the physical bytes growth may reach */
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t limit,

@@ -74,6 +74,7 @@ static void keep_empty(sa_stream_arena *sa, sa_superblock *sb) {
 
 /* sb leaves this stream for the global stack. */
 static void to_global(sa_stream_arena *sa, sa_superblock *sb) {
+  SA_ASSERT(sb->owner == sa && sa->nsuperblocks > 0);
   sa->nsuperblocks--;
   sa__superblock_to_global(sa->arena, sb, sb->event, sa->id);
 }
@@ -89,6 +90,7 @@ static bool fence_empty(sa_stream_arena *sa, sa_superblock *sb, bool named) {
 /* An empty superblock stays here (a few are kept, and unfenced ones must
  * stay) or goes to the global stack with its event, if it needs one. */
 static void retire_empty(sa_stream_arena *sa, sa_superblock *sb, bool named) {
+  SA_VALIDATE_PACED(&sa->superblock_pace, sa__superblock_check(sb));
   sa__superblock_emptied(sa->arena, sb);
   if (sb->in_bin) bin_remove(sa, sb);
   sb->event = NULL;
@@ -105,6 +107,8 @@ static void retire_empty(sa_stream_arena *sa, sa_superblock *sb, bool named) {
 static void block_return(sa_stream_arena *sa, void *p, uint64_t gen, bool named) {
   sa_superblock *sb = (sa_superblock *)sa__pagemap_get(sa->arena, (uintptr_t)p);
   uint32_t idx = sa__block_index(sb, (uintptr_t)p - sb->hdr.base);
+  SA_ASSERT(sb->owner == sa && sb->used > 0 && idx < sb->bump);
+  SA_ASSERT(atomic_load_explicit(&sb->state[idx], memory_order_relaxed) != SA_BLOCK_FREE);
   atomic_store_explicit(&sb->state[idx], SA_BLOCK_FREE, memory_order_relaxed);
   sb->free_idx[sb->nfree++] = idx;
   if (gen > sb->dirty_gen) sb->dirty_gen = gen;
@@ -120,6 +124,7 @@ void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, u
   pthread_mutex_lock(&sa->lock);
   uint64_t gen = sa__sync_gen(sa->arena); /* after the frees: they were before the lock */
   for (uint32_t i = 0; i < n; i++) block_return(sa, blocks[i].p, gen, named);
+  SA_VALIDATE_PACED(&sa->pace, sa__stream_arena_check(sa));
   pthread_mutex_unlock(&sa->lock);
 }
 
@@ -186,6 +191,7 @@ static sa_deferred **lane_drain(sa_stream_arena *sa, sa_deferred **pl, bool forc
     sa_deferred *next = d->lane_next;
     bool waited = false;
     if (deferred_ready(sa, d, force, &waited)) {
+      SA_ASSERT(sa->pending_blocks >= d->n);
       sa->pending_blocks -= d->n;
       /* Behind a wait on this stream, the blocks are this stream's work. */
       deferred_release(sa, d, waited ? sa__sync_gen(sa->arena) : d->gen, named);
@@ -238,6 +244,7 @@ static void drain(sa_stream_arena *sa, bool force, bool named) {
     lane_add(sa, d);
   }
   for (sa_deferred **pl = &sa->pending; *pl != NULL;) pl = lane_drain(sa, pl, force, named);
+  SA_VALIDATE_PACED(&sa->pace, sa__stream_arena_check(sa));
 }
 
 void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d) {
@@ -374,6 +381,7 @@ uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_bloc
     _Atomic uint8_t *state = sb->state;
     while (got < want && (sb->nfree > 0 || sb->bump < sb->nblocks)) {
       uint32_t idx = sb->nfree > 0 ? sb->free_idx[--sb->nfree] : sb->bump++;
+      SA_ASSERT(atomic_load_explicit(&state[idx], memory_order_relaxed) == SA_BLOCK_FREE);
       atomic_store_explicit(&state[idx], SA_BLOCK_CACHED, memory_order_relaxed);
       sb->used++;
       out[got].p = (void *)(sb->hdr.base + (uintptr_t)idx * sb->block_size);
@@ -382,6 +390,7 @@ uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_bloc
     }
     if (sb->nfree == 0 && sb->bump == sb->nblocks) bin_remove(sa, sb);
   }
+  SA_VALIDATE_PACED(&sa->pace, sa__stream_arena_check(sa));
   pthread_mutex_unlock(&sa->lock);
   return got;
 }
@@ -656,6 +665,114 @@ sa_status sa__stream_arena_release(sa_arena *a, sa_stream s, sa_stream_arena **o
   mark_gone(a, sa, true);
   *out = sa;
   return SA_OK;
+}
+
+/* ---- invariants ---------------------------------------------------------- */
+
+static const char STREAM_ARENA[] = "stream arena";
+
+size_t sa__stream_arena_check(const sa_stream_arena *sa) {
+  size_t visited = SA_CLASS_COUNT, listed = 0;
+  for (unsigned c = 0; c < SA_CLASS_COUNT; c++) {
+    const sa_superblock *prev = NULL;
+    for (const sa_superblock *sb = sa->bins[c]; sb != NULL; prev = sb, sb = sb->next, listed++) {
+      SA_CHECK(STREAM_ARENA, sb->owner == sa && sb->in_bin && sb->cls == c,
+               "a bin holds superblocks of its class owned here");
+      SA_CHECK(STREAM_ARENA, sb->prev == prev, "a bin's prev and next links agree");
+      SA_CHECK(STREAM_ARENA, sb->used > 0 && (sb->nfree > 0 || sb->bump < sb->nblocks),
+               "a bin's superblock has used blocks and free ones");
+    }
+  }
+  unsigned nempty = 0;
+  for (const sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next, nempty++)
+    SA_CHECK(STREAM_ARENA, sb->owner == sa && sb->used == 0 && !sb->in_bin,
+             "an empty superblock is owned here, unused, in no bin");
+  SA_CHECK(STREAM_ARENA, nempty == sa->nempty, "nempty is the length of the empty list");
+  listed += nempty;
+  SA_CHECK(STREAM_ARENA, listed <= sa->nsuperblocks, "bins and empties hold at most nsuperblocks");
+  size_t blocks = 0;
+  for (const sa_deferred *lane = sa->pending; lane != NULL; lane = lane->next) {
+    const sa_deferred *last = NULL;
+    for (const sa_deferred *d = lane; d != NULL; last = d, d = d->lane_next, visited++) {
+      SA_CHECK(STREAM_ARENA, d->owner == sa && d->nevents > 0 && d->on == lane->on,
+               "a pending lane holds batches of one stream, owned here, waiting");
+      blocks += d->n;
+    }
+    SA_CHECK(STREAM_ARENA, lane->lane_tail == last, "a lane's tail is its last batch");
+  }
+  SA_CHECK(STREAM_ARENA, blocks == sa->pending_blocks,
+           "pending_blocks counts the blocks in pending lanes");
+  for (const sa_deferred *d = sa->parked; d != NULL; d = d->next, visited++)
+    SA_CHECK(STREAM_ARENA, d->freer == sa && d->nevents == 0,
+             "a parked batch was freed here, no event");
+  return visited + listed;
+}
+
+static int by_address(const void *x, const void *y) {
+  uintptr_t p = *(const uintptr_t *)x, q = *(const uintptr_t *)y;
+  return p < q ? -1 : p > q;
+}
+
+/* The superblocks of all_superblocks that sa owns, given their owners
+ * sorted (n of them). */
+static size_t owned_by(const uintptr_t *owners, size_t n, const sa_stream_arena *sa) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) { /* the first at or after sa */
+    size_t mid = lo + (hi - lo) / 2;
+    if (owners[mid] < (uintptr_t)sa)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  size_t k = 0;
+  while (lo + k < n && owners[lo + k] == (uintptr_t)sa) k++;
+  return k;
+}
+
+size_t sa__stream_arenas_check(sa_arena *a) {
+  /* Every superblock, and its owner, to count what each stream arena owns
+   * (a full superblock is on no list of its owner). */
+  size_t nsb = 0, visited = 0;
+  for (const sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next) nsb++;
+  uintptr_t *owners = malloc((nsb + 1) * sizeof *owners); /* NULL: not counted */
+  size_t nowned = 0;
+  for (const sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next) {
+    visited += sa__superblock_check(sb);
+    if (owners != NULL && sb->owner != NULL) owners[nowned++] = (uintptr_t)sb->owner;
+  }
+  if (owners != NULL) qsort(owners, nowned, sizeof *owners, by_address);
+  size_t live = 0, ngone = 0, gone_listed = 0, owned = 0;
+  const sa_stream_arena *prev = NULL;
+  for (const sa_stream_arena *sa = a->streams; sa != NULL; prev = sa, sa = sa->next) {
+    SA_CHECK(STREAM_ARENA, sa->prev == prev && sa->arena == a, "the arena's list: links agree");
+    visited += sa__stream_arena_check(sa);
+    sa__timeline_check(sa);
+    if (gone(sa)) {
+      ngone++;
+    } else {
+      live++;
+      SA_CHECK(STREAM_ARENA, find_live(a, sa->stream) == sa,
+               "a live stream arena is in the live index");
+    }
+    if (owners != NULL) {
+      size_t n = owned_by(owners, nowned, sa);
+      SA_CHECK(STREAM_ARENA, n == sa->nsuperblocks,
+               "nsuperblocks counts the superblocks owned here");
+      owned += n;
+    }
+  }
+  SA_CHECK(STREAM_ARENA, owners == NULL || owned == nowned, "an owner is on the arena's list");
+  free(owners);
+  SA_CHECK(STREAM_ARENA, live == a->live_index.n, "the live index holds the live stream arenas");
+  for (const sa_stream_arena *sa = a->gone_streams; sa != NULL; sa = sa->gone_next) {
+    SA_CHECK(STREAM_ARENA, gone(sa), "the gone list holds gone stream arenas");
+    gone_listed++;
+  }
+  SA_CHECK(STREAM_ARENA, gone_listed == ngone, "the gone list holds the gone stream arenas");
+  SA_CHECK(STREAM_ARENA,
+           gone_listed == atomic_load_explicit(&a->xgone_streams, memory_order_relaxed),
+           "xgone_streams is the length of the gone list");
+  return visited + nsb;
 }
 
 void sa__stream_arenas_destroy(sa_arena *a) {
