@@ -182,6 +182,7 @@ static sa_status trim_to(sa_arena *a, size_t keep_bytes, bool wait) {
   sa__tentry_flush_own(a, NULL, false);
   sa__reclaim(a, 0, wait, SA_RECLAIM_ALL);
   sa__reclaim_release(a, keep_bytes);
+  SA_VALIDATE(sa__world_check(a));
   return SA_OK;
 }
 

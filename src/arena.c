@@ -186,6 +186,7 @@ sa_status sa_arena_destroy(sa_arena *a) {
   uint64_t live = stats.alloc_count - stats.free_count;
   sa__registry_remove(a);
   sa__entries_detach(a);
+  SA_VALIDATE(sa__world_check(a)); /* whole, before it is torn down */
 
   /* Wait for all work: one wait for the device, not one per stream (the
    * user may have destroyed any of them). Spans go first: their marks name

@@ -18,7 +18,8 @@
  *
  * Reads descriptors with every stream arena lock and the arena lock held
  * (sa__world_lock, the order snapshot.c documents); called by alloc.c and
- * snapshot.c.
+ * snapshot.c. Under the same locks, sa__world_check runs every validator
+ * (trim, snapshot, arena destroy).
  */
 #include "internal.h"
 
@@ -44,6 +45,48 @@ void sa__world_unlock(sa_arena *a, sa_stream_arena *head) {
   pthread_mutex_unlock(&a->lock);
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_unlock(&sa->lock);
   pthread_rwlock_unlock(&a->streams_rw);
+}
+
+void sa__world_check_locked(sa_arena *a) {
+  (void)sa__stream_arenas_check(a);
+  (void)sa__slabs_check(a);
+  (void)sa__span_check(a);
+  (void)sa__physical_check(a);
+}
+
+/* The world lock holds one lock per stream arena, and ThreadSanitizer
+ * follows at most 64 locks held by one thread. Past this many stream
+ * arenas, each is checked under its own lock instead: what each owns is
+ * then not counted, which needs every owner's lock at once. */
+#define WORLD_CHECK_STREAMS 32
+
+void sa__world_check(sa_arena *a) {
+  pthread_rwlock_rdlock(&a->streams_rw); /* none is freed meanwhile */
+  pthread_mutex_lock(&a->lock);
+  sa_stream_arena *head = a->streams; /* prepend-only list: safe to walk */
+  size_t n = a->live_index.n + atomic_load_explicit(&a->xgone_streams, memory_order_relaxed);
+  pthread_mutex_unlock(&a->lock);
+  if (n <= WORLD_CHECK_STREAMS) {
+    pthread_rwlock_unlock(&a->streams_rw);
+    head = sa__world_lock(a);
+    sa__world_check_locked(a);
+    sa__world_unlock(a, head);
+    return;
+  }
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
+    pthread_mutex_lock(&sa->lock);
+    pthread_mutex_lock(&a->lock);
+    (void)sa__stream_arena_check(sa);
+    sa__timeline_check(sa);
+    pthread_mutex_unlock(&a->lock);
+    pthread_mutex_unlock(&sa->lock);
+  }
+  pthread_rwlock_unlock(&a->streams_rw);
+  pthread_mutex_lock(&a->lock);
+  (void)sa__slabs_check(a);
+  (void)sa__span_check(a);
+  (void)sa__physical_check(a);
+  pthread_mutex_unlock(&a->lock);
 }
 
 /* Bytes of live blocks (user-held) in sb. */

@@ -67,6 +67,7 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
   sa_status status = sa_get_stats(a, &st);
   if (status != SA_OK) return status;
   sa_stream_arena *head = sa__world_lock(a);
+  SA_VALIDATE(sa__world_check_locked(a)); /* what is written was whole */
 
   fprintf(f, "{\n  \"backend\": \"%s\", \"device\": %d, \"granularity\": %zu, \"va_base\": \"0x%"
           PRIxPTR "\", \"va_size\": %zu,\n", sa_backend_name(a->drv->backend), a->drv->device,
