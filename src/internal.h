@@ -27,6 +27,14 @@
  * Naming: sa_ is public, sa__ is internal across files, static functions
  * have no prefix. Fields that other threads read without the owner's lock
  * are _Atomic and prefixed x.
+ *
+ * Invariants: each structure has a validator, sa__<structure>_check, in
+ * the file that owns it, declared with that file's functions here. Builds
+ * with asserts on (every test build, the sanitizers, the fuzzer) run it
+ * where the structure must be whole (SA_VALIDATE, SA_VALIDATE_PACED), and
+ * every one at trim, snapshot and arena destroy (report.c's
+ * sa__world_check); a broken rule aborts naming the structure and the rule
+ * (invariant.c, a leaf). Release builds (NDEBUG) run none.
  */
 #ifndef SA_INTERNAL_H
 #define SA_INTERNAL_H
