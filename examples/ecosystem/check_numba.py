@@ -18,8 +18,17 @@ import sys
 import threading
 
 import numpy as np
-from numba import cuda
-from numba.cuda.cudadrv.driver import CudaAPIError
+
+# numba-cuda 0.x compiles kernels through a NumPy function that NumPy 2.5
+# removed (np.row_stack, an alias of np.vstack): on the GPU machine's
+# packages every kernel compile failed with an AttributeError inside Numba,
+# before any memory of ours was touched. The alias is put back for Numba's
+# sake only; nothing of streamarena's uses it.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
+from numba import cuda  # noqa: E402
+from numba.cuda.cudadrv.driver import CudaAPIError  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]  # checks.py: examples/, or beside when staged
