@@ -49,7 +49,7 @@
 #include <streamarena/host.h>
 #include <streamarena/streamarena.h>
 
-#include "bench/cuda_dl.h"
+#include "bench/cuda_device.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -233,36 +233,34 @@ static int pairs_streamarena(worker *wk, const loop_args *la, sa_stream s, sa_st
 }
 
 static int pairs_async(worker *wk, const loop_args *la, CUstream s, CUstream fs) {
-  const bench_cu *cu = &wk->r->b->cu;
   const size_t *sizes = la->sizes;
   unsigned k = la->off, mask = la->mask;
   CUdeviceptr p[MAX_BATCH];
   for (uint64_t i = 0; i < la->pairs; i += la->batch) {
     for (unsigned j = 0; j < la->batch; j++) {
-      CUresult r = cu->MemAllocAsync(&p[j], sizes[k++ & mask], s);
-      if (r != CUDA_SUCCESS) return loop_fail(wk, "cuMemAllocAsync", bench_cu_error(cu, r));
+      CUresult r = sa_cu.MemAllocAsync(&p[j], sizes[k++ & mask], s);
+      if (r != CUDA_SUCCESS) return loop_fail(wk, "cuMemAllocAsync", sa_cu_error_name(r));
     }
     for (unsigned j = 0; j < la->batch; j++) {
-      CUresult r = cu->MemFreeAsync(p[j], fs);
-      if (r != CUDA_SUCCESS) return loop_fail(wk, "cuMemFreeAsync", bench_cu_error(cu, r));
+      CUresult r = sa_cu.MemFreeAsync(p[j], fs);
+      if (r != CUDA_SUCCESS) return loop_fail(wk, "cuMemFreeAsync", sa_cu_error_name(r));
     }
   }
   return 0;
 }
 
 static int pairs_memalloc(worker *wk, const loop_args *la) {
-  const bench_cu *cu = &wk->r->b->cu;
   const size_t *sizes = la->sizes;
   unsigned k = la->off, mask = la->mask;
   CUdeviceptr p[MAX_BATCH];
   for (uint64_t i = 0; i < la->pairs; i += la->batch) {
     for (unsigned j = 0; j < la->batch; j++) {
-      CUresult r = cu->MemAlloc(&p[j], sizes[k++ & mask]);
-      if (r != CUDA_SUCCESS) return loop_fail(wk, "cuMemAlloc", bench_cu_error(cu, r));
+      CUresult r = sa_cu.MemAlloc(&p[j], sizes[k++ & mask]);
+      if (r != CUDA_SUCCESS) return loop_fail(wk, "cuMemAlloc", sa_cu_error_name(r));
     }
     for (unsigned j = 0; j < la->batch; j++) {
-      CUresult r = cu->MemFree(p[j]);
-      if (r != CUDA_SUCCESS) return loop_fail(wk, "cuMemFree", bench_cu_error(cu, r));
+      CUresult r = sa_cu.MemFree(p[j]);
+      if (r != CUDA_SUCCESS) return loop_fail(wk, "cuMemFree", sa_cu_error_name(r));
     }
   }
   return 0;
@@ -301,9 +299,9 @@ static void *worker_main(void *arg) {
   worker *wk = arg;
   run *r = wk->r;
   if (r->bk != BK_SA) { /* the driver API acts on the current context */
-    CUresult cr = r->b->cu.CtxSetCurrent(r->b->cu.ctx);
+    CUresult cr = sa_cu.CtxSetCurrent(r->b->cu.ctx);
     if (cr != CUDA_SUCCESS) {
-      loop_fail(wk, "cuCtxSetCurrent", bench_cu_error(&r->b->cu, cr));
+      loop_fail(wk, "cuCtxSetCurrent", sa_cu_error_name(cr));
       wk->failed = 1;
     }
   }
@@ -354,9 +352,9 @@ static int cmp_double(const void *x, const void *y) {
 /* Streams of the baselines: let queued work finish between cases. */
 static int sync_streams(bench *b, unsigned threads) {
   for (unsigned i = 0; i < 2 * threads; i++) {
-    CUresult r = b->cu.StreamSynchronize(b->cu_streams[i]);
+    CUresult r = sa_cu.StreamSynchronize(b->cu_streams[i]);
     if (r != CUDA_SUCCESS) {
-      fprintf(stderr, "alloc_bench: cuStreamSynchronize: %s\n", bench_cu_error(&b->cu, r));
+      fprintf(stderr, "alloc_bench: cuStreamSynchronize: %s\n", sa_cu_error_name(r));
       return -1;
     }
   }
@@ -551,9 +549,9 @@ static unsigned max_threads(const options *o) {
 static int streams_create(bench *b, unsigned n) {
   for (unsigned i = 0; i < n; i++) {
     if (b->have_cu) {
-      CUresult r = b->cu.StreamCreate(&b->cu_streams[i], CU_STREAM_NON_BLOCKING);
+      CUresult r = sa_cu.StreamCreate(&b->cu_streams[i], CU_STREAM_NON_BLOCKING);
       if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "alloc_bench: cuStreamCreate: %s\n", bench_cu_error(&b->cu, r));
+        fprintf(stderr, "alloc_bench: cuStreamCreate: %s\n", sa_cu_error_name(r));
         return -1;
       }
     }
@@ -590,9 +588,9 @@ static int streams_destroy(bench *b, unsigned n) {
       }
     }
     if (b->have_cu && b->cu_streams[i] != NULL) {
-      CUresult r = b->cu.StreamDestroy(b->cu_streams[i]);
+      CUresult r = sa_cu.StreamDestroy(b->cu_streams[i]);
       if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "alloc_bench: cuStreamDestroy: %s\n", bench_cu_error(&b->cu, r));
+        fprintf(stderr, "alloc_bench: cuStreamDestroy: %s\n", sa_cu_error_name(r));
         rc = -1;
       }
     }

@@ -31,7 +31,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench/cuda_dl.h"
+#include "bench/cuda_device.h"
 
 #define MIB ((size_t)1 << 20)
 #define MAX_REPS 24
@@ -48,7 +48,7 @@ static double now_us(void) {
   do {                                                                               \
     CUresult r_ = (call);                                                            \
     if (r_ != CUDA_SUCCESS) {                                                        \
-      fprintf(stderr, "driver_costs: %s: %s (line %d)\n", #call, bench_cu_error(&cu, r_), \
+      fprintf(stderr, "driver_costs: %s: %s (line %d)\n", #call, sa_cu_error_name(r_), \
               __LINE__);                                                             \
       exit(1);                                                                       \
     }                                                                                \
@@ -100,18 +100,18 @@ static void one_size(CUdeviceptr va, size_t size, int reps) {
   double t[NCOLS][MAX_REPS];
   for (int r = 0; r < reps; r++) {
     CUmemGenericAllocationHandle h;
-    TIMED(t[C_CREATE][r], cu.MemCreate(&h, size, &p, 0));
-    TIMED(t[C_MAP][r], cu.MemMap(va, size, 0, h, 0));
-    TIMED(t[C_ACCESS][r], cu.MemSetAccess(va, size, &acc, 1));
-    TIMED(t[C_UNMAP][r], cu.MemUnmap(va, size));
+    TIMED(t[C_CREATE][r], sa_cu.MemCreate(&h, size, &p, 0));
+    TIMED(t[C_MAP][r], sa_cu.MemMap(va, size, 0, h, 0));
+    TIMED(t[C_ACCESS][r], sa_cu.MemSetAccess(va, size, &acc, 1));
+    TIMED(t[C_UNMAP][r], sa_cu.MemUnmap(va, size));
     /* Elsewhere in the range, as a reshape maps memory it holds. */
-    TIMED(t[C_REMAP][r], cu.MemMap(va + size, size, 0, h, 0));
-    TIMED(t[C_REACCESS][r], cu.MemSetAccess(va + size, size, &acc, 1));
-    CHECK(cu.MemUnmap(va + size, size));
-    TIMED(t[C_RELEASE][r], cu.MemRelease(h));
+    TIMED(t[C_REMAP][r], sa_cu.MemMap(va + size, size, 0, h, 0));
+    TIMED(t[C_REACCESS][r], sa_cu.MemSetAccess(va + size, size, &acc, 1));
+    CHECK(sa_cu.MemUnmap(va + size, size));
+    TIMED(t[C_RELEASE][r], sa_cu.MemRelease(h));
     CUdeviceptr d;
-    TIMED(t[C_ALLOC][r], cu.MemAlloc(&d, size));
-    TIMED(t[C_FREE][r], cu.MemFree(d));
+    TIMED(t[C_ALLOC][r], sa_cu.MemAlloc(&d, size));
+    TIMED(t[C_FREE][r], sa_cu.MemFree(d));
   }
   printf("| %zu MiB |", size / MIB);
   for (int c = 0; c < NCOLS; c++) printf(" %.1f |", median(t[c], reps));
@@ -128,21 +128,21 @@ static void many_chunks(CUdeviceptr va, size_t chunk, int k) {
   double create = 0, map = 0, once, per_chunk = 0;
   for (int i = 0; i < k; i++) {
     double t;
-    TIMED(t, cu.MemCreate(&h[i], chunk, &p, 0));
+    TIMED(t, sa_cu.MemCreate(&h[i], chunk, &p, 0));
     create += t;
-    TIMED(t, cu.MemMap(va + (size_t)i * chunk, chunk, 0, h[i], 0));
+    TIMED(t, sa_cu.MemMap(va + (size_t)i * chunk, chunk, 0, h[i], 0));
     map += t;
   }
-  TIMED(once, cu.MemSetAccess(va, (size_t)k * chunk, &acc, 1));
-  CHECK(cu.MemUnmap(va, (size_t)k * chunk));
-  for (int i = 0; i < k; i++) CHECK(cu.MemMap(va + (size_t)i * chunk, chunk, 0, h[i], 0));
+  TIMED(once, sa_cu.MemSetAccess(va, (size_t)k * chunk, &acc, 1));
+  CHECK(sa_cu.MemUnmap(va, (size_t)k * chunk));
+  for (int i = 0; i < k; i++) CHECK(sa_cu.MemMap(va + (size_t)i * chunk, chunk, 0, h[i], 0));
   for (int i = 0; i < k; i++) {
     double t;
-    TIMED(t, cu.MemSetAccess(va + (size_t)i * chunk, chunk, &acc, 1));
+    TIMED(t, sa_cu.MemSetAccess(va + (size_t)i * chunk, chunk, &acc, 1));
     per_chunk += t;
   }
-  CHECK(cu.MemUnmap(va, (size_t)k * chunk));
-  for (int i = 0; i < k; i++) CHECK(cu.MemRelease(h[i]));
+  CHECK(sa_cu.MemUnmap(va, (size_t)k * chunk));
+  for (int i = 0; i < k; i++) CHECK(sa_cu.MemRelease(h[i]));
   free(h);
   printf("| %d x %zu MiB | %.1f | %.1f | %.1f | %.1f |\n", k, chunk / MIB, create, map, once,
          per_chunk);
@@ -185,7 +185,7 @@ static double schedule_vmm(const size_t *grow, int n, size_t total, size_t gran,
   CUmemAccessDesc acc = access_rw();
   size_t reserve = (total / gran + 1) * gran;
   CUdeviceptr va;
-  CHECK(cu.MemAddressReserve(&va, reserve, 0, 0, 0));
+  CHECK(sa_cu.MemAddressReserve(&va, reserve, 0, 0, 0));
   CUmemGenericAllocationHandle *h = calloc((size_t)n, sizeof *h);
   if (h == NULL) exit(1);
   size_t held = 0, mapped = 0;
@@ -196,16 +196,16 @@ static double schedule_vmm(const size_t *grow, int n, size_t total, size_t gran,
     size_t want = (held + gran - 1) / gran * gran;
     if (want == mapped) continue; /* within the last granule mapped */
     size_t s = want - mapped;
-    CHECK(cu.MemCreate(&h[chunks], s, &p, 0));
-    CHECK(cu.MemMap(va + mapped, s, 0, h[chunks], 0));
-    CHECK(cu.MemSetAccess(va + mapped, s, &acc, 1));
+    CHECK(sa_cu.MemCreate(&h[chunks], s, &p, 0));
+    CHECK(sa_cu.MemMap(va + mapped, s, 0, h[chunks], 0));
+    CHECK(sa_cu.MemSetAccess(va + mapped, s, &acc, 1));
     chunks++;
     mapped = want;
   }
   double us = now_us() - t0;
-  CHECK(cu.MemUnmap(va, mapped));
-  for (int i = 0; i < chunks; i++) CHECK(cu.MemRelease(h[i]));
-  CHECK(cu.MemAddressFree(va, reserve));
+  CHECK(sa_cu.MemUnmap(va, mapped));
+  for (int i = 0; i < chunks; i++) CHECK(sa_cu.MemRelease(h[i]));
+  CHECK(sa_cu.MemAddressFree(va, reserve));
   free(h);
   *calls = chunks;
   return us;
@@ -216,9 +216,9 @@ static double schedule_alloc(const size_t *grow, int n) {
   CUdeviceptr *d = calloc((size_t)n, sizeof *d);
   if (d == NULL) exit(1);
   double t0 = now_us();
-  for (int i = 0; i < n; i++) CHECK(cu.MemAlloc(&d[i], grow[i]));
+  for (int i = 0; i < n; i++) CHECK(sa_cu.MemAlloc(&d[i], grow[i]));
   double us = now_us() - t0;
-  for (int i = 0; i < n; i++) CHECK(cu.MemFree(d[i]));
+  for (int i = 0; i < n; i++) CHECK(sa_cu.MemFree(d[i]));
   free(d);
   return us;
 }
@@ -232,7 +232,7 @@ static int run_schedule(const char *path, long ops, int rounds) {
   }
   CUmemAllocationProp p = prop();
   size_t gran = 0, total = 0;
-  CHECK(cu.MemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CHECK(sa_cu.MemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   for (int i = 0; i < n; i++) total += grow[i];
   double vmm[MAX_REPS], alloc[MAX_REPS];
   int chunks = 0;
@@ -300,10 +300,10 @@ int main(int argc, char **argv) {
   }
   CUmemAllocationProp p = prop();
   size_t gran = 0;
-  CHECK(cu.MemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CHECK(sa_cu.MemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   CUdeviceptr va;
   size_t span = 2 * max_size + 512 * MIB;
-  CHECK(cu.MemAddressReserve(&va, span, 0, 0, 0));
+  CHECK(sa_cu.MemAddressReserve(&va, span, 0, 0, 0));
   printf("device %d: %s, driver %d, granule %zu KiB\n\n", device, cu.name, cu.driver_version,
          gran >> 10);
   printf("One chunk: median us per call\n\n| size |");
@@ -323,7 +323,7 @@ int main(int argc, char **argv) {
   many_chunks(va, gran, 128);
   many_chunks(va, 32 * MIB, 32);
   many_chunks(va, 128 * MIB, 8);
-  CHECK(cu.MemAddressFree(va, span));
+  CHECK(sa_cu.MemAddressFree(va, span));
   bench_cu_close(&cu);
   return 0;
 }

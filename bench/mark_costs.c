@@ -27,7 +27,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench/cuda_dl.h"
+#include "bench/cuda_device.h"
 
 #define REPS 7
 #define EVENTS 64
@@ -44,7 +44,7 @@ static double now_ns(void) {
   do {                                                                                 \
     CUresult r_ = (call);                                                              \
     if (r_ != CUDA_SUCCESS && r_ != CUDA_ERROR_NOT_READY) {                            \
-      fprintf(stderr, "mark_costs: %s: %s (line %d)\n", #call, bench_cu_error(&cu, r_), \
+      fprintf(stderr, "mark_costs: %s: %s (line %d)\n", #call, sa_cu_error_name(r_),   \
               __LINE__);                                                               \
       exit(1);                                                                         \
     }                                                                                  \
@@ -74,7 +74,7 @@ typedef struct {
 /* Milliseconds of work on r->s, so that what follows queues behind it. */
 static void make_busy(rig *r) {
   for (int i = 0; i < 8; i++)
-    CHECK(cu.MemsetD8Async(r->busy_buf, (unsigned char)i, r->busy_bytes, r->s));
+    CHECK(sa_cu.MemsetD8Async(r->busy_buf, (unsigned char)i, r->busy_bytes, r->s));
 }
 
 /* ns per call of mark m, n calls. */
@@ -82,15 +82,15 @@ static double time_mark(rig *r, int m, int n) {
   double t0 = now_ns();
   for (int i = 0; i < n; i++) {
     switch (m) {
-      case M_RECORD: CHECK(cu.EventRecord(r->ev[i % EVENTS], r->s)); break;
-      case M_QUERY_DONE: CHECK(cu.EventQuery(r->done)); break;
-      case M_QUERY_BUSY: CHECK(cu.EventQuery(r->ev[0])); break;
-      case M_WAIT_EVENT: CHECK(cu.StreamWaitEvent(r->other, r->done, 0)); break;
-      case M_WRITE: CHECK(cu.StreamWriteValue64(r->s, r->counter_dev, ++r->next, 0)); break;
+      case M_RECORD: CHECK(sa_cu.EventRecord(r->ev[i % EVENTS], r->s)); break;
+      case M_QUERY_DONE: CHECK(sa_cu.EventQuery(r->done)); break;
+      case M_QUERY_BUSY: CHECK(sa_cu.EventQuery(r->ev[0])); break;
+      case M_WAIT_EVENT: CHECK(sa_cu.StreamWaitEvent(r->other, r->done, 0)); break;
+      case M_WRITE: CHECK(sa_cu.StreamWriteValue64(r->s, r->counter_dev, ++r->next, 0)); break;
       case M_WAIT_VALUE:
-        CHECK(cu.StreamWaitValue64(r->other, r->counter_dev, r->next, CU_STREAM_WAIT_VALUE_GEQ));
+        CHECK(sa_cu.StreamWaitValue64(r->other, r->counter_dev, r->next, CU_STREAM_WAIT_VALUE_GEQ));
         break;
-      case M_SQUERY: CHECK(cu.StreamQuery(r->s)); break;
+      case M_SQUERY: CHECK(sa_cu.StreamQuery(r->s)); break;
       default: break;
     }
   }
@@ -100,10 +100,10 @@ static double time_mark(rig *r, int m, int n) {
 static double median_of(rig *r, int m, int n, int busy) {
   double t[REPS];
   for (int k = 0; k < REPS; k++) {
-    CHECK(cu.StreamSynchronize(r->s));
-    CHECK(cu.StreamSynchronize(r->other));
+    CHECK(sa_cu.StreamSynchronize(r->s));
+    CHECK(sa_cu.StreamSynchronize(r->other));
     if (busy) make_busy(r);
-    if (m == M_QUERY_BUSY) CHECK(cu.EventRecord(r->ev[0], r->s)); /* behind the work */
+    if (m == M_QUERY_BUSY) CHECK(sa_cu.EventRecord(r->ev[0], r->s)); /* behind the work */
     t[k] = time_mark(r, m, n);
   }
   qsort(t, REPS, sizeof *t, by_value);
@@ -130,25 +130,25 @@ int main(int argc, char **argv) {
   }
   rig r;
   memset(&r, 0, sizeof r);
-  CHECK(cu.StreamCreate(&r.s, CU_STREAM_NON_BLOCKING));
-  CHECK(cu.StreamCreate(&r.other, CU_STREAM_NON_BLOCKING));
-  for (int i = 0; i < EVENTS; i++) CHECK(cu.EventCreate(&r.ev[i], CU_EVENT_DISABLE_TIMING));
-  CHECK(cu.EventCreate(&r.done, CU_EVENT_DISABLE_TIMING));
-  CHECK(cu.EventRecord(r.done, r.other));
+  CHECK(sa_cu.StreamCreate(&r.s, CU_STREAM_NON_BLOCKING));
+  CHECK(sa_cu.StreamCreate(&r.other, CU_STREAM_NON_BLOCKING));
+  for (int i = 0; i < EVENTS; i++) CHECK(sa_cu.EventCreate(&r.ev[i], CU_EVENT_DISABLE_TIMING));
+  CHECK(sa_cu.EventCreate(&r.done, CU_EVENT_DISABLE_TIMING));
+  CHECK(sa_cu.EventRecord(r.done, r.other));
   void *host;
-  CHECK(cu.MemHostAlloc(&host, 4096, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+  CHECK(sa_cu.MemHostAlloc(&host, 4096, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
   r.counter = host;
   *r.counter = 0;
-  CHECK(cu.MemHostGetDevicePointer(&r.counter_dev, host, 0));
+  CHECK(sa_cu.MemHostGetDevicePointer(&r.counter_dev, host, 0));
   r.busy_bytes = (size_t)1 << 30;
-  CHECK(cu.MemAlloc(&r.busy_buf, r.busy_bytes));
+  CHECK(sa_cu.MemAlloc(&r.busy_buf, r.busy_bytes));
 
   double t[NM][2];
   for (int m = 0; m < NM; m++)
     for (int busy = 0; busy < 2; busy++)
       t[m][busy] = m == M_QUERY_BUSY && !busy ? 0 : median_of(&r, m, calls, busy);
-  CHECK(cu.StreamSynchronize(r.s));
-  CHECK(cu.StreamSynchronize(r.other));
+  CHECK(sa_cu.StreamSynchronize(r.s));
+  CHECK(sa_cu.StreamSynchronize(r.other));
   int landed = *r.counter == r.next;
 
   printf("device %d: %s, driver %d; %d calls a repetition, median of %d\n\n", device, cu.name,
@@ -163,12 +163,12 @@ int main(int argc, char **argv) {
   printf("\ncounter %s its last value (%llu of %llu)\n", landed ? "reached" : "DID NOT REACH",
          (unsigned long long)*r.counter, (unsigned long long)r.next);
 
-  CHECK(cu.MemFree(r.busy_buf));
-  CHECK(cu.MemFreeHost(host));
-  for (int i = 0; i < EVENTS; i++) CHECK(cu.EventDestroy(r.ev[i]));
-  CHECK(cu.EventDestroy(r.done));
-  CHECK(cu.StreamDestroy(r.s));
-  CHECK(cu.StreamDestroy(r.other));
+  CHECK(sa_cu.MemFree(r.busy_buf));
+  CHECK(sa_cu.MemFreeHost(host));
+  for (int i = 0; i < EVENTS; i++) CHECK(sa_cu.EventDestroy(r.ev[i]));
+  CHECK(sa_cu.EventDestroy(r.done));
+  CHECK(sa_cu.StreamDestroy(r.s));
+  CHECK(sa_cu.StreamDestroy(r.other));
   bench_cu_close(&cu);
   return landed ? 0 : 1;
 }

@@ -205,6 +205,11 @@ static int parse_options(int argc, char **argv, options *o) {
  * CUDA: streams, memsets and events through libcuda.so.1; a handoff records
  * an event on the sender's stream that the receiver's stream waits for.
  * ---------------------------------------------------------------------- */
+
+/* This program's own small libcuda loader, on purpose: it is the example a
+ * user copies, so it uses only the public API and plain dlsym (the project's
+ * tests and benchmarks share the library's loader, src/driver/cuda_loader.h,
+ * which is internal). */
 #define CU_STR_(x) #x
 #define CU_STR(x) CU_STR_(x) /* expands cuda.h's _v2 renames first */
 

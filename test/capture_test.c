@@ -32,7 +32,7 @@
 #include <streamarena/host.h>
 #include <streamarena/streamarena.h>
 
-#include "cuda_loader.h"
+#include "cuda_kernels.h"
 #include "driver/driver.h"
 #include "fixture.h"
 #include "internal.h"
@@ -347,7 +347,7 @@ static void the_legacy_stream_during_a_blocking_streams_capture(void **state) {
   (void)state;
   static bench b; /* outlives a failed case: the teardown reads it */
   bench_open(&b, SA_BACKEND_CUDA);
-  if (sa_cu_load() != 0) skip();
+  if (sa_cu_load_all() != SA_OK) skip();
   CUdevice dev;
   CUcontext ctx;
   SA_CU_OK(sa_cu.DeviceGet(&dev, 0));

@@ -9,7 +9,6 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +16,8 @@
 #include <time.h>
 
 #include <cuda.h>
-#include <cudaTypedefs.h>
 
+#include "driver/cuda_loader.h"
 #include "driver/driver.h"
 
 #define MIB ((size_t)1 << 20)
@@ -333,57 +332,24 @@ static void explicit_handles_need_no_context(void **state) {
   assert_int_equal(f->d->ops->event_destroy(f->d, j.e), SA_OK);
 }
 
-/* The user's own context, made with libcuda directly, as an application
- * that manages contexts itself would. */
-typedef struct user_cu_s {
-  PFN_cuCtxCreate_v11040 CtxCreate;
-  PFN_cuCtxDestroy_v4000 CtxDestroy;
-  PFN_cuCtxGetCurrent_v4000 CtxGetCurrent;
-  PFN_cuCtxSetCurrent_v4000 CtxSetCurrent;
-  PFN_cuStreamCreate_v2000 StreamCreate;
-  PFN_cuStreamDestroy_v4000 StreamDestroy;
-} user_cu;
-
-static int user_cu_load(user_cu *u) {
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) return 0;
-  PFN_cuGetProcAddress_v12000 get;
-  *(void **)&get = dlsym(lib, "cuGetProcAddress_v2");
-  if (get == NULL) return 0;
-  struct { const char *name; void **slot; } want[] = {
-      {"cuCtxCreate", (void **)&u->CtxCreate},
-      {"cuCtxDestroy", (void **)&u->CtxDestroy},
-      {"cuCtxGetCurrent", (void **)&u->CtxGetCurrent},
-      {"cuCtxSetCurrent", (void **)&u->CtxSetCurrent},
-      {"cuStreamCreate", (void **)&u->StreamCreate},
-      {"cuStreamDestroy", (void **)&u->StreamDestroy},
-  };
-  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-    CUdriverProcAddressQueryResult found;
-    /* At 12000 cuCtxCreate is the v3 entry point (affinity parameters). */
-    if (get(want[i].name, want[i].slot, 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found) !=
-            CUDA_SUCCESS ||
-        found != CU_GET_PROC_ADDRESS_SUCCESS) {
-      return 0;
-    }
-  }
-  return 1; /* the handle stays open, as the library's does */
-}
-
+/* The user's own context, made with libcuda directly (the library's loader,
+ * its extra entry points included), as an application that manages
+ * contexts itself would. */
 static void user_context_is_restored(void **state) {
   fixture *f = need_device(state);
   const sa_driver_ops *o = f->d->ops;
-  user_cu u;
-  if (!user_cu_load(&u)) {
-    printf("# no cuCtxCreate through cuGetProcAddress: skipped\n");
+  if (sa_cu_load_all() != SA_OK) {
+    const char *why = NULL;
+    (void)sa_last_driver_error(&why);
+    printf("# %s: skipped\n", why);
     skip();
   }
   CUcontext saved = NULL, mine = NULL, cur = NULL;
-  assert_int_equal(u.CtxGetCurrent(&saved), CUDA_SUCCESS);
-  assert_int_equal(u.CtxCreate(&mine, NULL, 0, 0, 0), CUDA_SUCCESS); /* now current */
+  assert_int_equal(sa_cu.CtxGetCurrent(&saved), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.CtxCreate(&mine, NULL, 0, 0, 0), CUDA_SUCCESS); /* now current */
   /* A stream of the user's context is not ours: events could not be recorded on it. */
   CUstream theirs = NULL;
-  assert_int_equal(u.StreamCreate(&theirs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.StreamCreate(&theirs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   assert_int_equal(o->stream_validate(f->d, (sa_stream)theirs), SA_ERR_UNKNOWN_STREAM);
   /* Nor is NULL, which names the legacy stream of their context now: the
    * arena refuses it (the ops below still make ours current). */
@@ -395,7 +361,7 @@ static void user_context_is_restored(void **state) {
 
   buffer b;
   buffer_make(f, &b, f->g);
-  assert_int_equal(u.CtxGetCurrent(&cur), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.CtxGetCurrent(&cur), CUDA_SUCCESS);
   assert_ptr_equal(cur, mine);
   sa_event e = NULL;
   assert_int_equal(o->event_create(f->d, &e), SA_OK);
@@ -407,16 +373,16 @@ static void user_context_is_restored(void **state) {
   assert_int_equal(o->stream_validate(f->d, f->s1), SA_OK);
   assert_int_equal(o->event_query(f->d, e), SA_OK);
   assert_int_equal(mismatches(f, b.va, f->g, 5u), 0);
-  assert_int_equal(u.CtxGetCurrent(&cur), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.CtxGetCurrent(&cur), CUDA_SUCCESS);
   assert_ptr_equal(cur, mine);
   assert_int_equal(o->event_destroy(f->d, e), SA_OK);
   buffer_free(f, &b);
-  assert_int_equal(u.CtxGetCurrent(&cur), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.CtxGetCurrent(&cur), CUDA_SUCCESS);
   assert_ptr_equal(cur, mine);
 
-  assert_int_equal(u.StreamDestroy(theirs), CUDA_SUCCESS);
-  assert_int_equal(u.CtxDestroy(mine), CUDA_SUCCESS);
-  assert_int_equal(u.CtxSetCurrent(saved), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.StreamDestroy(theirs), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.CtxDestroy(mine), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.CtxSetCurrent(saved), CUDA_SUCCESS);
 }
 
 static double now_us(void) {

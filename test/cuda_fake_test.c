@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "driver/cuda_loader.h"
 #include "driver/driver.h"
 
 #define MIB ((size_t)1 << 20)
@@ -25,7 +26,6 @@ static unsigned long long (*fake_last_wait_stream)(void);
 static unsigned long long (*fake_pt_id)(int dev);
 static int (*fake_current_device)(void);
 static void *(*fake_user_context)(int dev);
-static CUresult (*cu_ctx_set_current)(CUcontext ctx); /* the fake's cuCtxSetCurrent */
 
 static sa_arena *arena_on(int device) {
   sa_config c;
@@ -223,18 +223,36 @@ static void null_with_a_users_own_context_current_is_refused(void **state) {
   void *p = &p;
   const char *why = NULL;
   char said[256];
-  assert_int_equal(cu_ctx_set_current((CUcontext)fake_user_context(1)), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.CtxSetCurrent((CUcontext)fake_user_context(1)), CUDA_SUCCESS);
   sa_status st = sa_alloc(a1, &p, 4096, NULL);
   (void)sa_last_driver_error(&why);
   snprintf(said, sizeof said, "%s", why);
   sa_status legacy = sa_alloc(a1, &p, 4096, CU_STREAM_LEGACY);
-  assert_int_equal(cu_ctx_set_current(NULL), CUDA_SUCCESS);
+  assert_int_equal(sa_cu.CtxSetCurrent(NULL), CUDA_SUCCESS);
   assert_int_equal(st, SA_ERR_UNKNOWN_STREAM);
   assert_int_equal(legacy, SA_ERR_UNKNOWN_STREAM);
   assert_null(p);
   if (strstr(said, "NULL stream of another context on this device") == NULL)
     fail_msg("the refusal says '%s'", said);
   assert_int_equal(sa_arena_destroy(a1), SA_OK);
+}
+
+/* The tests' and benchmarks' entry points load apart from the library's:
+ * the fake has none of them, so sa_cu_load_all fails and names the first,
+ * and the library's own load, and its arenas, are untouched. */
+static void a_driver_without_the_extra_entry_points_still_runs_the_library(void **state) {
+  (void)state;
+  assert_int_equal(sa_cu_load_all(), SA_ERR_NO_DEVICE);
+  const char *why = NULL;
+  (void)sa_last_driver_error(&why);
+  assert_string_equal(why, "libcuda.so.1 lacks the entry point cuDriverGetVersion");
+  assert_int_equal(sa_cu_load_all(), SA_ERR_NO_DEVICE); /* once: the same answer */
+  assert_int_equal(sa_cu_load(), SA_OK);
+  sa_arena *a = arena_on(0);
+  void *p = NULL;
+  assert_int_equal(sa_alloc(a, &p, 8 * MIB, NULL), SA_OK);
+  assert_int_equal(sa_free(p, NULL), SA_OK);
+  assert_int_equal(sa_arena_destroy(a), SA_OK);
 }
 
 int main(int argc, char **argv) {
@@ -248,16 +266,15 @@ int main(int argc, char **argv) {
   *(void **)&fake_pt_id = dlsym(h, "fake_cuda_pt_id");
   *(void **)&fake_current_device = dlsym(h, "fake_cuda_current_device");
   *(void **)&fake_user_context = dlsym(h, "fake_cuda_user_context");
-  CUresult (*get_proc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
-  *(void **)&get_proc = dlsym(h, "cuGetProcAddress_v2");
-  if (get_proc("cuCtxSetCurrent", (void **)&cu_ctx_set_current, 12000, 0, NULL) != CUDA_SUCCESS)
-    return 1;
+  /* The library's loader takes the fake for libcuda.so.1: sa_cu is its. */
+  if (sa_cu_load() != SA_OK) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(explicit_streams_reuse_behind_a_wait),
       cmocka_unit_test(per_thread_streams_of_two_threads_are_two_streams),
       cmocka_unit_test(call_on_fresh_thread_leaves_its_device_alone),
       cmocka_unit_test(null_with_another_devices_context_current_is_refused),
       cmocka_unit_test(null_with_a_users_own_context_current_is_refused),
+      cmocka_unit_test(a_driver_without_the_extra_entry_points_still_runs_the_library),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,7 @@
  * The peer case needs two devices: the simulator is given a second one; on
  * CUDA it skips, saying so, where the machine has fewer than two GPUs, and
  * there it also runs a PTX kernel on device 1 over device 0's memory
- * (cuda_loader.h). */
+ * (cuda_kernels.h). */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,7 +21,7 @@
 
 #include <streamarena/host.h>
 
-#include "cuda_loader.h"
+#include "cuda_kernels.h"
 #include "driver/driver.h"
 
 static sa_driver *d;
@@ -303,7 +303,8 @@ static void streams_are_created_validated_and_destroyed(void **state) {
  * its primary context; and cuMemGetAccess agrees with the grants: device 1
  * may read and write va, not plain (mapped for device 0 alone). */
 static void cuda_peer_kernel(uintptr_t va, size_t bytes, sa_stream s1, uintptr_t plain) {
-  if (sa_cu_load() != 0) fail_msg("the backend runs on CUDA but libcuda.so.1 did not load here");
+  if (sa_cu_load_all() != SA_OK)
+    fail_msg("the backend runs on CUDA but libcuda.so.1 did not load here");
   CUdevice dev1;
   CUcontext ctx1 = NULL, saved = NULL;
   CUmodule module = NULL;

@@ -31,7 +31,7 @@
 
 #include <streamarena/streamarena.h>
 
-#include "cuda_loader.h"
+#include "cuda_kernels.h"
 #include "device_switch.h"
 #include "fixture.h"
 
@@ -53,7 +53,7 @@ static int group_setup(void **state) {
   (void)state;
   static char why[160];
   int n = 0;
-  if (sa_cu_load() != 0) {
+  if (sa_cu_load_all() != SA_OK) {
     g.skip_reason = "libcuda.so.1 is not usable";
     return 0;
   }

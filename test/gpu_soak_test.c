@@ -38,7 +38,7 @@
 #include <streamarena/host.h>
 #include <streamarena/streamarena.h>
 
-#include "cuda_loader.h"
+#include "cuda_kernels.h"
 #include "driver/driver.h"
 #include "fixture.h"
 
@@ -343,7 +343,7 @@ static sa_status open_arena(void) {
 }
 
 static int setup_cuda(void) {
-  if (sa_cu_load() != 0) return -1;
+  if (sa_cu_load_all() != SA_OK) return -1;
   CUdevice dev;
   if (sa_cu.DeviceGet(&dev, 0) != CUDA_SUCCESS ||
       sa_cu.DevicePrimaryCtxRetain(&g.ctx, dev) != CUDA_SUCCESS ||

@@ -15,7 +15,7 @@
  *
  * The allocator runs through the public API with backend=cuda; the extra
  * driver calls the test needs (modules, launches, its own streams, copies)
- * go through libcuda.so.1 (cuda_loader.h), in the same primary context of
+ * go through libcuda.so.1 (driver/cuda_loader.h), in the same primary context of
  * the device under test: STREAMARENA_TEST_DEVICE (an ordinal, default 0).
  * A device the machine does not have skips every case, saying so.
  *
@@ -38,7 +38,7 @@
 
 #include <streamarena/streamarena.h>
 
-#include "cuda_loader.h"
+#include "cuda_kernels.h"
 
 #define MiB ((size_t)1 << 20)
 #define PATTERN_X 0x58585858u /* the slow writer's */
@@ -162,7 +162,7 @@ static int group_setup(void **state) {
     return -1;
   }
   if (sa_arena_destroy(probe) != SA_OK) return -1;
-  if (sa_cu_load() != 0) {
+  if (sa_cu_load_all() != SA_OK) {
     fprintf(stderr, "gpu_torture: the backend opened but libcuda.so.1 did not load here\n");
     return -1;
   }

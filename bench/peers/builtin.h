@@ -2,7 +2,7 @@
 #ifndef SA_BENCH_PEERS_BUILTIN_H
 #define SA_BENCH_PEERS_BUILTIN_H
 
-#include "bench/cuda_dl.h"
+#include "bench/cuda_device.h"
 #include "bench/peers/backend.h"
 
 namespace peers {

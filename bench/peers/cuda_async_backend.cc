@@ -21,7 +21,7 @@ struct pool_s {
 };
 
 int cu_fail(const char *what, CUresult r) {
-  std::snprintf(last_error, sizeof last_error, "%s: %s", what, bench_cu_error(driver, r));
+  std::snprintf(last_error, sizeof last_error, "%s: %s", what, sa_cu_error_name(r));
   return r == CUDA_ERROR_OUT_OF_MEMORY ? PEER_OOM : PEER_ERROR;
 }
 
@@ -36,14 +36,14 @@ int pool_create(const peer_env *, void **self, char *err, size_t err_size) {
   props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   props.location.id = driver->dev;
   CUmemoryPool pool = nullptr;
-  CUresult r = driver->MemPoolCreate(&pool, &props);
+  CUresult r = sa_cu.MemPoolCreate(&pool, &props);
   cuuint64_t keep = UINT64_MAX;
   if (r == CUDA_SUCCESS) {
-    r = driver->MemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
-    if (r != CUDA_SUCCESS) (void)driver->MemPoolDestroy(pool);
+    r = sa_cu.MemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+    if (r != CUDA_SUCCESS) (void)sa_cu.MemPoolDestroy(pool);
   }
   if (r != CUDA_SUCCESS) {
-    std::snprintf(err, err_size, "memory pool: %s", bench_cu_error(driver, r));
+    std::snprintf(err, err_size, "memory pool: %s", sa_cu_error_name(r));
     return PEER_ERROR;
   }
   *self = new pool_s{pool};
@@ -52,7 +52,7 @@ int pool_create(const peer_env *, void **self, char *err, size_t err_size) {
 
 int pool_alloc(void *self, void **p, size_t size, void *stream) {
   CUdeviceptr d;
-  CUresult r = driver->MemAllocFromPoolAsync(&d, size, static_cast<pool_s *>(self)->pool,
+  CUresult r = sa_cu.MemAllocFromPoolAsync(&d, size, static_cast<pool_s *>(self)->pool,
                                              static_cast<CUstream>(stream));
   if (r != CUDA_SUCCESS) [[unlikely]]
     return cu_fail("cuMemAllocFromPoolAsync", r);
@@ -61,7 +61,7 @@ int pool_alloc(void *self, void **p, size_t size, void *stream) {
 }
 
 int pool_free(void *, void *p, size_t, void *stream, void *) {
-  CUresult r = driver->MemFreeAsync(reinterpret_cast<CUdeviceptr>(p), static_cast<CUstream>(stream));
+  CUresult r = sa_cu.MemFreeAsync(reinterpret_cast<CUdeviceptr>(p), static_cast<CUstream>(stream));
   if (r != CUDA_SUCCESS) [[unlikely]] {
     (void)cu_fail("cuMemFreeAsync", r);
     return PEER_ERROR;
@@ -72,9 +72,9 @@ int pool_free(void *, void *p, size_t, void *stream, void *) {
 int pool_stats(void *self, peer_stats *out) {
   CUmemoryPool pool = static_cast<pool_s *>(self)->pool;
   cuuint64_t high = 0, now = 0;
-  CUresult r = driver->MemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high);
+  CUresult r = sa_cu.MemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high);
   if (r == CUDA_SUCCESS)
-    r = driver->MemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &now);
+    r = sa_cu.MemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &now);
   if (r != CUDA_SUCCESS) {
     (void)cu_fail("cuMemPoolGetAttribute", r);
     return PEER_ERROR;
@@ -88,10 +88,10 @@ int pool_destroy(void *self, char *err, size_t err_size) {
   pool_s *s = static_cast<pool_s *>(self);
   // Frees still queued on streams finish first; the driver releases the
   // pool's memory then.
-  CUresult r = driver->MemPoolDestroy(s->pool);
+  CUresult r = sa_cu.MemPoolDestroy(s->pool);
   delete s;
   if (r == CUDA_SUCCESS) return PEER_OK;
-  std::snprintf(err, err_size, "cuMemPoolDestroy: %s", bench_cu_error(driver, r));
+  std::snprintf(err, err_size, "cuMemPoolDestroy: %s", sa_cu_error_name(r));
   return PEER_ERROR;
 }
 

@@ -7,8 +7,8 @@
 namespace peers {
 
 namespace {
-std::string cu_fail(const bench_cu *cu, const char *what, CUresult r) {
-  return std::string(what) + ": " + bench_cu_error(cu, r);
+std::string cu_fail(const char *what, CUresult r) {
+  return std::string(what) + ": " + sa_cu_error_name(r);
 }
 }  // namespace
 
@@ -37,17 +37,17 @@ void Device::close() {
 
 bool Device::bind_thread(std::string *err) const {
   if (!gpu_) return true;
-  CUresult r = cu_.CtxSetCurrent(cu_.ctx);
-  if (r != CUDA_SUCCESS) *err = cu_fail(&cu_, "cuCtxSetCurrent", r);
+  CUresult r = sa_cu.CtxSetCurrent(cu_.ctx);
+  if (r != CUDA_SUCCESS) *err = cu_fail("cuCtxSetCurrent", r);
   return r == CUDA_SUCCESS;
 }
 
 bool Device::stream_create(void **out, std::string *err) const {
   if (gpu_) {
     CUstream s = nullptr;
-    CUresult r = cu_.StreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    CUresult r = sa_cu.StreamCreate(&s, CU_STREAM_NON_BLOCKING);
     if (r != CUDA_SUCCESS) {
-      *err = cu_fail(&cu_, "cuStreamCreate", r);
+      *err = cu_fail("cuStreamCreate", r);
       return false;
     }
     *out = s;
@@ -65,8 +65,8 @@ bool Device::stream_create(void **out, std::string *err) const {
 
 bool Device::stream_destroy(void *s, std::string *err) const {
   if (gpu_) {
-    CUresult r = cu_.StreamDestroy(static_cast<CUstream>(s));
-    if (r != CUDA_SUCCESS) *err = cu_fail(&cu_, "cuStreamDestroy", r);
+    CUresult r = sa_cu.StreamDestroy(static_cast<CUstream>(s));
+    if (r != CUDA_SUCCESS) *err = cu_fail("cuStreamDestroy", r);
     return r == CUDA_SUCCESS;
   }
   sa_status st = sa_host_stream_destroy(s);
@@ -76,8 +76,8 @@ bool Device::stream_destroy(void *s, std::string *err) const {
 
 bool Device::sync(void *s, std::string *err) const {
   if (gpu_) {
-    CUresult r = cu_.StreamSynchronize(static_cast<CUstream>(s));
-    if (r != CUDA_SUCCESS) *err = cu_fail(&cu_, "cuStreamSynchronize", r);
+    CUresult r = sa_cu.StreamSynchronize(static_cast<CUstream>(s));
+    if (r != CUDA_SUCCESS) *err = cu_fail("cuStreamSynchronize", r);
     return r == CUDA_SUCCESS;
   }
   sa_status st = sa_host_stream_drain(s);

@@ -1,13 +1,13 @@
 // The device the peer benchmark runs on: a GPU through the driver API, or,
 // where there is none, the host simulator (only streamarena runs there).
-// Owns the streams the workloads use; calls only down, into cuda_dl and
+// Owns the streams the workloads use; calls only down, into cuda_device and
 // streamarena's simulator.
 #ifndef SA_BENCH_PEERS_DEVICE_H
 #define SA_BENCH_PEERS_DEVICE_H
 
 #include <string>
 
-#include "bench/cuda_dl.h"
+#include "bench/cuda_device.h"
 
 namespace peers {
 

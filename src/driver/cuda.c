@@ -1,11 +1,9 @@
 /* The CUDA backend of the driver interface (driver.h), on libcuda.so.1.
  *
- * Owns the process-wide libcuda handle and its entry points (loaded once, by
- * the first caller), and per driver a reference on its device's primary
- * context. libcuda is opened with dlopen and every entry point is resolved
- * through cuGetProcAddress, so the library has no link-time dependency on
- * libcuda: it loads, and reports SA_ERR_NO_DEVICE, where no driver exists.
- * Only cuda.h's types are used at compile time. Called by driver.c
+ * Owns, per driver, a reference on its device's primary context. Calls
+ * libcuda through the loader's table (cuda_loader.h: libcuda loaded at run
+ * time, so the library has no link-time dependency on it and reports
+ * SA_ERR_NO_DEVICE where no driver exists). Called by driver.c
  * (sa_driver_open) and, through sa_driver_ops, by the arena.
  *
  * Contexts. A driver works in its device's primary context, the one the CUDA
@@ -40,171 +38,17 @@
  * cuMemSetAccess. No cuCtxEnablePeerAccess is needed for VMM memory: the
  * descriptors are the grant.
  */
-#include <dlfcn.h>
-#include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include <cuda.h>
-#include <cudaTypedefs.h>
 
-#include "cuda_vmm.h"
+#include "cuda_loader.h"
 #include "driver.h"
 
-/* The ABI we are written against: for each name, cuGetProcAddress returns
- * the newest version of the entry point not newer than this (seen on the
- * H200: "cuCtxCreate" at 12000 gives cuCtxCreate_v3). Each PFN_ type below
- * is the newest one in cudaTypedefs.h at or below 12000. */
-#define SA_CUDA_ABI_VERSION 12000
-
-/* Every entry point we use: X(name without "cu", PFN version suffix). */
-#define SA_CU_ENTRY_POINTS(X)           \
-  X(GetErrorName, v6000)                \
-  X(Init, v2000)                        \
-  X(DeviceGet, v2000)                   \
-  X(DeviceGetCount, v2000)              \
-  X(DeviceGetAttribute, v2000)          \
-  X(DeviceTotalMem, v3020)              \
-  X(DeviceCanAccessPeer, v4000)         \
-  X(DevicePrimaryCtxRetain, v7000)      \
-  X(DevicePrimaryCtxRelease, v11000)    \
-  X(CtxGetCurrent, v4000)               \
-  X(CtxSetCurrent, v4000)               \
-  X(CtxGetDevice, v2000)                \
-  X(CtxSynchronize, v2000)              \
-  X(CtxPushCurrent, v4000)              \
-  X(CtxPopCurrent, v4000)               \
-  SA_CU_VMM_ENTRY_POINTS(X)             \
-  X(EventCreate, v2000)                 \
-  X(EventDestroy, v4000)                \
-  X(EventRecord, v2000)                 \
-  X(EventQuery, v2000)                  \
-  X(EventSynchronize, v2000)            \
-  X(StreamWaitEvent, v3020)             \
-  X(StreamSynchronize, v2000)           \
-  X(StreamGetCtx, v9020)                \
-  X(StreamGetId, v12000)                \
-  X(StreamIsCapturing, v10000)          \
-  X(ThreadExchangeStreamCaptureMode, v10010) \
-  X(StreamCreate, v2000)                \
-  X(StreamDestroy, v4000)               \
-  X(MemsetD32Async, v3020)              \
-  X(MemcpyDtoH, v3020)                  \
-  X(StreamBeginCapture, v10010)         \
-  X(StreamEndCapture, v10000)           \
-  X(GraphDestroy, v10000)
-
-#define SA_CU_FIELD(name, ver) PFN_cu##name##_##ver name;
-
-/* Written once under g_cu_once, read-only afterwards. */
-static struct {
-  sa_status status; /* SA_OK, or SA_ERR_NO_DEVICE with the cause below */
-  int code;         /* the CUresult (or CUDA_ERROR_NOT_FOUND) that made it so */
-  const char *why;  /* static text for sa_last_driver_error */
-  char missing[96]; /* why, for an entry point the driver lacks (it names it) */
-  void *lib;        /* kept for the life of the process: never dlclosed */
-  SA_CU_ENTRY_POINTS(SA_CU_FIELD)
-} g_cu;
-
-static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
-
-static void cu_load_fail(int code, const char *why) {
-  g_cu.status = SA_ERR_NO_DEVICE;
-  g_cu.code = code;
-  g_cu.why = why;
-}
-
-/* Resolve one entry point; *ok becomes 0 on any failure, and the first
- * missing one is named in g_cu.missing (a user with an old driver learns
- * which call it lacks). */
-static void cu_resolve(PFN_cuGetProcAddress_v12000 get, const char *symbol, void **slot,
-                       int *ok) {
-  CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  /* LEGACY_STREAM: NULL means the legacy default stream, as our public
-   * header promises, whatever the user compiled their own code with. */
-  CUresult r = get(symbol, slot, SA_CUDA_ABI_VERSION, CU_GET_PROC_ADDRESS_LEGACY_STREAM,
-                   &found);
-  if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || *slot == NULL) {
-    *slot = NULL;
-    if (*ok)
-      snprintf(g_cu.missing, sizeof g_cu.missing, "libcuda.so.1 lacks the entry point %s",
-               symbol);
-    *ok = 0;
-  }
-}
-
-static void cu_load(void) {
-  g_cu.status = SA_OK;
-  /* RTLD_LOCAL: libcuda's symbols must not leak into the global namespace,
-   * where they could satisfy another library's lookups by accident. */
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    cu_load_fail(CUDA_ERROR_NOT_FOUND, "libcuda.so.1 not found");
-    return;
-  }
-  /* cuGetProcAddress_v2 (with the query-result argument) exists from the
-   * CUDA 12.0 driver on; older drivers are not supported. */
-  PFN_cuGetProcAddress_v12000 get;
-  *(void **)&get = dlsym(lib, "cuGetProcAddress_v2");
-  if (get == NULL) {
-    /* Nothing of libcuda has run beyond its constructors: safe to unload. */
-    dlclose(lib);
-    cu_load_fail(CUDA_ERROR_NOT_FOUND, "libcuda.so.1 has no cuGetProcAddress_v2 (driver older than CUDA 12)");
-    return;
-  }
-  int ok = 1;
-#define SA_CU_RESOLVE(name, ver) cu_resolve(get, "cu" #name, (void **)&g_cu.name, &ok);
-  SA_CU_ENTRY_POINTS(SA_CU_RESOLVE)
-#undef SA_CU_RESOLVE
-  if (!ok) {
-    dlclose(lib);
-    cu_load_fail(CUDA_ERROR_NOT_FOUND, g_cu.missing);
-    return;
-  }
-  g_cu.lib = lib;
-  CUresult r = g_cu.Init(0);
-  if (r != CUDA_SUCCESS) {
-    /* The handle stays open: after cuInit ran, unloading libcuda is not
-     * known to be safe (it may have registered exit handlers). */
-    const char *name = NULL;
-    if (g_cu.GetErrorName(r, &name) != CUDA_SUCCESS || name == NULL) {
-      name = "cuInit failed";
-    }
-    cu_load_fail((int)r, name);
-  }
-}
-
-/* Load libcuda once per process. SA_ERR_NO_DEVICE, with the cause recorded
- * as the calling thread's last driver error, where it is not usable. */
-static sa_status cu_ready(void) {
-  if (pthread_once(&g_cu_once, cu_load) != 0) {
-    sa_driver_set_error(CUDA_ERROR_UNKNOWN, "pthread_once failed");
-    return SA_ERR_NO_DEVICE;
-  }
-  if (g_cu.status != SA_OK) sa_driver_set_error(g_cu.code, g_cu.why);
-  return g_cu.status;
-}
-
-/* Record a failed CUDA call and turn it into a status. */
-static sa_status cu_fail(CUresult r) {
-  const char *name = NULL;
-  if (g_cu.GetErrorName(r, &name) != CUDA_SUCCESS || name == NULL) {
-    name = "CUDA_ERROR_(unknown code)";
-  }
-  sa_driver_set_error((int)r, name);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) return SA_ERR_OUT_OF_MEMORY;
-  /* Every CUDA_ERROR_STREAM_CAPTURE_* and CUDA_ERROR_CAPTURED_EVENT: a
-   * capture, ours to report as such (the device-wide synchronize meets one
-   * that another thread runs). */
-  if (r >= CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && r <= CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
-    return SA_ERR_STREAM_CAPTURING;
-  return SA_ERR_DRIVER;
-}
-
-#define CU_CHECK(call)                              \
-  do {                                              \
-    CUresult cu_check_r_ = (call);                  \
-    if (cu_check_r_ != CUDA_SUCCESS) return cu_fail(cu_check_r_); \
+#define CU_CHECK(call)                                                 \
+  do {                                                                 \
+    CUresult cu_check_r_ = (call);                                     \
+    if (cu_check_r_ != CUDA_SUCCESS) return sa_cu_fail(cu_check_r_); \
   } while (0)
 
 /* ------------------------------------------------------------------------
@@ -243,9 +87,9 @@ static sa_status ctx_enter(cuda_driver *cd, ctx_saved *saved) {
   CUcontext cur = NULL;
   saved->restore = 0;
   saved->ctx = NULL;
-  CU_CHECK(g_cu.CtxGetCurrent(&cur));
+  CU_CHECK(sa_cu.CtxGetCurrent(&cur));
   if (cur == cd->ctx) return SA_OK;
-  CU_CHECK(g_cu.CtxSetCurrent(cd->ctx));
+  CU_CHECK(sa_cu.CtxSetCurrent(cd->ctx));
   saved->restore = 1;
   saved->ctx = cur; /* NULL: cuCtxSetCurrent(NULL) pops ours again */
   return SA_OK;
@@ -255,8 +99,8 @@ static sa_status ctx_enter(cuda_driver *cd, ctx_saved *saved) {
  * when the call itself succeeded. */
 static sa_status ctx_leave(ctx_saved saved, sa_status st) {
   if (!saved.restore) return st;
-  CUresult r = g_cu.CtxSetCurrent(saved.ctx);
-  if (r != CUDA_SUCCESS && st == SA_OK) return cu_fail(r);
+  CUresult r = sa_cu.CtxSetCurrent(saved.ctx);
+  if (r != CUDA_SUCCESS && st == SA_OK) return sa_cu_fail(r);
   return st;
 }
 
@@ -267,7 +111,7 @@ static sa_status ctx_leave(ctx_saved saved, sa_status st) {
     sa_status in_ctx_st_ = ctx_enter((cd), &in_ctx_saved_); \
     if (in_ctx_st_ != SA_OK) return in_ctx_st_;        \
     CUresult in_ctx_r_ = (call);                       \
-    in_ctx_st_ = in_ctx_r_ == CUDA_SUCCESS ? SA_OK : cu_fail(in_ctx_r_); \
+    in_ctx_st_ = in_ctx_r_ == CUDA_SUCCESS ? SA_OK : sa_cu_fail(in_ctx_r_); \
     return ctx_leave(in_ctx_saved_, in_ctx_st_);       \
   } while (0)
 
@@ -309,17 +153,17 @@ static sa_status refused_while_capturing(cuda_driver *cd, sa_stream stream) {
     ctx_saved saved;
     sa_status st = ctx_enter(cd, &saved);
     if (st != SA_OK) return st;
-    r = g_cu.StreamIsCapturing((CUstream)stream, &cs);
+    r = sa_cu.StreamIsCapturing((CUstream)stream, &cs);
     st = ctx_leave(saved, SA_OK);
     if (st != SA_OK) return st;
   } else {
-    r = g_cu.StreamIsCapturing((CUstream)stream, &cs);
+    r = sa_cu.StreamIsCapturing((CUstream)stream, &cs);
   }
   if (names_no_stream(r)) {
-    (void)cu_fail(r);
+    (void)sa_cu_fail(r);
     return SA_ERR_UNKNOWN_STREAM;
   }
-  if (r != CUDA_SUCCESS) return cu_fail(r); /* _IMPLICIT: SA_ERR_STREAM_CAPTURING */
+  if (r != CUDA_SUCCESS) return sa_cu_fail(r); /* _IMPLICIT: SA_ERR_STREAM_CAPTURING */
   if (cs == CU_STREAM_CAPTURE_STATUS_NONE) return SA_OK;
   sa_driver_set_error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
                       "the stream is being captured into a graph");
@@ -332,13 +176,13 @@ static sa_status refused_while_capturing(cuda_driver *cd, sa_stream stream) {
  * (measured: 7.5 ns per exchange). */
 static CUstreamCaptureMode relaxed_begin(void) {
   CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
-  if (g_cu.ThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS)
+  if (sa_cu.ThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS)
     return CU_STREAM_CAPTURE_MODE_RELAXED; /* unchanged: nothing to restore */
   return m;
 }
 
 static void relaxed_end(CUstreamCaptureMode m) {
-  if (m != CU_STREAM_CAPTURE_MODE_RELAXED) (void)g_cu.ThreadExchangeStreamCaptureMode(&m);
+  if (m != CU_STREAM_CAPTURE_MODE_RELAXED) (void)sa_cu.ThreadExchangeStreamCaptureMode(&m);
 }
 
 /* ------------------------------------------------------------------------
@@ -347,14 +191,14 @@ static void relaxed_end(CUstreamCaptureMode m) {
 
 static void cuda_close(sa_driver *d) {
   cuda_driver *cd = as_cuda(d);
-  CUresult r = g_cu.DevicePrimaryCtxRelease(cd->dev);
-  if (r != CUDA_SUCCESS) (void)cu_fail(r); /* nowhere to return it: record it */
+  CUresult r = sa_cu.DevicePrimaryCtxRelease(cd->dev);
+  if (r != CUDA_SUCCESS) (void)sa_cu_fail(r); /* nowhere to return it: record it */
   free(cd);
 }
 
 static sa_status cuda_total_memory(sa_driver *d, size_t *bytes) {
   if (bytes == NULL) return SA_ERR_INVALID_ARGUMENT;
-  CU_CHECK(g_cu.DeviceTotalMem(bytes, as_cuda(d)->dev));
+  CU_CHECK(sa_cu.DeviceTotalMem(bytes, as_cuda(d)->dev));
   return SA_OK;
 }
 
@@ -371,18 +215,18 @@ static sa_status cuda_va_reserve(sa_driver *d, size_t size, size_t alignment, ui
   ctx_saved saved;
   sa_status st = ctx_enter(as_cuda(d), &saved);
   if (st != SA_OK) return st;
-  CUresult r = g_cu.MemAddressReserve(&p, size, alignment, 0, 0);
-  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : cu_fail(r));
+  CUresult r = sa_cu.MemAddressReserve(&p, size, alignment, 0, 0);
+  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r));
   if (st == SA_OK) {
     *out = (uintptr_t)p;
   } else if (r == CUDA_SUCCESS) {
-    (void)g_cu.MemAddressFree(p, size); /* restore failed: give it back */
+    (void)sa_cu.MemAddressFree(p, size); /* restore failed: give it back */
   }
   return st;
 }
 
 static sa_status cuda_va_release(sa_driver *d, uintptr_t va, size_t size) {
-  CU_IN_CTX(as_cuda(d), g_cu.MemAddressFree((CUdeviceptr)va, size));
+  CU_IN_CTX(as_cuda(d), sa_cu.MemAddressFree((CUdeviceptr)va, size));
 }
 
 static sa_status cuda_chunk_create(sa_driver *d, size_t size, sa_chunk_handle *out) {
@@ -393,38 +237,38 @@ static sa_status cuda_chunk_create(sa_driver *d, size_t size, sa_chunk_handle *o
   ctx_saved saved;
   sa_status st = ctx_enter(cd, &saved);
   if (st != SA_OK) return st;
-  CUresult r = g_cu.MemCreate(&h, size, &cd->prop, 0);
-  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : cu_fail(r));
+  CUresult r = sa_cu.MemCreate(&h, size, &cd->prop, 0);
+  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r));
   if (st == SA_OK) {
     *out = (sa_chunk_handle)h;
   } else if (r == CUDA_SUCCESS) {
-    (void)g_cu.MemRelease(h);
+    (void)sa_cu.MemRelease(h);
   }
   return st;
 }
 
 static sa_status cuda_chunk_release(sa_driver *d, sa_chunk_handle chunk) {
-  CU_IN_CTX(as_cuda(d), g_cu.MemRelease((CUmemGenericAllocationHandle)chunk));
+  CU_IN_CTX(as_cuda(d), sa_cu.MemRelease((CUmemGenericAllocationHandle)chunk));
 }
 
 static sa_status cuda_map(sa_driver *d, uintptr_t va, size_t size, sa_chunk_handle chunk) {
   CU_IN_CTX(as_cuda(d),
-            g_cu.MemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)chunk, 0));
+            sa_cu.MemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)chunk, 0));
 }
 
 static sa_status cuda_unmap(sa_driver *d, uintptr_t va, size_t size) {
-  CU_IN_CTX(as_cuda(d), g_cu.MemUnmap((CUdeviceptr)va, size));
+  CU_IN_CTX(as_cuda(d), sa_cu.MemUnmap((CUdeviceptr)va, size));
 }
 
 static sa_status cuda_set_access(sa_driver *d, uintptr_t va, size_t size) {
   cuda_driver *cd = as_cuda(d);
-  CU_IN_CTX(cd, g_cu.MemSetAccess((CUdeviceptr)va, size, cd->access, cd->naccess));
+  CU_IN_CTX(cd, sa_cu.MemSetAccess((CUdeviceptr)va, size, cd->access, cd->naccess));
 }
 
 static sa_status cuda_set_peer_access(sa_driver *d, uint64_t peers) {
   cuda_driver *cd = as_cuda(d);
   int count = 0;
-  CU_CHECK(g_cu.DeviceGetCount(&count));
+  CU_CHECK(sa_cu.DeviceGetCount(&count));
   if (count > 64) count = 64;
   if (peers == SA_PEER_ACCESS_ALL) peers = count < 64 ? ((uint64_t)1 << count) - 1 : UINT64_MAX;
   peers &= ~((uint64_t)1 << d->device);
@@ -438,8 +282,8 @@ static sa_status cuda_set_peer_access(sa_driver *d, uint64_t peers) {
     }
     CUdevice peer;
     int can = 0;
-    CU_CHECK(g_cu.DeviceGet(&peer, ordinal));
-    CU_CHECK(g_cu.DeviceCanAccessPeer(&can, peer, cd->dev));
+    CU_CHECK(sa_cu.DeviceGet(&peer, ordinal));
+    CU_CHECK(sa_cu.DeviceCanAccessPeer(&can, peer, cd->dev));
     if (!can) {
       sa_driver_set_errorf(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
                            "device %d cannot access the memory of device %d (cuDeviceCanAccessPeer)",
@@ -463,50 +307,50 @@ static sa_status cuda_event_create(sa_driver *d, sa_event *out) {
   sa_status st = ctx_enter(as_cuda(d), &saved);
   if (st != SA_OK) return st;
   /* No timing: recording and querying are cheaper, and we never time. */
-  CUresult r = g_cu.EventCreate(&e, CU_EVENT_DISABLE_TIMING);
-  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : cu_fail(r));
+  CUresult r = sa_cu.EventCreate(&e, CU_EVENT_DISABLE_TIMING);
+  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r));
   if (st == SA_OK) {
     *out = (sa_event)e;
   } else if (r == CUDA_SUCCESS) {
-    (void)g_cu.EventDestroy(e);
+    (void)sa_cu.EventDestroy(e);
   }
   return st;
 }
 
 static sa_status cuda_event_destroy(sa_driver *d, sa_event event) {
   (void)d;
-  CU_CHECK(g_cu.EventDestroy((CUevent)event));
+  CU_CHECK(sa_cu.EventDestroy((CUevent)event));
   return SA_OK;
 }
 
 static sa_status cuda_event_record(sa_driver *d, sa_event event, sa_stream stream) {
   sa_status st = refused_while_capturing(as_cuda(d), stream);
   if (st != SA_OK) return st;
-  CU_ON_STREAM(as_cuda(d), stream, g_cu.EventRecord((CUevent)event, (CUstream)stream));
+  CU_ON_STREAM(as_cuda(d), stream, sa_cu.EventRecord((CUevent)event, (CUstream)stream));
 }
 
 static sa_status cuda_event_query(sa_driver *d, sa_event event) {
   (void)d;
   CUstreamCaptureMode saved = relaxed_begin();
-  CUresult r = g_cu.EventQuery((CUevent)event);
+  CUresult r = sa_cu.EventQuery((CUevent)event);
   relaxed_end(saved);
   if (r == CUDA_SUCCESS) return SA_OK;
   if (r == CUDA_ERROR_NOT_READY) return SA_ERR_NOT_READY; /* an answer, not a failure */
-  return cu_fail(r);
+  return sa_cu_fail(r);
 }
 
 static sa_status cuda_event_synchronize(sa_driver *d, sa_event event) {
   (void)d;
   CUstreamCaptureMode saved = relaxed_begin();
-  CUresult r = g_cu.EventSynchronize((CUevent)event);
+  CUresult r = sa_cu.EventSynchronize((CUevent)event);
   relaxed_end(saved);
-  return r == CUDA_SUCCESS ? SA_OK : cu_fail(r);
+  return r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r);
 }
 
 static sa_status cuda_stream_wait_event(sa_driver *d, sa_stream stream, sa_event event) {
   sa_status st = refused_while_capturing(as_cuda(d), stream);
   if (st != SA_OK) return st;
-  CU_ON_STREAM(as_cuda(d), stream, g_cu.StreamWaitEvent((CUstream)stream, (CUevent)event, 0));
+  CU_ON_STREAM(as_cuda(d), stream, sa_cu.StreamWaitEvent((CUstream)stream, (CUevent)event, 0));
 }
 
 static sa_status cuda_stream_capture_check(sa_driver *d, sa_stream stream) {
@@ -514,7 +358,7 @@ static sa_status cuda_stream_capture_check(sa_driver *d, sa_stream stream) {
 }
 
 static sa_status stream_synchronize_on(sa_driver *d, sa_stream stream) {
-  CU_ON_STREAM(as_cuda(d), stream, g_cu.StreamSynchronize((CUstream)stream));
+  CU_ON_STREAM(as_cuda(d), stream, sa_cu.StreamSynchronize((CUstream)stream));
 }
 
 static sa_status cuda_stream_synchronize(sa_driver *d, sa_stream stream) {
@@ -532,9 +376,9 @@ static sa_status cuda_stream_synchronize(sa_driver *d, sa_stream stream) {
 static const char *stream_owner(CUcontext ctx, CUdevice ours) {
   CUdevice dev = ours;
   CUcontext popped = NULL;
-  if (g_cu.CtxPushCurrent(ctx) != CUDA_SUCCESS) return "stream of another context";
-  CUresult r = g_cu.CtxGetDevice(&dev);
-  if (g_cu.CtxPopCurrent(&popped) != CUDA_SUCCESS || r != CUDA_SUCCESS)
+  if (sa_cu.CtxPushCurrent(ctx) != CUDA_SUCCESS) return "stream of another context";
+  CUresult r = sa_cu.CtxGetDevice(&dev);
+  if (sa_cu.CtxPopCurrent(&popped) != CUDA_SUCCESS || r != CUDA_SUCCESS)
     return "stream of another context";
   return dev != ours ? "stream of another device" : "stream of another context on this device";
 }
@@ -546,10 +390,10 @@ static sa_status cuda_legacy_stream_check(sa_driver *d, sa_stream stream) {
   if (stream != NULL && (CUstream)stream != CU_STREAM_LEGACY) return SA_OK;
   cuda_driver *cd = as_cuda(d);
   CUcontext cur = NULL;
-  CU_CHECK(g_cu.CtxGetCurrent(&cur));
+  CU_CHECK(sa_cu.CtxGetCurrent(&cur));
   if (cur == NULL || cur == cd->ctx) return SA_OK;
   CUdevice dev = cd->dev;
-  CU_CHECK(g_cu.CtxGetDevice(&dev)); /* the current context's */
+  CU_CHECK(sa_cu.CtxGetDevice(&dev)); /* the current context's */
   if (dev != cd->dev) {
     sa_driver_set_errorf(CUDA_ERROR_INVALID_CONTEXT,
                          "NULL stream of another device: it names the legacy stream of device "
@@ -581,12 +425,12 @@ static sa_status cuda_stream_validate(sa_driver *d, sa_stream stream) {
   if (st != SA_OK) return st;
   if (stream_is_implicit(stream)) return SA_OK; /* resolved in our context */
   CUcontext ctx = NULL;
-  CUresult r = g_cu.StreamGetCtx((CUstream)stream, &ctx);
+  CUresult r = sa_cu.StreamGetCtx((CUstream)stream, &ctx);
   if (names_no_stream(r)) {
-    (void)cu_fail(r);
+    (void)sa_cu_fail(r);
     return SA_ERR_UNKNOWN_STREAM;
   }
-  if (r != CUDA_SUCCESS) return cu_fail(r);
+  if (r != CUDA_SUCCESS) return sa_cu_fail(r);
   /* Events we record on it live in our context: cuEventRecord needs the
    * stream in the same one. */
   if (ctx != as_cuda(d)->ctx) {
@@ -606,12 +450,12 @@ static sa_status cuda_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
   sa_status st = refused_while_capturing(as_cuda(d), stream);
   if (st != SA_OK) return st;
   unsigned long long v = 0;
-  CUresult r = g_cu.StreamGetId((CUstream)stream, &v);
+  CUresult r = sa_cu.StreamGetId((CUstream)stream, &v);
   if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE) {
-    (void)cu_fail(r);
+    (void)sa_cu_fail(r);
     return SA_ERR_UNKNOWN_STREAM;
   }
-  if (r != CUDA_SUCCESS) return cu_fail(r);
+  if (r != CUDA_SUCCESS) return sa_cu_fail(r);
   *id = (uint64_t)v;
   return SA_OK;
 }
@@ -619,7 +463,7 @@ static sa_status cuda_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
 /* cuCtxSynchronize waits for the primary context's work on every stream,
  * including streams the user destroyed with work still queued. */
 static sa_status cuda_device_synchronize(sa_driver *d) {
-  CU_IN_CTX(as_cuda(d), g_cu.CtxSynchronize());
+  CU_IN_CTX(as_cuda(d), sa_cu.CtxSynchronize());
 }
 
 static sa_status cuda_call_in_context(sa_driver *d, sa_status (*fn)(void *arg), void *arg) {
@@ -638,12 +482,12 @@ static sa_status cuda_stream_create(sa_driver *d, sa_stream *out) {
   if (st != SA_OK) return st;
   /* Non-blocking: no implicit ordering with the NULL stream, so tests see
    * only the ordering the allocator creates. */
-  CUresult r = g_cu.StreamCreate(&s, CU_STREAM_NON_BLOCKING);
-  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : cu_fail(r));
+  CUresult r = sa_cu.StreamCreate(&s, CU_STREAM_NON_BLOCKING);
+  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r));
   if (st == SA_OK) {
     *out = (sa_stream)s;
   } else if (r == CUDA_SUCCESS) {
-    (void)g_cu.StreamDestroy(s);
+    (void)sa_cu.StreamDestroy(s);
   }
   return st;
 }
@@ -651,33 +495,33 @@ static sa_status cuda_stream_create(sa_driver *d, sa_stream *out) {
 static sa_status cuda_stream_destroy(sa_driver *d, sa_stream stream) {
   (void)d;
   if (stream_is_implicit(stream)) return SA_ERR_INVALID_ARGUMENT; /* not ours to destroy */
-  CU_CHECK(g_cu.StreamDestroy((CUstream)stream));
+  CU_CHECK(sa_cu.StreamDestroy((CUstream)stream));
   return SA_OK;
 }
 
 static sa_status cuda_memset32_async(sa_driver *d, uintptr_t dst, uint32_t value, size_t count,
                                      sa_stream stream) {
   CU_IN_CTX(as_cuda(d),
-            g_cu.MemsetD32Async((CUdeviceptr)dst, value, count, (CUstream)stream));
+            sa_cu.MemsetD32Async((CUdeviceptr)dst, value, count, (CUstream)stream));
 }
 
 static sa_status cuda_copy_to_host(sa_driver *d, void *dst, uintptr_t src, size_t size) {
   if (dst == NULL && size > 0) return SA_ERR_INVALID_ARGUMENT;
-  CU_IN_CTX(as_cuda(d), g_cu.MemcpyDtoH(dst, (CUdeviceptr)src, size));
+  CU_IN_CTX(as_cuda(d), sa_cu.MemcpyDtoH(dst, (CUdeviceptr)src, size));
 }
 
 static sa_status cuda_stream_begin_capture(sa_driver *d, sa_stream stream, int mode) {
   (void)d;
-  CU_CHECK(g_cu.StreamBeginCapture((CUstream)stream, (CUstreamCaptureMode)mode));
+  CU_CHECK(sa_cu.StreamBeginCapture((CUstream)stream, (CUstreamCaptureMode)mode));
   return SA_OK;
 }
 
 static sa_status cuda_stream_end_capture(sa_driver *d, sa_stream stream) {
   (void)d;
   CUgraph graph = NULL;
-  CUresult r = g_cu.StreamEndCapture((CUstream)stream, &graph);
-  if (graph != NULL) (void)g_cu.GraphDestroy(graph);
-  return r == CUDA_SUCCESS ? SA_OK : cu_fail(r);
+  CUresult r = sa_cu.StreamEndCapture((CUstream)stream, &graph);
+  if (graph != NULL) (void)sa_cu.GraphDestroy(graph);
+  return r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r);
 }
 
 static const sa_driver_ops cuda_ops = {
@@ -722,19 +566,19 @@ static const sa_driver_ops cuda_ops = {
 /* The device for ordinal, or SA_ERR_NO_DEVICE where there is none. */
 static sa_status device_get(int ordinal, CUdevice *dev) {
   int count = 0;
-  CU_CHECK(g_cu.DeviceGetCount(&count));
+  CU_CHECK(sa_cu.DeviceGetCount(&count));
   if (ordinal >= count) {
     sa_driver_set_error(CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE");
     return SA_ERR_NO_DEVICE;
   }
-  CU_CHECK(g_cu.DeviceGet(dev, ordinal));
+  CU_CHECK(sa_cu.DeviceGet(dev, ordinal));
   return SA_OK;
 }
 
 /* Fill the chunk and access descriptors and query the granularity. */
 static sa_status describe_device(cuda_driver *cd) {
   int vmm = 0;
-  CU_CHECK(g_cu.DeviceGetAttribute(
+  CU_CHECK(sa_cu.DeviceGetAttribute(
       &vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, cd->dev));
   if (!vmm) {
     sa_driver_set_error(CUDA_ERROR_NOT_SUPPORTED, "device lacks virtual memory management");
@@ -749,8 +593,8 @@ static sa_status describe_device(cuda_driver *cd) {
   cd->naccess = 1;
   /* MINIMUM, not RECOMMENDED: the interface promises the smallest legal
    * unit; the arena picks larger chunks itself (both are 2 MiB on H200). */
-  CU_CHECK(g_cu.MemGetAllocationGranularity(&cd->granularity, &cd->prop,
-                                            CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CU_CHECK(sa_cu.MemGetAllocationGranularity(&cd->granularity, &cd->prop,
+                                             CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   if (cd->granularity == 0) {
     sa_driver_set_error(CUDA_ERROR_UNKNOWN, "granularity 0");
     return SA_ERR_DRIVER;
@@ -762,7 +606,7 @@ sa_status sa_driver_cuda_open(int device, sa_driver **out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   *out = NULL;
   if (device < 0) return SA_ERR_INVALID_ARGUMENT;
-  sa_status st = cu_ready();
+  sa_status st = sa_cu_load();
   if (st != SA_OK) return st;
 
   cuda_driver *cd = calloc(1, sizeof *cd);
@@ -770,8 +614,8 @@ sa_status sa_driver_cuda_open(int device, sa_driver **out) {
   st = device_get(device, &cd->dev);
   if (st == SA_OK) st = describe_device(cd);
   if (st == SA_OK) {
-    CUresult r = g_cu.DevicePrimaryCtxRetain(&cd->ctx, cd->dev);
-    if (r != CUDA_SUCCESS) st = cu_fail(r);
+    CUresult r = sa_cu.DevicePrimaryCtxRetain(&cd->ctx, cd->dev);
+    if (r != CUDA_SUCCESS) st = sa_cu_fail(r);
   }
   if (st != SA_OK) {
     free(cd);
@@ -787,10 +631,10 @@ sa_status sa_driver_cuda_open(int device, sa_driver **out) {
 sa_status sa_driver_cuda_device_count(int *count) {
   if (count == NULL) return SA_ERR_INVALID_ARGUMENT;
   *count = 0;
-  sa_status st = cu_ready();
+  sa_status st = sa_cu_load();
   if (st != SA_OK) return st;
   int n = 0;
-  CU_CHECK(g_cu.DeviceGetCount(&n));
+  CU_CHECK(sa_cu.DeviceGetCount(&n));
   if (n <= 0) {
     sa_driver_set_error(CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE");
     return SA_ERR_NO_DEVICE;
@@ -802,13 +646,13 @@ sa_status sa_driver_cuda_device_count(int *count) {
 sa_status sa_driver_cuda_current_device(int *device) {
   if (device == NULL) return SA_ERR_INVALID_ARGUMENT;
   *device = -1;
-  sa_status st = cu_ready();
+  sa_status st = sa_cu_load();
   if (st != SA_OK) return st;
   CUcontext cur = NULL;
-  CU_CHECK(g_cu.CtxGetCurrent(&cur));
+  CU_CHECK(sa_cu.CtxGetCurrent(&cur));
   if (cur == NULL) return SA_ERR_NO_DEVICE;
   CUdevice dev = 0;
-  CU_CHECK(g_cu.CtxGetDevice(&dev));
+  CU_CHECK(sa_cu.CtxGetDevice(&dev));
   *device = (int)dev;
   return SA_OK;
 }

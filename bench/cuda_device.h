@@ -1,0 +1,47 @@
+/* The benchmarks' CUDA device, for the baselines (cuMemAllocAsync,
+ * cuMemAlloc) and the CUstreams every backend runs on.
+ *
+ * libcuda and its entry points come from the library's loader (sa_cu,
+ * src/driver/cuda_loader.h, its extra entry points included), so one binary
+ * runs on the GPU machine and, without the baselines, on a box with no
+ * driver. This file owns what a benchmark adds: the device's primary
+ * context, made current on the opening thread, and its default memory pool
+ * set to cache. Called by alloc_bench, driver_costs, mark_costs and
+ * bench/peers.
+ */
+#ifndef SA_BENCH_CUDA_DEVICE_H
+#define SA_BENCH_CUDA_DEVICE_H
+
+#include <stddef.h>
+
+#include <cuda.h>
+
+#include "driver/cuda_loader.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bench_cu_s {
+  CUdevice dev;
+  CUcontext ctx;     /* the device's primary context, retained */
+  CUmemoryPool pool; /* the device's default pool, caching (release threshold max) */
+  char name[128];    /* the device's name */
+  int driver_version;
+} bench_cu;
+
+/* Load libcuda with every entry point (sa_cu_load_all), retain device's
+ * primary context, make it current on the calling thread and set the
+ * default pool's release threshold to UINT64_MAX (it keeps what it has, as
+ * PyTorch users configure it). Returns 0, or -1 with the reason in why (no
+ * driver, no device, a failed call). */
+int bench_cu_open(bench_cu *cu, int device, char *why, size_t why_size);
+
+/* Release the primary context. */
+void bench_cu_close(bench_cu *cu);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SA_BENCH_CUDA_DEVICE_H */
