@@ -1,36 +1,14 @@
 /* The CUDA backend of the driver interface (driver.h), on libcuda.so.1.
  *
- * Owns, per driver, a reference on its device's primary context. Calls
- * libcuda through the loader's table (cuda_loader.h: libcuda loaded at run
- * time, so the library has no link-time dependency on it and reports
- * SA_ERR_NO_DEVICE where no driver exists). Called by driver.c
- * (sa_driver_open) and, through sa_driver_ops, by the arena.
- *
- * Contexts. A driver works in its device's primary context, the one the CUDA
- * runtime uses, so memory, events and the NULL stream are shared with
- * runtime code. Calls that act on "the current context" (creating chunks and
- * events, VMM calls, copies, and anything on the NULL, legacy or per-thread
- * stream) first read the calling thread's current context: cuCtxGetCurrent
- * is a thread-local read inside the driver, and unlike a cache of our own it
- * cannot go stale when the user calls cuCtxSetCurrent or cudaSetDevice.
- *   - our primary context is current: nothing to do (the common case);
- *   - no context is current: ours is made current for the call and popped
- *     again (left current, it would switch the thread's device to ours:
- *     the runtime's first call on a thread makes the thread's own device
- *     current, device 0 unless it chose another);
- *   - the user has another context current (another device, or a context of
- *     their own): ours is made current for the call and theirs restored.
- * Calls on an explicit stream or event handle need no current context
- * (the handle names it) and skip the check.
- * The legacy stream (NULL, CU_STREAM_LEGACY) is the exception to the last
- * case: it names the current context's legacy stream, where the user's work
- * on "stream 0" goes, and with another context current that is not ours.
- * Used in ours, it would order a free after the wrong stream. So
- * stream_validate and legacy_stream_check accept it only while our primary
- * context, or none, is current, and the arena asks at every call that
- * names it (streamarena.h, on sa_stream). With none current, it is our
- * device's legacy stream for the call; the runtime's first call on that
- * thread would make device 0 current, and then it is device 0's.
+ * Owns, per driver, a reference on its device's primary context and the
+ * memory properties and access descriptors of its chunks; the ops table
+ * (cuda_ops) and the backend's entry points below (sa_driver_cuda_open and
+ * the device queries). Calls libcuda through the loader's table
+ * (cuda_loader.h: libcuda loaded at run time, so the library has no
+ * link-time dependency on it and reports SA_ERR_NO_DEVICE where no driver
+ * exists) and, for the context, stream and capture rules every op follows,
+ * cuda_context.c. Called by driver.c (sa_driver_open) and, through
+ * sa_driver_ops, by the arena.
  *
  * Several devices. A driver is one device; its memory is mapped read-write
  * for that device and for the peers set_peer_access named (checked with
@@ -42,148 +20,9 @@
 
 #include <cuda.h>
 
+#include "cuda_context.h"
 #include "cuda_loader.h"
 #include "driver.h"
-
-#define CU_CHECK(call)                                                 \
-  do {                                                                 \
-    CUresult cu_check_r_ = (call);                                     \
-    if (cu_check_r_ != CUDA_SUCCESS) return sa_cu_fail(cu_check_r_); \
-  } while (0)
-
-/* ------------------------------------------------------------------------
- * The driver object and its context handling
- * ---------------------------------------------------------------------- */
-
-typedef struct cuda_driver_s {
-  sa_driver base; /* first: the arena sees only this */
-  CUdevice dev;
-  CUcontext ctx;           /* the retained primary context of dev */
-  size_t granularity;      /* minimum chunk/map unit, queried at open */
-  CUmemAllocationProp prop; /* pinned device memory on dev */
-  CUmemAccessDesc access[64]; /* read-write for dev, then its peers */
-  size_t naccess;
-} cuda_driver;
-
-static cuda_driver *as_cuda(sa_driver *d) { return (cuda_driver *)d; }
-
-/* NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD name a stream of whatever
- * context is current: calls on them need ours current. */
-static int stream_is_implicit(sa_stream s) {
-  return s == NULL || (CUstream)s == CU_STREAM_LEGACY || (CUstream)s == CU_STREAM_PER_THREAD;
-}
-
-/* What ctx_enter replaced, for ctx_leave. */
-typedef struct ctx_saved_s {
-  int restore;  /* 0: ours was current already */
-  CUcontext ctx; /* the caller's context, NULL when the thread had none */
-} ctx_saved;
-
-/* Make the primary context current for one call; *saved says what to put
- * back. A thread that had no context gets none back: leaving ours current
- * would switch its device (what cudaMalloc, kernel launches and
- * sa_malloc_async use) to this arena's for good. */
-static sa_status ctx_enter(cuda_driver *cd, ctx_saved *saved) {
-  CUcontext cur = NULL;
-  saved->restore = 0;
-  saved->ctx = NULL;
-  CU_CHECK(sa_cu.CtxGetCurrent(&cur));
-  if (cur == cd->ctx) return SA_OK;
-  CU_CHECK(sa_cu.CtxSetCurrent(cd->ctx));
-  saved->restore = 1;
-  saved->ctx = cur; /* NULL: cuCtxSetCurrent(NULL) pops ours again */
-  return SA_OK;
-}
-
-/* Restore what ctx_enter replaced; returns st, or the restore's failure
- * when the call itself succeeded. */
-static sa_status ctx_leave(ctx_saved saved, sa_status st) {
-  if (!saved.restore) return st;
-  CUresult r = sa_cu.CtxSetCurrent(saved.ctx);
-  if (r != CUDA_SUCCESS && st == SA_OK) return sa_cu_fail(r);
-  return st;
-}
-
-/* Run one CUDA call with the primary context current. */
-#define CU_IN_CTX(cd, call)                            \
-  do {                                                 \
-    ctx_saved in_ctx_saved_;                           \
-    sa_status in_ctx_st_ = ctx_enter((cd), &in_ctx_saved_); \
-    if (in_ctx_st_ != SA_OK) return in_ctx_st_;        \
-    CUresult in_ctx_r_ = (call);                       \
-    in_ctx_st_ = in_ctx_r_ == CUDA_SUCCESS ? SA_OK : sa_cu_fail(in_ctx_r_); \
-    return ctx_leave(in_ctx_saved_, in_ctx_st_);       \
-  } while (0)
-
-/* As CU_IN_CTX, but only when stream needs the current context. */
-#define CU_ON_STREAM(cd, stream, call)   \
-  do {                                   \
-    if (stream_is_implicit(stream)) {    \
-      CU_IN_CTX((cd), (call));           \
-    }                                    \
-    CU_CHECK(call);                      \
-    return SA_OK;                        \
-  } while (0)
-
-/* The answers of a call on a stream handle the driver does not take as a
- * stream of a live context: SA_ERR_UNKNOWN_STREAM to the caller. (A handle
- * of a stream destroyed and not handed out again is freed driver state:
- * cuStreamGetCtx, cuStreamIsCapturing, cuStreamGetId and cuEventRecord on
- * one each crashed on the H200, driver 580.) */
-static bool names_no_stream(CUresult r) {
-  return r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE ||
-         r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED;
-}
-
-/* Stream capture. Work enqueued on a capturing stream goes into the user's
- * graph and runs at its launches, which the allocator cannot follow; and
- * the driver refuses an id query, a synchronize, or a wait for an outside
- * event on it, invalidating the user's capture. So no op enqueues on or
- * asks about a capturing stream: SA_ERR_STREAM_CAPTURING, nothing changed,
- * the capture intact (cuStreamIsCapturing: 15 ns on the H200). The legacy
- * stream is never captured, but work on it while a blocking stream is
- * captured would join it: cuStreamIsCapturing says
- * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT then, without harm to the capture
- * (measured), and it is refused the same way. */
-static sa_status refused_while_capturing(cuda_driver *cd, sa_stream stream) {
-  if ((CUstream)stream == CU_STREAM_PER_THREAD) return SA_OK; /* refused as unknown */
-  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUresult r;
-  if (stream_is_implicit(stream)) {
-    ctx_saved saved;
-    sa_status st = ctx_enter(cd, &saved);
-    if (st != SA_OK) return st;
-    r = sa_cu.StreamIsCapturing((CUstream)stream, &cs);
-    st = ctx_leave(saved, SA_OK);
-    if (st != SA_OK) return st;
-  } else {
-    r = sa_cu.StreamIsCapturing((CUstream)stream, &cs);
-  }
-  if (names_no_stream(r)) {
-    (void)sa_cu_fail(r);
-    return SA_ERR_UNKNOWN_STREAM;
-  }
-  if (r != CUDA_SUCCESS) return sa_cu_fail(r); /* _IMPLICIT: SA_ERR_STREAM_CAPTURING */
-  if (cs == CU_STREAM_CAPTURE_STATUS_NONE) return SA_OK;
-  sa_driver_set_error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-                      "the stream is being captured into a graph");
-  return SA_ERR_STREAM_CAPTURING;
-}
-
-/* Host waits and queries are "potentially unsafe" during a capture in the
- * global mode on any thread, or in another mode on this one: made in the
- * relaxed mode, they neither fail nor invalidate the user's capture
- * (measured: 7.5 ns per exchange). */
-static CUstreamCaptureMode relaxed_begin(void) {
-  CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
-  if (sa_cu.ThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS)
-    return CU_STREAM_CAPTURE_MODE_RELAXED; /* unchanged: nothing to restore */
-  return m;
-}
-
-static void relaxed_end(CUstreamCaptureMode m) {
-  if (m != CU_STREAM_CAPTURE_MODE_RELAXED) (void)sa_cu.ThreadExchangeStreamCaptureMode(&m);
-}
 
 /* ------------------------------------------------------------------------
  * Operations
@@ -212,11 +51,11 @@ static sa_status cuda_va_reserve(sa_driver *d, size_t size, size_t alignment, ui
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   CUdeviceptr p = 0;
   *out = 0;
-  ctx_saved saved;
-  sa_status st = ctx_enter(as_cuda(d), &saved);
+  sa_cuda_ctx_saved saved;
+  sa_status st = sa_cuda_ctx_enter(as_cuda(d), &saved);
   if (st != SA_OK) return st;
   CUresult r = sa_cu.MemAddressReserve(&p, size, alignment, 0, 0);
-  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r));
+  st = sa_cuda_ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r));
   if (st == SA_OK) {
     *out = (uintptr_t)p;
   } else if (r == CUDA_SUCCESS) {
@@ -234,11 +73,11 @@ static sa_status cuda_chunk_create(sa_driver *d, size_t size, sa_chunk_handle *o
   cuda_driver *cd = as_cuda(d);
   CUmemGenericAllocationHandle h = 0;
   *out = 0;
-  ctx_saved saved;
-  sa_status st = ctx_enter(cd, &saved);
+  sa_cuda_ctx_saved saved;
+  sa_status st = sa_cuda_ctx_enter(cd, &saved);
   if (st != SA_OK) return st;
   CUresult r = sa_cu.MemCreate(&h, size, &cd->prop, 0);
-  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r));
+  st = sa_cuda_ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r));
   if (st == SA_OK) {
     *out = (sa_chunk_handle)h;
   } else if (r == CUDA_SUCCESS) {
@@ -303,12 +142,12 @@ static sa_status cuda_event_create(sa_driver *d, sa_event *out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   CUevent e = NULL;
   *out = NULL;
-  ctx_saved saved;
-  sa_status st = ctx_enter(as_cuda(d), &saved);
+  sa_cuda_ctx_saved saved;
+  sa_status st = sa_cuda_ctx_enter(as_cuda(d), &saved);
   if (st != SA_OK) return st;
   /* No timing: recording and querying are cheaper, and we never time. */
   CUresult r = sa_cu.EventCreate(&e, CU_EVENT_DISABLE_TIMING);
-  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r));
+  st = sa_cuda_ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r));
   if (st == SA_OK) {
     *out = (sa_event)e;
   } else if (r == CUDA_SUCCESS) {
@@ -324,16 +163,16 @@ static sa_status cuda_event_destroy(sa_driver *d, sa_event event) {
 }
 
 static sa_status cuda_event_record(sa_driver *d, sa_event event, sa_stream stream) {
-  sa_status st = refused_while_capturing(as_cuda(d), stream);
+  sa_status st = sa_cuda_refused_while_capturing(as_cuda(d), stream);
   if (st != SA_OK) return st;
   CU_ON_STREAM(as_cuda(d), stream, sa_cu.EventRecord((CUevent)event, (CUstream)stream));
 }
 
 static sa_status cuda_event_query(sa_driver *d, sa_event event) {
   (void)d;
-  CUstreamCaptureMode saved = relaxed_begin();
+  CUstreamCaptureMode saved = sa_cuda_relaxed_begin();
   CUresult r = sa_cu.EventQuery((CUevent)event);
-  relaxed_end(saved);
+  sa_cuda_relaxed_end(saved);
   if (r == CUDA_SUCCESS) return SA_OK;
   if (r == CUDA_ERROR_NOT_READY) return SA_ERR_NOT_READY; /* an answer, not a failure */
   return sa_cu_fail(r);
@@ -341,20 +180,20 @@ static sa_status cuda_event_query(sa_driver *d, sa_event event) {
 
 static sa_status cuda_event_synchronize(sa_driver *d, sa_event event) {
   (void)d;
-  CUstreamCaptureMode saved = relaxed_begin();
+  CUstreamCaptureMode saved = sa_cuda_relaxed_begin();
   CUresult r = sa_cu.EventSynchronize((CUevent)event);
-  relaxed_end(saved);
+  sa_cuda_relaxed_end(saved);
   return r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r);
 }
 
 static sa_status cuda_stream_wait_event(sa_driver *d, sa_stream stream, sa_event event) {
-  sa_status st = refused_while_capturing(as_cuda(d), stream);
+  sa_status st = sa_cuda_refused_while_capturing(as_cuda(d), stream);
   if (st != SA_OK) return st;
   CU_ON_STREAM(as_cuda(d), stream, sa_cu.StreamWaitEvent((CUstream)stream, (CUevent)event, 0));
 }
 
 static sa_status cuda_stream_capture_check(sa_driver *d, sa_stream stream) {
-  return refused_while_capturing(as_cuda(d), stream);
+  return sa_cuda_refused_while_capturing(as_cuda(d), stream);
 }
 
 static sa_status stream_synchronize_on(sa_driver *d, sa_stream stream) {
@@ -362,82 +201,12 @@ static sa_status stream_synchronize_on(sa_driver *d, sa_stream stream) {
 }
 
 static sa_status cuda_stream_synchronize(sa_driver *d, sa_stream stream) {
-  sa_status st = refused_while_capturing(as_cuda(d), stream);
+  sa_status st = sa_cuda_refused_while_capturing(as_cuda(d), stream);
   if (st != SA_OK) return st;
-  CUstreamCaptureMode saved = relaxed_begin();
+  CUstreamCaptureMode saved = sa_cuda_relaxed_begin();
   st = stream_synchronize_on(d, stream);
-  relaxed_end(saved);
+  sa_cuda_relaxed_end(saved);
   return st;
-}
-
-/* Why a stream of context ctx is not ours, for sa_last_driver_error: it
- * belongs to another device, or to another context of ours. An error path
- * only: it pushes ctx to ask for its device. */
-static const char *stream_owner(CUcontext ctx, CUdevice ours) {
-  CUdevice dev = ours;
-  CUcontext popped = NULL;
-  if (sa_cu.CtxPushCurrent(ctx) != CUDA_SUCCESS) return "stream of another context";
-  CUresult r = sa_cu.CtxGetDevice(&dev);
-  if (sa_cu.CtxPopCurrent(&popped) != CUDA_SUCCESS || r != CUDA_SUCCESS)
-    return "stream of another context";
-  return dev != ours ? "stream of another device" : "stream of another context on this device";
-}
-
-/* NULL and CU_STREAM_LEGACY with another context current: that context's
- * legacy stream, not ours (the top of this file); a thread-local read when
- * ours is current. */
-static sa_status cuda_legacy_stream_check(sa_driver *d, sa_stream stream) {
-  if (stream != NULL && (CUstream)stream != CU_STREAM_LEGACY) return SA_OK;
-  cuda_driver *cd = as_cuda(d);
-  CUcontext cur = NULL;
-  CU_CHECK(sa_cu.CtxGetCurrent(&cur));
-  if (cur == NULL || cur == cd->ctx) return SA_OK;
-  CUdevice dev = cd->dev;
-  CU_CHECK(sa_cu.CtxGetDevice(&dev)); /* the current context's */
-  if (dev != cd->dev) {
-    sa_driver_set_errorf(CUDA_ERROR_INVALID_CONTEXT,
-                         "NULL stream of another device: it names the legacy stream of device "
-                         "%d, current on this thread, not device %d's; pass a stream of device "
-                         "%d or make device %d current",
-                         (int)dev, d->device, d->device, d->device);
-  } else {
-    sa_driver_set_errorf(CUDA_ERROR_INVALID_CONTEXT,
-                         "NULL stream of another context on this device: it names the legacy "
-                         "stream of a context of device %d that is not its primary one; pass a "
-                         "stream of the primary context or make that current",
-                         d->device);
-  }
-  return SA_ERR_UNKNOWN_STREAM;
-}
-
-static sa_status cuda_stream_validate(sa_driver *d, sa_stream stream) {
-  /* One handle, a different stream on each thread: the allocator keys a
-   * stream by handle and id, and would hand what one thread freed on its
-   * per-thread stream to another thread's per-thread stream at once, with
-   * no wait (and record and query its events on whichever thread calls). */
-  if ((CUstream)stream == CU_STREAM_PER_THREAD) {
-    sa_driver_set_error(CUDA_ERROR_INVALID_HANDLE,
-                        "CU_STREAM_PER_THREAD is another stream on each thread: not supported");
-    return SA_ERR_UNKNOWN_STREAM;
-  }
-  sa_status st = cuda_legacy_stream_check(d, stream);
-  if (st == SA_OK) st = refused_while_capturing(as_cuda(d), stream);
-  if (st != SA_OK) return st;
-  if (stream_is_implicit(stream)) return SA_OK; /* resolved in our context */
-  CUcontext ctx = NULL;
-  CUresult r = sa_cu.StreamGetCtx((CUstream)stream, &ctx);
-  if (names_no_stream(r)) {
-    (void)sa_cu_fail(r);
-    return SA_ERR_UNKNOWN_STREAM;
-  }
-  if (r != CUDA_SUCCESS) return sa_cu_fail(r);
-  /* Events we record on it live in our context: cuEventRecord needs the
-   * stream in the same one. */
-  if (ctx != as_cuda(d)->ctx) {
-    sa_driver_set_error(CUDA_ERROR_INVALID_CONTEXT, stream_owner(ctx, as_cuda(d)->dev));
-    return SA_ERR_UNKNOWN_STREAM;
-  }
-  return SA_OK;
 }
 
 static sa_status cuda_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
@@ -447,7 +216,7 @@ static sa_status cuda_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
     *id = UINT64_MAX - (uint64_t)(uintptr_t)stream;
     return SA_OK;
   }
-  sa_status st = refused_while_capturing(as_cuda(d), stream);
+  sa_status st = sa_cuda_refused_while_capturing(as_cuda(d), stream);
   if (st != SA_OK) return st;
   unsigned long long v = 0;
   CUresult r = sa_cu.StreamGetId((CUstream)stream, &v);
@@ -467,23 +236,23 @@ static sa_status cuda_device_synchronize(sa_driver *d) {
 }
 
 static sa_status cuda_call_in_context(sa_driver *d, sa_status (*fn)(void *arg), void *arg) {
-  ctx_saved saved;
-  sa_status st = ctx_enter(as_cuda(d), &saved);
+  sa_cuda_ctx_saved saved;
+  sa_status st = sa_cuda_ctx_enter(as_cuda(d), &saved);
   if (st != SA_OK) return st;
-  return ctx_leave(saved, fn(arg));
+  return sa_cuda_ctx_leave(saved, fn(arg));
 }
 
 static sa_status cuda_stream_create(sa_driver *d, sa_stream *out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   CUstream s = NULL;
   *out = NULL;
-  ctx_saved saved;
-  sa_status st = ctx_enter(as_cuda(d), &saved);
+  sa_cuda_ctx_saved saved;
+  sa_status st = sa_cuda_ctx_enter(as_cuda(d), &saved);
   if (st != SA_OK) return st;
   /* Non-blocking: no implicit ordering with the NULL stream, so tests see
    * only the ordering the allocator creates. */
   CUresult r = sa_cu.StreamCreate(&s, CU_STREAM_NON_BLOCKING);
-  st = ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r));
+  st = sa_cuda_ctx_leave(saved, r == CUDA_SUCCESS ? SA_OK : sa_cu_fail(r));
   if (st == SA_OK) {
     *out = (sa_stream)s;
   } else if (r == CUDA_SUCCESS) {
@@ -544,8 +313,8 @@ static const sa_driver_ops cuda_ops = {
     .stream_wait_event = cuda_stream_wait_event,
     .stream_synchronize = cuda_stream_synchronize,
     .stream_capture_check = cuda_stream_capture_check,
-    .stream_validate = cuda_stream_validate,
-    .legacy_stream_check = cuda_legacy_stream_check,
+    .stream_validate = sa_cuda_stream_validate,
+    .legacy_stream_check = sa_cuda_legacy_stream_check,
     .stream_id = cuda_stream_id,
     .device_synchronize = cuda_device_synchronize,
     .call_in_context = cuda_call_in_context,

@@ -3,7 +3,7 @@
  * Owns the libcuda handle, the table sa_cu and the state of the two loads
  * (the library's entry points, then the tests' and benchmarks' extras).
  * Calls libdl, pthread and sa_driver_set_error (driver.c). Called by the
- * CUDA backend (cuda.c), the tests and the benchmarks.
+ * CUDA backend (cuda.c, cuda_context.c), the tests and the benchmarks.
  */
 #include "cuda_loader.h"
 

@@ -17,8 +17,9 @@
  *                             lacks one still runs the library.
  *
  * Calls libdl, pthread and driver.c's error record (sa_driver_set_error).
- * Called by the CUDA backend (cuda.c), and through //:internal
- * by the tests (test/cuda_kernels.h) and benchmarks (bench/cuda_device.h).
+ * Called by the CUDA backend (cuda.c, cuda_context.c), and through
+ * //:internal by the tests (test/cuda_kernels.h) and benchmarks
+ * (bench/cuda_device.h).
  * examples/train_loop.c keeps a loader of its own on purpose: it is a
  * program users copy, and it uses only the public API.
  */

@@ -1,7 +1,8 @@
 /* The driver interface: the only way the allocator touches a device.
  *
  * Owns nothing itself; each backend implements sa_driver_ops:
- *   cuda.c  libcuda.so.1, loaded by cuda_loader.c (dlopen + cuGetProcAddress)
+ *   cuda.c  libcuda.so.1: the ops, with cuda_context.c (contexts, stream
+ *           handles, capture) and cuda_loader.c (dlopen + cuGetProcAddress)
  *   host.c  the CPU simulator (src/sim/, include/streamarena/host.h)
  * driver.c picks a backend (sa_driver_open) and keeps the per-thread last
  * driver error. Called by the allocator (src/); calls nothing above it.
