@@ -50,9 +50,8 @@
 #include <streamarena/streamarena.h>
 
 #include "bench/cuda_device.h"
+#include "test/util.h"
 
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
 #define MAX_THREADS 64
 #define MAX_BATCH 64
 #define MIXED_N 1024 /* sizes in the mixed table; a power of two */
@@ -143,10 +142,8 @@ static uint64_t now_ns(void) {
 static void make_mixed(size_t *sizes) {
   uint64_t x = 0x9E3779B97F4A7C15u;
   for (unsigned i = 0; i < MIXED_N; i++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
-    unsigned bits = 8 + (unsigned)(x % 12);   /* 2^8 .. 2^19 */
-    size_t lo = (size_t)1 << bits;
-    sizes[i] = lo + (size_t)((x >> 16) % lo) + 1; /* (2^b, 2^(b+1)] */
+    x = sa_xorshift64(x);
+    sizes[i] = sa_log_uniform_size(x, 20); /* (2^b, 2^(b+1)], b from 8 to 19 */
   }
 }
 

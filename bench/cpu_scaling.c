@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "test/util.h"
+
 #define MAX_THREADS 16
 
 static atomic_int start;
@@ -32,12 +34,6 @@ static double seconds(void) {
 
 static int wide; /* the shape of the loop: 0 chain, 1 wide */
 
-static inline uint64_t step(uint64_t x) {
-  x ^= x << 13;
-  x ^= x >> 7;
-  return x ^ (x << 17);
-}
-
 static void *loop(void *arg) {
   uint64_t x = (uintptr_t)arg * 2654435761u + 1, y = x + 1, z = x + 2, w = x + 3;
   uint64_t *buf = calloc(4096, sizeof *buf);
@@ -46,12 +42,12 @@ static void *loop(void *arg) {
   }
   if (!wide) {
     for (long i = 0; i < iterations; i++) {
-      x = step(x);
+      x = sa_xorshift64(x);
       buf[x & 4095] += x;
     }
   } else {
     for (long i = 0; i < iterations; i++) {
-      x = step(x), y = step(y), z = step(z), w = step(w);
+      x = sa_xorshift64(x), y = sa_xorshift64(y), z = sa_xorshift64(z), w = sa_xorshift64(w);
       buf[x & 4095] += x;
       buf[y & 4095] += y;
       buf[z & 4095] += z;

@@ -32,8 +32,8 @@
 #include <time.h>
 
 #include "bench/cuda_device.h"
+#include "test/util.h"
 
-#define MIB ((size_t)1 << 20)
 #define MAX_REPS 24
 
 static bench_cu cu;
@@ -113,7 +113,7 @@ static void one_size(CUdeviceptr va, size_t size, int reps) {
     TIMED(t[C_ALLOC][r], sa_cu.MemAlloc(&d, size));
     TIMED(t[C_FREE][r], sa_cu.MemFree(d));
   }
-  printf("| %zu MiB |", size / MIB);
+  printf("| %zu MiB |", size / MiB);
   for (int c = 0; c < NCOLS; c++) printf(" %.1f |", median(t[c], reps));
   printf("\n");
 }
@@ -144,7 +144,7 @@ static void many_chunks(CUdeviceptr va, size_t chunk, int k) {
   CHECK(sa_cu.MemUnmap(va, (size_t)k * chunk));
   for (int i = 0; i < k; i++) CHECK(sa_cu.MemRelease(h[i]));
   free(h);
-  printf("| %d x %zu MiB | %.1f | %.1f | %.1f | %.1f |\n", k, chunk / MIB, create, map, once,
+  printf("| %d x %zu MiB | %.1f | %.1f | %.1f | %.1f |\n", k, chunk / MiB, create, map, once,
          per_chunk);
 }
 
@@ -266,12 +266,12 @@ int main(int argc, char **argv) {
   int device = 0, rounds = 3;
   long ops = 0;
   const char *schedule = NULL;
-  size_t max_size = 4096 * MIB;
+  size_t max_size = 4096 * MiB;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
       device = atoi(argv[++i]);
     else if (strcmp(argv[i], "--max-size") == 0 && i + 1 < argc)
-      max_size = (size_t)strtoull(argv[++i], NULL, 10) * MIB;
+      max_size = (size_t)strtoull(argv[++i], NULL, 10) * MiB;
     else if (strcmp(argv[i], "--schedule") == 0 && i + 1 < argc)
       schedule = argv[++i];
     else if (strcmp(argv[i], "--ops") == 0 && i + 1 < argc)
@@ -302,7 +302,7 @@ int main(int argc, char **argv) {
   size_t gran = 0;
   CHECK(sa_cu.MemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   CUdeviceptr va;
-  size_t span = 2 * max_size + 512 * MIB;
+  size_t span = 2 * max_size + 512 * MiB;
   CHECK(sa_cu.MemAddressReserve(&va, span, 0, 0, 0));
   printf("device %d: %s, driver %d, granule %zu KiB\n\n", device, cu.name, cu.driver_version,
          gran >> 10);
@@ -313,7 +313,7 @@ int main(int argc, char **argv) {
   printf("\n");
   one_size(va, gran, 3); /* warm-up, printed too */
   for (size_t s = gran; s <= max_size; s *= 2) {
-    int reps = s <= 64 * MIB ? MAX_REPS : s <= 512 * MIB ? 8 : 3;
+    int reps = s <= 64 * MiB ? MAX_REPS : s <= 512 * MiB ? 8 : 3;
     one_size(va, s, reps);
   }
   printf("\nMany chunks back to back: total us\n\n"
@@ -321,8 +321,8 @@ int main(int argc, char **argv) {
          "| ---: | ---: | ---: | ---: | ---: |\n");
   many_chunks(va, gran, 16);
   many_chunks(va, gran, 128);
-  many_chunks(va, 32 * MIB, 32);
-  many_chunks(va, 128 * MIB, 8);
+  many_chunks(va, 32 * MiB, 32);
+  many_chunks(va, 128 * MiB, 8);
   CHECK(sa_cu.MemAddressFree(va, span));
   bench_cu_close(&cu);
   return 0;

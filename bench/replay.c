@@ -66,8 +66,8 @@
 #include "first_fit.h"
 #include "trace_read.h"
 #include "user_path.h"
+#include "test/util.h"
 
-#define MiB ((double)(1 << 20))
 #define GRANULE ((size_t)2 << 20)
 #define MAX_CAPACITY ((size_t)1 << 62) /* device sizes below it round up safely */
 

@@ -464,7 +464,9 @@ typedef struct worker_s {
   bool ok;
 } worker;
 
-static uint64_t next_random(worker *w) { /* xorshift64* */
+/* xorshift64*, as test/util.h's sa_xorshift64s; written out here so that
+ * the example stands alone. */
+static uint64_t next_random(worker *w) {
   w->rng ^= w->rng >> 12;
   w->rng ^= w->rng << 25;
   w->rng ^= w->rng >> 27;

@@ -82,9 +82,8 @@
 #include <streamarena/streamarena.h>
 
 #include "size_class.h"
+#include "test/util.h"
 
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
 #define NSTREAMS 6  /* 0: the default stream (NULL, AUTO); 1-3 MANUAL; 4-5 AUTO */
 #define FIRST_AUTO 4
 #define NEXTRA 64   /* AUTO streams of op_sweep: with the six, more than a cache's entries */

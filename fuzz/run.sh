@@ -10,7 +10,8 @@
 # there as crash-* and its path printed. To replay one:
 #   <work>/arena_fuzz <input>
 # Needs clang and libclang-rt-14-dev (tools/bootstrap.sh installs them), ck
-# and the CUDA headers (only cuda.h's types are compiled in).
+# and the CUDA headers (only cuda.h's types are compiled in). -I. is for
+# test/util.h (sizes).
 # The last line is the summary: fuzz: inputs N, operations M, ..., failures F
 set -uo pipefail
 
@@ -40,7 +41,7 @@ if ! "$cc" -std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize=pointer-overflow \
     -fno-sanitize-recover=undefined \
     -Wall -Wextra -Werror -Wno-unused-parameter \
-    -Iinclude -Isrc -I"$cuda_include" \
+    -I. -Iinclude -Isrc -I"$cuda_include" \
     fuzz/arena_fuzz.c src/*.c src/driver/*.c src/sim/*.c -lck -lpthread -ldl -o "$bin"; then
   echo "fuzz: build failed"
   echo "fuzz: inputs 0, operations 0, failures 1"

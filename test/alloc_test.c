@@ -27,9 +27,7 @@
 #include <streamarena/streamarena.h>
 
 #include "driver/driver.h"
-
-#define MiB ((size_t)1 << 20)
-#define GiB ((size_t)1 << 30)
+#include "test/util.h"
 
 static sa_driver *drv; /* the tests' own handle on the backend's device */
 static bool on_host;

@@ -37,9 +37,8 @@
 #include "fixture.h"
 #include "internal.h"
 #include "sim/sim.h"
+#include "test/util.h"
 
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
 #define SPAN (64 * MiB)
 #define GLOBAL 0 /* CU_STREAM_CAPTURE_MODE_GLOBAL, SA_HOST_CAPTURE_GLOBAL */
 

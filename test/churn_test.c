@@ -27,9 +27,8 @@
 #include <streamarena/streamarena.h>
 
 #include "fixture.h"
+#include "test/util.h"
 
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
 #define BATCH 8       /* threads alive at once */
 #define PER_THREAD 12 /* allocations per thread */
 #define CARRY 2       /* blocks a thread leaves live for others to free */

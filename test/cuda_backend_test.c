@@ -19,8 +19,7 @@
 
 #include "driver/cuda_loader.h"
 #include "driver/driver.h"
-
-#define MIB ((size_t)1 << 20)
+#include "test/util.h"
 
 typedef struct fixture_s {
   sa_driver *d;
@@ -96,7 +95,7 @@ static void device_queries_are_sane(void **state) {
   assert_int_equal(f->d->ops->total_memory(f->d, &total), SA_OK);
   assert_true(f->g >= 4096 && (f->g & (f->g - 1)) == 0);
   assert_true(total > 64 * f->g);
-  printf("# granularity %zu KiB, total memory %zu MiB\n", f->g >> 10, total / MIB);
+  printf("# granularity %zu KiB, total memory %zu MiB\n", f->g >> 10, total / MiB);
   /* The stream creates made the primary context current only for
    * themselves: this thread had none and still has none (left current, it
    * would have switched the thread's device to the arena's). */
@@ -176,7 +175,7 @@ static void events_complete_and_query(void **state) {
   fixture *f = need_device(state);
   const sa_driver_ops *o = f->d->ops;
   buffer b;
-  buffer_make(f, &b, 256 * MIB);
+  buffer_make(f, &b, 256 * MiB);
   sa_event e = NULL;
   assert_int_equal(o->event_create(f->d, &e), SA_OK);
   assert_int_equal(o->event_query(f->d, e), SA_OK); /* never recorded: complete */
@@ -189,7 +188,7 @@ static void events_complete_and_query(void **state) {
   printf("# query right after 2 GiB of memsets: %s\n", q == SA_OK ? "complete" : "not ready");
   assert_int_equal(o->event_synchronize(f->d, e), SA_OK);
   assert_int_equal(o->event_query(f->d, e), SA_OK);
-  assert_int_equal(mismatches(f, b.va, 4 * MIB, 7u), 0);
+  assert_int_equal(mismatches(f, b.va, 4 * MiB, 7u), 0);
   assert_int_equal(o->event_destroy(f->d, e), SA_OK);
   buffer_free(f, &b);
 }
@@ -198,7 +197,7 @@ static void wait_edge_orders_streams(void **state) {
   fixture *f = need_device(state);
   const sa_driver_ops *o = f->d->ops;
   buffer b;
-  buffer_make(f, &b, 512 * MIB);
+  buffer_make(f, &b, 512 * MiB);
   sa_event e = NULL;
   assert_int_equal(o->event_create(f->d, &e), SA_OK);
   /* s1 writes the whole buffer (long); s2 overwrites its head after the
@@ -208,13 +207,13 @@ static void wait_edge_orders_streams(void **state) {
   }
   assert_int_equal(o->event_record(f->d, e, f->s1), SA_OK);
   assert_int_equal(o->stream_wait_event(f->d, f->s2, e), SA_OK);
-  assert_int_equal(o->memset32_async(f->d, b.va, 2u, MIB / 4, f->s2), SA_OK);
+  assert_int_equal(o->memset32_async(f->d, b.va, 2u, MiB / 4, f->s2), SA_OK);
   assert_int_equal(o->stream_synchronize(f->d, f->s2), SA_OK);
   /* s2 is done, so what it waited for is done: no host sync of s1 needed. */
   assert_int_equal(o->event_query(f->d, e), SA_OK);
-  assert_int_equal(mismatches(f, b.va, MIB, 2u), 0);
-  assert_int_equal(mismatches(f, b.va + MIB, MIB, 1u), 0);
-  assert_int_equal(mismatches(f, b.va + b.size - MIB, MIB, 1u), 0);
+  assert_int_equal(mismatches(f, b.va, MiB, 2u), 0);
+  assert_int_equal(mismatches(f, b.va + MiB, MiB, 1u), 0);
+  assert_int_equal(mismatches(f, b.va + b.size - MiB, MiB, 1u), 0);
   assert_int_equal(o->event_destroy(f->d, e), SA_OK);
   buffer_free(f, &b);
 }

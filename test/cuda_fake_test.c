@@ -18,8 +18,7 @@
 
 #include "driver/cuda_loader.h"
 #include "driver/driver.h"
-
-#define MIB ((size_t)1 << 20)
+#include "test/util.h"
 
 static int (*fake_waits)(void);
 static unsigned long long (*fake_last_wait_stream)(void);
@@ -48,14 +47,14 @@ typedef struct job_s {
 
 static void *alloc_free(void *arg) {
   job *j = arg;
-  j->st = sa_alloc(j->a, &j->p, 8 * MIB, j->s);
+  j->st = sa_alloc(j->a, &j->p, 8 * MiB, j->s);
   if (j->st == SA_OK) j->st = sa_free(j->p, j->s);
   return NULL;
 }
 
 static void *alloc_only(void *arg) {
   job *j = arg;
-  j->st = sa_alloc(j->a, &j->p, 8 * MIB, j->s);
+  j->st = sa_alloc(j->a, &j->p, 8 * MiB, j->s);
   j->pt_id = fake_pt_id(0); /* this thread's per-thread stream of device 0 */
   return NULL;
 }
@@ -119,7 +118,7 @@ static void per_thread_streams_of_two_threads_are_two_streams(void **state) {
 static void *alloc_on_device_1(void *arg) {
   job *j = arg;
   j->dev_before = fake_current_device();
-  j->st = sa_alloc(j->a, &j->p, 8 * MIB, NULL);
+  j->st = sa_alloc(j->a, &j->p, 8 * MiB, NULL);
   j->dev_after = fake_current_device();
   /* What sa_malloc_async would pick on this thread now. */
   j->pt_id = (unsigned long long)sa_driver_current_device();
@@ -155,7 +154,7 @@ typedef struct null_calls_s {
  * and a block in its cache. */
 static sa_status allocate_on_null(void *arg) {
   null_calls *c = arg;
-  sa_status st = sa_alloc(c->a1, &c->span, 8 * MIB, NULL);
+  sa_status st = sa_alloc(c->a1, &c->span, 8 * MiB, NULL);
   if (st == SA_OK) st = sa_alloc(c->a1, &c->small, 4096, NULL);
   return st;
 }
@@ -167,7 +166,7 @@ static sa_status call_on_null(void *arg) {
   c->alloc_small = sa_alloc(c->a1, &c->q, 4096, NULL);
   (void)sa_last_driver_error(&why);
   snprintf(c->why, sizeof c->why, "%s", why);
-  c->alloc_span = sa_alloc(c->a1, &c->q, 8 * MIB, NULL);
+  c->alloc_span = sa_alloc(c->a1, &c->q, 8 * MiB, NULL);
   c->free_small = sa_free(c->small, NULL);
   c->free_span = sa_free(c->span, NULL);
   c->record = sa_record_stream(c->small, NULL);
@@ -250,7 +249,7 @@ static void a_driver_without_the_extra_entry_points_still_runs_the_library(void 
   assert_int_equal(sa_cu_load(), SA_OK);
   sa_arena *a = arena_on(0);
   void *p = NULL;
-  assert_int_equal(sa_alloc(a, &p, 8 * MIB, NULL), SA_OK);
+  assert_int_equal(sa_alloc(a, &p, 8 * MiB, NULL), SA_OK);
   assert_int_equal(sa_free(p, NULL), SA_OK);
   assert_int_equal(sa_arena_destroy(a), SA_OK);
 }

@@ -27,10 +27,7 @@
 
 #include "fixture.h"
 #include "internal.h"
-
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
-#define GiB ((size_t)1 << 30)
+#include "test/util.h"
 
 static uint64_t violations(void) {
   sa_host_counters c;
@@ -1429,10 +1426,9 @@ static void carving_in_spans_does_not_thrash(void **state) {
   size_t upto_1[SIZES], upto_16[SIZES];
   uint64_t x = 0x9E3779B97F4A7C15u;
   for (int i = 0; i < SIZES; i++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    size_t lo1 = (size_t)1 << (8 + x % 12), lo16 = (size_t)1 << (8 + x % 16);
-    upto_1[i] = lo1 + (size_t)((x >> 16) % lo1) + 1;
-    upto_16[i] = lo16 + (size_t)((x >> 16) % lo16) + 1;
+    x = sa_xorshift64(x);
+    upto_1[i] = sa_log_uniform_size(x, 20);
+    upto_16[i] = sa_log_uniform_size(x, 24);
   }
   void *p;
   for (int k = 0; k < 9; k++) /* 40,000 spans: the ledger's trickle alone allows 78 MiB */

@@ -3,11 +3,13 @@
 load("//:copts.bzl", "SA_TEST_COPTS")
 
 # What every test links: the library, its internal headers, the shared
-# host-backend fixture (fixture.h) and cmocka.
+# host-backend fixture (fixture.h), sizes and random numbers (util.h) and
+# cmocka.
 SA_TEST_DEPS = [
     "//:internal",
     "//:streamarena",
     "//test:fixture",
+    "//test:util",
     "@cmocka",
 ]
 

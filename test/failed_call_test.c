@@ -20,8 +20,7 @@
 #include <streamarena/streamarena.h>
 
 #include "fixture.h"
-
-#define MiB ((size_t)1 << 20)
+#include "test/util.h"
 
 static sa_stats stats(sa_arena *a) {
   sa_stats s;

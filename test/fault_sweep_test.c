@@ -29,8 +29,8 @@
 #include <streamarena/streamarena.h>
 
 #include "internal.h" /* SA_TCACHE_ENTRIES */
+#include "test/util.h"
 
-#define MiB ((size_t)1 << 20)
 #define MAX_BLOCKS 128
 
 static const char *const arena_spec = "backend=host,check_stream_order=1,max_physical=40MiB";

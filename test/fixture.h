@@ -26,6 +26,8 @@
 #include <streamarena/host.h>
 #include <streamarena/streamarena.h>
 
+#include "test/util.h"
+
 #define SA_FIXTURE_MAX_STREAMS 8
 
 typedef struct sa_fixture_s {
@@ -113,13 +115,10 @@ char *sa_fixture_stderr_end(void);
 /* Non-overlapping occurrences of needle in haystack. */
 size_t sa_fixture_count(const char *haystack, const char *needle);
 
-/* A number below n from a per-thread xorshift64* generator (*rng nonzero):
- * the stress tests' one source of reproducible randomness. */
+/* A number below n from a per-thread xorshift64* generator (*rng nonzero,
+ * test/util.h): the stress tests' one source of reproducible randomness. */
 static inline unsigned sa_fixture_pick(uint64_t *rng, unsigned n) {
-  *rng ^= *rng >> 12;
-  *rng ^= *rng << 25;
-  *rng ^= *rng >> 27;
-  return (unsigned)((*rng * 0x2545F4914F6CDD1Dull) % n);
+  return (unsigned)(sa_xorshift64s(rng) % n);
 }
 
 /* Threads of a stress test hand blocks to each other through an array of

@@ -34,8 +34,8 @@
 #include "cuda_kernels.h"
 #include "device_switch.h"
 #include "fixture.h"
+#include "test/util.h"
 
-#define MiB ((size_t)1 << 20)
 /* Arena specs (sa_fixture_arena_create) start with this. */
 #define ON_CUDA "backend=cuda,"
 

@@ -41,9 +41,8 @@
 #include "cuda_kernels.h"
 #include "driver/driver.h"
 #include "fixture.h"
+#include "test/util.h"
 
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
 #define THREADS 16
 #define STREAMS 8
 #define MAX_LOCAL 32

@@ -29,9 +29,8 @@
 #include <streamarena/streamarena.h>
 
 #include "driver/driver.h"
+#include "test/util.h"
 
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
 #define THREADS 8
 #define ROUNDS 4
 #define BLOCKS 24  /* per worker, on its own stream */

@@ -39,8 +39,8 @@
 #include <streamarena/streamarena.h>
 
 #include "cuda_kernels.h"
+#include "test/util.h"
 
-#define MiB ((size_t)1 << 20)
 #define PATTERN_X 0x58585858u /* the slow writer's */
 #define PATTERN_Y 0x59595959u /* the new owner's */
 #define SPIN_CYCLES 200000000ull /* ~0.1 s at 2 GHz */

@@ -20,9 +20,7 @@
 #include <streamarena/streamarena.h>
 
 #include "fixture.h"
-
-#define MiB ((size_t)1 << 20)
-#define GiB ((size_t)1 << 30)
+#include "test/util.h"
 
 static int clear_env(void **state) {
   (void)state;

@@ -17,8 +17,8 @@
 #include <streamarena/host.h>
 
 #include "driver/driver.h"
+#include "test/util.h"
 
-#define MIB ((size_t)1 << 20)
 #define VAR "STREAMARENA_HOST_DEVICE_BYTES"
 
 extern char **environ;
@@ -30,7 +30,7 @@ static int probe(void) {
   size_t total = 0, n = 0;
   sa_chunk_handle c[16];
   if (sa_driver_host_open(0, &d) != SA_OK || d->ops->total_memory(d, &total) != SA_OK) return 2;
-  while (n < 16 && d->ops->chunk_create(d, 2 * MIB, &c[n]) == SA_OK) n++;
+  while (n < 16 && d->ops->chunk_create(d, 2 * MiB, &c[n]) == SA_OK) n++;
   for (size_t i = 0; i < n; i++) {
     if (d->ops->chunk_release(d, c[i]) != SA_OK) return 3;
   }
@@ -90,15 +90,15 @@ static void variable_sets_the_device_memory(void **state) {
   (void)state;
   report r;
   run_probe("6MiB", &r);
-  assert_int_equal(r.total, 6 * MIB);
+  assert_int_equal(r.total, 6 * MiB);
   assert_int_equal(r.chunks, 3);
   run_probe("8388608", &r);
-  assert_int_equal(r.total, 8 * MIB);
+  assert_int_equal(r.total, 8 * MiB);
   assert_int_equal(r.chunks, 4);
   run_probe("4m", &r);
-  assert_int_equal(r.total, 4 * MIB);
+  assert_int_equal(r.total, 4 * MiB);
   run_probe("1GiB", &r);
-  assert_int_equal(r.total, 1024 * MIB);
+  assert_int_equal(r.total, 1024 * MiB);
   assert_int_equal(r.chunks, 16);
 }
 

@@ -17,10 +17,9 @@
 
 #include "driver/driver.h"
 #include "fixture.h"
+#include "test/util.h"
 
-#define MIB ((size_t)1 << 20)
-#define GIB ((size_t)1 << 30)
-#define G (2 * MIB)
+#define G (2 * MiB)
 
 static sa_driver *d; /* opened for the group (fixture.h) */
 
@@ -75,8 +74,8 @@ static void granularity_is_2mib(void **state) {
 static void reserve_honours_alignment(void **state) {
   (void)state;
   uintptr_t va = 0;
-  assert_int_equal(d->ops->va_reserve(d, 4 * G, GIB, &va), SA_OK);
-  assert_int_equal(va % GIB, 0);
+  assert_int_equal(d->ops->va_reserve(d, 4 * G, GiB, &va), SA_OK);
+  assert_int_equal(va % GiB, 0);
   assert_int_equal(d->ops->va_release(d, va, 4 * G), SA_OK);
   assert_int_equal(d->ops->va_reserve(d, G, 0, &va), SA_OK);
   assert_int_equal(va % G, 0);

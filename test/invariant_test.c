@@ -29,8 +29,7 @@
 #include "fixture.h"
 
 #include "internal.h"
-
-#define MiB ((size_t)1 << 20)
+#include "test/util.h"
 
 /* ---- the death test --------------------------------------------------------- */
 

@@ -31,9 +31,8 @@
 #include <streamarena/streamarena.h>
 
 #include "fixture.h"
+#include "test/util.h"
 
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
 #define SLOTS 4        /* streams alive at any time */
 #define THREADS 6      /* per wave */
 #define MAX_LOCAL 24   /* blocks a thread holds */

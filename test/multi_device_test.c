@@ -29,8 +29,8 @@
 #include "driver/driver.h"
 #include "device_switch.h"
 #include "fixture.h"
+#include "test/util.h"
 
-#define MiB ((size_t)1 << 20)
 /* Arena specs (sa_fixture_arena_create) start with this. */
 #define ON_HOST "backend=host,check_stream_order=1,"
 

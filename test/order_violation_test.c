@@ -23,8 +23,7 @@
 
 #include "driver/driver.h"
 #include "fixture.h"
-
-#define MiB ((size_t)1 << 20)
+#include "test/util.h"
 
 static unsigned long tried, caught;
 

@@ -20,8 +20,8 @@
 
 #include "fixture.h"
 #include "internal.h"
+#include "test/util.h"
 
-#define KiB ((size_t)1 << 10)
 #define MAX_BLOCKS 512
 
 static int setup(void **state) { return sa_fixture_cmocka_setup(state); }

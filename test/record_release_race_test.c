@@ -37,8 +37,7 @@
 
 #include "fixture.h"
 #include "internal.h"
-
-#define MiB ((size_t)1 << 20)
+#include "test/util.h"
 
 static struct {
   const sa_driver_ops *real;

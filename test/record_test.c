@@ -30,8 +30,7 @@
 
 #include "fixture.h"
 #include "internal.h"
-
-#define MiB ((size_t)1 << 20)
+#include "test/util.h"
 
 /* ---- allocation failure injection ------------------------------------ */
 

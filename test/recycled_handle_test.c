@@ -28,9 +28,7 @@
 
 #include "fixture.h"
 #include "internal.h"
-
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
+#include "test/util.h"
 
 static int setup(void **state) {
   sa_fixture *f = calloc(1, sizeof *f);

@@ -19,8 +19,7 @@
 
 #include "fixture.h"
 #include "internal.h"
-
-#define MiB ((size_t)1 << 20)
+#include "test/util.h"
 
 static sa_arena *small_arena(void) {
   sa_arena *a = NULL;

@@ -15,8 +15,7 @@
 #include <streamarena/streamarena.h>
 
 #include "fixture.h"
-
-#define MiB ((size_t)1 << 20)
+#include "test/util.h"
 
 /* A fixture with n SA_HOST_MANUAL streams in *state. */
 static int setup_streams(void **state, size_t n) {

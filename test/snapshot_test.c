@@ -20,8 +20,7 @@
 
 #include "fixture.h"
 #include "internal.h"
-
-#define MiB ((size_t)1 << 20)
+#include "test/util.h"
 
 static char *snapshot_of(sa_arena *a) {
   char *json = NULL;

@@ -45,9 +45,8 @@
 
 #include "driver/driver.h"
 #include "fixture.h"
+#include "test/util.h"
 
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
 #define MAX_WORKERS 8
 #define MAX_LOCAL 8
 #define EXCHANGE 32

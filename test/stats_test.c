@@ -20,8 +20,7 @@
 
 #include "fixture.h"
 #include "internal.h"
-
-#define MiB ((size_t)1 << 20)
+#include "test/util.h"
 
 static int setup(void **state) { return sa_fixture_cmocka_setup(state); }
 static int teardown(void **state) { return sa_fixture_cmocka_teardown(state); }

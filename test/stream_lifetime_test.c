@@ -24,9 +24,7 @@
 
 #include "fixture.h"
 #include "internal.h"
-
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
+#include "test/util.h"
 
 static sa_stats stats(sa_arena *a) {
   sa_stats st;

@@ -19,8 +19,7 @@
 #include <streamarena/streamarena.h>
 
 #include "fixture.h"
-
-#define MiB ((size_t)1 << 20)
+#include "test/util.h"
 
 static sa_arena *make_arena(const char *spec) {
   sa_config cfg;

@@ -32,9 +32,8 @@
 
 #include "driver/driver.h"
 #include "fixture.h"
+#include "test/util.h"
 
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
 #define MAX_STREAMS SA_FIXTURE_MAX_STREAMS
 #define MAX_LOCAL 48      /* blocks a thread holds at most */
 #define EXCHANGE_SLOTS 64 /* shared hand-over array */

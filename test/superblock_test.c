@@ -20,9 +20,8 @@
 #include "fixture.h"
 
 #include "internal.h"
+#include "test/util.h"
 
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
 #define SUPERBLOCK_MAX ((uintptr_t)1 << 30) /* arena.c's limit */
 
 static uint32_t index_of(size_t block_size, uintptr_t off) {
@@ -62,7 +61,7 @@ static void index_is_division_below_2_pow_32(void **state) {
   (void)state;
   uint64_t x = 0x2545F4914F6CDD1Du;
   for (int i = 0; i < 2000000; i++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    x = sa_xorshift64(x);
     size_t bs = 2 + (size_t)(x >> 40) % ((1u << 24) - 2);
     if (i & 1) bs = (bs & ~(size_t)255) + 256; /* class sizes are 256-byte multiples */
     uintptr_t off = (uintptr_t)(x & 0xffffffffu);

@@ -6,6 +6,7 @@
 
 #include "bench/peers/team.h"
 #include "bench/peers/workload.h"
+#include "test/util.h"
 
 namespace peers {
 namespace {
@@ -16,7 +17,6 @@ struct Case {
   unsigned mixed_bits;
 };
 
-constexpr size_t KiB = 1024, MiB = KiB * KiB;
 const Case pair_cases[] = {
     {"256B", 256, 0},         {"1KiB", KiB, 0},        {"4KiB", 4 * KiB, 0},
     {"16KiB", 16 * KiB, 0},   {"64KiB", 64 * KiB, 0},  {"256KiB", 256 * KiB, 0},

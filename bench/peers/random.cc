@@ -18,11 +18,11 @@
 
 #include "bench/peers/team.h"
 #include "bench/peers/workload.h"
+#include "test/util.h"
 
 namespace peers {
 namespace {
 
-constexpr size_t MiB = size_t{1} << 20;
 constexpr size_t LIVE_CAP = 16000 * MiB;
 constexpr int ALLOC_PERCENT = 73;
 
@@ -97,7 +97,7 @@ bool one_run(const Ctx &c, Instance &in, void *s, size_t n, size_t max_size, Run
 }  // namespace
 
 bool run_random(Ctx &c) {
-  static const size_t max_sizes[2] = {MiB, size_t{4} << 30};
+  static const size_t max_sizes[2] = {MiB, 4 * GiB};
   static const char *const names[2] = {"random-1MiB", "random-4GiB"};
   bool all_ok = true;
   for (int k = 0; k < 2; k++) {

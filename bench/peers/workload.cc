@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "test/util.h"
+
 namespace peers {
 
 Instance::~Instance() {
@@ -94,10 +96,8 @@ std::vector<size_t> mixed_sizes(unsigned max_bits) {
   std::vector<size_t> sizes(MIXED_N);
   uint64_t x = 0x9E3779B97F4A7C15u;
   for (size_t &size : sizes) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17; // xorshift64
-    unsigned bits = 8 + static_cast<unsigned>(x % (max_bits - 8));
-    size_t lo = size_t{1} << bits;
-    size = lo + static_cast<size_t>((x >> 16) % lo) + 1; // (2^b, 2^(b+1)]
+    x = sa_xorshift64(x);
+    size = sa_log_uniform_size(x, max_bits); // (2^b, 2^(b+1)], b from 8 to max_bits - 1
   }
   return sizes;
 }

@@ -16,8 +16,8 @@
 #include "test/fixture.h"
 #include "plugins/python/streamarena_python.h"
 #include "plugins/python/table.h"
+#include "test/util.h"
 
-#define MiB ((size_t)1 << 20)
 #define PATTERN_A 0x11223344u
 #define PATTERN_B 0x55667788u
 #define RAISED ((void *)(intptr_t)-1) /* what a raising malloc returns to CuPy */
