@@ -81,6 +81,7 @@ done | sort -u | while read -r soname path; do
 done
 
 cp tools/gpu-run.sh "$dest/run.sh"
+cp tools/gpu-verify.sh "$dest/verify.sh"
 {
   echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+dirty') ($(git rev-parse --abbrev-ref HEAD))"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), glibc $(ldd --version | head -1 | awk '{print $NF}')"
