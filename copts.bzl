@@ -47,3 +47,19 @@ SA_BENCH_CXX_COPTS = [
     "-Wimplicit-fallthrough",
     "-Wno-unused-parameter",
 ]
+
+# The PyTorch native backend's core (plugins/torch/native/core): C++17, the
+# standard PyTorch 2.x extensions are built with.
+SA_NATIVE_CXX_COPTS = [
+    "-std=c++17",
+    "-D_GNU_SOURCE",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wshadow",
+    "-Wpointer-arith",
+    "-Wundef",
+    "-Wvla",
+    "-Wimplicit-fallthrough",
+    "-Wno-unused-parameter",
+]

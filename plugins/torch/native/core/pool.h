@@ -1,0 +1,176 @@
+// Memory pools as PyTorch names them (MempoolId_t): the device's default
+// pool and private ones, made by torch.cuda.MemPool, torch.cuda.graph and
+// torch.compile's CUDA graph trees. PyTorch's calls and their meaning:
+//
+//   createOrIncrefPool(id)       a reference more (MemPool()); creates it
+//   beginAllocateToPool(id, f)   a reference more, and allocations on a stream
+//                                for which f(stream) holds go to the pool
+//                                (a capture: the capturing stream; use_mem_pool:
+//                                the calling thread)
+//   endAllocateToPool(id)        stop routing to it (a reference stays)
+//   releasePool(id)              a reference less; at none the pool's memory
+//                                goes back once its last block is freed
+//   getPoolUseCount, checkPoolLiveAllocations, setUseOnOOM, setNoSplit
+//
+// Each pool allocates through a PoolBackend, the one seam between this
+// bookkeeping and where the memory comes from:
+//   - ArenaPool (below): an arena of its own, made with the public API
+//     (sa_arena_create with the device's configuration); sa_free finds a
+//     block's arena by its address. The first implementation, and what the
+//     default pool is too.
+//   - the torch layer's foreign pool: MemPool(allocator=...), a PyTorch
+//     allocator's raw_alloc and raw_delete (torch/allocator.cc).
+//   - later: a pool of the library's graph-pool C API (docs/TORCH.md lists
+//     the calls it needs), whose prepare_capture and release stream-order
+//     what an arena of its own cannot.
+//
+// What an ArenaPool cannot do during a capture today (streamarena.h, "CUDA
+// graphs"): a stream's first use on a thread asks the driver for its id,
+// which a capture refuses (prepare_capture makes that first use before the
+// capture, on the capturing thread and stream; a capture that allocates
+// from another thread, an autograd worker say, is refused with a message);
+// a span's free records an event on the stream, which a capture refuses
+// (the backend keeps such a free until no capture is underway: the pool is
+// the graph's, so its memory stays reserved for the replays meanwhile);
+// a reuse that must wait for an event recorded outside the capture is
+// refused too. A refused allocation raises, naming the rule; it never
+// returns NULL, and a block freed during a capture is reused by nothing
+// outside its pool.
+#ifndef SA_NATIVE_CORE_POOL_H
+#define SA_NATIVE_CORE_POOL_H
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <streamarena/streamarena.h>
+
+#include "plugins/torch/native/core/platform.h"
+
+namespace sa_native {
+
+using PoolId = std::pair<uint64_t, uint64_t>;  // PyTorch's MempoolId_t
+constexpr PoolId kDefaultPool{0, 0};
+
+class PoolBackend {
+ public:
+  virtual ~PoolBackend() = default;
+  virtual sa_status alloc(size_t size, sa_stream stream, void **out) = 0;
+  // p on the stream it was allocated on.
+  virtual sa_status free(void *p, sa_stream stream) = 0;
+  // p is also used on stream, a stream of stream_device.
+  virtual sa_status record(void *p, sa_stream stream, int stream_device) = 0;
+  // Give cached memory back to the driver (after the device's work).
+  virtual sa_status trim() = 0;
+  // Allocations from the calling thread on stream are about to be captured
+  // into a CUDA graph: make what the capture would refuse now.
+  virtual sa_status prepare_capture(sa_stream stream) = 0;
+  // The arena behind it, for statistics and snapshots; null where the
+  // memory is not streamarena's.
+  virtual sa_arena *arena() const = 0;
+  // The bytes it holds for a request, and whether that is PyTorch's large
+  // pool (a span) or small pool.
+  virtual size_t block_size(size_t request) const = 0;
+  virtual bool large(size_t request) const = 0;
+};
+
+// A pool with an arena of its own. Throws Failure where the arena cannot
+// be made (the configuration's message, or no CUDA for a CUDA program).
+class ArenaPool final : public PoolBackend {
+ public:
+  ArenaPool(Platform &platform, const sa_config &config, bool allow_host);
+  ~ArenaPool() override;
+  ArenaPool(const ArenaPool &) = delete;
+  ArenaPool &operator=(const ArenaPool &) = delete;
+
+  sa_status alloc(size_t size, sa_stream stream, void **out) override;
+  sa_status free(void *p, sa_stream stream) override;
+  sa_status record(void *p, sa_stream stream, int stream_device) override;
+  sa_status trim() override;
+  sa_status prepare_capture(sa_stream stream) override;
+  sa_arena *arena() const override { return arena_; }
+  size_t block_size(size_t request) const override;
+  bool large(size_t request) const override;
+
+ private:
+  Platform &platform_;
+  int device_;
+  sa_arena *arena_ = nullptr;
+  size_t large_threshold_ = 0;
+};
+
+// A pool and PyTorch's references to it.
+struct PoolEntry {
+  PoolId id = kDefaultPool;
+  int device = 0;
+  std::unique_ptr<PoolBackend> backend;
+  int use_count = 0;            // PoolTable's lock
+  bool use_on_oom = false;      // PoolTable's lock
+  bool no_split = false;        // recorded; streamarena splits no PyTorch segment
+  std::atomic<size_t> live{0};  // blocks allocated and not freed
+  std::atomic<size_t> held{0};  // frees kept back until no capture is underway
+  std::mutex live_lock;
+  std::unordered_set<void *> live_set;  // private pools only: checkPoolLiveAllocations
+};
+
+// A device's private pools and where its allocations go.
+class PoolTable {
+ public:
+  using Factory = std::function<std::unique_ptr<PoolBackend>()>;
+  using Filter = std::function<bool(sa_stream)>;
+
+  explicit PoolTable(int device) : device_(device) {}
+
+  // The pool allocations on stream go to, or null for the default pool.
+  // Calls the filters of the pools being allocated to, in the order their
+  // routes began (PyTorch's order), under the table's lock.
+  PoolEntry *route(sa_stream stream);
+  bool routing() const { return routes_.load(std::memory_order_acquire) != 0; }
+
+  // Throw Failure(kInvalid) for an unknown pool where PyTorch asserts.
+  void create_or_incref(PoolId id, const Factory &make);
+  PoolEntry *begin_allocate(PoolId id, const Factory &make, Filter filter);
+  void end_allocate(PoolId id);
+  void release(PoolId id);
+  int use_count(PoolId id);
+  void set_use_on_oom(PoolId id, bool on);
+  void set_no_split(PoolId id);
+  bool check_live(PoolId id, const std::unordered_set<void *> &expected);
+
+  // Runs f on every pool (the table locked: f must not call back into it).
+  void each(const std::function<void(PoolEntry &)> &f);
+  // The pools with use_on_oom set, for an allocation the default pool
+  // refused. Each comes with its held count raised, so that it stays while
+  // the caller tries it: the caller lowers it again.
+  std::vector<PoolEntry *> oom_pools();
+  PoolEntry *find(PoolId id);
+  // Takes out the pools no one references, holding no block and no kept
+  // free, while nothing is routed (their destruction synchronizes, which a
+  // capture elsewhere would not survive); the caller destroys them.
+  std::vector<std::unique_ptr<PoolEntry>> take_unused();
+
+ private:
+  PoolEntry *get_or_create(PoolId id, const Factory &make);  // lock held
+
+  struct Route {
+    PoolId id;
+    PoolEntry *pool;
+    Filter filter;
+  };
+  int device_;
+  std::mutex lock_;
+  std::map<PoolId, std::unique_ptr<PoolEntry>> pools_;
+  std::vector<Route> routing_;
+  std::atomic<int> routes_{0};
+};
+
+}  // namespace sa_native
+
+#endif  // SA_NATIVE_CORE_POOL_H
