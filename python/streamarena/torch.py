@@ -4,29 +4,43 @@
     streamarena.torch.install(conf="superblock_size=4MiB")
 
 ``install`` must run before PyTorch allocates CUDA memory (before CUDA is
-initialized in the process). It loads libstreamarena_torch.so, hands its
-malloc and free to ``torch.cuda.memory.CUDAPluggableAllocator``, and wires
-the other hooks PyTorch's pluggable allocator offers:
+initialized in the process). It installs one of two backends:
 
-    tensor.record_stream(s)             -> sa_torch_record_stream (reuse waits for s)
-    torch.cuda.empty_cache()            -> sa_torch_empty_cache (sa_trim of each arena)
-    set_per_process_memory_fraction()   -> a warning: use max_physical in the conf
+native      a C++ subclass of PyTorch's allocator interface
+            (c10::cuda::CUDACachingAllocator::CUDAAllocator,
+            plugins/torch/native/), built for the torch at hand with
+            ``python -m streamarena.torch build``: everything PyTorch asks of
+            its allocator reaches streamarena, torch.cuda.memory_stats,
+            memory_summary, torch.OutOfMemoryError, cudnn.benchmark's
+            workspace query, set_per_process_memory_fraction, memory history
+            and snapshots, torch.cuda.MemPool and the graph pools of CUDA
+            graphs and torch.compile(mode="reduce-overhead") included
+            (docs/TORCH.md says what a capture cannot do yet).
+pluggable   libstreamarena_torch.so through
+            torch.cuda.memory.CUDAPluggableAllocator, which needs no build
+            against torch but gets only malloc, free, record_stream,
+            empty_cache and the memory fraction from PyTorch; ``install``
+            replaces ``torch.cuda.memory``'s ``memory_stats_as_nested_dict`` and
+            ``reset_peak_memory_stats`` with ones that read the plugin
+            (``patch_stats=False`` leaves PyTorch alone).
 
-PyTorch answers ``memory_stats`` and everything built on it
-(``memory_allocated``, ``max_memory_reserved``, ...) with an error under a
-pluggable allocator; ``install`` replaces ``torch.cuda.memory``'s
-``memory_stats_as_nested_dict`` and ``reset_peak_memory_stats`` with ones that
-read the plugin (``patch_stats=False`` leaves PyTorch alone). ``memory_stats()``
-here returns the plugin's own figures. docs/TORCH.md lists every hook and its
-limits (CUDA graphs, IPC, memory history).
+By default the native backend is used where one is built for this torch,
+and the pluggable one otherwise, with a warning naming what it cannot do.
+The object ``install`` returns has the same statistics either way
+(``stats(device)``, ``errors()``, ``empty_cache()``), and the ``Plugin`` class
+drives the C library through ctypes without PyTorch.
 
-The ``Plugin`` class drives the library through ctypes and needs no PyTorch.
+    python -m streamarena.torch build [--out DIR] [--torch-root DIR]
+
+builds the native backend (python/streamarena/_native_build.py).
 """
 
 import ctypes
 import os
+import sys
 
 from streamarena import _library
+from streamarena import _native_build
 
 # A NaN in fp32, bf16 and fp16 alike: memory reused too early poisons the loss.
 CHECK_PATTERN = 0x7FC07FC0
@@ -70,6 +84,8 @@ class Plugin:
     """libstreamarena_torch.so through ctypes: the hooks PyTorch calls, and
     statistics. Loading it creates nothing; the arena of a device is created
     at its first allocation, from $STREAMARENA_CONF."""
+
+    kind = "pluggable"
 
     def __init__(self, lib=None):
         self.path = find_library(lib)
@@ -139,25 +155,107 @@ class Plugin:
         return int(self.lib.sa_torch_error_count())
 
 
-_installed = None  # (Plugin, conf) once install() succeeded
+# What the pluggable path cannot do, for the warning when install() falls
+# back to it (docs/TORCH.md, "Two backends").
+PLUGGABLE_LIMITS = (
+    "cudnn.benchmark's workspace query (cacheInfo), CUDA graphs and "
+    "torch.compile(mode='reduce-overhead') (graph pools), torch.OutOfMemoryError (a failed "
+    "allocation returns a NULL tensor), torch.cuda.memory._record_memory_history and "
+    "_snapshot, and torch.cuda.MemPool")
 
 
-def install(conf=None, *, lib=None, check=False, pattern=CHECK_PATTERN, patch_stats=True):
+class NativeBackend:
+    """The native backend, installed: the same statistics as Plugin's (the
+    pluggable plugin's figures, from the native backend), through the C
+    library of the plugin it links."""
+
+    kind = "native"
+
+    def __init__(self, path, meta, plugin):
+        self.path, self.meta, self.plugin = path, meta, plugin
+        self.lib = _library.load(path)
+        L = self.lib
+        L.sa_torch_native_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        L.sa_torch_native_install.restype = ctypes.c_int
+        L.sa_torch_native_built_for.argtypes = []
+        L.sa_torch_native_built_for.restype = ctypes.c_char_p
+        L.sa_torch_native_get_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_Stats),
+                                                ctypes.c_size_t]
+        L.sa_torch_native_get_stats.restype = ctypes.c_int
+        L.sa_torch_native_error_count.argtypes = []
+        L.sa_torch_native_error_count.restype = ctypes.c_uint64
+
+    def built_for(self):
+        return self.lib.sa_torch_native_built_for().decode()
+
+    def install(self):
+        err = ctypes.create_string_buffer(4096)
+        if self.lib.sa_torch_native_install(err, len(err)) != 0:
+            raise RuntimeError(f"streamarena: installing the native backend failed: "
+                               f"{err.value.decode(errors='replace')}")
+
+    def stats(self, device=0):
+        s = _Stats()
+        st = self.lib.sa_torch_native_get_stats(device, ctypes.byref(s), ctypes.sizeof(s))
+        if st != _STATUS_OK:
+            raise RuntimeError(f"streamarena: stats of device {device}: "
+                               f"{self.plugin.lib.sa_status_string(st).decode()}")
+        return {name: getattr(s, name) for name, _ in _Stats._fields_}
+
+    def reset_peak(self, device=0):
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+
+    def empty_cache(self):
+        import torch
+
+        torch.cuda.empty_cache()
+
+    def errors(self):
+        return int(self.lib.sa_torch_native_error_count())
+
+
+def native_status(native_lib=None):
+    """(path, metadata, reason): the native backend this process would load,
+    or path None and the reason it would not (none built, built for another
+    torch). Imports torch."""
+    import torch
+
+    path, meta = _native_build.find_native(native_lib, torch.__version__)
+    if path is None:
+        return None, None, ("no native backend is built (python -m streamarena.torch build)")
+    ok, why = _native_build.compatible(meta, torch.__version__, torch.version.git_version)
+    if not ok:
+        return None, meta, f"{why}: rebuild it with python -m streamarena.torch build"
+    return path, meta, ""
+
+
+_installed = None  # (Plugin or NativeBackend, conf) once install() succeeded
+
+
+def install(conf=None, *, lib=None, native=None, native_lib=None, check=False,
+            pattern=CHECK_PATTERN, patch_stats=True):
     """Make streamarena PyTorch's CUDA allocator in this process.
 
     conf: the arenas' configuration (``key=value,...``, README's keys); None
-    keeps $STREAMARENA_CONF. check: fill freed memory with pattern before it
-    can be reused (slow; for finding premature reuse). Returns the Plugin.
-    Raises RuntimeError, with the reason, when CUDA memory may already have
-    been allocated or this PyTorch lacks a hook streamarena needs."""
+    keeps $STREAMARENA_CONF. native: None uses the native backend where one
+    is built for this torch and the pluggable plugin otherwise (with a
+    warning); True requires the native backend, False takes the plugin.
+    check: fill freed memory with pattern before it can be reused (the
+    plugin's check mode; slow; for finding premature reuse). Returns the
+    installed backend (NativeBackend or Plugin). Raises RuntimeError, with
+    the reason, when CUDA memory may already have been allocated, when
+    native=True and no native backend fits, or when this PyTorch lacks a
+    hook the plugin needs."""
     global _installed
     import torch
 
     if _installed is not None:
-        plugin, had_conf = _installed
+        backend, had_conf = _installed
         if conf is not None and conf != had_conf:
             raise RuntimeError(f"streamarena is installed already with conf={had_conf!r}")
-        return plugin
+        return backend
     if not torch.cuda.is_available():
         raise RuntimeError("streamarena.torch.install: PyTorch sees no CUDA device")
     if torch.cuda.is_initialized():
@@ -169,6 +267,31 @@ def install(conf=None, *, lib=None, check=False, pattern=CHECK_PATTERN, patch_st
     if conf is not None:
         os.environ["STREAMARENA_CONF"] = conf
     plugin = Plugin(lib)
+    path, why = None, "native=False"
+    if check and native:
+        raise RuntimeError("streamarena: check mode is the pluggable plugin's; install with "
+                           "native=False (or None) to use it")
+    if check:
+        why = "check mode is the pluggable plugin's"
+    elif native is not False:
+        path, meta, why = native_status(native_lib)
+        if path is None and native:
+            raise RuntimeError(f"streamarena: no native backend for this torch: {why}")
+    if path is not None:
+        backend = NativeBackend(path, meta, plugin)
+        backend.install()
+        _installed = (backend, os.environ.get("STREAMARENA_CONF", ""))
+        return backend
+    if native is None and not check:
+        import warnings
+
+        warnings.warn(f"streamarena: PyTorch's pluggable allocator interface is used ({why}); "
+                      f"it cannot serve {PLUGGABLE_LIMITS}", RuntimeWarning, stacklevel=2)
+    return _install_pluggable(torch, plugin, check, pattern, patch_stats)
+
+
+def _install_pluggable(torch, plugin, check, pattern, patch_stats):
+    global _installed
     if check:
         plugin.set_check(True, pattern)
     allocator = torch.cuda.memory.CUDAPluggableAllocator(plugin.path, "sa_torch_malloc",
@@ -194,7 +317,8 @@ def install(conf=None, *, lib=None, check=False, pattern=CHECK_PATTERN, patch_st
 
 
 def installed():
-    """The Plugin when install() ran in this process, else None."""
+    """The installed backend (NativeBackend or Plugin) when install() ran in
+    this process, else None."""
     return _installed[0] if _installed is not None else None
 
 
@@ -295,3 +419,17 @@ def _patch_torch_stats(torch, plugin):
     for module in (mem, torch.cuda):
         if hasattr(module, "reset_peak_memory_stats"):
             module.reset_peak_memory_stats = reset_peak_memory_stats
+
+
+def _main(argv):
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: python -m streamarena.torch build [options]  (build --help lists them)")
+        return 0 if argv else 2
+    if argv[0] != "build":
+        print(f"python -m streamarena.torch: unknown command {argv[0]!r} (build)", file=sys.stderr)
+        return 2
+    return _native_build.main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
