@@ -10,6 +10,10 @@
 #   6. tools/newcomer-check.sh           a fresh clone used as a Bazel
 #                                        dependency by a workspace written
 #                                        from README.md, built offline, run
+#   7. tools/torch-native-check.sh       the native PyTorch backend built and
+#                                        linked against torch 2.11.0's wheel
+#                                        from PyPI (no GPU, no torch import);
+#                                        skipped where PyPI is unreachable
 # Every step runs even after a failure, so one run shows everything that is
 # broken. The last line counts tests over all steps:
 #   tests: N passed, K skipped, M failed
@@ -114,6 +118,17 @@ else
   failed=$((failed + 1))
   echo "=== newcomer: FAILED"
 fi
+
+# The native PyTorch backend against the tested torch's headers and
+# libraries: a header change in torch fails here, not on a user's machine.
+# Exit 3 is a skip (no PyPI, no CUDA headers), saying why.
+echo "=== torch-native: tools/torch-native-check.sh"
+bash tools/torch-native-check.sh
+case $? in
+  0) passed=$((passed + 1)); echo "=== torch-native: passed" ;;
+  3) skipped=$((skipped + 1)); echo "=== torch-native: SKIPPED" ;;
+  *) failed=$((failed + 1)); echo "=== torch-native: FAILED" ;;
+esac
 
 cd "$root"
 # A CI machine keeps nothing: free the server's memory at once.
