@@ -34,9 +34,11 @@ def prepare(name):
             os.environ[var] = "expandable_segments:True"
 
 
-def install(name, conf=DEFAULT_CONF, check=False, trace=None):
+def install(name, conf=DEFAULT_CONF, check=False, trace=None, native=None):
     """Make name the process's CUDA allocator; before any CUDA allocation.
-    Returns streamarena's Plugin, or None for PyTorch's own allocators."""
+    Returns streamarena's backend (its native one where built for this
+    torch, else the pluggable plugin; native=True/False to insist), or None
+    for PyTorch's own allocators."""
     if name != "streamarena":
         return None
     python_dir = str(_REPO / "python")
@@ -46,7 +48,7 @@ def install(name, conf=DEFAULT_CONF, check=False, trace=None):
 
     if trace:
         conf = f"{conf},trace={trace}" if conf else f"trace={trace}"
-    return streamarena.torch.install(conf=conf, check=check)
+    return streamarena.torch.install(conf=conf, check=check, native=native)
 
 
 def peaks(plugin, device):

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Checks, on a GPU, every PyTorch hook streamarena.torch.install() wires and
-the limits docs/TORCH.md states. One line per check, then a summary line
-`check_hooks: N passed, M failed`; exit status 1 on any failure.
+"""Checks, on a GPU, every PyTorch hook the pluggable plugin gets from
+streamarena.torch.install(native=False) and the limits docs/TORCH.md states
+for it (examples/torch/check_native.py checks the native backend). One line
+per check, then a summary line `check_hooks: N passed, M failed`; exit
+status 1 on any failure.
 
     python3 examples/torch/check_hooks.py [--conf SPEC]
 """
@@ -25,7 +27,7 @@ def main():
     # Installing after CUDA started must fail with the reason (another process).
     code = ("import sys; sys.path.insert(0, %r); import torch, allocators; "
             "torch.zeros(1, device='cuda')\n"
-            "try:\n  allocators.install('streamarena')\n"
+            "try:\n  allocators.install('streamarena', native=False)\n"
             "except RuntimeError as e:\n  print('refused:', e); sys.exit(0)\n"
             "sys.exit(1)") % HERE
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -35,7 +37,7 @@ def main():
 
     import torch
 
-    plugin = allocators.install("streamarena", args.conf)
+    plugin = allocators.install("streamarena", args.conf, native=False)
     import streamarena.torch as sat
 
     dev = torch.device("cuda", 0)

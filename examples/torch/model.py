@@ -56,6 +56,37 @@ class LM(nn.Module):
         return F.linear(self.ln(x), self.tok.weight)
 
 
+class ConvLM(nn.Module):
+    """The CNN variant: token embeddings, causal 1-D convolution blocks
+    (cuDNN's kernels: with torch.backends.cudnn.benchmark on, cuDNN times
+    its algorithms for each new input shape, sizing their workspaces by what
+    the allocator says it could serve), a head tied to the embedding."""
+
+    def __init__(self, vocab, d_model, layers, kernel=5):
+        super().__init__()
+        self.kernel = kernel
+        self.tok = nn.Embedding(vocab, d_model)
+        self.convs = nn.ModuleList(nn.Conv1d(d_model, d_model, kernel) for _ in range(layers))
+        self.norms = nn.ModuleList(nn.GroupNorm(8, d_model) for _ in range(layers))
+        self.ln = nn.LayerNorm(d_model)
+        nn.init.normal_(self.tok.weight, std=0.02)
+
+    def forward(self, ids):
+        x = self.tok(ids).transpose(1, 2)  # (batch, d_model, seq)
+        for conv, norm in zip(self.convs, self.norms):
+            # Padded on the left only: position t sees tokens up to t.
+            x = x + F.gelu(norm(conv(F.pad(x, (self.kernel - 1, 0)))))
+        return F.linear(self.ln(x.transpose(1, 2)), self.tok.weight)
+
+
+def bucket(seq, min_seq, max_seq):
+    """seq moved to the nearest of three lengths (min, middle, max, multiples
+    of 8): the CNN variant's input shapes, so that cuDNN's benchmark and CUDA
+    graphs see few of them."""
+    mid = (min_seq + max_seq) // 16 * 8
+    return min((min_seq, mid, max_seq), key=lambda b: abs(b - seq))
+
+
 def seq_len(seed, step, min_seq, max_seq):
     """This step's sequence length: a multiple of 8 in [min_seq, max_seq]."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)

@@ -66,6 +66,13 @@ def parse_args(argv=None):
                    "(tools/torch_trace.py turns it into a trace //bench:replay reads)")
     p.add_argument("--trace", metavar="CSV",
                    help="streamarena: write the arena's own allocation trace (docs/TRACE.md)")
+    p.add_argument("--model", choices=("lm", "cnn"), default="lm",
+                   help="lm: the transformer; cnn: causal 1-D convolutions with "
+                   "torch.backends.cudnn.benchmark on, on three sequence lengths")
+    p.add_argument("--compile", choices=("none", "default", "reduce-overhead"), default="none",
+                   help="torch.compile the model (reduce-overhead: CUDA graphs on the "
+                   "allocator's graph pools; fixed shapes, e.g. --min-seq = --max-seq or "
+                   "--model cnn, keep the graphs few)")
     p.add_argument("--device", default="0", help="CUDA device ordinal, or cpu for a dry run")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
@@ -110,7 +117,7 @@ class Prefetcher:
 
     def _run(self, k, n):
         import torch
-        from model import make_batch, seq_len
+        from model import bucket, make_batch, seq_len
 
         a = self.args
         try:
@@ -124,6 +131,8 @@ class Prefetcher:
                     if self.stop:
                         return
                 seq = seq_len(a.seed, step, a.min_seq, a.max_seq)
+                if getattr(a, "model", "lm") == "cnn":
+                    seq = bucket(seq, a.min_seq, a.max_seq)
                 cpu = make_batch(a.seed, step, getattr(a, "rank", 0), a.batch, seq, a.vocab)
                 sums = (int(cpu[:, :-1].sum()), int(cpu[:, 1:].sum()))
                 event = None
@@ -296,11 +305,19 @@ def train(args):
                                                      max_entries=4_000_000)
     else:
         device = torch.device("cpu")
-    from model import LM
+    from model import LM, ConvLM
 
     torch.manual_seed(args.seed)
-    model = LM(args.vocab, args.d_model, args.heads, args.layers, args.max_seq).to(device)
+    if args.model == "cnn":
+        torch.backends.cudnn.benchmark = True
+        model = ConvLM(args.vocab, args.d_model, args.layers).to(device)
+    else:
+        model = LM(args.vocab, args.d_model, args.heads, args.layers, args.max_seq).to(device)
+    if args.compile != "none":
+        # The compiled module shares the model's parameters.
+        model = torch.compile(model, mode=args.compile, dynamic=False)
     result = loop(args, model, device)
+    result.update({"model": args.model, "compile": args.compile})
     if cuda:
         add_memory(result, plugin, device)
         if args.memory_history:
