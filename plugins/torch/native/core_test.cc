@@ -294,6 +294,12 @@ void memory_fraction_caps_the_bytes_held(void **state) {
   assert_true(b.stats(0).reserved_bytes[kAggregate].current <= static_cast<int64_t>(32 * MiB));
   b.free(p);
   assert_true(failure_of([&] { b.set_memory_fraction(0, 1.5); }) == Failure::Kind::kInvalid);
+  // A fraction of 0 allows nothing, as PyTorch's does.
+  b.set_memory_fraction(0, 0.0);
+  assert_true(b.memory_fraction(0) == 0.0);
+  assert_true(failure_of([&] { b.alloc(0, 256, f.stream); }, &msg) ==
+              Failure::Kind::kOutOfMemory);
+  assert_true(contains(msg, "0 bytes allowed; "));
 }
 
 // --- frees ----------------------------------------------------------------------

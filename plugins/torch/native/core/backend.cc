@@ -58,7 +58,7 @@ struct Backend::Device {
   std::atomic<size_t> live_default{0}, live_private{0};  // block bytes
   std::mutex cap_lock;
   double fraction = 1.0;  // cap_lock
-  std::atomic<size_t> cap{0};
+  std::atomic<size_t> cap{SIZE_MAX};  // SIZE_MAX: none (a fraction of 0 allows nothing)
   std::mutex kept_lock;
   std::vector<Kept> kept;  // kept_lock
   std::atomic<size_t> nkept{0};
@@ -154,14 +154,15 @@ sa_status Backend::attempt(Device &d, PoolEntry &pool, size_t size, sa_stream st
                            bool capturing, void **out, bool *over_cap) {
   *out = nullptr;
   size_t cap = d.cap.load(std::memory_order_relaxed);
-  if (cap != 0 && d.live_default.load() + d.live_private.load() + pool.backend->block_size(size) >
-                      cap) {
+  if (cap != SIZE_MAX && d.live_default.load() + d.live_private.load() +
+                                 pool.backend->block_size(size) >
+                             cap) {
     *over_cap = true;  // the blocks alone would pass it
     return SA_ERR_OUT_OF_MEMORY;
   }
   auto call = [&] { return pool.backend->alloc(size, stream, out); };
   sa_status st = capturing ? platform_.relaxed(call) : call();
-  if (st != SA_OK || cap == 0 || figures(d).reserved <= cap) return st;
+  if (st != SA_OK || cap == SIZE_MAX || figures(d).reserved <= cap) return st;
   // This allocation took the arenas past the cap: it goes back.
   Kept k;
   k.p = *out;
@@ -288,7 +289,10 @@ void Backend::refuse(Device &d, PoolEntry &pool, size_t size, sa_stream stream, 
   f.device = d.index;
   f.requested = size;
   platform_.memory_info(d.index, &f.device_free, &f.device_total);
-  if (over_cap) f.allowed = d.cap.load();
+  if (over_cap) {
+    f.capped = true;
+    f.allowed = d.cap.load();
+  }
   f.allocated = d.live_default.load();
   f.allocated_pools = d.live_private.load();
   Figures fig = figures(d);
@@ -323,7 +327,7 @@ void Backend::refuse(Device &d, PoolEntry &pool, size_t size, sa_stream stream, 
     observers = observers_;
   }
   for (const OomObserver &o : observers)
-    o(d.index, size, f.allowed != 0 ? f.allowed : f.device_total, f.device_free);
+    o(d.index, size, f.capped ? f.allowed : f.device_total, f.device_free);
   throw Failure(Failure::Kind::kOutOfMemory, oom_message(f));
 }
 

@@ -23,7 +23,7 @@ std::string oom_message(const OomFacts &f) {
                   std::to_string(f.device) + " has a total capacity of " +
                   format_size(f.device_total) + " of which " + format_size(f.device_free) +
                   " is free. ";
-  if (f.allowed != 0) m += format_size(f.allowed) + " allowed; ";
+  if (f.capped) m += format_size(f.allowed) + " allowed; ";
   size_t in_use = f.allocated + f.allocated_pools;
   m += "Of the allocated memory " + format_size(in_use) + " is allocated by PyTorch, ";
   if (f.allocated_pools != 0)

@@ -23,7 +23,8 @@ struct OomFacts {
   size_t requested = 0;      // the request that failed
   size_t device_total = 0;   // cudaMemGetInfo
   size_t device_free = 0;
-  size_t allowed = 0;        // the memory fraction's cap; 0 = none
+  bool capped = false;       // the memory fraction's cap refused it
+  size_t allowed = 0;        // that cap
   size_t allocated = 0;      // live blocks outside private pools
   size_t allocated_pools = 0;  // live blocks in private pools (MemPool, CUDA graphs)
   size_t reserved = 0;       // physical bytes held, every arena of the device
