@@ -11,9 +11,10 @@
 #       test_cuda.py into <main checkout>/.gpu-torch-native/ (git ignores
 #       it), this script included; then checks what it can without a GPU.
 #       Environment:
-#         TORCH_TEST_CUDA  PyTorch's test/test_cuda.py of the torch there
-#                          (default <main checkout>/.torch-tests/test_cuda.py;
-#                          without it that part is skipped, saying so)
+#         TORCH_TEST_CUDA  PyTorch's test/test_cuda.py, or the allocator tests
+#                          of it (default <main checkout>/.torch-tests/
+#                          test_cuda.py; without it that part is skipped,
+#                          saying so)
 #   bash .gpu-torch-native/gpu-torch-native.sh [--only=a,b]
 #       on the GPU machine (CUDA 13, python3 3.12 with torch 2.11.0+cu130,
 #       pytest; no Bazel, no network), from the checkout's root. Parts, each
@@ -242,6 +243,8 @@ print('result: native backend', b.built_for(), 'allocates;', torch.cuda.memory_a
 # tests size themselves by the device's free memory: one run at a time).
 test_cuda() {
   [ -f "$E/tests/test_cuda.py" ] || { echo "result: no test_cuda.py staged"; return 3; }
+  python3 -c 'import pytest, expecttest' 2> /dev/null ||
+    { echo "result: pytest or expecttest (torch's testing modules need it) is missing"; return 3; }
   local timeout_arg=() rc=0
   python3 -c 'import pytest_timeout' 2> /dev/null && timeout_arg=(--timeout=60)
   cd "$E/tests" || return 1
