@@ -429,6 +429,16 @@ void a_capture_keeps_refused_frees_until_it_ends(void **state) {
   assert_true(refused);
   assert_true(contains(msg, "captured into a CUDA graph"));
   assert_true(f.platform.relaxed_calls > 0);
+  // The kept block is no allocation of PyTorch's in the pool's snapshot.
+  for (const SegmentView &seg : b.segments(id)) {
+    size_t at = seg.address;
+    for (const BlockView &blk : seg.blocks) {
+      if (at == reinterpret_cast<uintptr_t>(a)) assert_true(blk.state == BlockState::kPendingFree);
+      if (at == reinterpret_cast<uintptr_t>(c)) assert_true(blk.state == BlockState::kLive);
+      at += blk.size;
+    }
+  }
+  assert_true(b.check_pool_live(0, id, {c}));
   assert_int_equal(sa_host_stream_end_capture(s), SA_OK);  // intact
   size_t completed = 0;
   for (const TraceRecord &r : b.history().entries(0))

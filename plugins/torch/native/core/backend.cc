@@ -661,15 +661,23 @@ std::vector<SegmentView> Backend::segments(PoolId id) {
         for (const LayoutBlock &b : s.blocks) {
           BlockView bv{b.size, b.request != 0 ? b.request : 0, b.state, nullptr};
           if (b.state == BlockState::kLive) {
-            live_.with(reinterpret_cast<void *>(b.address), [&](Allocation &x) {
+            bool ours = live_.with(reinterpret_cast<void *>(b.address), [&](Allocation &x) {
               bv.requested = x.requested;
               bv.context = x.context;
             });
-            if (bv.requested == 0) bv.requested = b.size;
-            v.allocated += b.size;
-            v.requested += bv.requested;
+            if (!ours) {
+              // Live in the library but freed by PyTorch: a free kept back
+              // during a capture, whose reuse waits (CUDA graph trees check
+              // that a pool's allocated blocks are their live tensors).
+              bv.state = BlockState::kPendingFree;
+              bv.requested = 0;
+            } else {
+              if (bv.requested == 0) bv.requested = b.size;
+              v.allocated += b.size;
+              v.requested += bv.requested;
+            }
           }
-          if (b.state != BlockState::kFree) v.active += b.size;
+          if (bv.state != BlockState::kFree) v.active += b.size;
           v.blocks.push_back(std::move(bv));
         }
         out.push_back(std::move(v));
