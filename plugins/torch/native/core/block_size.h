@@ -4,7 +4,8 @@
 // The one place the native backend reaches past the public API: a small
 // request takes a block of its size class (src/size_class.h, pure
 // arithmetic), a large one a span of the request rounded up to
-// SA_ALIGNMENT. The public call this stands in for, sa_block_size(p)
+// SA_ALIGNMENT (to whole granules for some sizes under a budget, which this
+// does not follow). The public call this stands in for, sa_block_size(p)
 // (docs/TORCH.md lists the additions the backend asks for), would answer
 // for the block itself and follow the library wherever it changes.
 #ifndef SA_NATIVE_CORE_BLOCK_SIZE_H
