@@ -14,8 +14,10 @@ package installs it as the allocator of PyTorch, CuPy, Numba and RMM:
     import rmm, streamarena.rmm
     rmm.mr.set_current_device_resource(streamarena.rmm.resource())
 
-``streamarena.torch`` loads libstreamarena_torch.so (docs/TORCH.md); the
-others share libstreamarena_python.so (docs/ECOSYSTEM.md). Each imports its
+``streamarena.torch`` installs the native backend built for the torch at
+hand (``python -m streamarena.torch build``) or, without one,
+libstreamarena_torch.so as a pluggable allocator (docs/TORCH.md); the others
+share libstreamarena_python.so (docs/ECOSYSTEM.md). Each imports its
 framework only where it is used; the classes that drive the libraries
 through ctypes need none (the CPU tests use them).
 """

@@ -278,7 +278,15 @@ def install(conf=None, *, lib=None, native=None, native_lib=None, check=False,
         if path is None and native:
             raise RuntimeError(f"streamarena: no native backend for this torch: {why}")
     if path is not None:
-        backend = NativeBackend(path, meta, plugin)
+        try:
+            backend = NativeBackend(path, meta, plugin)
+        except OSError as e:
+            # A build that does not load here (a library it names is
+            # missing): the plugin serves, unless the native one was asked for.
+            if native:
+                raise
+            path, why = None, f"{path} does not load ({e})"
+    if path is not None:
         backend.install()
         _installed = (backend, os.environ.get("STREAMARENA_CONF", ""))
         return backend

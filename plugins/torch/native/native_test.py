@@ -163,6 +163,27 @@ def main():
 
     check("install(native=False) takes the plugin without a warning", quiet_when_asked)
 
+    def unloadable_build():
+        d = os.path.join(tmp, "broken")
+        os.makedirs(d)
+        lib = os.path.join(d, nb.NATIVE_LIB)
+        with open(lib, "w") as f:
+            f.write("not a shared library")
+        with open(os.path.join(d, nb.SIDECAR), "w") as f:
+            json.dump({"torch_version": "2.11.0+cu130", "torch_git_version": "abc123"}, f)
+
+        def run():
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                b = sat.install(native_lib=lib)
+            expect(b.kind == "pluggable", b.kind)
+            expect(any("does not load" in str(x.message) for x in w),
+                   [str(x.message) for x in w])
+
+        with_torch(fake_torch(), run)
+
+    check("a build that does not load falls back to the plugin, saying why", unloadable_build)
+
     def check_mode_is_the_plugins():
         def run():
             try:
