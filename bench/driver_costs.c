@@ -1,6 +1,6 @@
 /* What the CUDA driver's virtual-memory calls cost, by size, on this GPU.
  *
- * The large path's policy (src/physical.c: how big a chunk is created, when
+ * The large path's policy (src/vm/physical.c: how big a chunk is created, when
  * a reshape pays for remapping) rests on these figures, so they are taken
  * here rather than guessed: for each chunk size, the median time of
  * cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, a second map and

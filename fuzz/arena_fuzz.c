@@ -81,7 +81,7 @@
 #include <streamarena/host.h>
 #include <streamarena/streamarena.h>
 
-#include "size_class.h"
+#include "small/size_class.h"
 #include "test/util.h"
 
 #define NSTREAMS 6  /* 0: the default stream (NULL, AUTO); 1-3 MANUAL; 4-5 AUTO */

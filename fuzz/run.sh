@@ -42,7 +42,7 @@ if ! "$cc" -std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer \
     -fno-sanitize-recover=undefined \
     -Wall -Wextra -Werror -Wno-unused-parameter \
     -I. -Iinclude -Isrc -I"$cuda_include" \
-    fuzz/arena_fuzz.c src/*.c src/driver/*.c src/sim/*.c -lck -lpthread -ldl -o "$bin"; then
+    fuzz/arena_fuzz.c $(find src -name "*.c" | sort) -lck -lpthread -ldl -o "$bin"; then
   echo "fuzz: build failed"
   echo "fuzz: inputs 0, operations 0, failures 1"
   exit 1

@@ -1,28 +1,30 @@
 /* Private types and cross-file prototypes of the allocator core.
  *
- * Layers, top to bottom (each calls only the ones below it):
- *   alloc.c          public sa_alloc / sa_free / sa_record_stream, fast paths;
- *                    the out-of-memory loop, sa_trim, sa_defragment
- *   snapshot.c       sa_snapshot_write
- *   arena.c          arena life cycle, tuning, statistics
- *   report.c         memory summary: out-of-memory report, snapshot summary
- *   thread_cache.c   per-thread caches keyed by (arena, stream)
- *   reclaim.c        getting memory back: free superblocks and spans unmapped
- *   stream_arena.c   per-stream arenas: size-class bins, inbox, deferred frees
- *   record.c         sa_record_stream's side table
- *   superblock.c     carving superblocks into blocks; the global free stack
- *   span.c           large allocations: best fit in mapped runs, growth
- *   span_index.c     free spans by size (best fit), live spans by address
- *   timeline.c       per-stream events that free spans wait for
- *   physical.c       physical chunks: cache, creation, map and unmap
- *   va_space.c       the reserved virtual range and the page map
- *   event_pool.c     pooled driver events
- *   trace.c          the allocation trace (trace=PATH)
- *   device_sync.c    device-wide synchronize: what it makes clean
- *   hook.c           test hooks (pause points on slow paths)
- *   registry.c       which arena an address belongs to (lock-free)
- *   chain_table.c    chained hash tables (record.c's, the live stream arenas')
- *   driver/driver.h  the device (src/driver/), the simulator behind it (src/sim/)
+ * Layers, top to bottom (each calls only the ones below it); the folders
+ * are the tiers (the arena, small blocks, large blocks, virtual memory, the
+ * services every tier uses, the device):
+ *   alloc.c               public sa_alloc / sa_free / sa_record_stream, fast
+ *                         paths; the out-of-memory loop, sa_trim, sa_defragment
+ *   snapshot.c            sa_snapshot_write
+ *   arena.c               arena life cycle, tuning, statistics
+ *   report.c              memory summary: out-of-memory report, snapshot summary
+ *   reclaim.c             getting memory back: free superblocks and spans unmapped
+ *   trace.c               the allocation trace (trace=PATH)
+ *   registry.c            which arena an address belongs to (lock-free)
+ *   small/thread_cache.c  per-thread caches keyed by (arena, stream)
+ *   small/stream_arena.c  per-stream arenas: size-class bins, inbox, deferred frees
+ *   small/superblock.c    carving superblocks into blocks; the global free stack
+ *   large/span.c          large allocations: best fit in mapped runs, growth
+ *   large/span_index.c    free spans by size (best fit), live spans by address
+ *   large/timeline.c      per-stream events that free spans wait for
+ *   vm/physical.c         physical chunks: cache, creation, map and unmap
+ *   vm/va_space.c         the reserved virtual range and the page map
+ *   base/event_pool.c     pooled driver events
+ *   base/record.c         sa_record_stream's side table
+ *   base/device_sync.c    device-wide synchronize: what it makes clean
+ *   base/hook.c           test hooks (pause points on slow paths)
+ *   base/chain_table.c    chained hash tables (record.c's, the live stream arenas')
+ *   driver/driver.h       the device (src/driver/), the simulator behind it (src/sim/)
  *
  * Naming: sa_ is public, sa__ is internal across files, static functions
  * have no prefix. Fields that other threads read without the owner's lock
@@ -52,7 +54,7 @@
 #include <streamarena/streamarena.h>
 
 #include "driver/driver.h"
-#include "size_class.h"
+#include "small/size_class.h"
 
 #define sa_likely(x) __builtin_expect(!!(x), 1)
 #define sa_unlikely(x) __builtin_expect(!!(x), 0)

@@ -2,7 +2,7 @@
  * loads it: its initial-exec thread-local (SA_TLS_FAST, src/internal.h)
  * must find room in glibc's static TLS, alloc/free work from several
  * threads, and the library may be closed again while threads that used it
- * live on (the thread cache's key, src/thread_cache.c). This test is not
+ * live on (the thread cache's key, src/small/thread_cache.c). This test is not
  * linked with the library (test/BUILD.bazel): the path of libstreamarena.so
  * comes as an argument.
  */
@@ -99,7 +99,7 @@ static void dlopened_library_allocates_from_threads(void **state) {
  * built, linked with -z nodelete (BUILD.bazel), which dlclose leaves
  * mapped, and on a copy without the flag, as another build would make it,
  * which dlclose unmaps and whose destructor deletes the key
- * (src/thread_cache.c). */
+ * (src/small/thread_cache.c). */
 
 /* The child's failure: said, and its exit status. */
 #define CHILD_CHECK(cond)                                                          \

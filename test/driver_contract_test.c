@@ -159,7 +159,7 @@ static void one_unmap_covers_several_chunks(void **state) {
   assert_int_equal(d->ops->stream_destroy(d, s), SA_OK);
 }
 
-/* The allocator maps every chunk whole (src/physical.c): on an H200 with
+/* The allocator maps every chunk whole (src/vm/physical.c): on an H200 with
  * driver 580 a map at an offset into a chunk failed, so a chunk is also
  * the unit of unmapping. A map of part of a chunk is refused on both
  * backends; the whole chunk maps. */

@@ -1,4 +1,4 @@
-/* A stream's lifetime (src/stream_arena.c, src/thread_cache.c): the
+/* A stream's lifetime (src/small/stream_arena.c, src/small/thread_cache.c): the
  * library makes a driver call on a stream only inside a call that names
  * it, so threads may exit, caches evict, and other calls reclaim after the
  * user destroyed a stream without sa_stream_release. On the simulator a

@@ -1,4 +1,4 @@
-/* Thread caches (src/thread_cache.c): one entry per (thread, arena,
+/* Thread caches (src/small/thread_cache.c): one entry per (thread, arena,
  * stream), and who may free an entry when its arena is destroyed while
  * its owner thread runs on another arena. */
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* The thread cache's pthread key (src/thread_cache.c) when the process has
+/* The thread cache's pthread key (src/small/thread_cache.c) when the process has
  * none left: its own test binary, since the key is made once per process,
  * at the first thread cache. */
 #include <pthread.h>

@@ -60,7 +60,7 @@ stage() {
   plugin="$(bazel info -c opt bazel-bin 2>/dev/null)/plugins/torch/libstreamarena_torch.so"
 
   rm -rf "$dest"
-  mkdir -p "$dest"/{python/streamarena,examples/torch,tests,include/streamarena,src}
+  mkdir -p "$dest"/{python/streamarena,examples/torch,tests,include/streamarena,src/small}
   mkdir -p "$dest"/plugins/torch/native/{core,torch}
   local exclude="$main/.git/info/exclude"
   mkdir -p "$(dirname "$exclude")"
@@ -77,7 +77,7 @@ stage() {
   cp plugins/torch/native/torch/* "$dest/plugins/torch/native/torch/"
   cp plugins/torch/streamarena_torch.h "$dest/plugins/torch/"
   cp include/streamarena/*.h "$dest/include/streamarena/"
-  cp src/size_class.h "$dest/src/"
+  cp src/small/size_class.h "$dest/src/small/"
   PYTHONPATH="$dest/python" python3 -m streamarena.torch build --torch-root "$cache" \
     --plugin "$dest/python/streamarena/libstreamarena_torch.so" --out "$dest/python/streamarena" \
     --source-root "$root" --werror

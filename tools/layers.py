@@ -3,7 +3,7 @@
 
 src/internal.h lists the allocator's files top to bottom ("Layers, top to
 bottom (each calls only the ones below it)"). This reads that list, finds
-which file defines each function with external linkage in src/*.c, and
+which file defines each function with external linkage in src/**/*.c, and
 reports every call from a file to a function defined in a file listed above
 it (or in a file the list does not name). src/driver/ and src/sim/ must not
 call into the allocator at all, and the simulator not into the driver
@@ -57,12 +57,12 @@ def main():
         return 1
     rank = {name: i for i, name in enumerate(order)}
     files = {}
-    for sub in ("", "driver", "sim"):
-        d = os.path.join(src, sub)
-        for name in sorted(os.listdir(d)):
+    for d, _, names in sorted(os.walk(src)):
+        for name in sorted(names):
             if name.endswith(".c"):
+                path = os.path.relpath(os.path.join(d, name), src)
                 with open(os.path.join(d, name)) as f:
-                    files[os.path.join(sub, name)] = strip_comments(f.read())
+                    files[path] = strip_comments(f.read())
     defined_in = {}
     for path, text in files.items():
         for m in DEFINITION.finditer(text):
@@ -70,7 +70,8 @@ def main():
     problems, calls = [], 0
     for path, text in files.items():
         caller = os.path.basename(path)
-        system = os.path.dirname(path)
+        system = path.split(os.sep)[0] if os.sep in path else ""
+        system = system if system in ("driver", "sim") else ""
         own = {m.group(1) for m in DEFINITION.finditer(text)}
         for fn in sorted({m.group(1) for m in CALL.finditer(text)} - own):
             callee_path = defined_in.get(fn)
@@ -78,7 +79,8 @@ def main():
                 continue  # a macro, a static inline of a header, or libc
             calls += 1
             callee = os.path.basename(callee_path)
-            callee_system = os.path.dirname(callee_path)
+            callee_system = callee_path.split(os.sep)[0] if os.sep in callee_path else ""
+            callee_system = callee_system if callee_system in ("driver", "sim") else ""
             if system == "sim":
                 if callee_system != "sim" and fn != "sa_driver_set_error":
                     problems.append(f"sim/{caller} calls {fn} ({callee_path}): the simulator "

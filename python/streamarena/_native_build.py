@@ -49,7 +49,7 @@ def source_root(root=None):
     here = pathlib.Path(__file__).resolve().parent
     r = pathlib.Path(root) if root else here.parent.parent
     need = ["plugins/torch/native/torch/allocator.cc", "plugins/torch/native/core/backend.h",
-            "include/streamarena/streamarena.h", "src/size_class.h",
+            "include/streamarena/streamarena.h", "src/small/size_class.h",
             "plugins/torch/streamarena_torch.h"]
     missing = [n for n in need if not (r / n).is_file()]
     if missing:

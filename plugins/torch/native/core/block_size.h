@@ -2,7 +2,7 @@
 // block's size (allocated_bytes), as against the bytes requested.
 //
 // The one place the native backend reaches past the public API: a small
-// request takes a block of its size class (src/size_class.h, pure
+// request takes a block of its size class (src/small/size_class.h, pure
 // arithmetic), a large one a span of the request rounded up to
 // SA_ALIGNMENT (to whole granules for some sizes under a budget, which this
 // does not follow). The public call this stands in for, sa_block_size(p)
@@ -15,7 +15,7 @@
 
 #include <streamarena/streamarena.h>
 
-#include "size_class.h"
+#include "small/size_class.h"
 
 namespace sa_native {
 

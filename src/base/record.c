@@ -13,7 +13,7 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "../internal.h"
 
 #define RECORD_KEY_SHIFT 8 /* block addresses are 256-aligned */
 

@@ -16,7 +16,7 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "../internal.h"
 
 /* ------------------------------------------------------------------------
  * Free spans by size: a treap

@@ -36,7 +36,7 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "../internal.h"
 
 static void cache_push(sa_arena *a, sa_chunk *p) {
   p->next = a->chunk_cache;

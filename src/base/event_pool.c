@@ -6,7 +6,7 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "../internal.h"
 
 sa_status sa__event_get(sa_arena *a, sa_event *out) {
   pthread_mutex_lock(&a->event_lock);

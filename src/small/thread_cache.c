@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "../internal.h"
 
 _Thread_local struct sa_tcache_s *sa__tl_cache SA_TLS_FAST;
 

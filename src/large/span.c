@@ -57,7 +57,7 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "../internal.h"
 
 static size_t round_up(size_t x, size_t to) { return (x + to - 1) & ~(to - 1); }
 

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "internal.h"
+#include "../internal.h"
 
 typedef struct sa_va_free_s {
   uintptr_t base;

@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "../internal.h"
 
 SA_DLIST_FUNCTIONS(bin, sa_superblock, next, prev)
 

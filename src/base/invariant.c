@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "../internal.h"
 
 void sa__invariant_broken(const char *structure, const char *rule, const char *file, int line) {
   fprintf(stderr, "streamarena: invariant broken: %s: %s (%s:%d)\n", structure, rule, file, line);

@@ -4,6 +4,6 @@
  * branch on paths that take locks anyway.
  *
  * Owns the hook pointer; calls nothing; set by tests, read by any module. */
-#include "internal.h"
+#include "../internal.h"
 
 _Atomic(sa_hook_fn) sa__test_hook;

@@ -15,7 +15,7 @@
  * Owns the generation counters of sa_arena; calls the driver; called by
  * reclaim.c (sa_trim, the out-of-memory path) and arena destroy.
  */
-#include "internal.h"
+#include "../internal.h"
 
 sa_status sa__device_sync(sa_arena *a) {
   uint64_t gen = atomic_fetch_add_explicit(&a->xsync_started, 1, memory_order_seq_cst) + 1;

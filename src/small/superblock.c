@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "../internal.h"
 
 /* Grow the free index stack to n entries (read under the owner lock only,
  * so it may move). */
