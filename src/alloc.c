@@ -72,7 +72,7 @@ static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limit,
     sa_status st = sa__span_alloc(a, e->sarena, size, limit, out);
     if (st == SA_OK) {
       live_account(e, (int64_t)size, 0);
-      atomic_fetch_add_explicit(&a->xlarge_allocs, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&a->stats.xlarge_allocs, 1, memory_order_relaxed);
     }
     return st;
   }
@@ -120,7 +120,7 @@ static void give_back_cached(sa_arena *a, sa_tentry *e, sa_stream s) {
 static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_stream s,
                                   void **out) {
   bool large = size > large_threshold(a);
-  size_t soft = sa__physical_soft_limit(a), hard = a->physical_cap;
+  size_t soft = sa__physical_soft_limit(a), hard = a->physical.cap;
   sa_status st = try_alloc(a, e, size, soft, out);
   bool all_reclaimed = false; /* step 2 took everything free already */
   for (int step = 2, callbacks = 0; st == SA_ERR_OUT_OF_MEMORY; step++) {
@@ -128,7 +128,7 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
     /* Read at every step: sa_set_superblock_size on another thread sizes
      * the superblock the next try carves. */
     size_t need =
-        large ? size : atomic_load_explicit(&a->xsuperblock_size, memory_order_relaxed);
+        large ? size : atomic_load_explicit(&a->small.xsuperblock_size, memory_order_relaxed);
     if (step == 2) {
       size_t allowance = sa__physical_remap_allowance(a, soft);
       if (allowance == SIZE_MAX) { /* a budget: everything free goes */
@@ -168,7 +168,7 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
     st = try_alloc(a, e, size, limit, out);
   }
   if (st == SA_ERR_OUT_OF_MEMORY) {
-    atomic_fetch_add_explicit(&a->xoom_events, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&a->stats.xoom_events, 1, memory_order_relaxed);
     if (a->cfg.flags & SA_FLAG_OOM_REPORT) oom_report(a, size, s);
   }
   return st;
@@ -239,8 +239,8 @@ SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size,
   /* No reclaim can make it fit, so neither the out-of-memory loop (a device
    * synchronize, the user's callback) nor the stream's lookup, which may
    * call the driver, is worth its cost. */
-  if (least_footprint(a, size) > a->physical_cap) {
-    atomic_fetch_add_explicit(&a->xoom_events, 1, memory_order_relaxed);
+  if (least_footprint(a, size) > a->physical.cap) {
+    atomic_fetch_add_explicit(&a->stats.xoom_events, 1, memory_order_relaxed);
     return SA_ERR_OUT_OF_MEMORY;
   }
   sa_tentry *e;
@@ -251,7 +251,7 @@ SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size,
   void *p;
   st = alloc_reclaiming(a, e, size, s, &p);
   if (st != SA_OK) return st;
-  atomic_fetch_add_explicit(&a->xslow_allocs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&a->stats.xslow_allocs, 1, memory_order_relaxed);
   if (sa_unlikely(a->hooks)) return after_alloc(a, p, size, s, out);
   *out = p;
   return SA_OK;
@@ -518,13 +518,13 @@ static sa_status free_slow(void *ptr, sa_stream s, bool trace) {
     /* The free's line must precede the alloc line of any thread that gets
      * the memory next (a span or a recorded block is another stream's at
      * once): write it before the lock lets that thread trace. */
-    pthread_mutex_lock(&a->trace_lock);
+    pthread_mutex_lock(&a->tracing.lock);
     st = release(a, e, &ref, state, ptr);
     if (st == SA_OK) sa__trace_locked(a, 'f', ptr, 0, s);
-    pthread_mutex_unlock(&a->trace_lock);
+    pthread_mutex_unlock(&a->tracing.lock);
   }
   if (st != SA_OK) return st;
-  atomic_fetch_add_explicit(&a->xslow_frees, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&a->stats.xslow_frees, 1, memory_order_relaxed);
   return SA_OK;
 }
 

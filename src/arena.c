@@ -77,13 +77,13 @@ sa_status sa_device_granularity(sa_backend backend, int device, size_t *bytes) {
 size_t sa_arena_granularity(const sa_arena *a) { return a != NULL ? a->gran : 0; }
 
 static void arena_free(sa_arena *a) {
-  pthread_rwlock_destroy(&a->streams_rw);
+  pthread_rwlock_destroy(&a->streams.rw);
   pthread_mutex_destroy(&a->lock);
   pthread_mutex_destroy(&a->reclaim_lock);
-  pthread_mutex_destroy(&a->event_lock);
-  pthread_mutex_destroy(&a->record_lock);
-  pthread_rwlock_destroy(&a->record_rw);
-  pthread_mutex_destroy(&a->trace_lock);
+  pthread_mutex_destroy(&a->events.lock);
+  pthread_mutex_destroy(&a->records.lock);
+  pthread_rwlock_destroy(&a->records.rw);
+  pthread_mutex_destroy(&a->tracing.lock);
   free(a);
 }
 
@@ -98,12 +98,12 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
     sa_config_init(&a->cfg);
   pthread_mutex_init(&a->lock, NULL);
   pthread_mutex_init(&a->reclaim_lock, NULL);
-  pthread_rwlock_init(&a->streams_rw, NULL);
-  pthread_mutex_init(&a->event_lock, NULL);
-  pthread_mutex_init(&a->record_lock, NULL);
-  pthread_rwlock_init(&a->record_rw, NULL);
-  pthread_mutex_init(&a->trace_lock, NULL);
-  ck_stack_init(&a->free_superblocks);
+  pthread_rwlock_init(&a->streams.rw, NULL);
+  pthread_mutex_init(&a->events.lock, NULL);
+  pthread_mutex_init(&a->records.lock, NULL);
+  pthread_rwlock_init(&a->records.rw, NULL);
+  pthread_mutex_init(&a->tracing.lock, NULL);
+  ck_stack_init(&a->small.free_superblocks);
   a->id = atomic_fetch_add(&next_arena_id, 1);
 
   size_t total = 0;
@@ -113,33 +113,33 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
     return st;
   }
   a->gran_shift = (unsigned)__builtin_ctzll(a->gran);
-  a->page_shift = a->gran > SA_PAGE_MAX ? (unsigned)__builtin_ctzll(SA_PAGE_MAX) : a->gran_shift;
+  a->range.page_shift = a->gran > SA_PAGE_MAX ? (unsigned)__builtin_ctzll(SA_PAGE_MAX) : a->gran_shift;
   sa_resolved r;
   st = sa__config_resolve(&a->cfg, a->gran, total, &r, NULL, 0);
   if (st == SA_OK) {
     a->cfg.superblock_size = r.superblock_size;
     a->cfg.large_threshold = r.large_threshold;
     a->large_threshold_explicit = r.large_threshold_explicit;
-    a->physical_cap = r.physical_cap;
-    a->va_size = r.va_size;
+    a->physical.cap = r.physical_cap;
+    a->range.size = r.va_size;
     size_t soft = a->cfg.reserve_limit_bytes;
-    a->reserve_limit = soft != 0 && soft < a->physical_cap ? soft : a->physical_cap;
-    a->budgeted = a->cfg.max_physical_bytes != 0 || a->reserve_limit < a->physical_cap;
+    a->physical.reserve_limit = soft != 0 && soft < a->physical.cap ? soft : a->physical.cap;
+    a->physical.budgeted = a->cfg.max_physical_bytes != 0 || a->physical.reserve_limit < a->physical.cap;
   }
   if (st == SA_OK) {
     /* A slot of slack, so that the range can start on a slot boundary and
      * own every slot it touches (registry.c). */
-    size_t slots = (a->va_size + SA_REGISTRY_SLOT - 1) & ~(SA_REGISTRY_SLOT - 1);
-    a->va_reserved_size = slots + SA_REGISTRY_SLOT - a->gran;
-    st = a->drv->ops->va_reserve(a->drv, a->va_reserved_size, a->gran, &a->va_reserved_base);
-    a->va_base = (a->va_reserved_base + SA_REGISTRY_SLOT - 1) & ~(SA_REGISTRY_SLOT - 1);
+    size_t slots = (a->range.size + SA_REGISTRY_SLOT - 1) & ~(SA_REGISTRY_SLOT - 1);
+    a->va.reserved_size = slots + SA_REGISTRY_SLOT - a->gran;
+    st = a->drv->ops->va_reserve(a->drv, a->va.reserved_size, a->gran, &a->va.reserved_base);
+    a->range.base = (a->va.reserved_base + SA_REGISTRY_SLOT - 1) & ~(SA_REGISTRY_SLOT - 1);
   }
   if (st != SA_OK) {
     sa_driver_close(a->drv);
     arena_free(a);
     return st;
   }
-  atomic_store(&a->xsuperblock_size, a->cfg.superblock_size);
+  atomic_store(&a->small.xsuperblock_size, a->cfg.superblock_size);
   atomic_store(&a->xlarge_threshold, a->cfg.large_threshold);
   st = sa__va_init(a);
   if (st == SA_OK && a->cfg.trace_path[0] != '\0') st = sa__trace_open(a, a->cfg.trace_path);
@@ -149,7 +149,7 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
   if (st != SA_OK) {
     (void)sa__trace_close(a);
     sa__va_fini(a);
-    (void)a->drv->ops->va_release(a->drv, a->va_reserved_base, a->va_reserved_size);
+    (void)a->drv->ops->va_release(a->drv, a->va.reserved_base, a->va.reserved_size);
     sa_driver_close(a->drv);
     arena_free(a);
     return st;
@@ -199,18 +199,18 @@ sa_status sa_arena_destroy(sa_arena *a) {
   sa_superblock *sb;
   while ((sb = sa__superblock_pop_global(a)) != NULL)
     if (sb->event != NULL) note(&first, sa__event_settle(a, sb->event));
-  for (sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
+  for (sb = a->small.all_superblocks; sb != NULL; sb = sb->all_next)
     if (sb->hdr.chunks != NULL) note(&first, sa__physical_unmap(a, &sb->hdr));
   note(&first, sa__superblock_slabs_fini(a));
   note(&first, sa__physical_unmap_stuck(a));
   sa__physical_release_cached(a, 0);
-  if (a->phys != NULL) note(&first, SA_ERR_DRIVER);
+  if (a->physical.all != NULL) note(&first, SA_ERR_DRIVER);
   sa__physical_fini(a); /* refused: they stay with the driver */
-  note(&first, a->drv->ops->va_release(a->drv, a->va_reserved_base, a->va_reserved_size));
+  note(&first, a->drv->ops->va_release(a->drv, a->va.reserved_base, a->va.reserved_size));
   note(&first, sa__event_pool_fini(a));
   sa__record_fini(a);
   note(&first, sa__trace_close(a));
-  for (sb = a->all_superblocks; sb != NULL;) {
+  for (sb = a->small.all_superblocks; sb != NULL;) {
     sa_superblock *n = sb->all_next;
     free(sb->free_idx);
     free((void *)sb->state);
@@ -236,10 +236,10 @@ sa_status sa_set_superblock_size(sa_arena *a, size_t bytes) {
   sa_config c = a->cfg;
   c.superblock_size = bytes;
   c.large_threshold = a->large_threshold_explicit ? a->cfg.large_threshold : 0;
-  c.max_physical_bytes = a->physical_cap;
-  c.va_reserve_bytes = a->va_size;
+  c.max_physical_bytes = a->physical.cap;
+  c.va_reserve_bytes = a->range.size;
   sa_resolved r;
-  if (sa__config_resolve(&c, a->gran, a->physical_cap, &r, NULL, 0) != SA_OK) {
+  if (sa__config_resolve(&c, a->gran, a->physical.cap, &r, NULL, 0) != SA_OK) {
     pthread_mutex_unlock(&a->lock);
     return SA_ERR_INVALID_ARGUMENT;
   }
@@ -247,7 +247,7 @@ sa_status sa_set_superblock_size(sa_arena *a, size_t bytes) {
   /* Grow the threshold last and shrink it first, so no thread ever carves a
    * class larger than the superblock it gets. */
   if (threshold < atomic_load(&a->xlarge_threshold)) atomic_store(&a->xlarge_threshold, threshold);
-  atomic_store(&a->xsuperblock_size, bytes);
+  atomic_store(&a->small.xsuperblock_size, bytes);
   atomic_store(&a->xlarge_threshold, threshold);
   a->cfg.superblock_size = bytes;
   a->cfg.large_threshold = threshold;
@@ -282,36 +282,36 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   /* Counted as superblocks move (superblock.c): each is in exactly one
    * count, so active + empty is the total. Counting each stream's empties
    * and then the global stack's counted one that moved in between twice. */
-  out->superblocks_active = atomic_load(&a->xsuperblocks_active);
-  out->superblocks_empty = atomic_load(&a->xsuperblocks_empty);
+  out->superblocks_active = atomic_load(&a->small.xsuperblocks_active);
+  out->superblocks_empty = atomic_load(&a->small.xsuperblocks_empty);
   out->superblocks_total = out->superblocks_active + out->superblocks_empty;
-  out->reserved_bytes = a->physical_bytes;
-  out->reserved_bytes_peak = a->physical_peak;
+  out->reserved_bytes = a->physical.bytes;
+  out->reserved_bytes_peak = a->physical.peak;
   out->cached_bytes =
-      a->chunk_cache_bytes + atomic_load(&a->xsuperblock_empty_bytes) + a->free_span_bytes +
-      a->slab_free_bytes;
-  out->va_used_bytes = a->va_used;
-  out->va_reserved_bytes = a->va_size;
-  out->large_spans = a->live_spans;
-  out->chunks_total = a->nchunks;
+      a->physical.cache_bytes + atomic_load(&a->small.xsuperblock_empty_bytes) + a->spans.free_bytes +
+      a->small.slab_free_bytes;
+  out->va_used_bytes = a->va.used;
+  out->va_reserved_bytes = a->range.size;
+  out->large_spans = a->spans.nlive;
+  out->chunks_total = a->physical.nchunks;
   pthread_mutex_unlock(&a->lock);
   out->streams = streams;
-  int64_t live = atomic_load(&a->xlive_bytes);
+  int64_t live = atomic_load(&a->stats.xlive_bytes);
   out->live_bytes = live > 0 ? (size_t)live : 0;
   /* A publisher adds to the count before it raises the peak (sa__live_add):
    * raised here too, no read shows the peak below the count, or falling. */
   sa__live_peak_raise(a, live);
-  out->live_bytes_peak = (size_t)atomic_load(&a->xlive_peak);
-  out->alloc_count = fast_allocs + atomic_load(&a->xslow_allocs);
-  out->free_count = fast_frees + atomic_load(&a->xslow_frees);
+  out->live_bytes_peak = (size_t)atomic_load(&a->stats.xlive_peak);
+  out->alloc_count = fast_allocs + atomic_load(&a->stats.xslow_allocs);
+  out->free_count = fast_frees + atomic_load(&a->stats.xslow_frees);
   out->fast_allocs = fast_allocs;
   out->fast_frees = fast_frees;
-  out->large_allocs = atomic_load(&a->xlarge_allocs);
+  out->large_allocs = atomic_load(&a->stats.xlarge_allocs);
   uint64_t ops = out->alloc_count + out->free_count;
   out->fast_path_ratio = ops ? (double)(fast_allocs + fast_frees) / (double)ops : 0.0;
-  out->deferred_frees = atomic_load(&a->xdeferred_blocks);
-  out->events_in_flight = atomic_load(&a->xevents_in_flight);
-  out->oom_events = atomic_load(&a->xoom_events);
-  out->defragmentations = atomic_load(&a->xdefrags);
+  out->deferred_frees = atomic_load(&a->stats.xdeferred_blocks);
+  out->events_in_flight = atomic_load(&a->events.xin_flight);
+  out->oom_events = atomic_load(&a->stats.xoom_events);
+  out->defragmentations = atomic_load(&a->stats.xdefrags);
   return SA_OK;
 }

@@ -489,13 +489,13 @@ struct sa_stream_arena_s {
                                         call on it again, never looked up again */
   bool synced;                       /* gone through sa_stream_release, which waited
                                         for its work (written before xgone) */
-  bool doomed;                       /* reap's mark (streams_rw held for writing) */
+  bool doomed;                       /* reap's mark (streams.rw held for writing) */
   sa_timeline timeline;              /* span frees on this stream (arena lock) */
-  struct sa_stream_arena_s *next, *prev; /* arena's list (lock; streams_rw to unlink) */
+  struct sa_stream_arena_s *next, *prev; /* arena's list (lock; streams.rw to unlink) */
   sa_chain_link live_link;           /* key: stream; in the live index while not gone
                                         (arena lock) */
   struct sa_stream_arena_s *gone_next; /* arena's gone list, once gone (lock;
-                                          streams_rw to unlink) */
+                                          streams.rw to unlink) */
 #if SA_INVARIANTS /* last, and only where asserts are on: release layout unchanged */
   sa_check_pace pace, superblock_pace; /* its validator's, its superblocks' (lock) */
 #endif
@@ -532,104 +532,172 @@ struct sa_tentry_s {
 };
 
 /* ------------------------------------------------------------------------
- * The arena (global arena of one device).
+ * The arena (global arena of one device): the arena's own fields, then one
+ * sub-struct per layer, each written by the file named beside it.
  * ---------------------------------------------------------------------- */
-struct sa_arena_s {
-  uint64_t id;
-  sa_driver *drv;
-  sa_config cfg;
-  size_t gran;
-  unsigned gran_shift;
-  unsigned page_shift; /* the page map's unit: the granule, at most SA_PAGE_MAX */
-  size_t physical_cap;
 
-  /* Virtual range and page map (va_space.c). The range starts on a
-   * registry slot boundary inside a reservation with a slot of slack. */
-  uintptr_t va_base;
-  size_t va_size;
-  uintptr_t va_reserved_base;
-  size_t va_reserved_size;
-  _Atomic(sa_desc *) *pagemap;
-  struct sa_va_free_s *va_free; /* sorted free ranges (lock) */
-  size_t va_used;
+/* The reserved range and its page map (va_space.c): what a pointer is
+ * looked up in. Set at creation, never moved. */
+typedef struct sa_range_s {
+  uintptr_t base;               /* starts on a registry slot boundary */
+  size_t size;
+  _Atomic(sa_desc *) *pagemap;  /* the descriptor of each page */
+  unsigned page_shift;          /* the page map's unit: the granule, at most SA_PAGE_MAX */
+} sa_range;
 
-  _Atomic size_t xsuperblock_size;
-  _Atomic size_t xlarge_threshold;
-  bool large_threshold_explicit;
-  bool hooks;                   /* tracing or checking after each handout */
+/* The reservation around the range, and its free ranges (va_space.c; arena
+ * lock). */
+typedef struct sa_va_space_s {
+  uintptr_t reserved_base;      /* the range lies inside, with a slot of slack */
+  size_t reserved_size;
+  struct sa_va_free_s *free;    /* sorted free ranges */
+  size_t used;
+} sa_va_space;
 
-  pthread_mutex_t lock;         /* physical, va, spans, stream map, lists */
-  sa_phys *phys;                /* every chunk (physical.c) */
-  sa_chunk *chunk_cache;        /* unmapped chunks, no pending work */
-  sa_chunk *stuck;              /* ranges whose unwind the driver refused */
-  size_t chunk_cache_bytes;
-  size_t physical_bytes, physical_peak, nchunks; /* of chunks */
-  /* The remapping ledger (physical.c): bytes created, bytes of cached
-   * chunks mapped again. Written under the lock, read by alloc.c without. */
-  _Atomic size_t xcreated_bytes, xremapped_bytes;
-  _Atomic size_t xcarved_bytes; /* superblocks carved in free spans (the ledger) */
-  sa_superblock *all_superblocks;
-  sa_superblock *spare_superblocks; /* descriptors without a mapping */
-  sa_slab *slabs;               /* superblocks mapped together (superblock.c), */
-  sa_slab *full_slabs;          /* ... apart once none of their slots is free */
-  size_t slab_free_bytes;       /* their free slots, mapped */
-  size_t reserve_limit;         /* the user's soft budget, else physical_cap */
+/* Physical memory (physical.c; arena lock): chunks, the chunk cache, the
+ * limits, and the remapping ledger. */
+typedef struct sa_physical_s {
+  size_t cap;                   /* max_physical, or the device's memory */
+  size_t reserve_limit;         /* the user's soft budget, else cap */
   bool budgeted;                /* max_physical or reserve_limit configured:
                                    spans near whole granules take whole ones */
+  sa_phys *all;                 /* every chunk */
+  sa_chunk *cache;              /* unmapped chunks, no pending work */
+  size_t cache_bytes;
+  sa_chunk *stuck;              /* ranges whose unwind the driver refused */
+  size_t bytes, peak, nchunks;  /* of chunks */
+  /* The remapping ledger: bytes created, bytes of cached chunks mapped
+   * again, superblocks carved in free spans (superblock.c). Written under
+   * the lock, read by alloc.c without. */
+  _Atomic size_t xcreated_bytes, xremapped_bytes, xcarved_bytes;
+#if SA_INVARIANTS /* last, and only where asserts are on */
+  sa_check_pace pace;           /* its validator's */
+#endif
+} sa_physical;
+
+/* Superblocks (superblock.c): descriptors, slabs, the global free stack. */
+typedef struct sa_small_s {
+  CK_CC_CACHELINE ck_stack_t free_superblocks; /* empty, mapped */
+  _Atomic size_t xsuperblock_size; /* of the next one carved (sa_set_superblock_size) */
+  /* Mapped superblocks, each counted in exactly one of these as it moves,
+   * so that statistics add up without a snapshot. */
+  _Atomic size_t xsuperblocks_active, xsuperblocks_empty, xsuperblock_empty_bytes;
+  sa_superblock *all_superblocks;   /* (arena lock) */
+  sa_superblock *spare_superblocks; /* descriptors without a mapping (arena lock) */
+  sa_slab *slabs;               /* superblocks mapped together (arena lock), */
+  sa_slab *full_slabs;          /* ... apart once none of their slots is free */
+  size_t slab_free_bytes;       /* their free slots, mapped */
+#if SA_INVARIANTS
+  sa_check_pace slab_pace;      /* the slabs' validator's (arena lock) */
+#endif
+} sa_small;
+
+/* Large allocations (span.c, span_index.c; arena lock). */
+typedef struct sa_spans_s {
   sa_run *runs;                 /* mapped runs of spans, address order */
   sa_run *all_runs, *spare_runs;
   sa_span *all_spans, *spare_spans; /* span descriptors */
   sa_span *fit_root;            /* free spans by size (span_index.c) */
   sa_live_map live_map;         /* live spans by base (span_index.c) */
-  size_t free_span_bytes;
-  size_t live_spans;
-  uint64_t span_frees;          /* spans freed so far */
-  uint64_t reshape_futile;      /* span_frees + 1 when the last reshape found too
+  size_t free_bytes;            /* in free spans */
+  size_t nlive;                 /* live spans */
+  uint64_t frees;               /* spans freed so far */
+  uint64_t reshape_futile;      /* frees + 1 when the last reshape found too
                                    little (span.c): none again until a free */
+#if SA_INVARIANTS
+  sa_check_pace pace;           /* its validator's */
+#endif
+} sa_spans;
 
-  CK_CC_CACHELINE ck_stack_t free_superblocks; /* empty, mapped */
-  pthread_mutex_t reclaim_lock; /* one reclaim pass at a time (reclaim.c); then the arena lock */
-  /* Mapped superblocks, each counted in exactly one of these as it moves
-   * (superblock.c), so that statistics add up without a snapshot. */
-  _Atomic size_t xsuperblocks_active, xsuperblocks_empty, xsuperblock_empty_bytes;
+/* The stream arenas (stream_arena.c). Their epoch, which the fast paths
+ * read, is in the arena's leading cache line. */
+typedef struct sa_streams_s {
+  sa_stream_arena *list;        /* every stream arena (arena lock) */
+  pthread_rwlock_t rw;          /* read: walk the list unlocked; write: unlink */
+  uint64_t next_id;             /* (arena lock) */
+  _Atomic size_t xgone;         /* stream arenas gone, not yet reaped */
+  sa_stream_arena *gone;        /* those, for reap (arena lock) */
+  sa_chain_table live_index;    /* live ones by handle (arena lock) */
+} sa_streams;
 
-  sa_stream_arena *streams;     /* every stream arena (lock) */
-  pthread_rwlock_t streams_rw;  /* read: walk streams unlocked; write: unlink */
-  uint64_t next_stream_id;      /* (lock) */
-  _Atomic uint64_t xstream_epoch; /* bumped when a stream arena goes */
-  _Atomic size_t xgone_streams;   /* stream arenas gone, not yet reaped */
-  struct sa_stream_arena_s *gone_streams; /* those, for reap (lock) */
-  sa_chain_table live_index;    /* live ones by handle (lock; stream_arena.c) */
-  _Atomic uint64_t xsync_started, xsync_done; /* device sync generations */
+/* Device sync generations (device_sync.c). */
+typedef struct sa_sync_s {
+  _Atomic uint64_t xstarted, xdone;
+} sa_sync;
 
-  pthread_mutex_t event_lock;   /* event pool */
-  sa_event *event_pool;
-  size_t event_pool_n, event_pool_cap;
-  _Atomic size_t xevents_in_flight;
+/* The event pool (event_pool.c). */
+typedef struct sa_events_s {
+  pthread_mutex_t lock;
+  sa_event *pool;
+  size_t n, cap;
+  _Atomic size_t xin_flight;    /* recorded and not yet consumed */
+} sa_events;
 
-  sa_tentry *entries;           /* thread cache entries (thread_cache.c's lock) */
-  pthread_mutex_t record_lock;  /* sa_record_stream side table */
-  pthread_rwlock_t record_rw;   /* read: a free uses the streams of a record it
+/* The thread cache entries of this arena (thread_cache.c's entries_lock). */
+typedef struct sa_tcaches_s {
+  sa_tentry *entries;
+  /* The fast paths' counts of exited threads' entries. */
+  _Atomic uint64_t xretired_fast_allocs, xretired_fast_frees;
+} sa_tcaches;
+
+/* sa_record_stream's side table (record.c). */
+typedef struct sa_records_s {
+  pthread_mutex_t lock;
+  pthread_rwlock_t rw;          /* read: a free uses the streams of a record it
                                    took; write: sa_stream_release forgets a
-                                   stream (record.c) */
-  sa_chain_table records;       /* the table (record_lock; record.c) */
+                                   stream */
+  sa_chain_table table;         /* (lock) */
+} sa_records;
 
-  /* Statistics kept on slow paths. */
+/* Statistics kept on slow paths (arena.c reports them). */
+typedef struct sa_counters_s {
   _Atomic int64_t xlive_bytes;
   _Atomic int64_t xlive_peak;
   _Atomic uint64_t xslow_allocs, xslow_frees; /* not served by a thread cache */
   _Atomic uint64_t xlarge_allocs;              /* of the slow allocations, spans */
-  _Atomic uint64_t xretired_fast_allocs, xretired_fast_frees; /* exited threads */
   _Atomic size_t xdeferred_blocks;
   _Atomic uint64_t xoom_events, xdefrags;
+} sa_counters;
 
-  FILE *trace;                  /* trace.c */
-  pthread_mutex_t trace_lock;
-  uint64_t trace_seq;
-#if SA_INVARIANTS /* last, and only where asserts are on: release layout unchanged */
-  sa_check_pace span_pace, physical_pace, slab_pace; /* validators' (lock) */
-#endif
+/* The trace's lines (trace.c); its file is in the leading cache line. */
+typedef struct sa_tracing_s {
+  pthread_mutex_t lock;
+  uint64_t seq;
+} sa_tracing;
+
+struct sa_arena_s {
+  /* The leading cache line: all that sa_alloc's and sa_free's fast paths
+   * read of the arena. */
+  sa_range range;                  /* va_space.c */
+  _Atomic uint64_t xstream_epoch;  /* bumped when a stream arena goes (stream_arena.c) */
+  _Atomic size_t xlarge_threshold; /* larger requests take a span (arena.c) */
+  FILE *trace;                     /* the trace's file, NULL without (trace.c) */
+  bool hooks;                      /* tracing or checking after each handout */
+
+  /* The arena's own (arena.c). */
+  uint64_t id;
+  sa_driver *drv;
+  sa_config cfg;
+  size_t gran;
+  unsigned gran_shift;
+  bool large_threshold_explicit;
+  pthread_mutex_t lock;         /* physical, va, spans, stream map, lists */
+  pthread_mutex_t reclaim_lock; /* one reclaim pass at a time (reclaim.c); then the arena lock */
+
+  sa_va_space va;               /* va_space.c */
+  sa_physical physical;         /* physical.c */
+  sa_small small;               /* superblock.c */
+  sa_spans spans;               /* span.c, span_index.c */
+  sa_streams streams;        /* stream_arena.c */
+  sa_sync sync;                 /* device_sync.c */
+  sa_events events;             /* event_pool.c */
+  sa_tcaches tcaches;           /* thread_cache.c */
+  sa_records records;        /* record.c */
+  sa_counters stats;            /* alloc.c, thread_cache.c, ...; arena.c reports them */
+  sa_tracing tracing;           /* trace.c */
 };
+_Static_assert(offsetof(sa_arena, hooks) < 64 && _Alignof(sa_arena) >= 64,
+               "what the fast paths read fits the arena's leading cache line");
 
 /* ------------------------------------------------------------------------
  * Cross-file functions, grouped by the file that defines them.
@@ -690,15 +758,15 @@ void sa__registry_remove(sa_arena *a);     /* before a is torn down */
 /* arena.c */
 /* The arena's live-byte peak, raised to now if below. */
 static inline void sa__live_peak_raise(sa_arena *a, int64_t now) {
-  int64_t peak = atomic_load_explicit(&a->xlive_peak, memory_order_relaxed);
-  while (now > peak && !atomic_compare_exchange_weak_explicit(&a->xlive_peak, &peak, now,
+  int64_t peak = atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(&a->stats.xlive_peak, &peak, now,
                                                               memory_order_relaxed,
                                                               memory_order_relaxed)) {
   }
 }
 /* The arena's live-byte count and its peak (thread caches publish theirs). */
 static inline void sa__live_add(sa_arena *a, int64_t delta) {
-  int64_t now = atomic_fetch_add_explicit(&a->xlive_bytes, delta, memory_order_relaxed) + delta;
+  int64_t now = atomic_fetch_add_explicit(&a->stats.xlive_bytes, delta, memory_order_relaxed) + delta;
   sa__hook_fast(SA_HOOK_LIVE_ADDED, a); /* every span alloc and free publishes */
   sa__live_peak_raise(a, now);
 }
@@ -729,13 +797,13 @@ size_t sa__va_free_below(const sa_arena *a, uintptr_t va);
 size_t sa__va_free_above(const sa_arena *a, uintptr_t va);
 void sa__va_free(sa_arena *a, uintptr_t va, size_t size);
 void sa__pagemap_set(sa_arena *a, uintptr_t va, size_t size, sa_desc *d);
-/* The descriptor of the page at offset off of a's range (off < va_size). */
+/* The descriptor of the page at offset off of a's range (off < range.size). */
 static inline sa_desc *sa__pagemap_at(const sa_arena *a, uintptr_t off) {
-  return atomic_load_explicit(&a->pagemap[off >> a->page_shift], memory_order_acquire);
+  return atomic_load_explicit(&a->range.pagemap[off >> a->range.page_shift], memory_order_acquire);
 }
 static inline sa_desc *sa__pagemap_get(const sa_arena *a, uintptr_t p) {
-  uintptr_t off = p - a->va_base;
-  return off < a->va_size ? sa__pagemap_at(a, off) : NULL;
+  uintptr_t off = p - a->range.base;
+  return off < a->range.size ? sa__pagemap_at(a, off) : NULL;
 }
 
 /* physical.c: all with the arena lock held */
@@ -768,7 +836,7 @@ size_t sa__physical_soft_limit(const sa_arena *a);
 size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes);
 /* Destroy: forget every chunk left (the driver refused to release it). */
 void sa__physical_fini(sa_arena *a);
-/* Validator: chunk_cache_bytes, physical_bytes and nchunks are what the
+/* Validator: cache_bytes, bytes and nchunks are what the
  * chunk cache and the chunks add up to, peak >= current, every byte held
  * was created, stuck ranges whole. Returns the records visited. */
 size_t sa__physical_check(const sa_arena *a);
@@ -834,10 +902,10 @@ void sa__superblock_slabs_unmap_free(sa_arena *a);
  * happens after those frees (a load could pass the driver's stores). Once
  * per batch of blocks, never per block. */
 static inline uint64_t sa__sync_gen(sa_arena *a) {
-  return atomic_fetch_add_explicit(&a->xsync_started, 0, memory_order_seq_cst);
+  return atomic_fetch_add_explicit(&a->sync.xstarted, 0, memory_order_seq_cst);
 }
 static inline bool sa__clean_since(sa_arena *a, uint64_t gen) {
-  return atomic_load_explicit(&a->xsync_done, memory_order_acquire) > gen;
+  return atomic_load_explicit(&a->sync.xdone, memory_order_acquire) > gen;
 }
 /* Wait for all of the device's work (driver device_synchronize). */
 sa_status sa__device_sync(sa_arena *a);
@@ -931,7 +999,7 @@ void sa__span_give_back_superblock(sa_arena *a, struct sa_span_s *sp);
 sa_status sa__span_fini(sa_arena *a);
 /* Validator: runs tiled by spans in address order, links and run pointers
  * right, a run's chunks summing to its size, free spans in the fit index
- * (sa__fit_check first) and summing to free_span_bytes, live ones in the
+ * (sa__fit_check first) and summing to spans.free_bytes, live ones in the
  * live map, marks naming what exists. Returns the spans visited. */
 size_t sa__span_check(const sa_arena *a);
 

@@ -37,7 +37,7 @@ static void unmap_free_superblocks(sa_arena *a, bool wait) {
 }
 
 void sa__reclaim(sa_arena *a, size_t need, bool wait, unsigned what) {
-  atomic_fetch_add_explicit(&a->xdefrags, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&a->stats.xdefrags, 1, memory_order_relaxed);
   /* To wait is to synchronize the device, no stream named (any may be
    * destroyed): then also what came back without an event on its stream (a
    * thread's exit, a stream destroyed unreleased) and every stream's

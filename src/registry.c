@@ -46,17 +46,17 @@ static slot_t *slot_of(uintptr_t p, bool create) {
 sa_arena *sa__arena_of(uintptr_t p) {
   slot_t *slot = slot_of(p, false);
   sa_arena *a = slot != NULL ? atomic_load_explicit(slot, memory_order_acquire) : NULL;
-  return a != NULL && p - a->va_base < a->va_size ? a : NULL;
+  return a != NULL && p - a->range.base < a->range.size ? a : NULL;
 }
 
-/* The slots a's range touches; a->va_base is on a slot boundary. */
+/* The slots a's range touches; a->range.base is on a slot boundary. */
 static size_t slot_count(const sa_arena *a) {
-  return (a->va_size + SA_REGISTRY_SLOT - 1) >> SA_REGISTRY_SLOT_BITS;
+  return (a->range.size + SA_REGISTRY_SLOT - 1) >> SA_REGISTRY_SLOT_BITS;
 }
 
 void sa__registry_remove(sa_arena *a) {
   for (size_t i = 0; i < slot_count(a); i++) {
-    slot_t *slot = slot_of(a->va_base + (i << SA_REGISTRY_SLOT_BITS), false);
+    slot_t *slot = slot_of(a->range.base + (i << SA_REGISTRY_SLOT_BITS), false);
     if (slot != NULL && atomic_load_explicit(slot, memory_order_relaxed) == a)
       atomic_store_explicit(slot, NULL, memory_order_release);
   }
@@ -64,11 +64,11 @@ void sa__registry_remove(sa_arena *a) {
 
 sa_status sa__registry_add(sa_arena *a) {
   size_t n = slot_count(a);
-  if ((a->va_base >> SA_REGISTRY_ADDRESS_BITS) != 0 ||
-      ((a->va_base + (n << SA_REGISTRY_SLOT_BITS) - 1) >> SA_REGISTRY_ADDRESS_BITS) != 0)
+  if ((a->range.base >> SA_REGISTRY_ADDRESS_BITS) != 0 ||
+      ((a->range.base + (n << SA_REGISTRY_SLOT_BITS) - 1) >> SA_REGISTRY_ADDRESS_BITS) != 0)
     return SA_ERR_NOT_SUPPORTED; /* beyond 57-bit addresses */
   for (size_t i = 0; i < n; i++) {
-    slot_t *slot = slot_of(a->va_base + (i << SA_REGISTRY_SLOT_BITS), true);
+    slot_t *slot = slot_of(a->range.base + (i << SA_REGISTRY_SLOT_BITS), true);
     sa_arena *none = NULL;
     /* Reservations do not overlap: only a bug leaves a slot taken. */
     if (slot == NULL ||

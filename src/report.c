@@ -26,14 +26,14 @@
 static const double MiBf = 1048576.0;
 
 sa_stream_arena *sa__world_lock(sa_arena *a) {
-  pthread_rwlock_rdlock(&a->streams_rw); /* none is freed meanwhile */
+  pthread_rwlock_rdlock(&a->streams.rw); /* none is freed meanwhile */
   for (;;) {
     pthread_mutex_lock(&a->lock);
-    sa_stream_arena *head = a->streams; /* prepend-only list: safe to walk */
+    sa_stream_arena *head = a->streams.list; /* prepend-only list: safe to walk */
     pthread_mutex_unlock(&a->lock);
     for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_lock(&sa->lock);
     pthread_mutex_lock(&a->lock);
-    if (a->streams == head) return head;
+    if (a->streams.list == head) return head;
     /* One came in meanwhile, unlocked: its thread moves superblocks. Again
      * from the new head, always in list order (two snapshots at once). */
     pthread_mutex_unlock(&a->lock);
@@ -44,7 +44,7 @@ sa_stream_arena *sa__world_lock(sa_arena *a) {
 void sa__world_unlock(sa_arena *a, sa_stream_arena *head) {
   pthread_mutex_unlock(&a->lock);
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_unlock(&sa->lock);
-  pthread_rwlock_unlock(&a->streams_rw);
+  pthread_rwlock_unlock(&a->streams.rw);
 }
 
 void sa__world_check_locked(sa_arena *a) {
@@ -61,13 +61,13 @@ void sa__world_check_locked(sa_arena *a) {
 #define WORLD_CHECK_STREAMS 32
 
 void sa__world_check(sa_arena *a) {
-  pthread_rwlock_rdlock(&a->streams_rw); /* none is freed meanwhile */
+  pthread_rwlock_rdlock(&a->streams.rw); /* none is freed meanwhile */
   pthread_mutex_lock(&a->lock);
-  sa_stream_arena *head = a->streams; /* prepend-only list: safe to walk */
-  size_t n = a->live_index.n + atomic_load_explicit(&a->xgone_streams, memory_order_relaxed);
+  sa_stream_arena *head = a->streams.list; /* prepend-only list: safe to walk */
+  size_t n = a->streams.live_index.n + atomic_load_explicit(&a->streams.xgone, memory_order_relaxed);
   pthread_mutex_unlock(&a->lock);
   if (n <= WORLD_CHECK_STREAMS) {
-    pthread_rwlock_unlock(&a->streams_rw);
+    pthread_rwlock_unlock(&a->streams.rw);
     head = sa__world_lock(a);
     sa__world_check_locked(a);
     sa__world_unlock(a, head);
@@ -81,7 +81,7 @@ void sa__world_check(sa_arena *a) {
     pthread_mutex_unlock(&a->lock);
     pthread_mutex_unlock(&sa->lock);
   }
-  pthread_rwlock_unlock(&a->streams_rw);
+  pthread_rwlock_unlock(&a->streams.rw);
   pthread_mutex_lock(&a->lock);
   (void)sa__slabs_check(a);
   (void)sa__span_check(a);
@@ -101,7 +101,7 @@ static size_t live_block_bytes(const sa_superblock *sb) {
 
 void sa__holding_locked(sa_arena *a, const sa_stream_arena *sa, sa_holding *h) {
   *h = (sa_holding){0};
-  for (const sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next) {
+  for (const sa_superblock *sb = a->small.all_superblocks; sb != NULL; sb = sb->all_next) {
     if (sb->hdr.base == 0 || sb->owner != sa) continue;
     h->superblocks++;
     h->superblock_bytes += sb->hdr.size;
@@ -113,7 +113,7 @@ void sa__holding_locked(sa_arena *a, const sa_stream_arena *sa, sa_holding *h) {
     h->live_block_bytes += live;
     h->free_block_bytes += sb->hdr.size - live;
   }
-  for (const sa_run *r = a->runs; r != NULL; r = r->next)
+  for (const sa_run *r = a->spans.runs; r != NULL; r = r->next)
     for (const sa_span *sp = r->first; sp != NULL; sp = sp->next) {
       if (sp->owner != sa) continue; /* free spans: the stream that freed them last */
       uint8_t s = atomic_load_explicit(&sp->xstate, memory_order_relaxed);
@@ -132,10 +132,10 @@ void sa__holding_locked(sa_arena *a, const sa_stream_arena *sa, sa_holding *h) {
 
 void sa__summary_locked(sa_arena *a, sa_summary *s) {
   *s = (sa_summary){0};
-  s->total = a->physical_cap;
-  s->reserved = a->physical_bytes;
-  size_t stitchable = a->chunk_cache_bytes;
-  for (const sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next) {
+  s->total = a->physical.cap;
+  s->reserved = a->physical.bytes;
+  size_t stitchable = a->physical.cache_bytes;
+  for (const sa_superblock *sb = a->small.all_superblocks; sb != NULL; sb = sb->all_next) {
     if (sb->hdr.base == 0) continue;
     if (sb->owner == NULL) {
       /* else: awaiting its event; in a slab, unmapped only with the slab */
@@ -146,7 +146,7 @@ void sa__summary_locked(sa_arena *a, sa_summary *s) {
       s->live_bytes += live;
     }
   }
-  for (const sa_run *r = a->runs; r != NULL; r = r->next)
+  for (const sa_run *r = a->spans.runs; r != NULL; r = r->next)
     for (const sa_span *sp = r->first; sp != NULL; sp = sp->next) {
       uint8_t st = atomic_load_explicit(&sp->xstate, memory_order_relaxed);
       if ((st == SA_BLOCK_LIVE || st == SA_BLOCK_RECORDED) && sp->holder == NULL) {

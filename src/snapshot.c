@@ -71,10 +71,10 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
 
   fprintf(f, "{\n  \"backend\": \"%s\", \"device\": %d, \"granularity\": %zu, \"va_base\": \"0x%"
           PRIxPTR "\", \"va_size\": %zu,\n", sa_backend_name(a->drv->backend), a->drv->device,
-          a->gran, a->va_base, a->va_size);
+          a->gran, a->range.base, a->range.size);
   fprintf(f, "  \"superblock_size\": %zu, \"large_threshold\": %zu, \"physical_cap\": %zu,\n",
-          atomic_load(&a->xsuperblock_size), atomic_load(&a->xlarge_threshold),
-          a->physical_cap);
+          atomic_load(&a->small.xsuperblock_size), atomic_load(&a->xlarge_threshold),
+          a->physical.cap);
   fprintf(f, "  \"stats\": {\"live_bytes\": %zu, \"live_bytes_peak\": %zu, \"reserved_bytes\": "
           "%zu, \"reserved_bytes_peak\": %zu, \"cached_bytes\": %zu, \"deferred_frees\": %zu, "
           "\"events_in_flight\": %zu},\n", st.live_bytes, st.live_bytes_peak,
@@ -113,14 +113,14 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
   }
   fprintf(f, "\n  ],\n  \"superblocks\": [");
   first = true;
-  for (sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next) {
+  for (sa_superblock *sb = a->small.all_superblocks; sb != NULL; sb = sb->all_next) {
     if (sb->hdr.base == 0) continue;
     write_superblock(f, sb, first);
     first = false;
   }
   fprintf(f, "\n  ],\n  \"spans\": [");
   first = true;
-  for (const sa_run *r = a->runs; r != NULL; r = r->next)
+  for (const sa_run *r = a->spans.runs; r != NULL; r = r->next)
     for (const sa_span *sp = r->first; sp != NULL; sp = sp->next) {
       if (sp->holder != NULL) continue; /* listed as the superblock carved in it */
       fprintf(f, "%s\n    {\"base\": \"0x%" PRIxPTR "\", \"size\": %zu, \"request\": %zu, "
@@ -131,17 +131,17 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
     }
   fprintf(f, "\n  ],\n  \"chunks\": [");
   first = true;
-  for (const sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next)
+  for (const sa_superblock *sb = a->small.all_superblocks; sb != NULL; sb = sb->all_next)
     write_chunks(f, sb->hdr.chunks, sb->hdr.base, "", &first);
-  for (const sa_slab *sl = a->slabs; sl != NULL; sl = sl->next)
+  for (const sa_slab *sl = a->small.slabs; sl != NULL; sl = sl->next)
     write_chunks(f, sl->hdr.chunks, sl->hdr.base, "", &first);
-  for (const sa_slab *sl = a->full_slabs; sl != NULL; sl = sl->next)
+  for (const sa_slab *sl = a->small.full_slabs; sl != NULL; sl = sl->next)
     write_chunks(f, sl->hdr.chunks, sl->hdr.base, "", &first);
-  for (const sa_run *r = a->all_runs; r != NULL; r = r->all_next) /* kept-aside ones too */
+  for (const sa_run *r = a->spans.all_runs; r != NULL; r = r->all_next) /* kept-aside ones too */
     write_chunks(f, r->hdr.chunks, r->hdr.base, "", &first);
-  for (const sa_chunk *s = a->stuck; s != NULL; s = s->phys->stuck_next) /* held too */
+  for (const sa_chunk *s = a->physical.stuck; s != NULL; s = s->phys->stuck_next) /* held too */
     write_chunks(f, s, s->phys->stuck_va, ", \"stuck\": true", &first);
-  write_chunks(f, a->chunk_cache, 0, "", &first);
+  write_chunks(f, a->physical.cache, 0, "", &first);
   fprintf(f, "]\n}\n");
 
   sa__world_unlock(a, head);

@@ -25,7 +25,7 @@ static _Thread_local unsigned thread_number;
  * default arenas of several devices all get STREAMARENA_CONF's trace=PATH):
  * one FILE, one header, opened once, closed with its last arena. Each
  * line is one fprintf, which stdio makes atomic on a shared FILE; an
- * arena's trace_lock still orders its own lines. */
+ * arena's tracing.lock still orders its own lines. */
 typedef struct trace_file_s {
   struct trace_file_s *next;
   dev_t dev;
@@ -104,13 +104,13 @@ void sa__trace_locked(sa_arena *a, char op, const void *p, size_t size, sa_strea
   unsigned long long ns = (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
   fprintf(a->trace, "%u,%p,%s,%p,%zu,%llu\n", thread_number, s, op == 'a' ? "alloc" : "free",
           p, size, ns);
-  a->trace_seq++;
+  a->tracing.seq++;
 }
 
 void sa__trace(sa_arena *a, char op, const void *p, size_t size, sa_stream s) {
-  pthread_mutex_lock(&a->trace_lock);
+  pthread_mutex_lock(&a->tracing.lock);
   sa__trace_locked(a, op, p, size, s);
-  pthread_mutex_unlock(&a->trace_lock);
+  pthread_mutex_unlock(&a->tracing.lock);
 }
 
 /* SA_ERR_BAD_CONFIG, with a line on stderr, when lines were lost (a full

@@ -279,7 +279,7 @@ static void the_remapping_ledger_bounds_reshaping(void **state) {
     setup(&f, specs[k], 1, SA_HOST_MANUAL);
     void *p[4], *q;
     four_spans_two_freed(&f, p);
-    atomic_store(&f.arena->xremapped_bytes, atomic_load(&f.arena->xcreated_bytes) / share[k]);
+    atomic_store(&f.arena->physical.xremapped_bytes, atomic_load(&f.arena->physical.xcreated_bytes) / share[k]);
     grows_without_unmapping(&f, &q, 64 * MiB, 160 * MiB);
     check_and_free_survivors(&f, p);
     sa_assert_ok(sa_free(q, f.streams[0]));
@@ -1079,7 +1079,7 @@ static void free_span_index_stays_a_balanced_treap(void **state) {
   check_index(a, sp, in, N);
   for (size_t i = 0; i < N; i++)
     if (in[i]) sa__fit_remove(a, &sp[i]);
-  assert_null(a->fit_root);
+  assert_null(a->spans.fit_root);
   free(in);
   free(sp);
   free(a);
@@ -1374,19 +1374,19 @@ static void a_carved_superblock_starts_on_a_page_or_not_at_all(void **state) {
   sa_assert_ok(sa__stream_arena_get(f.arena, s, &sa));
   sa_desc holder = {.kind = SA_DESC_SUPERBLOCK};
   sa_span *sp;
-  size_t page = (size_t)1 << f.arena->page_shift;
+  size_t page = (size_t)1 << f.arena->range.page_shift;
   pthread_mutex_lock(&f.arena->lock);
   const sa_desc *run = sa__pagemap_get(f.arena, (uintptr_t)x);
-  size_t free_bytes = f.arena->free_span_bytes;
-  sa_span *spares = f.arena->spare_spans; /* none: a descriptor is calloc'ed */
-  f.arena->spare_spans = NULL;
+  size_t free_bytes = f.arena->spans.free_bytes;
+  sa_span *spares = f.arena->spans.spare_spans; /* none: a descriptor is calloc'ed */
+  f.arena->spans.spare_spans = NULL;
   atomic_store(&calloc_fails, true);
   sa_status st = sa__span_take_superblock(f.arena, sa, 2 * MiB, &holder, &sp);
   atomic_store(&calloc_fails, false);
-  if (f.arena->spare_spans == NULL) {
-    f.arena->spare_spans = spares;
+  if (f.arena->spans.spare_spans == NULL) {
+    f.arena->spans.spare_spans = spares;
   } else {
-    sa_span *last = f.arena->spare_spans;
+    sa_span *last = f.arena->spans.spare_spans;
     while (last->next != NULL) last = last->next;
     last->next = spares;
   }
@@ -1400,7 +1400,7 @@ static void a_carved_superblock_starts_on_a_page_or_not_at_all(void **state) {
     pthread_mutex_unlock(&f.arena->lock);
   }
   assert_ptr_equal(sa__pagemap_get(f.arena, (uintptr_t)x + MiB), run);
-  assert_int_equal(f.arena->free_span_bytes, free_bytes);
+  assert_int_equal(f.arena->spans.free_bytes, free_bytes);
   sa__stream_arena_unbind(sa);
   sa_assert_ok(sa_free(x, s)); /* its last page is the run's */
   sa_assert_ok(sa_free(z, s));

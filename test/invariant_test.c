@@ -79,14 +79,14 @@ static void setup(sa_fixture *f) {
 static void teardown(sa_fixture *f) { sa_assert_ok(sa_fixture_teardown(f)); }
 
 static sa_stream_arena *stream_arena_of(sa_arena *a, sa_stream s) {
-  for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next)
+  for (sa_stream_arena *sa = a->streams.list; sa != NULL; sa = sa->next)
     if (sa->stream == s && !sa__stream_arena_gone(sa)) return sa;
   return NULL;
 }
 
 /* The free span that holds p. */
 static sa_span *free_span_at(sa_arena *a, void *p) {
-  for (sa_run *r = a->runs; r != NULL; r = r->next)
+  for (sa_run *r = a->spans.runs; r != NULL; r = r->next)
     for (sa_span *sp = r->first; sp != NULL; sp = sp->next)
       if ((uintptr_t)p - sp->base < sp->size) return sp;
   return NULL;
@@ -244,7 +244,7 @@ static void span_check_names_a_recorded_mark_without_refs(void **state) {
 static void break_heap_order(sa_fixture *f, void *arg) {
   (void)arg;
   pthread_mutex_lock(&f->arena->lock);
-  sa_span *root = f->arena->fit_root;
+  sa_span *root = f->arena->spans.fit_root;
   sa_span *child = root->left != NULL ? root->left : root->right;
   child->prio = UINT64_MAX; /* above its parent's (a hash, never all ones here) */
   (void)sa__fit_check(f->arena);
@@ -257,9 +257,9 @@ static void free_span_treap_check_names_a_child_above_its_parent(void **state) {
   void *p[5];
   for (int i = 0; i < 5; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], 4 * MiB, f.streams[0]));
   for (int i = 0; i < 5; i += 2) sa_assert_ok(sa_free(p[i], f.streams[0])); /* apart */
-  assert_non_null(f.arena->fit_root);
-  assert_true(f.arena->fit_root->left != NULL || f.arena->fit_root->right != NULL);
-  assert_true(f.arena->fit_root->prio != UINT64_MAX);
+  assert_non_null(f.arena->spans.fit_root);
+  assert_true(f.arena->spans.fit_root->left != NULL || f.arena->spans.fit_root->right != NULL);
+  assert_true(f.arena->spans.fit_root->prio != UINT64_MAX);
   expect_broken(&f, break_heap_order, NULL, "free-span treap", "heap order on prio");
   for (int i = 1; i < 5; i += 2) sa_assert_ok(sa_free(p[i], f.streams[0]));
   teardown(&f);
@@ -330,7 +330,7 @@ static void timeline_check_names_two_slots_with_one_ticket(void **state) {
 static void break_cache_bytes(sa_fixture *f, void *arg) {
   (void)arg;
   pthread_mutex_lock(&f->arena->lock);
-  f->arena->chunk_cache_bytes -= f->arena->gran;
+  f->arena->physical.cache_bytes -= f->arena->gran;
   (void)sa__physical_check(f->arena);
 }
 
@@ -342,9 +342,9 @@ static void physical_check_names_a_chunk_cache_count_that_disagrees(void **state
   sa_assert_ok(sa_alloc(f.arena, &p, 4 * MiB, f.streams[0]));
   sa_assert_ok(sa_free(p, f.streams[0]));
   sa_assert_ok(sa_trim(f.arena, SIZE_MAX)); /* unmapped, kept in the chunk cache */
-  assert_true(f.arena->chunk_cache_bytes >= f.arena->gran);
+  assert_true(f.arena->physical.cache_bytes >= f.arena->gran);
   expect_broken(&f, break_cache_bytes, NULL, "physical ledger",
-                "chunk_cache_bytes is the sum of cached chunks");
+                "physical.cache_bytes is the sum of cached chunks");
   teardown(&f);
 }
 
@@ -421,11 +421,11 @@ typedef struct broken_call_s {
   void *p; /* CALL_FREE: the span freed */
 } broken_call;
 
-/* free_span_bytes off by a quantum, then the call. */
+/* spans.free_bytes off by a quantum, then the call. */
 static void break_then_call(sa_fixture *f, void *arg) {
   broken_call *c = arg;
   pthread_mutex_lock(&f->arena->lock);
-  f->arena->free_span_bytes += SA_SPAN_QUANTUM;
+  f->arena->spans.free_bytes += SA_SPAN_QUANTUM;
   pthread_mutex_unlock(&f->arena->lock);
   FILE *null = fopen("/dev/null", "w");
   switch (c->what) {
@@ -447,7 +447,7 @@ static void ordinary_calls_run_the_span_validator(void **state) {
   const call calls[] = {CALL_FREE, CALL_TRIM, CALL_SNAPSHOT, CALL_DESTROY};
   for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
     broken_call c = {calls[i], p};
-    expect_broken(&f, break_then_call, &c, "span", "free_span_bytes is the sum of free spans");
+    expect_broken(&f, break_then_call, &c, "span", "spans.free_bytes is the sum of free spans");
   }
   sa_assert_ok(sa_free(p, f.streams[0]));
   teardown(&f);

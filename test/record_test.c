@@ -427,14 +427,14 @@ static void a_record_on_a_recycled_handle_of_the_blocks_stream_is_kept(void **st
 /* The longest chain of the record table (record.c). */
 static size_t longest_record_chain(sa_arena *a) {
   size_t longest = 0;
-  pthread_mutex_lock(&a->record_lock);
-  const sa_chain_table *t = &a->records;
+  pthread_mutex_lock(&a->records.lock);
+  const sa_chain_table *t = &a->records.table;
   for (size_t i = 0; t->heads != NULL && i < sa__chain_buckets(t); i++) {
     size_t n = 0;
     for (const sa_chain_link *l = t->heads[i]; l != NULL; l = l->next) n++;
     if (n > longest) longest = n;
   }
-  pthread_mutex_unlock(&a->record_lock);
+  pthread_mutex_unlock(&a->records.lock);
   return longest;
 }
 
@@ -484,7 +484,7 @@ static void record_stream_counts_follow_frees_and_releases(void **state) {
   assert_true(sa__record_names_stream(f->arena, c));
   sa_assert_ok(sa_stream_release(f->arena, c));
   assert_false(sa__record_names_stream(f->arena, c));
-  assert_int_equal(f->arena->records.n, 0); /* p[2] and p[4] named c alone */
+  assert_int_equal(f->arena->records.table.n, 0); /* p[2] and p[4] named c alone */
   sa_assert_ok(sa_free(p[2], a));
   sa_assert_ok(sa_free(p[4], a));
   sa_assert_ok(sa_host_drain_all());

@@ -226,17 +226,17 @@ static void a_recycled_event_keeps_the_wait_enqueued_on_it(void **state) {
   sa_assert_ok(sa_free(p, a));
   sa_assert_ok(sa_host_stream_drain(a));
   uint64_t v0 = violations(), mism = 0;
-  size_t pooled = f->arena->event_pool_n;
+  size_t pooled = f->arena->events.n;
   void *q;
   sa_assert_ok(sa_alloc(f->arena, &q, 8 * MiB, c)); /* behind a wait on k's event */
   assert_ptr_equal(q, p);
-  assert_int_equal(f->arena->event_pool_n, pooled + 1); /* the mark's event is back */
+  assert_int_equal(f->arena->events.n, pooled + 1); /* the mark's event is back */
   sa_assert_ok(sa_host_fill(c, q, 4096, 0xC4C4C4C4u));
   sa_assert_ok(sa_host_check(c, q, 4096, 0xC4C4C4C4u, &mism));
   sa_stream next = recycle(k);
   sa_assert_ok(sa_record_stream(r, next));
   sa_assert_ok(sa_free(r, a)); /* a recorded mark's event: the pooled one, on next */
-  assert_int_equal(f->arena->event_pool_n, pooled);
+  assert_int_equal(f->arena->events.n, pooled);
   sa_assert_ok(sa_host_stream_drain(next));
   size_t done = 0;
   sa_assert_ok(sa_host_stream_step(c, SIZE_MAX, &done));

@@ -43,7 +43,7 @@ static void every_arena_finds_its_pointers(void **state) {
   for (int i = 0; i < N; i++) {
     assert_ptr_equal(sa__arena_of((uintptr_t)ptrs[i]), arenas[i]);
     /* Past the range, inside the slot and the reservation: no block. */
-    char *past = (char *)arenas[i]->va_base + arenas[i]->va_size;
+    char *past = (char *)arenas[i]->range.base + arenas[i]->range.size;
     assert_null(sa__arena_of((uintptr_t)past));
     sa_assert_status(sa_free(past, NULL), SA_ERR_INVALID_POINTER);
   }

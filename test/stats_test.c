@@ -101,7 +101,7 @@ static void stats_never_count_a_superblock_twice(void **state) {
   sa_stream_arena *sa1, *sa2;
   sa_assert_ok(sa__stream_arena_get(f->arena, s1, &sa1));
   sa_assert_ok(sa__stream_arena_get(f->arena, s2, &sa2));
-  assert_ptr_equal(f->arena->streams, sa2);
+  assert_ptr_equal(f->arena->streams.list, sa2);
 
   reader_arg r = {f->arena, {0}, 0};
   pthread_t reader;

@@ -327,7 +327,7 @@ static void release_takes_back_what_other_threads_cached(void **state) {
 static size_t stream_arenas(sa_arena *a) {
   size_t n = 0;
   pthread_mutex_lock(&a->lock);
-  for (sa_stream_arena *sa = a->streams; sa != NULL; sa = sa->next) n++;
+  for (sa_stream_arena *sa = a->streams.list; sa != NULL; sa = sa->next) n++;
   pthread_mutex_unlock(&a->lock);
   return n;
 }
@@ -615,36 +615,36 @@ static void a_recycled_handle_after_the_rule_for_memory_allocated_on_it(void **s
 /* ---- review: the live index and the gone list follow every path -------- */
 
 static size_t live_buckets(const sa_arena *a) {
-  return a->live_index.heads != NULL ? sa__chain_buckets(&a->live_index) : 0;
+  return a->streams.live_index.heads != NULL ? sa__chain_buckets(&a->streams.live_index) : 0;
 }
 
 /* Under the arena lock: the list is doubly linked; each live stream arena
  * is in the live index (live_index.n of them), each gone one on the gone list
- * (xgone_streams of them), and nothing else is on either. */
+ * (streams.xgone of them), and nothing else is on either. */
 static void check_stream_lists(sa_arena *a) {
   pthread_mutex_lock(&a->lock);
   size_t live = 0, gone = 0, on_gone_list = 0, indexed = 0;
-  for (sa_stream_arena *sa = a->streams, *prev = NULL; sa != NULL; prev = sa, sa = sa->next) {
+  for (sa_stream_arena *sa = a->streams.list, *prev = NULL; sa != NULL; prev = sa, sa = sa->next) {
     assert_ptr_equal(sa->prev, prev);
     bool is_gone = atomic_load(&sa->xgone);
     bool found = false;
     for (size_t b = 0; b < live_buckets(a); b++)
-      for (sa_chain_link *l = a->live_index.heads[b]; l != NULL; l = l->next)
+      for (sa_chain_link *l = a->streams.live_index.heads[b]; l != NULL; l = l->next)
         found |= l == &sa->live_link;
     bool listed = false;
-    for (sa_stream_arena *x = a->gone_streams; x != NULL; x = x->gone_next) listed |= x == sa;
+    for (sa_stream_arena *x = a->streams.gone; x != NULL; x = x->gone_next) listed |= x == sa;
     assert_int_equal(found, !is_gone);
     assert_int_equal(listed, is_gone);
     live += !is_gone;
     gone += is_gone;
   }
   for (size_t b = 0; b < live_buckets(a); b++)
-    for (sa_chain_link *l = a->live_index.heads[b]; l != NULL; l = l->next) indexed++;
-  for (sa_stream_arena *x = a->gone_streams; x != NULL; x = x->gone_next) on_gone_list++;
+    for (sa_chain_link *l = a->streams.live_index.heads[b]; l != NULL; l = l->next) indexed++;
+  for (sa_stream_arena *x = a->streams.gone; x != NULL; x = x->gone_next) on_gone_list++;
   assert_int_equal(indexed, live);
-  assert_int_equal(a->live_index.n, live);
+  assert_int_equal(a->streams.live_index.n, live);
   assert_int_equal(on_gone_list, gone);
-  assert_int_equal(atomic_load(&a->xgone_streams), gone);
+  assert_int_equal(atomic_load(&a->streams.xgone), gone);
   pthread_mutex_unlock(&a->lock);
 }
 

@@ -136,7 +136,7 @@ static void a_class_larger_than_the_superblock_size_gets_room(void **state) {
   unsigned cls = sa_size_class(3 * MiB);
   sa_superblock *sb;
   pthread_mutex_lock(&sa->lock);
-  sa_status st = sa__superblock_acquire(sa, cls, f.arena->physical_cap, &sb);
+  sa_status st = sa__superblock_acquire(sa, cls, f.arena->physical.cap, &sb);
   if (st == SA_OK) {
     assert_true(sb->nblocks >= 1);
     assert_true(sb->hdr.size >= sa_class_size(cls));
@@ -283,7 +283,7 @@ static void a_refused_slab_unmap_is_retried_by_trim(void **state) {
   sa_assert_ok(sa_fixture_setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO));
   sa_stream s = f.streams[0];
   for (int i = 0; i < N; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], MiB, s));
-  assert_true(f.arena->slabs != NULL || f.arena->full_slabs != NULL); /* some slab */
+  assert_true(f.arena->small.slabs != NULL || f.arena->small.full_slabs != NULL); /* some slab */
   /* Every slab superblock back; the first 256 (chunks of their own) stay. */
   for (int i = 2 * SLAB_LIVE; i < N; i++) sa_assert_ok(sa_free(p[i], s));
   sa_assert_ok(sa_host_fault_inject(SA_HOST_FN_UNMAP, 1, 0));

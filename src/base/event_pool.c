@@ -2,38 +2,38 @@
  *
  * Creating an event costs ~0.5 us on the H200, recording ~0.2 us: events are
  * recycled through a small pool, and one event covers a whole batch of
- * blocks. xevents_in_flight counts events recorded and not yet consumed.
+ * blocks. events.xin_flight counts events recorded and not yet consumed.
  */
 #include <stdlib.h>
 
 #include "../internal.h"
 
 sa_status sa__event_get(sa_arena *a, sa_event *out) {
-  pthread_mutex_lock(&a->event_lock);
-  if (a->event_pool_n > 0) {
-    *out = a->event_pool[--a->event_pool_n];
-    pthread_mutex_unlock(&a->event_lock);
+  pthread_mutex_lock(&a->events.lock);
+  if (a->events.n > 0) {
+    *out = a->events.pool[--a->events.n];
+    pthread_mutex_unlock(&a->events.lock);
     return SA_OK;
   }
-  pthread_mutex_unlock(&a->event_lock);
+  pthread_mutex_unlock(&a->events.lock);
   return a->drv->ops->event_create(a->drv, out);
 }
 
 void sa__event_put(sa_arena *a, sa_event e) {
-  pthread_mutex_lock(&a->event_lock);
-  if (a->event_pool_n == a->event_pool_cap) {
-    size_t cap = a->event_pool_cap ? a->event_pool_cap * 2 : 16;
-    sa_event *grown = realloc(a->event_pool, cap * sizeof *grown);
+  pthread_mutex_lock(&a->events.lock);
+  if (a->events.n == a->events.cap) {
+    size_t cap = a->events.cap ? a->events.cap * 2 : 16;
+    sa_event *grown = realloc(a->events.pool, cap * sizeof *grown);
     if (grown == NULL) {
-      pthread_mutex_unlock(&a->event_lock);
+      pthread_mutex_unlock(&a->events.lock);
       (void)a->drv->ops->event_destroy(a->drv, e); /* nothing better to do */
       return;
     }
-    a->event_pool = grown;
-    a->event_pool_cap = cap;
+    a->events.pool = grown;
+    a->events.cap = cap;
   }
-  a->event_pool[a->event_pool_n++] = e;
-  pthread_mutex_unlock(&a->event_lock);
+  a->events.pool[a->events.n++] = e;
+  pthread_mutex_unlock(&a->events.lock);
 }
 
 sa_status sa__event_record_new(sa_arena *a, sa_stream stream, sa_event *out) {
@@ -45,7 +45,7 @@ sa_status sa__event_record_new(sa_arena *a, sa_stream stream, sa_event *out) {
     sa__event_put(a, e);
     return st;
   }
-  atomic_fetch_add_explicit(&a->xevents_in_flight, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
   *out = e;
   return SA_OK;
 }
@@ -54,20 +54,20 @@ sa_status sa__event_consume(sa_arena *a, sa_event e, sa_stream stream) {
   sa_status st = a->drv->ops->event_query(a->drv, e);
   if (st == SA_ERR_NOT_READY) st = a->drv->ops->stream_wait_event(a->drv, stream, e);
   if (st != SA_OK) return st; /* the caller still owns e */
-  atomic_fetch_sub_explicit(&a->xevents_in_flight, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
   sa__event_put(a, e);
   return SA_OK;
 }
 
 sa_status sa__event_pool_fini(sa_arena *a) {
   sa_status first = SA_OK;
-  for (size_t i = 0; i < a->event_pool_n; i++) {
-    sa_status st = a->drv->ops->event_destroy(a->drv, a->event_pool[i]);
+  for (size_t i = 0; i < a->events.n; i++) {
+    sa_status st = a->drv->ops->event_destroy(a->drv, a->events.pool[i]);
     if (st != SA_OK && first == SA_OK) first = st; /* the event stays with the driver */
   }
-  free(a->event_pool);
-  a->event_pool = NULL;
-  a->event_pool_n = a->event_pool_cap = 0;
+  free(a->events.pool);
+  a->events.pool = NULL;
+  a->events.n = a->events.cap = 0;
   return first;
 }
 
@@ -76,7 +76,7 @@ sa_status sa__event_retire(sa_arena *a, sa_event e, bool wait) {
   sa_status st = wait ? a->drv->ops->event_synchronize(a->drv, e)
                       : a->drv->ops->event_query(a->drv, e);
   if (st != SA_OK) return st;
-  atomic_fetch_sub_explicit(&a->xevents_in_flight, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
   sa__event_put(a, e);
   return SA_OK;
 }
@@ -84,13 +84,13 @@ sa_status sa__event_retire(sa_arena *a, sa_event e, bool wait) {
 sa_status sa__event_settle(sa_arena *a, sa_event e) {
   sa_status st = sa__event_retire(a, e, true);
   if (st != SA_OK) {
-    atomic_fetch_sub_explicit(&a->xevents_in_flight, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
     (void)a->drv->ops->event_destroy(a->drv, e); /* freed once its work completes */
   }
   return st;
 }
 
 void sa__event_drop(sa_arena *a, sa_event e) {
-  atomic_fetch_sub_explicit(&a->xevents_in_flight, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
   sa__event_put(a, e);
 }

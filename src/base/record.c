@@ -2,7 +2,7 @@
  * that use it. Blocks in it have state SA_BLOCK_RECORDED, so the free fast
  * path sends them here; the table is consulted only at free time.
  *
- * One hash table (chain_table.c; record_lock) holds two kinds of entries: a block's,
+ * One hash table (chain_table.c; records.lock) holds two kinds of entries: a block's,
  * keyed by its address, and a stream's, keyed by its handle shifted left
  * with the low bit set (block addresses are 256-aligned), whose n counts the blocks'
  * entries that name the stream. So sa_stream_release of a stream that no
@@ -39,11 +39,11 @@ static void stream_uncount(sa_chain_table *t, sa_stream s) {
 }
 
 sa_status sa__record_add(sa_arena *a, uintptr_t p, sa_stream s) {
-  sa_chain_table *t = &a->records;
+  sa_chain_table *t = &a->records.table;
   sa_status st = SA_OK;
-  pthread_mutex_lock(&a->record_lock);
+  pthread_mutex_lock(&a->records.lock);
   if (t->heads == NULL && !sa__chain_create(t, SA_RECORD_BUCKET_BITS, RECORD_KEY_SHIFT)) {
-    pthread_mutex_unlock(&a->record_lock);
+    pthread_mutex_unlock(&a->records.lock);
     return SA_ERR_OUT_OF_MEMORY;
   }
   sa_record *r = record_of(*sa__chain_find(t, p)), *c = NULL;
@@ -88,49 +88,49 @@ out:
     free(r);
   }
   maybe_grow(t);
-  pthread_mutex_unlock(&a->record_lock);
+  pthread_mutex_unlock(&a->records.lock);
   return st;
 }
 
 sa_record *sa__record_take(sa_arena *a, uintptr_t p) {
-  sa_chain_table *t = &a->records;
+  sa_chain_table *t = &a->records.table;
   sa_record *found = NULL;
-  pthread_mutex_lock(&a->record_lock);
+  pthread_mutex_lock(&a->records.lock);
   if (t->heads != NULL) {
     sa_chain_link **pr = sa__chain_find(t, p);
     found = record_of(*pr);
     if (found != NULL) sa__chain_unlink(t, pr);
   }
-  pthread_mutex_unlock(&a->record_lock);
+  pthread_mutex_unlock(&a->records.lock);
   return found;
 }
 
 void sa__record_restore(sa_arena *a, sa_record *r) {
   if (r == NULL) return;
-  pthread_mutex_lock(&a->record_lock); /* the table exists: r came from it */
-  sa__chain_push(&a->records, &r->link); /* its streams' counts kept it */
-  pthread_mutex_unlock(&a->record_lock);
+  pthread_mutex_lock(&a->records.lock); /* the table exists: r came from it */
+  sa__chain_push(&a->records.table, &r->link); /* its streams' counts kept it */
+  pthread_mutex_unlock(&a->records.lock);
 }
 
 void sa__record_free(sa_arena *a, sa_record *r) {
   if (r == NULL) return;
-  pthread_mutex_lock(&a->record_lock);
-  for (unsigned i = 0; i < r->n; i++) stream_uncount(&a->records, r->streams[i]);
-  pthread_mutex_unlock(&a->record_lock);
+  pthread_mutex_lock(&a->records.lock);
+  for (unsigned i = 0; i < r->n; i++) stream_uncount(&a->records.table, r->streams[i]);
+  pthread_mutex_unlock(&a->records.lock);
   free(r->streams);
   free(r);
 }
 
 bool sa__record_names_stream(sa_arena *a, sa_stream s) {
-  pthread_mutex_lock(&a->record_lock);
-  bool found = sa__chain_get(&a->records, stream_key(s)) != NULL;
-  pthread_mutex_unlock(&a->record_lock);
+  pthread_mutex_lock(&a->records.lock);
+  bool found = sa__chain_get(&a->records.table, stream_key(s)) != NULL;
+  pthread_mutex_unlock(&a->records.lock);
   return found;
 }
 
 void sa__record_forget_stream(sa_arena *a, sa_stream s) {
-  sa_chain_table *t = &a->records;
-  pthread_mutex_lock(&a->record_lock);
+  sa_chain_table *t = &a->records.table;
+  pthread_mutex_lock(&a->records.lock);
   sa_chain_link **pc = t->heads != NULL ? sa__chain_find(t, stream_key(s)) : NULL;
   if (pc != NULL && *pc != NULL) { /* some block's entry names s */
     sa_record *c = record_of(*pc);
@@ -155,16 +155,16 @@ void sa__record_forget_stream(sa_arena *a, sa_stream s) {
       }
     }
   }
-  pthread_mutex_unlock(&a->record_lock);
+  pthread_mutex_unlock(&a->records.lock);
 }
 
-void sa__record_use_begin(sa_arena *a) { pthread_rwlock_rdlock(&a->record_rw); }
-void sa__record_use_end(sa_arena *a) { pthread_rwlock_unlock(&a->record_rw); }
-void sa__record_forget_begin(sa_arena *a) { pthread_rwlock_wrlock(&a->record_rw); }
-void sa__record_forget_end(sa_arena *a) { pthread_rwlock_unlock(&a->record_rw); }
+void sa__record_use_begin(sa_arena *a) { pthread_rwlock_rdlock(&a->records.rw); }
+void sa__record_use_end(sa_arena *a) { pthread_rwlock_unlock(&a->records.rw); }
+void sa__record_forget_begin(sa_arena *a) { pthread_rwlock_wrlock(&a->records.rw); }
+void sa__record_forget_end(sa_arena *a) { pthread_rwlock_unlock(&a->records.rw); }
 
 void sa__record_fini(sa_arena *a) {
-  sa_chain_table *t = &a->records;
+  sa_chain_table *t = &a->records.table;
   if (t->heads == NULL) return;
   for (size_t i = 0; i < sa__chain_buckets(t); i++) {
     for (sa_chain_link *l = t->heads[i], *next; l != NULL; l = next) {

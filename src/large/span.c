@@ -72,14 +72,14 @@ static bool is_free(const sa_span *sp) {
 static void marks_clear(sa_arena *a, sa_span *sp);
 
 static sa_span *span_new(sa_arena *a) {
-  sa_span *sp = a->spare_spans;
+  sa_span *sp = a->spans.spare_spans;
   if (sp != NULL) {
-    a->spare_spans = sp->next;
+    a->spans.spare_spans = sp->next;
   } else {
     sp = calloc(1, sizeof *sp);
     if (sp == NULL) return NULL;
-    sp->all_next = a->all_spans;
-    a->all_spans = sp;
+    sp->all_next = a->spans.all_spans;
+    a->spans.all_spans = sp;
   }
   SA_ASSERT(sp->nmarks == 0); /* span_put dropped them */
   sp->prev = sp->next = sp->left = sp->right = NULL;
@@ -95,20 +95,20 @@ static void span_put(sa_arena *a, sa_span *sp) {
   marks_clear(a, sp);
   sp->nstarts = 0;
   sp->run = NULL;
-  sp->next = a->spare_spans;
-  a->spare_spans = sp;
+  sp->next = a->spans.spare_spans;
+  a->spans.spare_spans = sp;
 }
 
 static sa_run *run_new(sa_arena *a) {
-  sa_run *r = a->spare_runs;
+  sa_run *r = a->spans.spare_runs;
   if (r != NULL) {
-    a->spare_runs = r->next;
+    a->spans.spare_runs = r->next;
   } else {
     r = calloc(1, sizeof *r);
     if (r == NULL) return NULL;
     r->hdr.kind = SA_DESC_RUN;
-    r->all_next = a->all_runs;
-    a->all_runs = r;
+    r->all_next = a->spans.all_runs;
+    a->spans.all_runs = r;
   }
   r->hdr.base = 0;
   r->hdr.size = 0;
@@ -121,13 +121,13 @@ static sa_run *run_new(sa_arena *a) {
 static void run_put(sa_arena *a, sa_run *r) {
   r->hdr.size = 0;
   r->first = r->last = NULL;
-  r->next = a->spare_runs;
-  a->spare_runs = r;
+  r->next = a->spans.spare_runs;
+  a->spans.spare_runs = r;
 }
 
 /* Into the arena's runs, which are in address order. */
 static void run_link(sa_arena *a, sa_run *r) {
-  sa_run *prev = NULL, *next = a->runs;
+  sa_run *prev = NULL, *next = a->spans.runs;
   while (next != NULL && next->hdr.base < r->hdr.base) {
     prev = next;
     next = next->next;
@@ -137,14 +137,14 @@ static void run_link(sa_arena *a, sa_run *r) {
   if (prev != NULL)
     prev->next = r;
   else
-    a->runs = r;
+    a->spans.runs = r;
   if (next != NULL) next->prev = r;
 }
 
 SA_DLIST_FUNCTIONS(runs, sa_run, next, prev)
 
 static void run_unlink(sa_arena *a, sa_run *r) {
-  runs_unlink(&a->runs, r);
+  runs_unlink(&a->spans.runs, r);
   r->next = r->prev = NULL;
 }
 
@@ -387,13 +387,13 @@ static bool starts_has(const sa_span *sp, uintptr_t p) {
 static void free_insert(sa_arena *a, sa_span *sp) {
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
   sa__fit_insert(a, sp);
-  a->free_span_bytes += sp->size;
+  a->spans.free_bytes += sp->size;
 }
 
 static void free_remove(sa_arena *a, sa_span *sp) {
-  SA_ASSERT(is_free(sp) && a->free_span_bytes >= sp->size);
+  SA_ASSERT(is_free(sp) && a->spans.free_bytes >= sp->size);
   sa__fit_remove(a, sp);
-  a->free_span_bytes -= sp->size;
+  a->spans.free_bytes -= sp->size;
 }
 
 /* right (free, just above left in the run) joins left (free); both out of
@@ -447,7 +447,7 @@ typedef struct want_s {
  * spans stay packed. */
 static want placement(const sa_arena *a, size_t size) {
   size_t q = round_up(size, SA_SPAN_QUANTUM), g = round_up(size, a->gran);
-  return a->budgeted && g - q <= q / 32 ? (want){g, a->gran, false} : (want){q, 0, false};
+  return a->physical.budgeted && g - q <= q / 32 ? (want){g, a->gran, false} : (want){q, 0, false};
 }
 
 /* Where w would start in the free span sp: its lowest address, or lowest
@@ -612,7 +612,7 @@ static growth plan_growth(const sa_arena *a, want w) {
   growth best = {GROW_FRESH, 0, round_up(need, g), SIZE_MAX};
 #define BETTER(m) ((m) < best.size || ((m) == best.size && best.dir == GROW_FRESH))
 #define BETTER_UP(m) (BETTER(m) || ((m) == best.size && best.dir == GROW_DOWN))
-  for (const sa_run *r = a->runs; r != NULL; r = r->next) {
+  for (const sa_run *r = a->spans.runs; r != NULL; r = r->next) {
     uintptr_t lo = r->hdr.base, hi = lo + r->hdr.size;
     size_t above = sa__va_free_above(a, hi), m = missing(need, edge_use(a, r->last, w), g);
     if (m <= above && BETTER_UP(m)) best = (growth){GROW_UP, hi, m, above};
@@ -646,20 +646,20 @@ static size_t unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t
  * ledger allows (physical.c), which bounds the churn of a workload whose
  * shapes keep changing (RMM's random allocations up to 4 GiB). */
 static size_t reshape_bytes(const sa_arena *a, size_t size, size_t request, size_t limit) {
-  size_t cached = a->chunk_cache_bytes, held = a->physical_bytes;
+  size_t cached = a->physical.cache_bytes, held = a->physical.bytes;
   if (cached >= size || held + (size - cached) <= limit) return 0;
-  if (a->reshape_futile == a->span_frees + 1) return 0;
+  if (a->spans.reshape_futile == a->spans.frees + 1) return 0;
   size_t u = held + (size - cached) - (limit > held ? limit : held);
   if (u > size - cached) u = size - cached;
   size_t allowed = sa__physical_remap_allowance(a, limit);
   if (allowed != SIZE_MAX) {
-    int64_t live = atomic_load_explicit(&a->xlive_bytes, memory_order_relaxed);
-    if (live + (int64_t)request > atomic_load_explicit(&a->xlive_peak, memory_order_relaxed))
+    int64_t live = atomic_load_explicit(&a->stats.xlive_bytes, memory_order_relaxed);
+    if (live + (int64_t)request > atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed))
       return 0;
     allowed &= ~(a->gran - 1);
     if (u > allowed) u = allowed;
   }
-  size_t free_whole = a->free_span_bytes & ~(a->gran - 1); /* at most */
+  size_t free_whole = a->spans.free_bytes & ~(a->gran - 1); /* at most */
   return u < free_whole ? u : free_whole;
 }
 
@@ -712,12 +712,12 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
  * reserve_limit, which are limits the user set, not targets to fill, nor
  * with SA_FLAG_EXACT_GROWTH. */
 static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
-  if (a->budgeted || a->cfg.reserve_limit_bytes != 0 || (a->cfg.flags & SA_FLAG_EXACT_GROWTH))
+  if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 || (a->cfg.flags & SA_FLAG_EXACT_GROWTH))
     return 0;
-  int64_t live = atomic_load_explicit(&a->xlive_bytes, memory_order_relaxed);
-  if (live + (int64_t)request <= atomic_load_explicit(&a->xlive_peak, memory_order_relaxed))
+  int64_t live = atomic_load_explicit(&a->stats.xlive_bytes, memory_order_relaxed);
+  if (live + (int64_t)request <= atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed))
     return 0;
-  size_t held = a->physical_bytes + missing, target = sa__physical_soft_limit(a);
+  size_t held = a->physical.bytes + missing, target = sa__physical_soft_limit(a);
   if (held >= target) return 0;
   size_t most = held / SA_AHEAD_SHARE > a->gran ? held / SA_AHEAD_SHARE : a->gran;
   size_t ahead = target - held < most ? target - held : most;
@@ -735,7 +735,7 @@ static sa_status grow(sa_arena *a, want w, size_t limit, sa_span **out) {
      * stays (unmapping it would only map it again). */
     uintptr_t lo = g.dir == GROW_UP ? g.edge - 1 : g.dir == GROW_DOWN ? g.edge - g.room - 1 : 0;
     uintptr_t hi = g.dir == GROW_UP ? g.edge + g.room + 1 : g.dir == GROW_DOWN ? g.edge + 1 : 0;
-    if (unmap_free(a, u, lo, hi, false) < u) a->reshape_futile = a->span_frees + 1;
+    if (unmap_free(a, u, lo, hi, false) < u) a->spans.reshape_futile = a->spans.frees + 1;
   }
   size_t ahead = w.exact ? 0 : map_ahead(a, w.need, g.size);
   /* A fresh run maps ahead at most its request again: it lies apart from
@@ -774,7 +774,7 @@ sa_status sa__span_prefill(sa_arena *a, size_t size) {
   want w = {round_up(size, a->gran), 0, true};
   pthread_mutex_lock(&a->lock);
   sa_span *sp;
-  sa_status st = grow(a, w, a->physical_cap, &sp);
+  sa_status st = grow(a, w, a->physical.cap, &sp);
   if (st == SA_OK) free_insert(a, sp); /* free, no marks: nothing used it */
   SA_VALIDATE(sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
@@ -800,7 +800,7 @@ static sa_status take_settled(sa_arena *a, sa_span **sp, sa_stream_arena *sa, wa
 
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t limit,
                          void **out) {
-  if (size > a->va_size) return SA_ERR_OUT_OF_MEMORY;
+  if (size > a->range.size) return SA_ERR_OUT_OF_MEMORY;
   want w = placement(a, size);
   pthread_mutex_lock(&a->lock);
   sa_status st = sa__live_reserve(a);
@@ -819,10 +819,10 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t l
     sp->request = size;
     atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_release);
     sa__live_insert(a, sp);
-    a->live_spans++;
+    a->spans.nlive++;
     *out = (void *)sp->base;
   }
-  SA_VALIDATE_PACED(&a->span_pace, sa__span_check(a));
+  SA_VALIDATE_PACED(&a->spans.pace, sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
   return st;
 }
@@ -843,7 +843,7 @@ static bool spares_for_carve(sa_arena *a, unsigned nmarks) {
 
 sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sa, size_t size,
                                    sa_desc *holder, sa_span **out) {
-  want w = {size, (size_t)1 << a->page_shift, true};
+  want w = {size, (size_t)1 << a->range.page_shift, true};
   *out = NULL;
   sa_span *sp = best_fit(a, w, sa);
   if (sp == NULL || !spares_for_carve(a, sp->nmarks)) return SA_OK;
@@ -866,7 +866,7 @@ void sa__span_give_back_superblock(sa_arena *a, sa_span *sp) {
   sp->nstarts = 0;
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
   free_insert(a, coalesce(a, sp));
-  a->reshape_futile = 0; /* free span memory, as a span freed: worth another look */
+  a->spans.reshape_futile = 0; /* free span memory, as a span freed: worth another look */
 }
 
 /* Why p, in the reserved range, is not a live span's start: a span freed
@@ -918,21 +918,21 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
   }
   if (st != SA_OK) {
     if (sp != NULL) marks_clear(a, sp);
-    SA_VALIDATE_PACED(&a->span_pace, sa__span_check(a));
+    SA_VALIDATE_PACED(&a->spans.pace, sa__span_check(a));
     pthread_mutex_unlock(&a->lock);
     return st;
   }
-  SA_ASSERT(sp->holder == NULL && a->live_spans > 0);
+  SA_ASSERT(sp->holder == NULL && a->spans.nlive > 0);
   sa__live_remove(a, sp);
-  a->live_spans--;
-  a->span_frees++;
+  a->spans.nlive--;
+  a->spans.frees++;
   atomic_fetch_sub_explicit(&sp->owner->xspans, 1, memory_order_release);
   sp->owner = freer; /* from now on only a name (sa__span_forget_doomed) */
   sp->nstarts = 0;
   starts_add(sp, sp->base);
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
   free_insert(a, coalesce(a, sp));
-  SA_VALIDATE_PACED(&a->span_pace, sa__span_check(a));
+  SA_VALIDATE_PACED(&a->spans.pace, sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
   return SA_OK;
 }
@@ -1069,7 +1069,7 @@ static size_t unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t
 }
 
 size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait) {
-  size_t cached = a->chunk_cache_bytes;
+  size_t cached = a->physical.cache_bytes;
   if (need > 0 && cached >= need) return 0;
   return unmap_free(a, need > 0 ? need - cached : SIZE_MAX, 0, 0, wait);
 }
@@ -1077,21 +1077,21 @@ size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait) {
 void sa__span_forget_doomed(sa_arena *a) {
   /* Marks whose work is known done go (as a merge drops them): a doomed
    * stream arena that only those named is free to go. One walk for all. */
-  for (sa_run *r = a->runs; r != NULL; r = r->next)
+  for (sa_run *r = a->spans.runs; r != NULL; r = r->next)
     for (sa_span *sp = r->first; sp != NULL; sp = sp->next) {
       if (!is_free(sp)) continue;
       marks_prune_known(a, sp);
       for (unsigned i = 0; i < sp->nmarks; i++)
         if (sp->marks[i].stream != NULL) sp->marks[i].stream->doomed = false;
     }
-  for (sa_run *r = a->runs; r != NULL; r = r->next)
+  for (sa_run *r = a->spans.runs; r != NULL; r = r->next)
     for (sa_span *sp = r->first; sp != NULL; sp = sp->next)
       if (is_free(sp) && sp->owner != NULL && sp->owner->doomed) sp->owner = NULL;
 }
 
 size_t sa__span_clean_bytes(const sa_arena *a) {
   size_t n = 0;
-  for (const sa_run *r = a->runs; r != NULL; r = r->next)
+  for (const sa_run *r = a->spans.runs; r != NULL; r = r->next)
     for (const sa_span *sp = r->first; sp != NULL; sp = sp->next) {
       bool clean = is_free(sp);
       for (unsigned i = 0; clean && i < sp->nmarks; i++) clean = sa__mark_known_done(&sp->marks[i]);
@@ -1157,7 +1157,7 @@ size_t sa__span_check(const sa_arena *a) {
   size_t indexed = sa__fit_check(a), visited = indexed;
   size_t free_bytes = 0, nfree = 0, nlive = 0;
   const sa_run *prev_run = NULL;
-  for (const sa_run *r = a->runs; r != NULL; prev_run = r, r = r->next) {
+  for (const sa_run *r = a->spans.runs; r != NULL; prev_run = r, r = r->next) {
     uintptr_t end = r->hdr.base + r->hdr.size;
     SA_CHECK(SPAN, r->hdr.kind == SA_DESC_RUN && r->hdr.size > 0, "a run is mapped");
     SA_CHECK(SPAN, r->prev == prev_run, "runs' prev and next links agree");
@@ -1180,16 +1180,16 @@ size_t sa__span_check(const sa_arena *a) {
     SA_CHECK(SPAN, at == end, "spans tile each run: no gap, no overlap");
     SA_CHECK(SPAN, r->last == prev, "a run's last span ends its list");
   }
-  SA_CHECK(SPAN, free_bytes == a->free_span_bytes, "free_span_bytes is the sum of free spans");
+  SA_CHECK(SPAN, free_bytes == a->spans.free_bytes, "spans.free_bytes is the sum of free spans");
   SA_CHECK(SPAN, nfree == indexed, "the fit index holds the free spans and only them");
-  SA_CHECK(SPAN, nlive == a->live_spans && nlive == a->live_map.n,
-           "live_spans and the live map count the live spans");
+  SA_CHECK(SPAN, nlive == a->spans.nlive && nlive == a->spans.live_map.n,
+           "spans.nlive and the live map count the live spans");
   return visited;
 }
 
 sa_status sa__span_fini(sa_arena *a) {
   sa_status first = SA_OK;
-  for (sa_run *r = a->all_runs; r != NULL; r = r->all_next) {
+  for (sa_run *r = a->spans.all_runs; r != NULL; r = r->all_next) {
     for (sa_span *sp = r->first; sp != NULL; sp = sp->next) {
       if (!is_free(sp)) continue;
       (void)marks_reached(a, sp, true);
@@ -1198,19 +1198,19 @@ sa_status sa__span_fini(sa_arena *a) {
     sa_status st = sa__physical_unmap(a, &r->hdr);
     if (st != SA_OK && first == SA_OK) first = st;
   }
-  while (a->all_runs != NULL) {
-    sa_run *r = a->all_runs;
-    a->all_runs = r->all_next;
+  while (a->spans.all_runs != NULL) {
+    sa_run *r = a->spans.all_runs;
+    a->spans.all_runs = r->all_next;
     free(r); /* chunks of a refused unmap stay with phys (physical.c) */
   }
-  while (a->all_spans != NULL) {
-    sa_span *sp = a->all_spans;
-    a->all_spans = sp->all_next;
+  while (a->spans.all_spans != NULL) {
+    sa_span *sp = a->spans.all_spans;
+    a->spans.all_spans = sp->all_next;
     free(sp->marks);
     free(sp);
   }
-  a->runs = a->spare_runs = NULL;
-  a->spare_spans = a->fit_root = NULL;
+  a->spans.runs = a->spans.spare_runs = NULL;
+  a->spans.spare_spans = a->spans.fit_root = NULL;
   sa__live_fini(a);
   return first;
 }

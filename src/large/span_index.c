@@ -85,17 +85,17 @@ static sa_span *remove_node(sa_span *t, sa_span *n) {
 void sa__fit_insert(sa_arena *a, sa_span *sp) {
   sp->left = sp->right = NULL;
   sp->prio = priority(sp->base);
-  a->fit_root = insert(a->fit_root, sp);
+  a->spans.fit_root = insert(a->spans.fit_root, sp);
 }
 
 void sa__fit_remove(sa_arena *a, sa_span *sp) {
-  a->fit_root = remove_node(a->fit_root, sp);
+  a->spans.fit_root = remove_node(a->spans.fit_root, sp);
   sp->left = sp->right = NULL;
 }
 
 sa_span *sa__fit_ceiling(const sa_arena *a, size_t size, uintptr_t base) {
   sa_span *best = NULL;
-  for (sa_span *t = a->fit_root; t != NULL;) {
+  for (sa_span *t = a->spans.fit_root; t != NULL;) {
     if (before(t, size, base)) {
       t = t->right;
     } else {
@@ -141,7 +141,7 @@ static void fit_walk_node(const sa_span *t, unsigned depth, fit_walk *w) {
 
 size_t sa__fit_check(const sa_arena *a) {
   fit_walk w = {NULL, 0, 0};
-  fit_walk_node(a->fit_root, 1, &w);
+  fit_walk_node(a->spans.fit_root, 1, &w);
   unsigned log2n = 1;
   while (((size_t)1 << log2n) < w.nodes) log2n++;
   SA_CHECK(TREAP, w.depth <= 4 * log2n, "depth at most 4 log2 n");
@@ -157,7 +157,7 @@ static size_t slot_of(uintptr_t base, size_t mask) {
 }
 
 sa_status sa__live_reserve(sa_arena *a) {
-  sa_live_map *m = &a->live_map;
+  sa_live_map *m = &a->spans.live_map;
   if ((m->n + 1) * 2 <= m->cap) return SA_OK;
   size_t cap = m->cap ? m->cap * 2 : 64;
   sa_span **slots = calloc(cap, sizeof *slots);
@@ -176,7 +176,7 @@ sa_status sa__live_reserve(sa_arena *a) {
 }
 
 void sa__live_insert(sa_arena *a, sa_span *sp) {
-  sa_live_map *m = &a->live_map; /* room made by sa__live_reserve */
+  sa_live_map *m = &a->spans.live_map; /* room made by sa__live_reserve */
   size_t j = slot_of(sp->base, m->cap - 1);
   while (m->slots[j] != NULL) j = (j + 1) & (m->cap - 1);
   m->slots[j] = sp;
@@ -192,12 +192,12 @@ static size_t live_slot(const sa_live_map *m, uintptr_t base) {
 }
 
 sa_span *sa__live_find(const sa_arena *a, uintptr_t base) {
-  size_t j = live_slot(&a->live_map, base);
-  return j == SIZE_MAX ? NULL : a->live_map.slots[j];
+  size_t j = live_slot(&a->spans.live_map, base);
+  return j == SIZE_MAX ? NULL : a->spans.live_map.slots[j];
 }
 
 void sa__live_remove(sa_arena *a, sa_span *sp) {
-  sa_live_map *m = &a->live_map;
+  sa_live_map *m = &a->spans.live_map;
   size_t hole = live_slot(m, sp->base), mask = m->cap - 1;
   if (hole == SIZE_MAX) return;
   m->slots[hole] = NULL;
@@ -215,6 +215,6 @@ void sa__live_remove(sa_arena *a, sa_span *sp) {
 }
 
 void sa__live_fini(sa_arena *a) {
-  free(a->live_map.slots);
-  a->live_map = (sa_live_map){0};
+  free(a->spans.live_map.slots);
+  a->spans.live_map = (sa_live_map){0};
 }

@@ -33,7 +33,7 @@ static void advance(sa_arena *a, sa_timeline *tl, uint64_t done) {
   if (done <= tl->done) return;
   for (unsigned k = 0; k < SA_TIMELINE_EVENTS; k++)
     if (tl->ticket[k] > tl->done && tl->ticket[k] <= done)
-      atomic_fetch_sub_explicit(&a->xevents_in_flight, 1, memory_order_relaxed);
+      atomic_fetch_sub_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
   tl->done = done;
 }
 
@@ -86,11 +86,11 @@ static sa_status mark(sa_arena *a, sa_stream_arena *sa, uint64_t *ticket) {
   if (st != SA_OK) {
     /* What the event marks now is unknown: nothing maps to it any more
      * (older tickets map to a later slot). */
-    if (in_flight) atomic_fetch_sub_explicit(&a->xevents_in_flight, 1, memory_order_relaxed);
+    if (in_flight) atomic_fetch_sub_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
     tl->ticket[k] = 0;
     return st;
   }
-  if (!in_flight) atomic_fetch_add_explicit(&a->xevents_in_flight, 1, memory_order_relaxed);
+  if (!in_flight) atomic_fetch_add_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
   tl->ticket[k] = t;
   tl->next = t;
   *ticket = t;

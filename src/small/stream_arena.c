@@ -26,12 +26,12 @@
  * its handle was found by the driver's stream id: then it is never looked
  * up or driven again, and it is freed once nothing refers to it (reap).
  * Pointers to it are counted (xentries: thread cache entries and other
- * holders; nsuperblocks; xspans) or held under streams_rw; what only
+ * holders; nsuperblocks; xspans) or held under streams.rw; what only
  * compares stream arenas (a free span's or a global superblock's last
  * stream) keeps the id.
  *
- * Lock order: the record side table's record_rw (record.c), thread_cache.c's
- * entries lock, streams_rw, a stream arena lock, the arena lock.
+ * Lock order: the record side table's records.rw (record.c), thread_cache.c's
+ * entries lock, streams.rw, a stream arena lock, the arena lock.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -131,7 +131,7 @@ void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, u
 /* gen: as block_return's. */
 static void deferred_release(sa_stream_arena *sa, sa_deferred *d, uint64_t gen, bool named) {
   for (uint32_t i = 0; i < d->n; i++) block_return(sa, d->blocks[i].p, gen, named);
-  atomic_fetch_sub_explicit(&sa->arena->xdeferred_blocks, d->n, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&sa->arena->stats.xdeferred_blocks, d->n, memory_order_relaxed);
   sa__deferred_free(d);
 }
 
@@ -252,7 +252,7 @@ void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d) {
    * (its work is ordered before its reuse there): until its superblock
    * empties in a call on it, they are its work from before now. */
   if (d->gen == UINT64_MAX) d->gen = sa__sync_gen(owner->arena);
-  atomic_fetch_add_explicit(&owner->arena->xdeferred_blocks, d->n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&owner->arena->stats.xdeferred_blocks, d->n, memory_order_relaxed);
   d->freer = NULL; /* it may be freed from now on */
   sa__handoff_publish(&d->xhandoff);
   /* Under the owner's lock: the blocks keep a gone owner alive (see reap)
@@ -436,17 +436,17 @@ static void stream_arena_free(sa_stream_arena *sa) {
   free(sa);
 }
 
-/* The arena's list: arena lock, and streams_rw held for writing to unlink. */
+/* The arena's list: arena lock, and streams.rw held for writing to unlink. */
 SA_DLIST_FUNCTIONS(streams, sa_stream_arena, next, prev)
 
 void sa__stream_arenas_reap(sa_arena *a) {
   /* Only a gone one can go, and only those are walked (on their own list):
    * a new stream among thousands of live ones took a lock of each. One
    * marked gone meanwhile waits for the next reap. */
-  if (atomic_load_explicit(&a->xgone_streams, memory_order_acquire) == 0) return;
-  pthread_rwlock_wrlock(&a->streams_rw); /* nobody walks the lists but lookups */
+  if (atomic_load_explicit(&a->streams.xgone, memory_order_acquire) == 0) return;
+  pthread_rwlock_wrlock(&a->streams.rw); /* nobody walks the lists but lookups */
   pthread_mutex_lock(&a->lock);
-  sa_stream_arena *head = a->gone_streams; /* mark_gone only prepends */
+  sa_stream_arena *head = a->streams.gone; /* mark_gone only prepends */
   pthread_mutex_unlock(&a->lock);
   /* A batch that reached one after it went was drained once, its events
    * maybe pending; no call names its stream to drain it again: look now,
@@ -468,28 +468,28 @@ void sa__stream_arenas_reap(sa_arena *a) {
      * (forgotten) and in marks that wait for their work (then they stay).
      * One query of an unreleased one's latest ticket says if all is done. */
     bool named = false;
-    for (sa_stream_arena *sa = a->gone_streams; sa != NULL; sa = sa->gone_next) {
+    for (sa_stream_arena *sa = a->streams.gone; sa != NULL; sa = sa->gone_next) {
       if (!sa->doomed || sa->timeline.next == 0) continue;
       named = true;
       if (!sa->synced) (void)sa__timeline_reached(a, sa, sa->timeline.next, false);
     }
     if (named) sa__span_forget_doomed(a);
-    for (sa_stream_arena **p = &a->gone_streams; *p != NULL;) {
+    for (sa_stream_arena **p = &a->streams.gone; *p != NULL;) {
       sa_stream_arena *sa = *p;
       if (!sa->doomed) {
         p = &sa->gone_next;
         continue;
       }
       sa__timeline_release(a, sa); /* nothing waits on its events any more */
-      atomic_fetch_sub_explicit(&a->xgone_streams, 1, memory_order_relaxed);
+      atomic_fetch_sub_explicit(&a->streams.xgone, 1, memory_order_relaxed);
       *p = sa->gone_next;
-      streams_unlink(&a->streams, sa);
+      streams_unlink(&a->streams.list, sa);
       sa->next = dead;
       dead = sa;
     }
     pthread_mutex_unlock(&a->lock);
   }
-  pthread_rwlock_unlock(&a->streams_rw);
+  pthread_rwlock_unlock(&a->streams.rw);
   while (dead != NULL) {
     sa_stream_arena *next = dead->next;
     stream_arena_free(dead);
@@ -507,7 +507,7 @@ void sa__stream_arenas_reap(sa_arena *a) {
 /* The index made at the first stream; doubled past one per bucket, unless
  * host memory is short (longer chains then, nothing lost). */
 static sa_status live_insert(sa_arena *a, sa_stream_arena *sa) {
-  sa_chain_table *t = &a->live_index;
+  sa_chain_table *t = &a->streams.live_index;
   if (t->heads == NULL) {
     if (!sa__chain_create(t, LIVE_FIRST_BITS, LIVE_KEY_SHIFT)) return SA_ERR_OUT_OF_MEMORY;
   } else if (t->n >= sa__chain_buckets(t)) {
@@ -526,10 +526,10 @@ static void mark_gone(sa_arena *a, sa_stream_arena *sa, bool synced) {
   if (!gone(sa)) {
     sa->synced = synced;
     atomic_store_explicit(&sa->xgone, true, memory_order_release);
-    sa__chain_remove(&a->live_index, &sa->live_link); /* never looked up again */
-    sa->gone_next = a->gone_streams; /* for reap */
-    a->gone_streams = sa;
-    atomic_fetch_add_explicit(&a->xgone_streams, 1, memory_order_release);
+    sa__chain_remove(&a->streams.live_index, &sa->live_link); /* never looked up again */
+    sa->gone_next = a->streams.gone; /* for reap */
+    a->streams.gone = sa;
+    atomic_fetch_add_explicit(&a->streams.xgone, 1, memory_order_release);
     atomic_fetch_add_explicit(&a->xstream_epoch, 1, memory_order_release);
     if (synced) sa__timeline_release(a, sa); /* its work is done: spans need not wait */
   }
@@ -539,7 +539,7 @@ static void mark_gone(sa_arena *a, sa_stream_arena *sa, bool synced) {
 
 /* The live stream arena with handle s (arena lock held). */
 static sa_stream_arena *find_live(sa_arena *a, sa_stream s) {
-  sa_chain_link *l = sa__chain_get(&a->live_index, (uintptr_t)s);
+  sa_chain_link *l = sa__chain_get(&a->streams.live_index, (uintptr_t)s);
   return sa__chain_entry(l, sa_stream_arena, live_link);
 }
 
@@ -569,8 +569,8 @@ sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out) 
         stream_arena_free(fresh);
         return SA_ERR_OUT_OF_MEMORY;
       }
-      fresh->id = ++a->next_stream_id;
-      streams_push(&a->streams, fresh);
+      fresh->id = ++a->streams.next_id;
+      streams_push(&a->streams.list, fresh);
       pthread_mutex_unlock(&a->lock);
       *out = fresh;
       return SA_OK;
@@ -601,9 +601,9 @@ sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out) 
 }
 
 void sa__stream_arenas_settle(sa_arena *a) {
-  pthread_rwlock_rdlock(&a->streams_rw);
+  pthread_rwlock_rdlock(&a->streams.rw);
   pthread_mutex_lock(&a->lock);
-  sa_stream_arena *head = a->streams; /* only reap unlinks, under streams_rw */
+  sa_stream_arena *head = a->streams.list; /* only reap unlinks, under streams.rw */
   pthread_mutex_unlock(&a->lock);
   /* Parked batches first: they land in other stream arenas' inboxes. */
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
@@ -613,13 +613,13 @@ void sa__stream_arenas_settle(sa_arena *a) {
     push_all(clean);
   }
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) sa__stream_arena_shed(sa, false);
-  pthread_rwlock_unlock(&a->streams_rw);
+  pthread_rwlock_unlock(&a->streams.rw);
   sa__stream_arenas_reap(a);
 }
 
 size_t sa__stream_arenas_live(sa_arena *a) {
   pthread_mutex_lock(&a->lock);
-  size_t n = a->live_index.n; /* the live index holds exactly those not gone */
+  size_t n = a->streams.live_index.n; /* the live index holds exactly those not gone */
   pthread_mutex_unlock(&a->lock);
   return n;
 }
@@ -733,17 +733,17 @@ size_t sa__stream_arenas_check(sa_arena *a) {
   /* Every superblock, and its owner, to count what each stream arena owns
    * (a full superblock is on no list of its owner). */
   size_t nsb = 0, visited = 0;
-  for (const sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next) nsb++;
+  for (const sa_superblock *sb = a->small.all_superblocks; sb != NULL; sb = sb->all_next) nsb++;
   uintptr_t *owners = malloc((nsb + 1) * sizeof *owners); /* NULL: not counted */
   size_t nowned = 0;
-  for (const sa_superblock *sb = a->all_superblocks; sb != NULL; sb = sb->all_next) {
+  for (const sa_superblock *sb = a->small.all_superblocks; sb != NULL; sb = sb->all_next) {
     visited += sa__superblock_check(sb);
     if (owners != NULL && sb->owner != NULL) owners[nowned++] = (uintptr_t)sb->owner;
   }
   if (owners != NULL) qsort(owners, nowned, sizeof *owners, by_address);
   size_t live = 0, ngone = 0, gone_listed = 0, owned = 0;
   const sa_stream_arena *prev = NULL;
-  for (const sa_stream_arena *sa = a->streams; sa != NULL; prev = sa, sa = sa->next) {
+  for (const sa_stream_arena *sa = a->streams.list; sa != NULL; prev = sa, sa = sa->next) {
     SA_CHECK(STREAM_ARENA, sa->prev == prev && sa->arena == a, "the arena's list: links agree");
     visited += sa__stream_arena_check(sa);
     sa__timeline_check(sa);
@@ -763,20 +763,20 @@ size_t sa__stream_arenas_check(sa_arena *a) {
   }
   SA_CHECK(STREAM_ARENA, owners == NULL || owned == nowned, "an owner is on the arena's list");
   free(owners);
-  SA_CHECK(STREAM_ARENA, live == a->live_index.n, "the live index holds the live stream arenas");
-  for (const sa_stream_arena *sa = a->gone_streams; sa != NULL; sa = sa->gone_next) {
+  SA_CHECK(STREAM_ARENA, live == a->streams.live_index.n, "the live index holds the live stream arenas");
+  for (const sa_stream_arena *sa = a->streams.gone; sa != NULL; sa = sa->gone_next) {
     SA_CHECK(STREAM_ARENA, gone(sa), "the gone list holds gone stream arenas");
     gone_listed++;
   }
   SA_CHECK(STREAM_ARENA, gone_listed == ngone, "the gone list holds the gone stream arenas");
   SA_CHECK(STREAM_ARENA,
-           gone_listed == atomic_load_explicit(&a->xgone_streams, memory_order_relaxed),
-           "xgone_streams is the length of the gone list");
+           gone_listed == atomic_load_explicit(&a->streams.xgone, memory_order_relaxed),
+           "streams.xgone is the length of the gone list");
   return visited + nsb;
 }
 
 void sa__stream_arenas_destroy(sa_arena *a) {
-  for (sa_stream_arena *sa = a->streams, *n; sa != NULL; sa = n) {
+  for (sa_stream_arena *sa = a->streams.list, *n; sa != NULL; sa = n) {
     n = sa->next;
     pthread_mutex_lock(&a->lock);
     sa__timeline_release(a, sa);
@@ -792,7 +792,7 @@ void sa__stream_arenas_destroy(sa_arena *a) {
         d->lane_next->lane_tail = d->lane_tail;
       }
       for (unsigned i = 0; i < d->nevents; i++) (void)sa__event_settle(a, d->events[i]);
-      atomic_fetch_sub_explicit(&a->xdeferred_blocks, d->n, memory_order_relaxed);
+      atomic_fetch_sub_explicit(&a->stats.xdeferred_blocks, d->n, memory_order_relaxed);
       sa__deferred_free(d);
     }
     while (sa->parked != NULL) {
@@ -804,7 +804,7 @@ void sa__stream_arenas_destroy(sa_arena *a) {
       if (sb->event != NULL) (void)sa__event_settle(a, sb->event);
     stream_arena_free(sa);
   }
-  a->streams = NULL;
-  a->gone_streams = NULL;
-  sa__chain_destroy(&a->live_index);
+  a->streams.list = NULL;
+  a->streams.gone = NULL;
+  sa__chain_destroy(&a->streams.live_index);
 }

@@ -89,15 +89,15 @@ size_t sa__superblock_check(const sa_superblock *sb) {
  * the other way for the active ones (active 0: it appears or goes). */
 static void count(sa_arena *a, const sa_superblock *sb, int empty, int active) {
   if (empty > 0) {
-    atomic_fetch_add_explicit(&a->xsuperblocks_empty, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&a->xsuperblock_empty_bytes, sb->hdr.size, memory_order_relaxed);
+    atomic_fetch_add_explicit(&a->small.xsuperblocks_empty, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&a->small.xsuperblock_empty_bytes, sb->hdr.size, memory_order_relaxed);
   }
-  if (active > 0) atomic_fetch_add_explicit(&a->xsuperblocks_active, 1, memory_order_relaxed);
+  if (active > 0) atomic_fetch_add_explicit(&a->small.xsuperblocks_active, 1, memory_order_relaxed);
   if (empty < 0) {
-    atomic_fetch_sub_explicit(&a->xsuperblocks_empty, 1, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&a->xsuperblock_empty_bytes, sb->hdr.size, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&a->small.xsuperblocks_empty, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&a->small.xsuperblock_empty_bytes, sb->hdr.size, memory_order_relaxed);
   }
-  if (active < 0) atomic_fetch_sub_explicit(&a->xsuperblocks_active, 1, memory_order_relaxed);
+  if (active < 0) atomic_fetch_sub_explicit(&a->small.xsuperblocks_active, 1, memory_order_relaxed);
 }
 
 void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb) { count(a, sb, +1, -1); }
@@ -105,7 +105,7 @@ void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb) { count(a, sb,
 /* sb onto the global stack as it is. */
 static void push_global(sa_arena *a, sa_superblock *sb) {
   sa__handoff_publish(&sb->xhandoff);
-  ck_stack_push_mpmc(&a->free_superblocks, &sb->link);
+  ck_stack_push_mpmc(&a->small.free_superblocks, &sb->link);
 }
 
 void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e, uint64_t event_owner) {
@@ -117,7 +117,7 @@ void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e, uint64
 }
 
 sa_superblock *sa__superblock_pop_global(sa_arena *a) {
-  ck_stack_entry_t *e = ck_stack_pop_mpmc(&a->free_superblocks);
+  ck_stack_entry_t *e = ck_stack_pop_mpmc(&a->small.free_superblocks);
   if (e == NULL) return NULL;
   sa_superblock *sb = (sa_superblock *)((char *)e - offsetof(sa_superblock, link));
   sa__handoff_accept(&sb->xhandoff);
@@ -165,10 +165,10 @@ static sa_status map_fresh(sa_arena *a, sa_desc *d, size_t bytes, size_t limit) 
 
 /* Superblocks of size bytes the next slab maps together (1: none). */
 static uint32_t slab_slots(const sa_arena *a, size_t size) {
-  if (a->budgeted || a->cfg.chunk_size != 0) return 1;
+  if (a->physical.budgeted || a->cfg.chunk_size != 0) return 1;
   uint32_t least = size < a->gran ? (uint32_t)(a->gran / size) : 1; /* a granule */
-  size_t mapped = atomic_load_explicit(&a->xsuperblocks_active, memory_order_relaxed) +
-                  atomic_load_explicit(&a->xsuperblocks_empty, memory_order_relaxed);
+  size_t mapped = atomic_load_explicit(&a->small.xsuperblocks_active, memory_order_relaxed) +
+                  atomic_load_explicit(&a->small.xsuperblocks_empty, memory_order_relaxed);
   uint32_t k = 1;
   while (k * 2 <= SA_SLAB_MAX && k * 2 <= mapped / SA_SLAB_SHARE &&
          (size_t)k * 2 * size <= SA_CHUNK_MAX)
@@ -183,15 +183,15 @@ SA_DLIST_FUNCTIONS(slab, sa_slab, next, prev)
 
 /* A free slot of size bytes in a slab: its address, 0 if none. */
 static uintptr_t slab_take(sa_arena *a, size_t size, sa_slab **slab, uint32_t *slot) {
-  for (sa_slab *sl = a->slabs; sl != NULL; sl = sl->next) {
+  for (sa_slab *sl = a->small.slabs; sl != NULL; sl = sl->next) {
     if (sl->slot != size) continue;
     *slab = sl;
     *slot = sl->free_slots[--sl->nfree];
     sl->ncarved++;
-    a->slab_free_bytes -= size;
+    a->small.slab_free_bytes -= size;
     if (sl->nfree == 0) {
-      slab_unlink(&a->slabs, sl);
-      slab_push(&a->full_slabs, sl);
+      slab_unlink(&a->small.slabs, sl);
+      slab_push(&a->small.full_slabs, sl);
     }
     return sl->hdr.base + (uintptr_t)*slot * size;
   }
@@ -212,15 +212,15 @@ static sa_status slab_new(sa_arena *a, size_t size, uint32_t k, size_t limit) {
   sl->slot = size;
   sl->nslots = k;
   for (uint32_t i = 0; i < k; i++) sl->free_slots[sl->nfree++] = k - 1 - i;
-  a->slab_free_bytes += bytes;
-  slab_push(&a->slabs, sl);
+  a->small.slab_free_bytes += bytes;
+  slab_push(&a->small.slabs, sl);
   return SA_OK;
 }
 
 size_t sa__slabs_check(const sa_arena *a) {
   static const char SLAB[] = "slab";
   size_t visited = 0, free_bytes = 0;
-  const sa_slab *const lists[2] = {a->slabs, a->full_slabs};
+  const sa_slab *const lists[2] = {a->small.slabs, a->small.full_slabs};
   for (int full = 0; full < 2; full++) {
     const sa_slab *prev = NULL;
     for (const sa_slab *sl = lists[full]; sl != NULL; prev = sl, sl = sl->next, visited++) {
@@ -242,7 +242,7 @@ size_t sa__slabs_check(const sa_arena *a) {
       free_bytes += (size_t)sl->nfree * sl->slot;
     }
   }
-  SA_CHECK(SLAB, free_bytes == a->slab_free_bytes, "slab_free_bytes is the sum of free slots");
+  SA_CHECK(SLAB, free_bytes == a->small.slab_free_bytes, "slab_free_bytes is the sum of free slots");
   return visited;
 }
 
@@ -252,8 +252,8 @@ size_t sa__slabs_check(const sa_arena *a) {
 static bool slab_unmap(sa_arena *a, sa_slab *sl) {
   if (sa__physical_unmap(a, &sl->hdr) != SA_OK) return false;
   sa__va_free(a, sl->hdr.base, sl->hdr.size);
-  a->slab_free_bytes -= (size_t)sl->nfree * sl->slot;
-  slab_unlink(&a->slabs, sl); /* none carved: every slot free */
+  a->small.slab_free_bytes -= (size_t)sl->nfree * sl->slot;
+  slab_unlink(&a->small.slabs, sl); /* none carved: every slot free */
   free(sl);
   return true;
 }
@@ -262,12 +262,12 @@ static bool slab_unmap(sa_arena *a, sa_slab *sl) {
 static void slab_put(sa_arena *a, sa_slab *sl, uint32_t slot) {
   SA_ASSERT(sl->ncarved > 0 && sl->nfree < sl->nslots && slot < sl->nslots);
   if (sl->nfree == 0) { /* a slot free again */
-    slab_unlink(&a->full_slabs, sl);
-    slab_push(&a->slabs, sl);
+    slab_unlink(&a->small.full_slabs, sl);
+    slab_push(&a->small.slabs, sl);
   }
   sl->free_slots[sl->nfree++] = slot;
   sl->ncarved--;
-  a->slab_free_bytes += sl->slot;
+  a->small.slab_free_bytes += sl->slot;
   if (sl->ncarved == 0) (void)slab_unmap(a, sl);
 }
 
@@ -275,7 +275,7 @@ void sa__superblock_slabs_unmap_free(sa_arena *a) {
   /* Slabs whose unmap the driver refused when their last slot came back.
    * Kept until destroy, those stranded their memory: the arena's cap shrank
    * with every such failure, even after the driver recovered. */
-  for (sa_slab *sl = a->slabs, *next; sl != NULL; sl = next) {
+  for (sa_slab *sl = a->small.slabs, *next; sl != NULL; sl = next) {
     next = sl->next;
     if (sl->ncarved == 0 && sl->nfree == sl->nslots) (void)slab_unmap(a, sl);
   }
@@ -294,9 +294,9 @@ static void slabs_fini(sa_arena *a, sa_slab **list, sa_status *first) {
 
 sa_status sa__superblock_slabs_fini(sa_arena *a) {
   sa_status first = SA_OK;
-  slabs_fini(a, &a->slabs, &first);
-  slabs_fini(a, &a->full_slabs, &first);
-  a->slab_free_bytes = 0;
+  slabs_fini(a, &a->small.slabs, &first);
+  slabs_fini(a, &a->small.full_slabs, &first);
+  a->small.slab_free_bytes = 0;
   return first;
 }
 
@@ -323,8 +323,8 @@ static sa_status unmap(sa_arena *a, sa_superblock *sb) {
     }
   }
   sb->hdr.base = 0;
-  sb->next = a->spare_superblocks;
-  a->spare_superblocks = sb;
+  sb->next = a->small.spare_superblocks;
+  a->small.spare_superblocks = sb;
   return SA_OK;
 }
 
@@ -335,7 +335,7 @@ void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, bool wait,
     pthread_mutex_lock(&a->lock);
     sb->event = NULL; /* under the lock: the reports read it (report.c) */
     st = unmap(a, sb);
-    SA_VALIDATE_PACED(&a->slab_pace, sa__slabs_check(a));
+    SA_VALIDATE_PACED(&a->small.slab_pace, sa__slabs_check(a));
     pthread_mutex_unlock(&a->lock);
   }
   if (st != SA_OK) {
@@ -365,9 +365,9 @@ void sa__superblock_push_all(sa_arena *a, sa_superblock *list) {
  * reserve_limit, a chunk_size: their reshapes stitch unmapped pieces,
  * dataframe with chunk_size=8MiB 1.060 x peak live, 1.246 carving). */
 static bool carve_in_spans(const sa_arena *a, size_t size) {
-  if (a->budgeted || a->cfg.reserve_limit_bytes != 0 || a->cfg.chunk_size != 0) return false;
+  if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 || a->cfg.chunk_size != 0) return false;
   size_t soft = sa__physical_soft_limit(a);
-  return a->physical_bytes + size > soft && sa__physical_remap_allowance(a, soft) >= size;
+  return a->physical.bytes + size > soft && sa__physical_remap_allowance(a, soft) >= size;
 }
 
 /* Memory for sb (hdr.size bytes), its pages named: free span memory
@@ -381,7 +381,7 @@ static sa_status place(sa_arena *a, sa_stream_arena *sa, sa_superblock *sb, size
     if (st != SA_OK) return st;
     if (sb->span != NULL) {
       sb->hdr.base = sb->span->base;
-      atomic_fetch_add_explicit(&a->xcarved_bytes, size, memory_order_relaxed);
+      atomic_fetch_add_explicit(&a->physical.xcarved_bytes, size, memory_order_relaxed);
       return SA_OK;
     }
   }
@@ -413,7 +413,7 @@ static sa_status carve(sa_arena *a, sa_stream_arena *sa, size_t size, size_t nee
   pthread_mutex_lock(&a->lock);
   /* A spare descriptor whose state bytes cover this size, else a new one:
    * state arrays never move or shrink (see sa_superblock.state). */
-  sa_superblock **psb = &a->spare_superblocks, *sb;
+  sa_superblock **psb = &a->small.spare_superblocks, *sb;
   while (*psb != NULL && (*psb)->nstate < nstate) psb = &(*psb)->next;
   if ((sb = *psb) != NULL) {
     *psb = sb->next;
@@ -429,8 +429,8 @@ static sa_status carve(sa_arena *a, sa_stream_arena *sa, size_t size, size_t nee
     sb->hdr.kind = SA_DESC_SUPERBLOCK;
     sb->state = state;
     sb->nstate = nstate;
-    sb->all_next = a->all_superblocks;
-    a->all_superblocks = sb;
+    sb->all_next = a->small.all_superblocks;
+    a->small.all_superblocks = sb;
   }
   sb->hdr.size = size;
   sb->slab = NULL;
@@ -438,10 +438,10 @@ static sa_status carve(sa_arena *a, sa_stream_arena *sa, size_t size, size_t nee
   sa_status st = place(a, sa, sb, limit);
   if (st != SA_OK) { /* nothing mapped on it (physical.c keeps a refused unwind) */
     sb->hdr.base = 0;
-    sb->next = a->spare_superblocks;
-    a->spare_superblocks = sb;
+    sb->next = a->small.spare_superblocks;
+    a->small.spare_superblocks = sb;
   }
-  SA_VALIDATE_PACED(&a->slab_pace, sa__slabs_check(a));
+  SA_VALIDATE_PACED(&a->small.slab_pace, sa__slabs_check(a));
   pthread_mutex_unlock(&a->lock);
   if (st == SA_OK) *out = sb;
   return st;
@@ -474,9 +474,9 @@ static sa_superblock *take_local(sa_stream_arena *sa, size_t need) {
  * the user's chunk_size). Owner lock held. */
 static size_t fresh_size(const sa_stream_arena *sa, size_t need, unsigned cls) {
   const sa_arena *a = sa->arena;
-  size_t full = atomic_load_explicit(&a->xsuperblock_size, memory_order_relaxed);
-  size_t page = (size_t)1 << a->page_shift;
-  if (a->budgeted || a->cfg.chunk_size != 0 || page == a->gran) return full;
+  size_t full = atomic_load_explicit(&a->small.xsuperblock_size, memory_order_relaxed);
+  size_t page = (size_t)1 << a->range.page_shift;
+  if (a->physical.budgeted || a->cfg.chunk_size != 0 || page == a->gran) return full;
   size_t size = page;
   while (size * SA_SLAB_MAX < a->gran) size *= 2; /* a slab's slots hold the granule */
   size_t refill = sa_class_refill(cls);

@@ -170,13 +170,13 @@ static void entry_retire(sa_tentry *e) {
     entry_flush_all(e, false);
     sa__tentry_publish_live(e);
     entry_unbind(e);
-    atomic_fetch_add_explicit(&a->xretired_fast_allocs,
+    atomic_fetch_add_explicit(&a->tcaches.xretired_fast_allocs,
                               atomic_load_explicit(&e->xfast_allocs, memory_order_relaxed),
                               memory_order_relaxed);
-    atomic_fetch_add_explicit(&a->xretired_fast_frees,
+    atomic_fetch_add_explicit(&a->tcaches.xretired_fast_frees,
                               atomic_load_explicit(&e->xfast_frees, memory_order_relaxed),
                               memory_order_relaxed);
-    arena_entries_unlink(&a->entries, e);
+    arena_entries_unlink(&a->tcaches.entries, e);
   }
   pthread_mutex_unlock(&entries_lock);
   entry_free(e);
@@ -191,8 +191,8 @@ static void tcache_exit(void *arg) {
 
 void sa__entries_detach(sa_arena *a) {
   pthread_mutex_lock(&entries_lock);
-  sa_tentry *e = a->entries;
-  a->entries = NULL;
+  sa_tentry *e = a->tcaches.entries;
+  a->tcaches.entries = NULL;
   while (e != NULL) {
     sa_tentry *next = e->arena_next;
     /* From this store on the entry is its owner's to free at any moment. */
@@ -210,9 +210,9 @@ void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees) {
    * adds to it and unlinks its entry: each entry counts once, live or
    * retired. Read before the lock, an entry retired in between counted
    * in neither. */
-  *allocs = atomic_load_explicit(&a->xretired_fast_allocs, memory_order_relaxed);
-  *frees = atomic_load_explicit(&a->xretired_fast_frees, memory_order_relaxed);
-  for (sa_tentry *e = a->entries; e != NULL; e = e->arena_next) {
+  *allocs = atomic_load_explicit(&a->tcaches.xretired_fast_allocs, memory_order_relaxed);
+  *frees = atomic_load_explicit(&a->tcaches.xretired_fast_frees, memory_order_relaxed);
+  for (sa_tentry *e = a->tcaches.entries; e != NULL; e = e->arena_next) {
     *allocs += atomic_load_explicit(&e->xfast_allocs, memory_order_relaxed);
     *frees += atomic_load_explicit(&e->xfast_frees, memory_order_relaxed);
   }
@@ -271,12 +271,12 @@ static sa_status entry_create(sa_arena *a, sa_stream s, sa_stream_arena *sa, sa_
   if (e == NULL) return SA_ERR_OUT_OF_MEMORY;
   e->stream = s;
   e->epoch = atomic_load_explicit(&a->xstream_epoch, memory_order_acquire);
-  e->va_base = a->va_base;
-  e->va_size = a->va_size;
+  e->va_base = a->range.base;
+  e->va_size = a->range.size;
   atomic_store_explicit(&e->xarena, a, memory_order_relaxed);
   pthread_mutex_lock(&entries_lock);
   entry_bind_to(e, sa);
-  arena_entries_push(&a->entries, e);
+  arena_entries_push(&a->tcaches.entries, e);
   pthread_mutex_unlock(&entries_lock);
   *out = e;
   return SA_OK;

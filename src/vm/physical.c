@@ -23,7 +23,7 @@
  * A descriptor's range (a superblock, a run of spans) is backed by chunks
  * mapped back to back; they need not lie in order ("stitching"). Unmapped
  * chunks wait in the chunk cache, and a growth maps cached chunks that fit
- * before it creates anything. The footprint (physical_bytes) counts every
+ * before it creates anything. The footprint (physical.bytes) counts every
  * chunk held, mapped or cached; release_cached gives cached ones back.
  *
  * The remapping ledger (created and remapped bytes) is kept here, where
@@ -39,17 +39,17 @@
 #include "../internal.h"
 
 static void cache_push(sa_arena *a, sa_chunk *p) {
-  p->next = a->chunk_cache;
-  a->chunk_cache = p;
-  a->chunk_cache_bytes += p->size;
+  p->next = a->physical.cache;
+  a->physical.cache = p;
+  a->physical.cache_bytes += p->size;
   p->phys->cached += p->size;
 }
 
 static void cache_unlink(sa_arena *a, sa_chunk **pp) {
   sa_chunk *p = *pp;
-  SA_ASSERT(a->chunk_cache_bytes >= p->size && p->phys->cached == p->size);
+  SA_ASSERT(a->physical.cache_bytes >= p->size && p->phys->cached == p->size);
   *pp = p->next;
-  a->chunk_cache_bytes -= p->size;
+  a->physical.cache_bytes -= p->size;
   p->phys->cached -= p->size;
   p->next = NULL;
 }
@@ -77,16 +77,16 @@ static int larger_first(const void *x, const void *y) {
  * succeed); the others are still released, so that arena destroy leaks only
  * the refused ones. */
 size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
-  if (a->chunk_cache_bytes <= keep_bytes) return 0;
+  if (a->physical.cache_bytes <= keep_bytes) return 0;
   size_t n = 0, released = 0;
-  for (sa_phys *ph = a->phys; ph != NULL; ph = ph->next) n += ph->cached == ph->size;
+  for (sa_phys *ph = a->physical.all; ph != NULL; ph = ph->next) n += ph->cached == ph->size;
   sa_phys **order = malloc(n * sizeof *order); /* NULL: in list order */
   size_t k = 0;
-  for (sa_phys *ph = a->phys; ph != NULL && order != NULL; ph = ph->next)
+  for (sa_phys *ph = a->physical.all; ph != NULL && order != NULL; ph = ph->next)
     if (ph->cached == ph->size) order[k++] = ph;
   if (order != NULL) qsort(order, n, sizeof *order, larger_first);
-  sa_phys *next = a->phys;
-  for (size_t i = 0; a->chunk_cache_bytes - released > keep_bytes; i++) {
+  sa_phys *next = a->physical.all;
+  for (size_t i = 0; a->physical.cache_bytes - released > keep_bytes; i++) {
     sa_phys *ph;
     if (order != NULL) {
       if (i == n) break;
@@ -103,24 +103,24 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
   }
   free(order);
   /* Released chunks leave the cache and the arena. */
-  for (sa_chunk **pp = &a->chunk_cache; *pp != NULL;)
+  for (sa_chunk **pp = &a->physical.cache; *pp != NULL;)
     if ((*pp)->phys->released)
       *pp = (*pp)->next;
     else
       pp = &(*pp)->next;
-  a->chunk_cache_bytes -= released;
-  for (sa_phys **pp = &a->phys; *pp != NULL;) {
+  a->physical.cache_bytes -= released;
+  for (sa_phys **pp = &a->physical.all; *pp != NULL;) {
     sa_phys *ph = *pp;
     if (!ph->released) {
       pp = &ph->next;
       continue;
     }
     *pp = ph->next;
-    a->physical_bytes -= ph->size;
-    a->nchunks--;
+    a->physical.bytes -= ph->size;
+    a->physical.nchunks--;
     free(ph);
   }
-  SA_VALIDATE_PACED(&a->physical_pace, sa__physical_check(a));
+  SA_VALIDATE_PACED(&a->physical.pace, sa__physical_check(a));
   return released;
 }
 
@@ -139,12 +139,12 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
  * ran out of memory under 1.03 x). */
 static size_t chunk_size(const sa_arena *a) {
   if (a->cfg.chunk_size != 0) return a->cfg.chunk_size;
-  return a->budgeted ? a->gran : SA_CHUNK_MAX;
+  return a->physical.budgeted ? a->gran : SA_CHUNK_MAX;
 }
 
 /* A new chunk of size bytes as one record; within limit physical bytes. */
 static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_chunk **out) {
-  if (a->physical_bytes + size > limit) return SA_ERR_OUT_OF_MEMORY;
+  if (a->physical.bytes + size > limit) return SA_ERR_OUT_OF_MEMORY;
   sa_phys *ph = calloc(1, sizeof *ph);
   if (ph == NULL) return SA_ERR_OUT_OF_MEMORY;
   sa_status st = a->drv->ops->chunk_create(a->drv, size, &ph->handle);
@@ -155,12 +155,12 @@ static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_chunk **
   sa_chunk *p = &ph->record;
   *p = (sa_chunk){.phys = ph, .size = size};
   ph->size = size;
-  ph->next = a->phys;
-  a->phys = ph;
-  a->physical_bytes += size;
-  a->nchunks++;
-  if (a->physical_bytes > a->physical_peak) a->physical_peak = a->physical_bytes;
-  atomic_fetch_add_explicit(&a->xcreated_bytes, size, memory_order_relaxed);
+  ph->next = a->physical.all;
+  a->physical.all = ph;
+  a->physical.bytes += size;
+  a->physical.nchunks++;
+  if (a->physical.bytes > a->physical.peak) a->physical.peak = a->physical.bytes;
+  atomic_fetch_add_explicit(&a->physical.xcreated_bytes, size, memory_order_relaxed);
   *out = p;
   return SA_OK;
 }
@@ -168,7 +168,7 @@ static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_chunk **
 /* The smallest cached chunk of lo to hi bytes, NULL if none. */
 static sa_chunk **cached_between(sa_arena *a, size_t lo, size_t hi) {
   sa_chunk **best = NULL;
-  for (sa_chunk **pp = &a->chunk_cache; *pp != NULL; pp = &(*pp)->next)
+  for (sa_chunk **pp = &a->physical.cache; *pp != NULL; pp = &(*pp)->next)
     if ((*pp)->size >= lo && (*pp)->size <= hi && (best == NULL || (*pp)->size < (*best)->size))
       best = pp;
   return best;
@@ -192,7 +192,7 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t mos
    * that covers the rest if the place has room for it (the bytes beyond
    * the request stay free there; new memory would cost a chunk and
    * footprint). */
-  for (sa_chunk **pp = &a->chunk_cache; have < need && *pp != NULL;) {
+  for (sa_chunk **pp = &a->physical.cache; have < need && *pp != NULL;) {
     if ((*pp)->size > need - have)
       pp = &(*pp)->next;
     else
@@ -207,12 +207,12 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t mos
    * where they fit under limit. */
   sa_status st = SA_OK;
   size_t missing = have < need ? need - have : 0;
-  if (missing > 0 && a->physical_bytes + missing > limit) {
-    if (a->physical_bytes - a->chunk_cache_bytes + missing <= limit)
+  if (missing > 0 && a->physical.bytes + missing > limit) {
+    if (a->physical.bytes - a->physical.cache_bytes + missing <= limit)
       (void)sa__physical_release_cached(a, 0);
-    if (a->physical_bytes + missing > limit) st = SA_ERR_OUT_OF_MEMORY;
+    if (a->physical.bytes + missing > limit) st = SA_ERR_OUT_OF_MEMORY;
   }
-  if (st == SA_OK && missing > 0 && a->physical_bytes + missing + ahead <= limit)
+  if (st == SA_OK && missing > 0 && a->physical.bytes + missing + ahead <= limit)
     missing += ahead;
   size_t unit = chunk_size(a);
   while (st == SA_OK && missing > 0) {
@@ -232,13 +232,13 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t mos
   }
   if (st != SA_OK) {
     sa__physical_return(a, head); /* new chunks too: a later growth uses them */
-    SA_VALIDATE_PACED(&a->physical_pace, sa__physical_check(a));
+    SA_VALIDATE_PACED(&a->physical.pace, sa__physical_check(a));
     return st;
   }
-  atomic_fetch_add_explicit(&a->xremapped_bytes, remapped, memory_order_relaxed);
+  atomic_fetch_add_explicit(&a->physical.xremapped_bytes, remapped, memory_order_relaxed);
   *out = head;
   *got = have;
-  SA_VALIDATE_PACED(&a->physical_pace, sa__physical_check(a));
+  SA_VALIDATE_PACED(&a->physical.pace, sa__physical_check(a));
   return SA_OK;
 }
 
@@ -250,13 +250,13 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t mos
 static void stuck_push(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks) {
   chunks->phys->stuck_va = va;
   chunks->phys->stuck_size = size;
-  chunks->phys->stuck_next = a->stuck;
-  a->stuck = chunks;
+  chunks->phys->stuck_next = a->physical.stuck;
+  a->physical.stuck = chunks;
 }
 
 sa_status sa__physical_unmap_stuck(sa_arena *a) {
   sa_status first = SA_OK;
-  for (sa_chunk **pp = &a->stuck, *c; (c = *pp) != NULL;) {
+  for (sa_chunk **pp = &a->physical.stuck, *c; (c = *pp) != NULL;) {
     sa_phys *ph = c->phys;
     sa_desc d = {.base = ph->stuck_va, .size = ph->stuck_size, .chunks = c};
     sa_status st = sa__physical_unmap(a, &d); /* chunks to the cache */
@@ -324,15 +324,15 @@ sa_status sa__physical_unmap(sa_arena *a, sa_desc *d) {
  * reshaping at every growth). The arena cannot know a run's peak in
  * advance; the peak so far is what it has proved it needs. */
 size_t sa__physical_soft_limit(const sa_arena *a) {
-  if (a->cfg.reserve_limit_bytes != 0) return a->reserve_limit;
-  int64_t peak = atomic_load_explicit(&a->xlive_peak, memory_order_relaxed);
+  if (a->cfg.reserve_limit_bytes != 0) return a->physical.reserve_limit;
+  int64_t peak = atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed);
   size_t p = peak > 0 ? (size_t)peak : 0;
   /* What the user mapped up front (initial_physical) counts as live: the
    * arena neither reshapes it away nor grows past it by more than the
    * target's slack. */
   if (p < a->cfg.initial_physical_bytes) p = a->cfg.initial_physical_bytes;
   size_t target = p + p / SA_TARGET_SLACK + SA_TARGET_FLOOR * a->gran;
-  return target < a->reserve_limit ? target : a->reserve_limit;
+  return target < a->physical.reserve_limit ? target : a->physical.reserve_limit;
 }
 
 /* The remapping ledger. A reshape remaps memory to avoid a growth, and a
@@ -358,11 +358,11 @@ size_t sa__physical_soft_limit(const sa_arena *a) {
  * again, 500 ns a pair against 140).
  * Under a budget the user set, remapping is what was asked for. */
 size_t sa__physical_remap_allowance(const sa_arena *a, size_t limit) {
-  if (limit >= a->reserve_limit) return SIZE_MAX; /* not the footprint target */
-  size_t created = atomic_load_explicit(&a->xcreated_bytes, memory_order_relaxed);
-  size_t remapped = atomic_load_explicit(&a->xremapped_bytes, memory_order_relaxed) +
-                    atomic_load_explicit(&a->xcarved_bytes, memory_order_relaxed);
-  uint64_t spans = atomic_load_explicit(&a->xlarge_allocs, memory_order_relaxed);
+  if (limit >= a->physical.reserve_limit) return SIZE_MAX; /* not the footprint target */
+  size_t created = atomic_load_explicit(&a->physical.xcreated_bytes, memory_order_relaxed);
+  size_t remapped = atomic_load_explicit(&a->physical.xremapped_bytes, memory_order_relaxed) +
+                    atomic_load_explicit(&a->physical.xcarved_bytes, memory_order_relaxed);
+  uint64_t spans = atomic_load_explicit(&a->stats.xlarge_allocs, memory_order_relaxed);
   size_t share = a->cfg.chunk_size != 0 ? 1 : SA_REMAP_SHARE;
   size_t credit = created / share + (size_t)(spans / SA_REMAP_TRICKLE) * a->gran;
   return credit > remapped ? credit - remapped : 0;
@@ -371,40 +371,40 @@ size_t sa__physical_remap_allowance(const sa_arena *a, size_t limit) {
 size_t sa__physical_check(const sa_arena *a) {
   static const char LEDGER[] = "physical ledger";
   size_t visited = 0, cached = 0, cached_by_chunk = 0, held = 0, n = 0;
-  for (const sa_chunk *c = a->chunk_cache; c != NULL; c = c->next, visited++) {
+  for (const sa_chunk *c = a->physical.cache; c != NULL; c = c->next, visited++) {
     SA_CHECK(LEDGER, c->phys != NULL && c->size == c->phys->size && !c->phys->released,
              "a cached record is its chunk's, whole and held");
     cached += c->size;
   }
-  SA_CHECK(LEDGER, cached == a->chunk_cache_bytes, "chunk_cache_bytes is the sum of cached chunks");
-  for (const sa_phys *ph = a->phys; ph != NULL; ph = ph->next, visited++) {
+  SA_CHECK(LEDGER, cached == a->physical.cache_bytes, "physical.cache_bytes is the sum of cached chunks");
+  for (const sa_phys *ph = a->physical.all; ph != NULL; ph = ph->next, visited++) {
     SA_CHECK(LEDGER, ph->size > 0 && ph->size % a->gran == 0, "a chunk is whole granules");
     SA_CHECK(LEDGER, ph->cached == 0 || ph->cached == ph->size, "a chunk is cached whole or not");
     held += ph->size;
     cached_by_chunk += ph->cached;
     n++;
   }
-  SA_CHECK(LEDGER, cached_by_chunk == a->chunk_cache_bytes,
-           "chunks' cached bytes sum to chunk_cache_bytes");
-  SA_CHECK(LEDGER, held == a->physical_bytes, "physical_bytes is the sum of chunk sizes");
-  SA_CHECK(LEDGER, n == a->nchunks, "nchunks counts the chunks");
-  SA_CHECK(LEDGER, a->physical_peak >= a->physical_bytes, "peak >= current");
-  SA_CHECK(LEDGER, a->chunk_cache_bytes <= a->physical_bytes, "cached bytes are held bytes");
+  SA_CHECK(LEDGER, cached_by_chunk == a->physical.cache_bytes,
+           "chunks' cached bytes sum to physical.cache_bytes");
+  SA_CHECK(LEDGER, held == a->physical.bytes, "physical.bytes is the sum of chunk sizes");
+  SA_CHECK(LEDGER, n == a->physical.nchunks, "physical.nchunks counts the chunks");
+  SA_CHECK(LEDGER, a->physical.peak >= a->physical.bytes, "peak >= current");
+  SA_CHECK(LEDGER, a->physical.cache_bytes <= a->physical.bytes, "cached bytes are held bytes");
   SA_CHECK(LEDGER,
-           a->physical_bytes <= atomic_load_explicit(&a->xcreated_bytes, memory_order_relaxed),
+           a->physical.bytes <= atomic_load_explicit(&a->physical.xcreated_bytes, memory_order_relaxed),
            "every byte held was created");
-  for (const sa_chunk *c = a->stuck; c != NULL; c = c->phys->stuck_next, visited++)
+  for (const sa_chunk *c = a->physical.stuck; c != NULL; c = c->phys->stuck_next, visited++)
     SA_CHECK(LEDGER, sa__chunks_bytes(c) == c->phys->stuck_size,
              "a stuck range's chunks sum to its size");
   return visited;
 }
 
 void sa__physical_fini(sa_arena *a) {
-  while (a->phys != NULL) { /* the driver refused to release these */
-    sa_phys *ph = a->phys;
-    a->phys = ph->next;
+  while (a->physical.all != NULL) { /* the driver refused to release these */
+    sa_phys *ph = a->physical.all;
+    a->physical.all = ph->next;
     free(ph);
   }
-  a->chunk_cache = NULL;
-  a->chunk_cache_bytes = 0;
+  a->physical.cache = NULL;
+  a->physical.cache_bytes = 0;
 }

@@ -23,7 +23,7 @@ typedef struct sa_va_free_s {
 } sa_va_free;
 
 static size_t pagemap_bytes(const sa_arena *a) {
-  return (a->va_size >> a->page_shift) * sizeof *a->pagemap;
+  return (a->range.size >> a->range.page_shift) * sizeof *a->range.pagemap;
 }
 
 sa_status sa__va_init(sa_arena *a) {
@@ -34,33 +34,33 @@ sa_status sa__va_init(sa_arena *a) {
   void *pm = mmap(NULL, pagemap_bytes(a), PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (pm == MAP_FAILED) return SA_ERR_OUT_OF_MEMORY;
-  a->pagemap = pm;
+  a->range.pagemap = pm;
   sa_va_free *f = malloc(sizeof *f);
   if (f == NULL) {
     (void)munmap(pm, pagemap_bytes(a));
-    a->pagemap = NULL;
+    a->range.pagemap = NULL;
     return SA_ERR_OUT_OF_MEMORY;
   }
-  f->base = a->va_base;
-  f->size = a->va_size;
+  f->base = a->range.base;
+  f->size = a->range.size;
   f->next = NULL;
-  a->va_free = f;
-  a->va_used = 0;
+  a->va.free = f;
+  a->va.used = 0;
   return SA_OK;
 }
 
 void sa__va_fini(sa_arena *a) {
-  for (sa_va_free *f = a->va_free, *n; f != NULL; f = n) {
+  for (sa_va_free *f = a->va.free, *n; f != NULL; f = n) {
     n = f->next;
     free(f);
   }
-  a->va_free = NULL;
-  if (a->pagemap != NULL) (void)munmap((void *)a->pagemap, pagemap_bytes(a));
-  a->pagemap = NULL;
+  a->va.free = NULL;
+  if (a->range.pagemap != NULL) (void)munmap((void *)a->range.pagemap, pagemap_bytes(a));
+  a->range.pagemap = NULL;
 }
 
 sa_status sa__va_alloc(sa_arena *a, size_t size, uintptr_t *out) {
-  for (sa_va_free **pf = &a->va_free; *pf != NULL; pf = &(*pf)->next) {
+  for (sa_va_free **pf = &a->va.free; *pf != NULL; pf = &(*pf)->next) {
     sa_va_free *f = *pf;
     if (f->size < size) continue;
     *out = f->base;
@@ -70,7 +70,7 @@ sa_status sa__va_alloc(sa_arena *a, size_t size, uintptr_t *out) {
       *pf = f->next;
       free(f);
     }
-    a->va_used += size;
+    a->va.used += size;
     return SA_OK;
   }
   return SA_ERR_OUT_OF_MEMORY;
@@ -78,7 +78,7 @@ sa_status sa__va_alloc(sa_arena *a, size_t size, uintptr_t *out) {
 
 sa_status sa__va_alloc_middle(sa_arena *a, size_t size, uintptr_t *out) {
   sa_va_free *found = NULL;
-  for (sa_va_free *f = a->va_free; f != NULL; f = f->next)
+  for (sa_va_free *f = a->va.free; f != NULL; f = f->next)
     if (f->size >= size) found = f;
   if (found == NULL) return SA_ERR_OUT_OF_MEMORY;
   uintptr_t at = (found->base + (found->size - size) / 2) & ~(a->gran - 1);
@@ -88,7 +88,7 @@ sa_status sa__va_alloc_middle(sa_arena *a, size_t size, uintptr_t *out) {
 }
 
 sa_status sa__va_claim(sa_arena *a, uintptr_t va, size_t size) {
-  sa_va_free **pf = &a->va_free;
+  sa_va_free **pf = &a->va.free;
   while (*pf != NULL && (*pf)->base + (*pf)->size <= va) pf = &(*pf)->next;
   sa_va_free *f = *pf;
   if (f == NULL || f->base > va || va + size > f->base + f->size) return SA_ERR_INTERNAL;
@@ -111,30 +111,30 @@ sa_status sa__va_claim(sa_arena *a, uintptr_t va, size_t size) {
     f->size = va - f->base;
     f->next = above;
   }
-  a->va_used += size;
+  a->va.used += size;
   return SA_OK;
 }
 
 size_t sa__va_free_below(const sa_arena *a, uintptr_t va) {
-  for (const sa_va_free *f = a->va_free; f != NULL && f->base < va; f = f->next)
+  for (const sa_va_free *f = a->va.free; f != NULL && f->base < va; f = f->next)
     if (f->base + f->size == va) return f->size;
   return 0;
 }
 
 size_t sa__va_free_above(const sa_arena *a, uintptr_t va) {
-  for (const sa_va_free *f = a->va_free; f != NULL && f->base <= va; f = f->next)
+  for (const sa_va_free *f = a->va.free; f != NULL && f->base <= va; f = f->next)
     if (f->base == va) return f->size;
   return 0;
 }
 
 void sa__va_free(sa_arena *a, uintptr_t va, size_t size) {
-  sa_va_free **pf = &a->va_free, *prev = NULL;
+  sa_va_free **pf = &a->va.free, *prev = NULL;
   while (*pf != NULL && (*pf)->base < va) {
     prev = *pf;
     pf = &(*pf)->next;
   }
   sa_va_free *next = *pf;
-  a->va_used -= size;
+  a->va.used -= size;
   if (prev != NULL && prev->base + prev->size == va) {
     prev->size += size; /* merge with the range below */
     if (next != NULL && prev->base + prev->size == next->base) {
@@ -158,8 +158,8 @@ void sa__va_free(sa_arena *a, uintptr_t va, size_t size) {
 }
 
 void sa__pagemap_set(sa_arena *a, uintptr_t va, size_t size, sa_desc *d) {
-  size_t first = (va - a->va_base) >> a->page_shift;
-  size_t n = size >> a->page_shift;
+  size_t first = (va - a->range.base) >> a->range.page_shift;
+  size_t n = size >> a->range.page_shift;
   for (size_t i = 0; i < n; i++)
-    atomic_store_explicit(&a->pagemap[first + i], d, memory_order_release);
+    atomic_store_explicit(&a->range.pagemap[first + i], d, memory_order_release);
 }
