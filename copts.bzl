@@ -14,7 +14,7 @@ SA_DEFAULT_COPTS = [
     "-Werror",
     "-Wshadow",
     "-Wstrict-prototypes",
-    # Every cross-file function is declared in a header (internal.h style).
+    # Every cross-file function is declared in a header (its file's own).
     "-Wmissing-prototypes",
     "-Wpointer-arith",
     "-Wundef",

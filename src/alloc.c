@@ -16,7 +16,23 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "arena.h"
+#include "base/base.h"
+#include "base/event_pool.h"
+#include "base/hook.h"
+#include "base/record.h"
+#include "driver/driver.h"
+#include "large/span.h"
+#include "reclaim.h"
+#include "registry.h"
+#include "report.h"
+#include "small/size_class.h"
+#include "small/stream_arena.h"
+#include "small/superblock.h"
+#include "small/thread_cache.h"
+#include "trace.h"
+#include "vm/physical.h"
+#include "vm/va_space.h"
 
 static inline size_t large_threshold(const sa_arena *a) {
   return atomic_load_explicit(&a->xlarge_threshold, memory_order_relaxed);
@@ -322,7 +338,7 @@ typedef struct block_ref_s {
  * the arena lock) only with look_up_spans: sa_free looks up and frees at
  * once (sa__span_free). */
 static sa_status find_block(sa_arena *a, uintptr_t p, bool look_up_spans, block_ref *ref) {
-  sa_desc *d = sa__pagemap_get(a, p);
+  sa_desc *d = sa__pagemap_get(&a->range, p);
   *ref = (block_ref){0};
   if (d == NULL) return SA_ERR_INVALID_POINTER;
   if (d->kind == SA_DESC_RUN) {
@@ -551,7 +567,7 @@ static SA_ALWAYS_INLINE sa_status free_fast(void *ptr, sa_stream s) {
     sa__hook_fast(SA_HOOK_FREE_FAST_ARENA, a);
     if (sa_likely(a != NULL &&
                   e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed))) {
-      sa_desc *d = sa__pagemap_at(a, at);
+      sa_desc *d = sa__pagemap_at(&a->range, at);
       if (sa_likely(d != NULL && d->kind == SA_DESC_SUPERBLOCK)) {
         sa_superblock *sb = (sa_superblock *)d;
         uintptr_t off = (uintptr_t)ptr - sb->hdr.base;

@@ -8,7 +8,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "arena.h"
+#include "base/base.h"
+#include "base/device_sync.h"
+#include "base/event_pool.h"
+#include "base/record.h"
+#include "config.h"
+#include "driver/driver.h"
+#include "large/span.h"
+#include "registry.h"
+#include "report.h"
+#include "small/stream_arena.h"
+#include "small/superblock.h"
+#include "small/thread_cache.h"
+#include "trace.h"
+#include "vm/physical.h"
+#include "vm/va_space.h"
 
 static _Atomic uint64_t next_arena_id = 1;
 

@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "config.h"
+#include "small/size_class.h"
+#include "vm/physical.h"
 
 void sa_config_init(sa_config *config) {
   if (config == NULL) return;

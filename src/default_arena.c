@@ -6,7 +6,9 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "default_arena.h"
+#include "arena.h"
+#include "driver/driver.h"
 
 #define SA_MAX_DEVICES 64
 

@@ -14,7 +14,14 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "reclaim.h"
+#include "arena.h"
+#include "base/device_sync.h"
+#include "base/hook.h"
+#include "large/span.h"
+#include "small/stream_arena.h"
+#include "small/superblock.h"
+#include "vm/physical.h"
 
 /* Superblocks on the global stack whose event completed (or, with wait,
  * once it has) are unmapped; the others go back on the stack. A pass holds

@@ -16,7 +16,8 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "registry.h"
+#include "arena.h"
 
 #define LEAF_BITS 13 /* 8192 slots of 4 GiB per leaf */
 #define TOP_BITS (SA_REGISTRY_ADDRESS_BITS - SA_REGISTRY_SLOT_BITS - LEAF_BITS)

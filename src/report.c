@@ -21,7 +21,14 @@
  * snapshot.c. Under the same locks, sa__world_check runs every validator
  * (trim, snapshot, arena destroy).
  */
-#include "internal.h"
+#include "report.h"
+#include "arena.h"
+#include "base/base.h"
+#include "large/span.h"
+#include "large/timeline.h"
+#include "small/stream_arena.h"
+#include "small/superblock.h"
+#include "vm/physical.h"
 
 static const double MiBf = 1048576.0;
 

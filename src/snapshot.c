@@ -8,7 +8,15 @@
  */
 #include <inttypes.h>
 
-#include "internal.h"
+#include "arena.h"
+#include "base/base.h"
+#include "driver/driver.h"
+#include "large/span.h"
+#include "report.h"
+#include "small/size_class.h"
+#include "small/stream_arena.h"
+#include "small/superblock.h"
+#include "vm/physical.h"
 
 static const char block_letter[] = {'F', 'C', 'L', 'R', 'D'}; /* SA_BLOCK_* */
 

@@ -16,7 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "trace.h"
+#include "arena.h"
 
 static _Atomic unsigned next_thread = 1;
 static _Thread_local unsigned thread_number;

@@ -554,7 +554,7 @@ static void superblocks_past_the_target_come_from_free_spans(void **state) {
     if ((uintptr_t)small[i] - (uintptr_t)a >= 64 * MiB) continue;
     in_a++;
     /* A snapshot lists it as a superblock, not as a live span too. */
-    const sa_desc *d = sa__pagemap_get(f.arena, (uintptr_t)small[i]);
+    const sa_desc *d = sa__pagemap_get(&f.arena->range, (uintptr_t)small[i]);
     assert_int_equal(d->kind, SA_DESC_SUPERBLOCK);
     char as_span[96];
     snprintf(as_span, sizeof as_span, "{\"base\": \"0x%" PRIxPTR "\", \"size\": %zu, \"request\"",
@@ -1248,8 +1248,8 @@ static void check_carved_pages(sa_hook_point point, void *arg) {
   (void)arg;
   if (point != SA_HOOK_RUN_PAGES_NAMED) return;
   atomic_fetch_add(&named_steps, 1);
-  if (sa__pagemap_get(named_arena, named_lo) != named_holder ||
-      sa__pagemap_get(named_arena, named_hi) != named_holder)
+  if (sa__pagemap_get(&named_arena->range, named_lo) != named_holder ||
+      sa__pagemap_get(&named_arena->range, named_hi) != named_holder)
     atomic_fetch_add(&named_wrong, 1);
 }
 
@@ -1275,30 +1275,30 @@ static void a_carved_superblock_keeps_its_pages_when_runs_cut_and_join(void **st
   uintptr_t lo = sp->base, hi = sp->base + 2 * MiB - 1;
   named_arena = f.arena, named_lo = lo, named_hi = hi, named_holder = &holder;
   atomic_store(&sa__test_hook, check_carved_pages);
-  assert_ptr_equal(sa__pagemap_get(f.arena, lo), &holder);
-  assert_ptr_equal(sa__pagemap_get(f.arena, hi), &holder);
-  assert_int_equal(sa__pagemap_get(f.arena, hi + 1)->kind, SA_DESC_RUN);
+  assert_ptr_equal(sa__pagemap_get(&f.arena->range, lo), &holder);
+  assert_ptr_equal(sa__pagemap_get(&f.arena->range, hi), &holder);
+  assert_int_equal(sa__pagemap_get(&f.arena->range, hi + 1)->kind, SA_DESC_RUN);
   sa_assert_ok(sa_free(x, s));
   sa_assert_ok(sa_trim(f.arena, 0)); /* x's chunk goes: the run is cut */
-  assert_null(sa__pagemap_get(f.arena, (uintptr_t)x));
-  assert_ptr_equal(sa__pagemap_get(f.arena, lo), &holder);
-  assert_ptr_equal(sa__pagemap_get(f.arena, hi), &holder);
+  assert_null(sa__pagemap_get(&f.arena->range, (uintptr_t)x));
+  assert_ptr_equal(sa__pagemap_get(&f.arena->range, lo), &holder);
+  assert_ptr_equal(sa__pagemap_get(&f.arena->range, hi), &holder);
   sa_assert_ok(sa_free(z, s));
   sa_assert_ok(sa_alloc(f.arena, &big, 64 * MiB, s)); /* grows above: the runs join */
   assert_true((uintptr_t)big > hi);
-  sa_run *r = (sa_run *)sa__pagemap_get(f.arena, (uintptr_t)big);
+  sa_run *r = (sa_run *)sa__pagemap_get(&f.arena->range, (uintptr_t)big);
   assert_int_equal(r->hdr.kind, SA_DESC_RUN);
   assert_true(r->hdr.base <= lo); /* one run from the superblock up */
-  assert_ptr_equal(sa__pagemap_get(f.arena, lo), &holder);
-  assert_ptr_equal(sa__pagemap_get(f.arena, hi), &holder);
-  assert_ptr_equal(sa__pagemap_get(f.arena, hi + 1), &r->hdr);
+  assert_ptr_equal(sa__pagemap_get(&f.arena->range, lo), &holder);
+  assert_ptr_equal(sa__pagemap_get(&f.arena->range, hi), &holder);
+  assert_ptr_equal(sa__pagemap_get(&f.arena->range, hi + 1), &r->hdr);
   atomic_store(&sa__test_hook, NULL);
   assert_true(atomic_load(&named_steps) >= 2); /* the cut and the join */
   assert_int_equal(atomic_load(&named_wrong), 0);
   pthread_mutex_lock(&f.arena->lock);
   sa__span_give_back_superblock(f.arena, sp);
   pthread_mutex_unlock(&f.arena->lock);
-  assert_ptr_equal(sa__pagemap_get(f.arena, lo), &r->hdr);
+  assert_ptr_equal(sa__pagemap_get(&f.arena->range, lo), &r->hdr);
   sa__stream_arena_unbind(sa);
   sa_assert_ok(sa_free(big, s));
   teardown(&f);
@@ -1376,7 +1376,7 @@ static void a_carved_superblock_starts_on_a_page_or_not_at_all(void **state) {
   sa_span *sp;
   size_t page = (size_t)1 << f.arena->range.page_shift;
   pthread_mutex_lock(&f.arena->lock);
-  const sa_desc *run = sa__pagemap_get(f.arena, (uintptr_t)x);
+  const sa_desc *run = sa__pagemap_get(&f.arena->range, (uintptr_t)x);
   size_t free_bytes = f.arena->spans.free_bytes;
   sa_span *spares = f.arena->spans.spare_spans; /* none: a descriptor is calloc'ed */
   f.arena->spans.spare_spans = NULL;
@@ -1399,7 +1399,7 @@ static void a_carved_superblock_starts_on_a_page_or_not_at_all(void **state) {
     sa__span_give_back_superblock(f.arena, sp);
     pthread_mutex_unlock(&f.arena->lock);
   }
-  assert_ptr_equal(sa__pagemap_get(f.arena, (uintptr_t)x + MiB), run);
+  assert_ptr_equal(sa__pagemap_get(&f.arena->range, (uintptr_t)x + MiB), run);
   assert_int_equal(f.arena->spans.free_bytes, free_bytes);
   sa__stream_arena_unbind(sa);
   sa_assert_ok(sa_free(x, s)); /* its last page is the run's */

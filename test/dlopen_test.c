@@ -1,5 +1,5 @@
 /* The library loaded with dlopen, as a Python (ctypes) or framework plugin
- * loads it: its initial-exec thread-local (SA_TLS_FAST, src/internal.h)
+ * loads it: its initial-exec thread-local (SA_TLS_FAST, src/small/thread_cache.h)
  * must find room in glibc's static TLS, alloc/free work from several
  * threads, and the library may be closed again while threads that used it
  * live on (the thread cache's key, src/small/thread_cache.c). This test is not

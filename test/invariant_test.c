@@ -1,4 +1,4 @@
-/* Validators (the sa__*_check functions, SA_VALIDATE in internal.h) can
+/* Validators (the sa__*_check functions, SA_VALIDATE in base/base.h) can
  * fail: each case builds a real structure through the API on the host
  * simulator, breaks one rule of it on purpose in a forked child, and runs
  * the validator there; the child must die of SIGABRT, its stderr naming the
@@ -101,7 +101,7 @@ static sa_superblock *small_blocks(sa_fixture *f, void **p) {
   for (int i = 0; i < BLOCKS; i++) sa_assert_ok(sa_alloc(f->arena, &p[i], 4096, s));
   for (int i = 0; i < BLOCKS / 2; i++) sa_assert_ok(sa_free(p[i], s));
   sa_assert_ok(sa_trim(f->arena, SIZE_MAX));
-  sa_superblock *sb = (sa_superblock *)sa__pagemap_get(f->arena, (uintptr_t)p[BLOCKS - 1]);
+  sa_superblock *sb = (sa_superblock *)sa__pagemap_get(&f->arena->range, (uintptr_t)p[BLOCKS - 1]);
   assert_non_null(sb);
   assert_int_equal(sb->hdr.kind, SA_DESC_SUPERBLOCK);
   assert_true(sb->nfree > 0);

@@ -160,7 +160,7 @@ static void state_bytes_never_move(void **state) {
   sa_stream s = f.streams[0];
   void *p, *q;
   sa_assert_ok(sa_alloc(f.arena, &p, MiB, s)); /* two blocks a superblock */
-  sa_superblock *sb = (sa_superblock *)sa__pagemap_get(f.arena, (uintptr_t)p);
+  sa_superblock *sb = (sa_superblock *)sa__pagemap_get(&f.arena->range, (uintptr_t)p);
   assert_non_null(sb);
   const _Atomic uint8_t *before = sb->state;
   sa_assert_ok(sa_free(p, s));
@@ -168,7 +168,7 @@ static void state_bytes_never_move(void **state) {
   /* The descriptor again, for a class of 256-byte blocks: a smaller
    * superblock (a class's first on a stream), many more blocks. */
   sa_assert_ok(sa_alloc(f.arena, &q, 256, s));
-  assert_ptr_equal(sa__pagemap_get(f.arena, (uintptr_t)q), &sb->hdr);
+  assert_ptr_equal(sa__pagemap_get(&f.arena->range, (uintptr_t)q), &sb->hdr);
   assert_int_equal(sb->nblocks, sb->hdr.size / 256);
   assert_true(sb->nblocks > 2);
   assert_ptr_equal(sb->state, before);
@@ -189,7 +189,7 @@ static void a_class_starts_with_a_small_superblock(void **state) {
   void *p[8];
   for (int i = 0; i < 8; i++) { /* 256 B .. 8 KiB, 3000 B, 6000 B: eight classes */
     sa_assert_ok(sa_alloc(f.arena, &p[i], i < 6 ? (size_t)256 << i : i == 6 ? 3000 : 6000, s));
-    sa_desc *d = sa__pagemap_get(f.arena, (uintptr_t)p[i]);
+    sa_desc *d = sa__pagemap_get(&f.arena->range, (uintptr_t)p[i]);
     assert_int_equal(d->kind, SA_DESC_SUPERBLOCK);
     assert_int_equal(d->size, 256 * KiB);
   }
@@ -202,9 +202,9 @@ static void a_class_starts_with_a_small_superblock(void **state) {
   sa_desc *first = NULL, *next = NULL;
   for (int i = 0; i < N; i++) {
     sa_assert_ok(sa_alloc(f.arena, &q[i], 4 * KiB, s));
-    sa_desc *d = sa__pagemap_get(f.arena, (uintptr_t)q[i]);
+    sa_desc *d = sa__pagemap_get(&f.arena->range, (uintptr_t)q[i]);
     if (first == NULL) first = d;
-    if (next == NULL && d != first && d != sa__pagemap_get(f.arena, (uintptr_t)p[4])) next = d;
+    if (next == NULL && d != first && d != sa__pagemap_get(&f.arena->range, (uintptr_t)p[4])) next = d;
   }
   assert_non_null(next);
   assert_int_equal(next->size, 2 * first->size);

@@ -6,7 +6,7 @@
  */
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "chain_table.h"
 
 bool sa__chain_create(sa_chain_table *t, unsigned bits, unsigned key_shift) {
   sa_chain_link **heads = calloc((size_t)1 << bits, sizeof *heads);

@@ -15,7 +15,9 @@
  * Owns the generation counters of sa_arena; calls the driver; called by
  * reclaim.c (sa_trim, the out-of-memory path) and arena destroy.
  */
-#include "../internal.h"
+#include "device_sync.h"
+#include "../arena.h"
+#include "../driver/driver.h"
 
 sa_status sa__device_sync(sa_arena *a) {
   uint64_t gen = atomic_fetch_add_explicit(&a->sync.xstarted, 1, memory_order_seq_cst) + 1;

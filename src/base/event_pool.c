@@ -6,7 +6,9 @@
  */
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "event_pool.h"
+#include "../arena.h"
+#include "../driver/driver.h"
 
 sa_status sa__event_get(sa_arena *a, sa_event *out) {
   pthread_mutex_lock(&a->events.lock);

@@ -13,7 +13,9 @@
  */
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "record.h"
+#include "../arena.h"
+#include "chain_table.h"
 
 #define RECORD_KEY_SHIFT 8 /* block addresses are 256-aligned */
 

@@ -51,13 +51,22 @@
  * Nothing is unmapped before its marks completed: the driver's unmap does
  * not wait for queued work.
  *
- * Every function runs with the arena lock held unless internal.h says
+ * Every function runs with the arena lock held unless span.h says
  * otherwise. Calls span_index.c, timeline.c, physical.c and va_space.c;
  * called by alloc.c, reclaim.c, report.c, snapshot.c and arena.c.
  */
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "span.h"
+#include "../arena.h"
+#include "../base/base.h"
+#include "../base/event_pool.h"
+#include "../base/hook.h"
+#include "../driver/driver.h"
+#include "../vm/physical.h"
+#include "../vm/va_space.h"
+#include "span_index.h"
+#include "timeline.h"
 
 static size_t round_up(size_t x, size_t to) { return (x + to - 1) & ~(to - 1); }
 
@@ -872,7 +881,7 @@ void sa__span_give_back_superblock(sa_arena *a, sa_span *sp) {
 /* Why p, in the reserved range, is not a live span's start: a span freed
  * before (it may have merged into a larger free span), or not a start. */
 static sa_status not_live(const sa_arena *a, uintptr_t p) {
-  sa_desc *d = sa__pagemap_get(a, p);
+  sa_desc *d = sa__pagemap_get(&a->range, p);
   if (d == NULL || d->kind != SA_DESC_RUN) return SA_ERR_INVALID_POINTER;
   for (const sa_span *sp = ((const sa_run *)d)->first; sp != NULL; sp = sp->next) {
     if (p - sp->base >= sp->size) continue;
@@ -1133,7 +1142,7 @@ static void span_check_one(const sa_arena *a, const sa_run *r, const sa_span *sp
     SA_CHECK(SPAN, sp->holder == NULL, "a free span holds no superblock");
     SA_CHECK(SPAN, sa__fit_ceiling(a, sp->size, sp->base) == sp,
              "a free span is in the fit index");
-    SA_CHECK(SPAN, sa__pagemap_get(a, sp->base) == &r->hdr, "a free span's page names its run");
+    SA_CHECK(SPAN, sa__pagemap_get(&a->range, sp->base) == &r->hdr, "a free span's page names its run");
     marks_check(sp);
     *free_bytes += sp->size;
     (*nfree)++;
@@ -1141,13 +1150,13 @@ static void span_check_one(const sa_arena *a, const sa_run *r, const sa_span *sp
   }
   SA_CHECK(SPAN, sp->nmarks == 0, "a live span has no marks");
   if (sp->holder != NULL) { /* a superblock carved in free span memory */
-    SA_CHECK(SPAN, sa__pagemap_get(a, sp->base) == sp->holder,
+    SA_CHECK(SPAN, sa__pagemap_get(&a->range, sp->base) == sp->holder,
              "a carved superblock's page names it");
     return;
   }
   SA_CHECK(SPAN, sp->owner != NULL, "a live span has an owner");
   SA_CHECK(SPAN, sa__live_find(a, sp->base) == sp, "a live span is in the live map");
-  SA_CHECK(SPAN, sa__pagemap_get(a, sp->base) == &r->hdr, "a live span's page names its run");
+  SA_CHECK(SPAN, sa__pagemap_get(&a->range, sp->base) == &r->hdr, "a live span's page names its run");
   (*nlive)++;
 }
 

@@ -16,7 +16,10 @@
  */
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "span_index.h"
+#include "../arena.h"
+#include "../base/base.h"
+#include "span.h"
 
 /* ------------------------------------------------------------------------
  * Free spans by size: a treap

@@ -26,7 +26,11 @@
  * Every function runs with the arena lock held. Calls event_pool.c and the
  * driver; called by span.c (and stream_arena.c at release and destroy).
  */
-#include "../internal.h"
+#include "timeline.h"
+#include "../arena.h"
+#include "../base/base.h"
+#include "../base/event_pool.h"
+#include "../driver/driver.h"
 
 /* Count the slots whose ticket is now complete out of events in flight. */
 static void advance(sa_arena *a, sa_timeline *tl, uint64_t done) {

@@ -36,7 +36,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "stream_arena.h"
+#include "../arena.h"
+#include "../base/base.h"
+#include "../base/chain_table.h"
+#include "../base/device_sync.h"
+#include "../base/event_pool.h"
+#include "../base/hook.h"
+#include "../base/record.h"
+#include "../driver/driver.h"
+#include "../large/span.h"
+#include "../large/timeline.h"
+#include "../vm/va_space.h"
+#include "size_class.h"
+#include "superblock.h"
 
 SA_DLIST_FUNCTIONS(bin, sa_superblock, next, prev)
 
@@ -61,7 +74,7 @@ static bool gone(const sa_stream_arena *sa) {
  * have it? Not after sa_stream_release (its work is done), nor once a
  * device sync that started after its last block came back completed. */
 static bool sb_clean(sa_stream_arena *sa, const sa_superblock *sb) {
-  return sa->synced || sa__clean_since(sa->arena, sb->dirty_gen);
+  return sa->synced || sa__clean_since(&sa->arena->sync, sb->dirty_gen);
 }
 
 static void keep_empty(sa_stream_arena *sa, sa_superblock *sb) {
@@ -105,7 +118,7 @@ static void retire_empty(sa_stream_arena *sa, sa_superblock *sb, bool named) {
  * after which no work on this stream uses the block (device_sync.c). Owner
  * lock held. */
 static void block_return(sa_stream_arena *sa, void *p, uint64_t gen, bool named) {
-  sa_superblock *sb = (sa_superblock *)sa__pagemap_get(sa->arena, (uintptr_t)p);
+  sa_superblock *sb = (sa_superblock *)sa__pagemap_get(&sa->arena->range, (uintptr_t)p);
   uint32_t idx = sa__block_index(sb, (uintptr_t)p - sb->hdr.base);
   SA_ASSERT(sb->owner == sa && sb->used > 0 && idx < sb->bump);
   SA_ASSERT(atomic_load_explicit(&sb->state[idx], memory_order_relaxed) != SA_BLOCK_FREE);
@@ -122,7 +135,7 @@ static void block_return(sa_stream_arena *sa, void *p, uint64_t gen, bool named)
 void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, uint32_t n,
                            bool named) {
   pthread_mutex_lock(&sa->lock);
-  uint64_t gen = sa__sync_gen(sa->arena); /* after the frees: they were before the lock */
+  uint64_t gen = sa__sync_gen(&sa->arena->sync); /* after the frees: they were before the lock */
   for (uint32_t i = 0; i < n; i++) block_return(sa, blocks[i].p, gen, named);
   SA_VALIDATE_PACED(&sa->pace, sa__stream_arena_check(sa));
   pthread_mutex_unlock(&sa->lock);
@@ -194,7 +207,7 @@ static sa_deferred **lane_drain(sa_stream_arena *sa, sa_deferred **pl, bool forc
       SA_ASSERT(sa->pending_blocks >= d->n);
       sa->pending_blocks -= d->n;
       /* Behind a wait on this stream, the blocks are this stream's work. */
-      deferred_release(sa, d, waited ? sa__sync_gen(sa->arena) : d->gen, named);
+      deferred_release(sa, d, waited ? sa__sync_gen(&sa->arena->sync) : d->gen, named);
     } else {
       if (last != NULL)
         last->lane_next = d;
@@ -251,7 +264,7 @@ void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d) {
   /* The owner's stream may use the blocks without an event of its own
    * (its work is ordered before its reuse there): until its superblock
    * empties in a call on it, they are its work from before now. */
-  if (d->gen == UINT64_MAX) d->gen = sa__sync_gen(owner->arena);
+  if (d->gen == UINT64_MAX) d->gen = sa__sync_gen(&owner->arena->sync);
   atomic_fetch_add_explicit(&owner->arena->stats.xdeferred_blocks, d->n, memory_order_relaxed);
   d->freer = NULL; /* it may be freed from now on */
   sa__handoff_publish(&d->xhandoff);
@@ -267,7 +280,7 @@ void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d) {
 /* Park d on its freer until an event on the freer's stream (or a device
  * sync) makes it safe. The freer's lock held. */
 static void park(sa_stream_arena *f, sa_deferred *d) {
-  d->gen = sa__sync_gen(f->arena);
+  d->gen = sa__sync_gen(&f->arena->sync);
   d->next = f->parked;
   f->parked = d;
   atomic_store_explicit(&f->xunfenced, true, memory_order_relaxed);
@@ -301,7 +314,7 @@ static sa_deferred *unpark(sa_stream_arena *sa, bool fence) {
   for (sa_deferred **pd = &sa->parked; *pd != NULL;) {
     sa_deferred *d = *pd;
     /* Released: sa_stream_release waited for the stream's work. */
-    bool ready = sa->synced || sa__clean_since(sa->arena, d->gen);
+    bool ready = sa->synced || sa__clean_since(&sa->arena->sync, d->gen);
     if (!ready && fence) {
       ready = sa__event_record_new(sa->arena, sa->stream, &d->events[0]) == SA_OK;
       if (ready) d->nevents = 1;

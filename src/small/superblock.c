@@ -13,7 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "superblock.h"
+#include "../arena.h"
+#include "../base/base.h"
+#include "../base/device_sync.h"
+#include "../base/event_pool.h"
+#include "../driver/driver.h"
+#include "../large/span.h"
+#include "../vm/physical.h"
+#include "../vm/va_space.h"
+#include "size_class.h"
 
 /* Grow the free index stack to n entries (read under the owner lock only,
  * so it may move). */
@@ -543,7 +552,7 @@ sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, size_t limit
   sb->owner = sa;
   /* Reused by this stream, possibly behind a wait enqueued on it just now:
    * until an event here, it is this stream's work. */
-  sb->dirty_gen = sa__sync_gen(a);
+  sb->dirty_gen = sa__sync_gen(&a->sync);
   st = sa__superblock_format(sb, cls);
   if (st != SA_OK) {
     sb->next = sa->empty;

@@ -27,7 +27,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "thread_cache.h"
+#include "../arena.h"
+#include "../base/base.h"
+#include "../base/hook.h"
+#include "size_class.h"
+#include "stream_arena.h"
 
 _Thread_local struct sa_tcache_s *sa__tl_cache SA_TLS_FAST;
 

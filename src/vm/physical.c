@@ -36,7 +36,11 @@
  */
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "physical.h"
+#include "../arena.h"
+#include "../base/base.h"
+#include "../driver/driver.h"
+#include "va_space.h"
 
 static void cache_push(sa_arena *a, sa_chunk *p) {
   p->next = a->physical.cache;

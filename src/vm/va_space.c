@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "../internal.h"
+#include "va_space.h"
+#include "../arena.h"
 
 typedef struct sa_va_free_s {
   uintptr_t base;

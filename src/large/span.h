@@ -1,0 +1,145 @@
+/* Large allocations (span.c): the types of the large tier and the contract
+ * the tiers above use.
+ *
+ * A run is a contiguous mapped range of the reserved space, tiled by spans
+ * in address order: live ones (a user's allocation) and free ones (mapped,
+ * waiting for reuse). A free span's marks say which streams' work may still
+ * touch it. Two kinds:
+ *   - a free's mark: a (stream arena, ticket) pair on the timeline of the
+ *     stream it was freed on (timeline.c). A thread that knew a destroyed
+ *     stream's handle takes tickets for the next stream with that handle on
+ *     the same timeline; that is safe because the header asks a stream to
+ *     be synchronized before it is destroyed with work queued on memory
+ *     freed on it, so its own tickets are complete by then.
+ *   - a recorded mark (sa_record_stream): an event of its own, recorded at
+ *     the free on the recorded stream. No such rule covers that stream (it
+ *     may be destroyed with the work queued), so the mark stays tied to that
+ *     work whatever stream gets the handle next: a timeline would resolve
+ *     its ticket through events recorded later on the new stream.
+ * The pieces of a split span share a recorded mark's event, counted.
+ *
+ * Calls the vm tier and the services (base/); called by alloc.c, reclaim.c,
+ * report.c, snapshot.c, arena.c and superblock.c (superblocks carved in
+ * free span memory). Every function runs with the arena lock held unless
+ * its comment says otherwise. */
+#ifndef SA_LARGE_SPAN_H
+#define SA_LARGE_SPAN_H
+
+#include "../base/base.h"
+#include "../driver/driver.h"
+#include "../vm/va_space.h"
+#include "span_index.h"
+#include "timeline.h"
+
+typedef struct sa_mark_event_s {
+  sa_event event;
+  unsigned refs; /* marks that name it (arena lock) */
+  bool done;     /* a query or a synchronize saw it complete */
+} sa_mark_event;
+
+typedef struct sa_mark_s {
+  sa_stream_arena *stream;  /* a free's mark: the timeline; NULL: recorded */
+  uint64_t ticket;
+  sa_mark_event *recorded;  /* a recorded mark's event; NULL: a free's mark */
+} sa_mark;
+
+/* Is m's work known complete, without a driver call? */
+bool sa__mark_known_done(const sa_mark *m);
+
+#define SA_SPAN_STARTS 4
+typedef struct sa_span_s {
+  uintptr_t base;
+  size_t size;                      /* a multiple of SA_SPAN_QUANTUM */
+  struct sa_run_s *run;
+  struct sa_span_s *prev, *next;    /* neighbours in the run, address order */
+  struct sa_span_s *left, *right;   /* free: the fit index (span_index.c) */
+  uint64_t prio;
+  sa_mark *marks;                   /* free: reuse waits for these */
+  unsigned nmarks, marks_cap;       /* the array stays with the descriptor */
+  uintptr_t starts[SA_SPAN_STARTS]; /* free: starts of spans freed into it, */
+  unsigned nstarts;                 /* the latest first (double frees) */
+  sa_stream_arena *owner;           /* live: the stream it was allocated on */
+  size_t request;                   /* live: bytes the user asked for */
+  sa_desc *holder;                  /* live: the superblock carved in it, else NULL */
+  _Atomic uint8_t xstate;           /* SA_BLOCK_LIVE/RECORDED, or FREE */
+  struct sa_span_s *all_next;       /* every descriptor, spare ones too */
+} sa_span;
+
+typedef struct sa_run_s {
+  sa_desc hdr;                      /* kind SA_DESC_RUN; chunks in address order */
+  sa_span *first, *last;
+  struct sa_run_s *next, *prev;     /* the arena's runs, address order */
+  struct sa_run_s *all_next;        /* every descriptor (type-stable) */
+} sa_run;
+
+/* Spans are split and merged in multiples of this (a span of 1 MiB + 1
+ * byte takes 1 MiB + 256 bytes, not two granules). */
+#define SA_SPAN_QUANTUM ((size_t)SA_ALIGNMENT)
+
+#define SA_AHEAD_SHARE 512 /* a climb maps ahead 1/512 of what is held */
+
+/* The arena's spans (arena lock). */
+typedef struct sa_spans_s {
+  sa_run *runs;                 /* mapped runs of spans, address order */
+  sa_run *all_runs, *spare_runs;
+  sa_span *all_spans, *spare_spans; /* span descriptors */
+  sa_span *fit_root;            /* free spans by size (span_index.c) */
+  sa_live_map live_map;         /* live spans by base (span_index.c) */
+  size_t free_bytes;            /* in free spans */
+  size_t nlive;                 /* live spans */
+  uint64_t frees;               /* spans freed so far */
+  uint64_t reshape_futile;      /* frees + 1 when the last reshape found too
+                                   little (span.c): none again until a free */
+#if SA_INVARIANTS
+  sa_check_pace pace;           /* its validator's */
+#endif
+} sa_spans;
+
+/* Sizes in bytes; limit: the physical bytes growth may reach. */
+sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t limit,
+                         void **out);
+/* Map size bytes (rounded up to the granularity) as one free span
+ * (initial_physical); takes the arena lock. */
+sa_status sa__span_prefill(sa_arena *a, size_t size);
+/* The live span at p: SA_OK with *sp, or SA_ERR_INVALID_POINTER /
+ * SA_ERR_DOUBLE_FREE. No lock held. */
+sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **sp);
+/* Free the live span at p on freer's stream, in one hold of the arena lock;
+ * recorded: the streams sa_record_stream named for it (an event is recorded
+ * on each: a call that frees a block recorded on a stream names it).
+ * With needs_records, a span that has such streams is left as it is and
+ * *needs_records set: the caller takes them and calls again without it.
+ * *request: what its allocation asked for. On failure nothing changes. */
+sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
+                        const sa_stream *recorded, unsigned nrecorded,
+                        bool *needs_records, size_t *request);
+/* Unmap free span memory whose work is done (with wait: after waiting) until
+ * the chunk cache holds need bytes (0: all of it); returns the bytes
+ * unmapped. Arena lock held. */
+size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait);
+/* The stream arenas reap marked doomed are about to be freed (stream_arena.c):
+ * free spans drop the marks whose work is known done and forget a doomed
+ * last freer; one that a mark still waits for is doomed no more. Arena
+ * lock held. */
+void sa__span_forget_doomed(sa_arena *a);
+/* Free span bytes whose work is known done (no driver call), for reports. */
+size_t sa__span_clean_bytes(const sa_arena *a);
+/* A superblock of size bytes (a multiple of the page map's unit) for sa's
+ * stream, carved in free span memory at a page boundary, as it is mapped:
+ * behind sa's stream's wait for the span's marks, its pages naming holder.
+ * *out NULL (SA_OK) if no free span holds it; a failed wait's status. */
+sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sa, size_t size,
+                                   sa_desc *holder, sa_span **out);
+/* The superblock's span is free again, no work on it pending (its event
+ * completed), its pages the run's. */
+void sa__span_give_back_superblock(sa_arena *a, sa_span *sp);
+/* Destroy: wait for free spans' work, unmap every run, free descriptors.
+ * Before the stream arenas go (marks name them). */
+sa_status sa__span_fini(sa_arena *a);
+/* Validator: runs tiled by spans in address order, links and run pointers
+ * right, a run's chunks summing to its size, free spans in the fit index
+ * (sa__fit_check first) and summing to spans.free_bytes, live ones in the
+ * live map, marks naming what exists. Returns the spans visited. */
+size_t sa__span_check(const sa_arena *a);
+
+#endif /* SA_LARGE_SPAN_H */

@@ -1,0 +1,99 @@
+/* Thread caches (thread_cache.c): one entry per (thread, arena, stream),
+ * which the fast paths (alloc.c) pop and push without a lock. Calls
+ * stream_arena.c; called by alloc.c and arena.c. */
+#ifndef SA_SMALL_THREAD_CACHE_H
+#define SA_SMALL_THREAD_CACHE_H
+
+#include "../base/base.h"
+#include "size_class.h"
+#include "stream_arena.h"
+
+#define SA_LIVE_FLUSH_BYTES (256u << 10) /* per-thread live-byte slack, plus a block */
+
+/* A thread cache entry: one per (thread, arena, stream). */
+typedef struct sa_tbin_s {
+  uint16_t n, cap;
+  uint32_t block_size; /* of its class: the fast paths need not compute it */
+  sa_cached_block *slots;
+} sa_tbin;
+
+struct sa_tentry_s {
+  _Atomic(sa_arena *) xarena; /* NULL once the arena is destroyed */
+  sa_stream stream;
+  sa_stream_arena *sarena;    /* bound (a reference); NULL: bound on next use */
+  uint64_t epoch;             /* arena's stream epoch when last checked */
+  /* The arena's range, copied: sa_free's fast path reads the arena only
+   * for a pointer in it, whose arena no other thread may be destroying. */
+  uintptr_t va_base;
+  size_t va_size;
+  sa_tbin bins[SA_CLASS_COUNT]; /* 16-byte aligned: none straddles a cache line */
+  /* Counters: written by the owning thread only (no read-modify-write),
+   * read by sa_get_stats. Slow-path counts are kept by the arena. */
+  _Atomic uint64_t xfast_allocs, xfast_frees;
+  int64_t live_delta;         /* not yet published to the arena */
+  sa_deferred *out;           /* open cross-stream batch */
+  uint64_t last_use;          /* its thread cache's clock: least recently used goes */
+  struct sa_tentry_s *arena_next, *arena_prev; /* arena's entry list */
+  struct sa_tentry_s *bound_next, *bound_prev; /* sarena's bound list */
+  struct sa_tcache_s *cache;
+};
+
+/* The arena's thread cache entries (thread_cache.c's entries_lock). */
+typedef struct sa_tcaches_s {
+  sa_tentry *entries;
+  /* The fast paths' counts of exited threads' entries. */
+  _Atomic uint64_t xretired_fast_allocs, xretired_fast_frees;
+} sa_tcaches;
+
+/* Entries per thread before the least recently used is evicted: a thread
+ * cycling through several arenas and streams (8 streams x a few arenas)
+ * must not evict on every switch. */
+#define SA_TCACHE_ENTRIES 64
+struct sa_tcache_s {
+  sa_tentry *last; /* the one-entry "last stream" hit */
+  unsigned n;
+  uint64_t clock;  /* stamps last_use */
+  sa_tentry *entries[SA_TCACHE_ENTRIES];
+};
+
+/* Initial-exec: in the shared library, the default (global-dynamic) model
+ * makes every sa_alloc and sa_free call __tls_get_addr, and so need a stack
+ * frame (201 instead of 163 instructions per pair). The cost: the variable
+ * takes 8 bytes of glibc's static TLS surplus when the library is loaded
+ * with dlopen, which glibc reserves for exactly this (mimalloc and jemalloc
+ * do the same). */
+#define SA_TLS_FAST __attribute__((tls_model("initial-exec")))
+extern _Thread_local struct sa_tcache_s *sa__tl_cache SA_TLS_FAST;
+static inline sa_tentry *sa__tentry_last(void) {
+  struct sa_tcache_s *tc = sa__tl_cache;
+  return tc != NULL ? tc->last : NULL;
+}
+
+sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out);
+sa_status sa__tbin_init(sa_tbin *b, unsigned cls);
+void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep); /* named */
+/* Send e's open cross-stream batch on (named: behind an event now); the
+ * driver's failure to record it is returned, the batch kept. */
+sa_status sa__tentry_flush_out(sa_tentry *e, bool named);
+void sa__tentry_publish_live(sa_tentry *e);
+/* Is an unpublished live-byte delta past the slack plus one block (block:
+ * the small block just counted, 0 for a span)? Then it is published. */
+static inline bool sa__live_due(int64_t delta, size_t block) {
+  int64_t limit = (int64_t)(SA_LIVE_FLUSH_BYTES + block);
+  return delta >= limit || delta <= -limit;
+}
+/* Arena destroy: hand every entry of a back to its owner thread, which
+ * frees it; a is never reached through them again. */
+void sa__entries_detach(sa_arena *a);
+/* The fast paths' allocations and frees: of exited threads and live ones. */
+void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees);
+/* The calling thread's entries of a give everything back; the one bound
+ * to named (may be NULL) as in a call naming its stream, or with keep_named
+ * nothing. */
+void sa__tentry_flush_own(sa_arena *a, sa_stream_arena *named, bool keep_named);
+void sa__tentry_publish_own(sa_arena *a); /* their live-byte deltas */
+/* sa_stream_release: every thread's entries bound to sa (gone) give their
+ * blocks and open batches back now and let go of it. */
+void sa__tentry_release_stream(sa_stream_arena *sa);
+
+#endif /* SA_SMALL_THREAD_CACHE_H */
