@@ -119,7 +119,7 @@ static void give_back_cached(sa_arena *a, sa_tentry *e, sa_stream s) {
 
 /* Allocate; past a limit, get memory back and try again:
  *   1. within the soft limit (sa__physical_soft_limit); a span that would grow past it
- *      first reshapes free span memory (span.c), as much as the remapping
+ *      first reshapes free span memory (run.c), as much as the remapping
  *      ledger allows under the footprint target (physical.c);
  *   2. after unmapping free memory whose work completed, still within it;
  *      the chunks are stitched where the request needs them. Under the

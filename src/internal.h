@@ -17,7 +17,11 @@
  *   small/thread_cache.c  per-thread caches keyed by (arena, stream)
  *   small/stream_arena.c  per-stream arenas: size-class bins, inbox, deferred frees
  *   small/superblock.c    carving superblocks into blocks; the global free stack
- *   large/span.c          large allocations: best fit in mapped runs, growth
+ *   large/span.c          large allocations: alloc, free, superblocks carved in
+ *                         free spans, unmapping free memory
+ *   large/run.c           runs: growth (mapping ahead, reshaping), joins, cuts
+ *   large/free_span.c     span descriptors, placement, best fit, carving, coalescing
+ *   large/mark.c          marks (what a free span waits for) and starts
  *   large/span_index.c    free spans by size (best fit), live spans by address
  *   large/timeline.c      per-stream events that free spans wait for
  *   vm/physical.c         physical chunks: cache, creation, map and unmap
@@ -59,6 +63,9 @@
 #include "config.h"
 #include "default_arena.h"
 #include "driver/driver.h"
+#include "large/free_span.h"
+#include "large/mark.h"
+#include "large/run.h"
 #include "large/span.h"
 #include "large/span_index.h"
 #include "large/timeline.h"

@@ -11,6 +11,7 @@
 #include "arena.h"
 #include "base/base.h"
 #include "driver/driver.h"
+#include "large/mark.h"
 #include "large/span.h"
 #include "report.h"
 #include "small/size_class.h"

@@ -43,9 +43,6 @@ typedef struct sa_mark_s {
   sa_mark_event *recorded;  /* a recorded mark's event; NULL: a free's mark */
 } sa_mark;
 
-/* Is m's work known complete, without a driver call? */
-bool sa__mark_known_done(const sa_mark *m);
-
 #define SA_SPAN_STARTS 4
 typedef struct sa_span_s {
   uintptr_t base;

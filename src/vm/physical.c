@@ -27,7 +27,7 @@
  * chunk held, mapped or cached; release_cached gives cached ones back.
  *
  * The remapping ledger (created and remapped bytes) is kept here, where
- * both happen; the decision to reshape that reads it is span.c's and
+ * both happen; the decision to reshape that reads it is run.c's and
  * alloc.c's.
  *
  * Every function here runs with the arena lock held, but the ledger's

@@ -63,7 +63,7 @@ typedef struct sa_physical_s {
 /* Chunks for need bytes (a granule multiple), *got bytes in all, at most
  * most: cached ones first, then new ones, within limit physical bytes
  * held; when memory is created, ahead bytes more where they too fit under
- * limit (a growth mapped ahead of the requests that follow it: span.c). */
+ * limit (a growth mapped ahead of the requests that follow it: run.c). */
 sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t most, size_t limit,
                               sa_chunk **out, size_t *got);
 /* Map chunks back to back at va (claimed in the va space: size bytes, the

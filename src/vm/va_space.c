@@ -3,13 +3,13 @@
  * One range is reserved at arena creation. Superblocks are carved from it
  * lowest-fit, over a sorted list of free ranges (coalesced on free); runs of
  * spans start in the middle of the highest free range and grow from their
- * ends (span.c), so that they have room both ways and meet superblocks only
+ * ends (large/run.c), so that they have room both ways and meet superblocks only
  * when the range is full. The page map gives, for each page (a granule, or
  * SA_PAGE_MAX where granules are larger), the descriptor that owns it (a
  * superblock or a run), so a pointer finds it by address arithmetic alone.
  * A superblock may be smaller than a granule, or carved in a run's free
  * span memory: its pages name it, the run's others the run.
- * Called by superblock.c and span.c with the arena lock held.
+ * Called by superblock.c and the span files with the arena lock held.
  */
 #include <stdlib.h>
 #include <sys/mman.h>

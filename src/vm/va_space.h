@@ -10,8 +10,9 @@
 
 /* Descriptors: what a page of the reserved range belongs to. They live in
  * host memory and are type-stable until the arena is destroyed (a lock-free
- * pop may still read a descriptor that was just taken). SA_DESC_RUN: a run of mapped memory for large allocations (span.c); the
- * spans in it are found by address through the arena's live map. */
+ * pop may still read a descriptor that was just taken). SA_DESC_RUN: a
+ * run of mapped memory for large allocations (large/run.c); the spans in
+ * it are found by address through the arena's live map. */
 typedef enum sa_desc_kind_e { SA_DESC_SUPERBLOCK = 1, SA_DESC_RUN = 2 } sa_desc_kind;
 
 typedef struct sa_chunk_s sa_chunk; /* physical.h */

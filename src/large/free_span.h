@@ -1,0 +1,54 @@
+/* Free spans (free_span.c): span descriptors, the placement policy, best
+ * fit, carving a request out of a free span, and coalescing a freed span
+ * with its free neighbours.
+ *
+ * Calls mark.c and span_index.c; called by span.c and run.c, all with the
+ * arena lock held. */
+#ifndef SA_LARGE_FREE_SPAN_H
+#define SA_LARGE_FREE_SPAN_H
+
+#include "../base/base.h"
+#include "span.h"
+
+/* What a request takes: need bytes, and whether at a granule boundary. */
+typedef struct sa_want_s {
+  size_t need;
+  size_t align; /* 0 (packed), or a power of two it starts at a multiple of */
+  bool exact; /* map no more than need (growth maps ahead on a climb) */
+} sa_want;
+
+static inline bool sa__span_is_free(const sa_span *sp) {
+  return atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_FREE;
+}
+
+sa_span *sa__span_new(sa_arena *a);
+void sa__span_put(sa_arena *a, sa_span *sp);
+/* sp joins its run's span list after `after` (NULL: first). */
+void sa__span_link_after(sa_run *r, sa_span *after, sa_span *sp);
+void sa__free_insert(sa_arena *a, sa_span *sp);
+void sa__free_remove(sa_arena *a, sa_span *sp);
+/* sp (free, out of the index) merges with its free neighbours; returns the
+ * merged span, out of the index. */
+sa_span *sa__free_coalesce(sa_arena *a, sa_span *sp);
+/* The placement policy. Packed at SA_SPAN_QUANTUM, except with a budget
+ * configured: then a span that loses at most 1/32 of itself to rounding up
+ * to whole granules (all of 64 MiB and more, and those just below a
+ * multiple of the granularity) takes whole granules at a granule boundary,
+ * so that freeing it frees whole granules a budget can unmap and stitch
+ * elsewhere. Rounding a 1.1 MiB request to 2 MiB would waste 45%: small
+ * spans stay packed. */
+sa_want sa__free_placement(const sa_arena *a, size_t size);
+/* Where w would start in the free span sp: its lowest address, or lowest
+ * granule boundary (address-ordered best fit: the rest stays above, and at
+ * a run's top end, where growth extends it). 0 if it does not fit. */
+uintptr_t sa__free_place(const sa_arena *a, const sa_span *sp, sa_want w);
+/* The best fit for w: the smallest free span it fits in, the lowest
+ * address first; among spans of that size, one sa's stream can use without
+ * waiting if one of the first few is. */
+sa_span *sa__free_best_fit(const sa_arena *a, sa_want w, const sa_stream_arena *sa);
+/* Take w from the free span sp (out of the index, settled for the taker,
+ * w fits) as the span returned; what lies before and after it stays free,
+ * with sp's marks. Without memory for a descriptor more is taken. */
+sa_span *sa__free_carve(sa_arena *a, sa_span *sp, sa_want w);
+
+#endif /* SA_LARGE_FREE_SPAN_H */

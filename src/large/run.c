@@ -1,0 +1,503 @@
+/* Runs: growth, joining, cutting (run.h).
+ *
+ * A run is a contiguous mapped range tiled by spans; the page map names it
+ * over its pages, but for those of superblocks carved in its free spans.
+ * When no free span fits a request, the arena grows (plan_growth): it maps
+ * only what is missing at an end of a run, next to the free span there, or
+ * fills the gap between two runs, or starts a run in the middle of free
+ * reserved space, and joins the runs the new mapping touches. Past the
+ * caller's limit it first reshapes (reshape_bytes): free span memory whose
+ * work completed is unmapped elsewhere (sa__run_unmap_free, which cuts
+ * runs around the holes) and the growth maps those granules where the
+ * request needs them.
+ */
+#include <stdlib.h>
+
+#include "run.h"
+#include "../arena.h"
+#include "../base/base.h"
+#include "../base/hook.h"
+#include "../driver/driver.h"
+#include "../vm/physical.h"
+#include "../vm/va_space.h"
+#include "free_span.h"
+#include "mark.h"
+#include "span.h"
+#include "span_index.h"
+
+/* ------------------------------------------------------------------------
+ * Run descriptors
+ * ---------------------------------------------------------------------- */
+
+static sa_run *run_new(sa_arena *a) {
+  sa_run *r = a->spans.spare_runs;
+  if (r != NULL) {
+    a->spans.spare_runs = r->next;
+  } else {
+    r = calloc(1, sizeof *r);
+    if (r == NULL) return NULL;
+    r->hdr.kind = SA_DESC_RUN;
+    r->all_next = a->spans.all_runs;
+    a->spans.all_runs = r;
+  }
+  r->hdr.base = 0;
+  r->hdr.size = 0;
+  r->hdr.chunks = NULL;
+  r->first = r->last = NULL;
+  r->next = r->prev = NULL;
+  return r;
+}
+
+static void run_put(sa_arena *a, sa_run *r) {
+  r->hdr.size = 0;
+  r->first = r->last = NULL;
+  r->next = a->spans.spare_runs;
+  a->spans.spare_runs = r;
+}
+
+/* Into the arena's runs, which are in address order. */
+static void run_link(sa_arena *a, sa_run *r) {
+  sa_run *prev = NULL, *next = a->spans.runs;
+  while (next != NULL && next->hdr.base < r->hdr.base) {
+    prev = next;
+    next = next->next;
+  }
+  r->prev = prev;
+  r->next = next;
+  if (prev != NULL)
+    prev->next = r;
+  else
+    a->spans.runs = r;
+  if (next != NULL) next->prev = r;
+}
+
+SA_DLIST_FUNCTIONS(runs, sa_run, next, prev)
+
+static void run_unlink(sa_arena *a, sa_run *r) {
+  runs_unlink(&a->spans.runs, r);
+  r->next = r->prev = NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * Runs: growth, joining, cutting
+ * ---------------------------------------------------------------------- */
+
+static void name_pages(sa_arena *a, sa_run *r, uintptr_t from, uintptr_t to) {
+  if (to <= from) return;
+  sa__pagemap_set(a, from, to - from, &r->hdr);
+  sa__hook(SA_HOOK_RUN_PAGES_NAMED, r);
+}
+
+/* The page map names r over [lo, hi) of it, whose spans start at first,
+ * but for the pages of superblocks carved in them: those keep naming
+ * their superblock, not even for a moment the run, since a free of one of
+ * their blocks reads its page without a lock (it would take a block for a
+ * span, and fail). */
+static void pagemap_name_run(sa_arena *a, sa_run *r, uintptr_t lo, uintptr_t hi,
+                             const sa_span *first) {
+  uintptr_t from = lo;
+  for (const sa_span *sp = first; sp != NULL && sp->base < hi; sp = sp->next) {
+    if (sp->holder == NULL) continue;
+    name_pages(a, r, from, sp->base);
+    from = sp->base + sp->size;
+  }
+  name_pages(a, r, from, hi);
+}
+
+/* lo and hi (mapped just above lo) become one run: the smaller one's
+ * spans and page map entries move, so a small growth next to a large run
+ * costs what it maps. Returns the run that stays. */
+static sa_run *run_join(sa_arena *a, sa_run *lo, sa_run *hi) {
+  bool keep_lo = lo->hdr.size >= hi->hdr.size;
+  sa_run *keep = keep_lo ? lo : hi, *gone = keep_lo ? hi : lo;
+  for (sa_span *sp = gone->first; sp != NULL; sp = sp->next) sp->run = keep;
+  uintptr_t gone_lo = gone->hdr.base, gone_hi = gone->hdr.base + gone->hdr.size;
+  const sa_span *gone_first = gone->first;
+  sa_chunk **tail = &lo->hdr.chunks;
+  while (*tail != NULL) tail = &(*tail)->next;
+  *tail = hi->hdr.chunks;
+  sa_chunk *chunks = lo->hdr.chunks;
+  if (lo->last != NULL && hi->first != NULL) {
+    lo->last->next = hi->first;
+    hi->first->prev = lo->last;
+  }
+  sa_span *first = lo->first != NULL ? lo->first : hi->first;
+  sa_span *last = hi->last != NULL ? hi->last : lo->last;
+  keep->hdr.base = lo->hdr.base;
+  keep->hdr.size = lo->hdr.size + hi->hdr.size;
+  keep->hdr.chunks = chunks;
+  keep->first = first;
+  keep->last = last;
+  run_unlink(a, gone);
+  gone->hdr.chunks = NULL;
+  run_put(a, gone);
+  pagemap_name_run(a, keep, gone_lo, gone_hi, gone_first);
+  return keep;
+}
+
+/* A place to grow: `size` bytes below `edge` (down), above it, or a
+ * fresh run placed high; up to `room` bytes fit there. */
+typedef enum grow_dir_e { GROW_DOWN, GROW_UP, GROW_FRESH } grow_dir;
+typedef struct growth_s {
+  grow_dir dir;
+  uintptr_t edge; /* down: where the mapping ends; up: where it starts */
+  size_t size;    /* bytes the request needs mapped */
+  size_t room;    /* free reserved bytes there (fresh: any) */
+} growth;
+
+/* The bytes of a run's end span that w can use if it is free: an aligned
+ * request only whole granules (runs start and end at granule boundaries). */
+static size_t edge_use(const sa_arena *a, const sa_span *sp, sa_want w) {
+  if (sp == NULL || !sa__span_is_free(sp)) return 0;
+  return w.align != 0 ? sp->size & ~(w.align - 1) : sp->size;
+}
+
+/* The granules to map so that have free bytes become need; SIZE_MAX when
+ * have is enough already (best fit's job, not growth's). */
+static size_t missing(size_t need, size_t have, size_t gran) {
+  return have < need ? sa__round_up(need - have, gran) : SIZE_MAX;
+}
+
+/* Is mapping m bytes in direction dir better than best? Fewer bytes win;
+ * on a tie, next to a run beats a fresh run, and upwards beats downwards
+ * (spans are placed at the lowest address, so a run's free rest lies at
+ * its top, where the next growth up extends it). */
+static bool better(const growth *best, size_t m, grow_dir dir) {
+  if (m != best->size) return m < best->size;
+  return best->dir == GROW_FRESH || (dir == GROW_UP && best->dir == GROW_DOWN);
+}
+
+/* Where to map so that a free span for w results, mapping as little as
+ * possible: above or below a run, next to its free end span; the whole gap
+ * between two runs when their free ends and the gap together are enough;
+ * or a fresh run. Ties go to the lowest run (the first that wins). */
+static growth plan_growth(const sa_arena *a, sa_want w) {
+  size_t g = a->gran, need = w.need;
+  growth best = {GROW_FRESH, 0, sa__round_up(need, g), SIZE_MAX};
+  for (const sa_run *r = a->spans.runs; r != NULL; r = r->next) {
+    uintptr_t lo = r->hdr.base, hi = lo + r->hdr.size;
+    /* Up: what its free last span lacks, mapped above it. */
+    size_t above = sa__va_free_above(a, hi), m = missing(need, edge_use(a, r->last, w), g);
+    if (m <= above && better(&best, m, GROW_UP)) best = (growth){GROW_UP, hi, m, above};
+    /* Down: what its free first span lacks, mapped below it; else the
+     * whole gap down to the run below, if that joins enough free memory. */
+    size_t below = sa__va_free_below(a, lo);
+    m = missing(need, edge_use(a, r->first, w), g);
+    bool gap_joins = below > 0 && r->prev != NULL &&
+                     r->prev->hdr.base + r->prev->hdr.size == lo - below &&
+                     edge_use(a, r->prev->last, w) + below + edge_use(a, r->first, w) >= need;
+    if (m <= below && better(&best, m, GROW_DOWN))
+      best = (growth){GROW_DOWN, lo, m, below};
+    else if (gap_joins && better(&best, below, GROW_DOWN))
+      best = (growth){GROW_DOWN, lo, below, below}; /* the gap, exactly */
+  }
+  return best;
+}
+
+/* The reshape decision: the bytes to unmap elsewhere so that mapping size
+ * more, for a request of request bytes, stays within limit physical bytes
+ * (cached chunks count as held). 0 when it fits, or when the last look for
+ * free memory found too little and no span was freed since (decided
+ * without a scan). Under the footprint target, also 0 for a request that
+ * takes live bytes past their highest so far: that growth is demand, and
+ * the target rises with it (the free memory a reshape would take is what
+ * the climb to the new peak reuses next; on the PyTorch trace reshaping
+ * there remapped GiBs to gain 0.1%); otherwise no more than the remapping
+ * ledger allows (physical.c), which bounds the churn of a workload whose
+ * shapes keep changing (RMM's random allocations up to 4 GiB). */
+static size_t reshape_bytes(const sa_arena *a, size_t size, size_t request, size_t limit) {
+  size_t cached = a->physical.cache_bytes, held = a->physical.bytes;
+  if (cached >= size || held + (size - cached) <= limit) return 0;
+  if (a->spans.reshape_futile == a->spans.frees + 1) return 0;
+  size_t u = held + (size - cached) - (limit > held ? limit : held);
+  if (u > size - cached) u = size - cached;
+  size_t allowed = sa__physical_remap_allowance(a, limit);
+  if (allowed != SIZE_MAX) {
+    int64_t live = atomic_load_explicit(&a->stats.xlive_bytes, memory_order_relaxed);
+    if (live + (int64_t)request > atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed))
+      return 0;
+    allowed &= ~(a->gran - 1);
+    if (u > allowed) u = allowed;
+  }
+  size_t free_whole = a->spans.free_bytes & ~(a->gran - 1); /* at most */
+  return u < free_whole ? u : free_whole;
+}
+
+/* Map [at, at + size) as a run of one free span and join it with the runs
+ * it touches; returns the free span that now holds it (out of the index).
+ * On failure the chunks and the range are given back (physical.c keeps
+ * what a refused unwind left mapped). */
+static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunks,
+                         sa_span **out) {
+  sa_run *r = run_new(a);
+  sa_span *sp = r != NULL ? sa__span_new(a) : NULL;
+  if (sp == NULL) {
+    if (r != NULL) run_put(a, r);
+    sa__physical_return(a, chunks);
+    sa__va_free(a, at, size);
+    return SA_ERR_OUT_OF_MEMORY;
+  }
+  sa_status st = sa__physical_map_at(a, at, size, chunks);
+  if (st != SA_OK) {
+    sa__span_put(a, sp);
+    run_put(a, r);
+    return st;
+  }
+  r->hdr.base = at;
+  r->hdr.size = size;
+  r->hdr.chunks = chunks;
+  sp->base = at;
+  sp->size = size;
+  sa__span_link_after(r, NULL, sp);
+  sa__pagemap_set(a, at, size, &r->hdr);
+  run_link(a, r);
+  if (r->next != NULL && r->next->hdr.base == at + size) r = run_join(a, r, r->next);
+  if (r->prev != NULL && r->prev->hdr.base + r->prev->hdr.size == r->hdr.base)
+    (void)run_join(a, r->prev, r);
+  *out = sa__free_coalesce(a, sp);
+  return SA_OK;
+}
+
+/* The bytes to map beyond what a growth for a request needs (missing):
+ * on a climb to a new live peak, a little, within the footprint target. A climb (a
+ * training step's first forward pass) is a run of growths, and each costs
+ * a chunk whatever its size (physical.c), so memory mapped ahead serves
+ * the next requests of the climb without a driver call. What the last
+ * growth of a climb maps ahead may stay unused at the peak, so it is at
+ * most 1/SA_AHEAD_SHARE of what is held (at least a granule) and within
+ * the target: PyTorch's trace of examples/torch/train.py then peaks at
+ * 23,668 MiB as with no mapping ahead (up to the target: 23,758, above
+ * expandable segments' 23,677), and the transformer trace grows 340 times
+ * instead of 410. Not under a budget or a
+ * reserve_limit, which are limits the user set, not targets to fill, nor
+ * with SA_FLAG_EXACT_GROWTH. */
+static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
+  if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 || (a->cfg.flags & SA_FLAG_EXACT_GROWTH))
+    return 0;
+  int64_t live = atomic_load_explicit(&a->stats.xlive_bytes, memory_order_relaxed);
+  if (live + (int64_t)request <= atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed))
+    return 0;
+  size_t held = a->physical.bytes + missing, target = sa__physical_soft_limit(a);
+  if (held >= target) return 0;
+  size_t most = held / SA_AHEAD_SHARE > a->gran ? held / SA_AHEAD_SHARE : a->gran;
+  size_t ahead = target - held < most ? target - held : most;
+  return ahead & ~(a->gran - 1);
+}
+
+/* The range a reshape for g leaves mapped: the free span the growth
+ * extends and the room beside it (unmapping it would only map it again),
+ * one byte wider each way so that a span ending at the edge overlaps it.
+ * Nothing for a fresh run. */
+static void growth_keeps(const growth *g, uintptr_t *lo, uintptr_t *hi) {
+  switch (g->dir) {
+    case GROW_UP:
+      *lo = g->edge - 1;
+      *hi = g->edge + g->room + 1;
+      return;
+    case GROW_DOWN:
+      *lo = g->edge - g->room - 1;
+      *hi = g->edge + 1;
+      return;
+    case GROW_FRESH:
+      break;
+  }
+  *lo = *hi = 0;
+}
+
+sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span **out) {
+  growth g = plan_growth(a, w);
+  size_t u = reshape_bytes(a, g.size, w.need, limit);
+  if (u > 0) {
+    /* Past the limit: free memory elsewhere whose work completed is
+     * unmapped and stitched here instead. */
+    uintptr_t keep_lo, keep_hi;
+    growth_keeps(&g, &keep_lo, &keep_hi);
+    if (sa__run_unmap_free(a, u, keep_lo, keep_hi, false) < u)
+      a->spans.reshape_futile = a->spans.frees + 1; /* none again until a span is freed */
+  }
+  size_t ahead = w.exact ? 0 : map_ahead(a, w.need, g.size);
+  /* A fresh run maps ahead at most its request again: it lies apart from
+   * the run the climb was extending (dataframe: 1.155 x peak live against
+   * 1.469 with no such bound). */
+  size_t room = g.dir == GROW_FRESH ? SIZE_MAX : g.room;
+  size_t ahead_room = g.dir == GROW_FRESH ? g.size : room - g.size;
+  if (ahead > ahead_room) ahead = ahead_room & ~(a->gran - 1);
+  size_t total;
+  sa_chunk *chunks;
+  sa_status st = sa__physical_gather(a, g.size, ahead, room, limit, &chunks, &total);
+  if (st == SA_ERR_OUT_OF_MEMORY && ahead > 0) /* the device had less: what is missing */
+    st = sa__physical_gather(a, g.size, 0, room, limit, &chunks, &total);
+  if (st != SA_OK) return st;
+  uintptr_t at = g.dir == GROW_DOWN ? g.edge - total : g.edge;
+  if (g.dir == GROW_FRESH)
+    st = sa__va_alloc_middle(a, total, &at);
+  else
+    st = sa__va_claim(a, at, total);
+  if (st != SA_OK) {
+    sa__physical_return(a, chunks);
+    return st;
+  }
+  sa_span *sp;
+  st = map_run(a, at, total, chunks, &sp);
+  if (st != SA_OK) return st;
+  if (sa__free_place(a, sp, w) == 0) { /* the join lacked memory for the marks */
+    sa__free_insert(a, sp);
+    return SA_ERR_OUT_OF_MEMORY;
+  }
+  *out = sp;
+  return SA_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Unmapping free memory (under a budget, trims): cuts
+ * ---------------------------------------------------------------------- */
+
+/* What a cut leaves above its hole: the rest of the free span f, where f
+ * goes on past the hole, and the rest of the run, where the run does. Their
+ * descriptors are taken before the driver is asked to unmap: after the
+ * unmap nothing may fail. */
+typedef struct cut_parts_s {
+  sa_span *f_hi; /* the free span above the hole (room for f's marks), or NULL */
+  sa_run *up;    /* the run above the hole, or NULL */
+} cut_parts;
+
+static void cut_abandon(sa_arena *a, const cut_parts *parts) {
+  if (parts->f_hi != NULL) sa__span_put(a, parts->f_hi);
+  if (parts->up != NULL) run_put(a, parts->up);
+}
+
+/* The descriptors a cut of [lo, hi) out of f in r needs; false, and none
+ * kept, without memory for them. */
+static bool cut_prepare(sa_arena *a, const sa_run *r, const sa_span *f, uintptr_t hi,
+                        cut_parts *parts) {
+  bool span_above = f->base + f->size > hi;
+  bool run_above = hi < r->hdr.base + r->hdr.size;
+  parts->f_hi = span_above ? sa__span_new(a) : NULL;
+  parts->up = run_above ? run_new(a) : NULL;
+  bool span_ready =
+      !span_above || (parts->f_hi != NULL && sa__marks_reserve(parts->f_hi, f->nmarks));
+  bool run_ready = !run_above || parts->up != NULL;
+  if (span_ready && run_ready) return true;
+  cut_abandon(a, parts);
+  return false;
+}
+
+/* r's chunks: those below lo stay on its list, those in [lo, hi) go to the
+ * chunk cache, and those above hi are returned, off the list. */
+static sa_chunk *cut_chunks(sa_arena *a, sa_run *r, uintptr_t lo, uintptr_t hi) {
+  sa_chunk **link = &r->hdr.chunks, *hole = NULL, **hole_tail = &hole;
+  uintptr_t at = r->hdr.base;
+  for (; *link != NULL && at < lo; link = &(*link)->next) at += (*link)->size;
+  while (*link != NULL && at < hi) {
+    sa_chunk *c = *link;
+    *link = c->next;
+    at += c->size;
+    c->next = NULL;
+    *hole_tail = c;
+    hole_tail = &c->next;
+  }
+  sa__physical_return(a, hole);
+  sa_chunk *above_chunks = *link;
+  *link = NULL;
+  return above_chunks;
+}
+
+/* Unmap [lo, hi) of run r: whole chunks inside the free span f (in the
+ * index, its marks complete). The run splits around the hole; f keeps what
+ * lies below it, a new span what lies above; the page map and the reserved
+ * space follow. False, and nothing changed, if there was no memory for the
+ * descriptors or the driver refused the unmap. */
+static bool cut(sa_arena *a, sa_run *r, sa_span *f, uintptr_t lo, uintptr_t hi) {
+  cut_parts parts;
+  if (!cut_prepare(a, r, f, hi, &parts)) return false;
+  if (a->drv->ops->unmap(a->drv, lo, hi - lo) != SA_OK) {
+    cut_abandon(a, &parts);
+    return false;
+  }
+  uintptr_t end = r->hdr.base + r->hdr.size, f_end = f->base + f->size;
+  sa_span *f_hi = parts.f_hi;
+  sa_run *up = parts.up;
+  sa__free_remove(a, f);
+  sa_chunk *above_chunks = cut_chunks(a, r, lo, hi); /* for the run above */
+  /* Spans: [first .. f] below, [f_hi, f->next .. last] above. */
+  sa_span *below = f->prev, *above = f->next, *old_last = r->last;
+  sa_span *low_tail = below, *high_head = above;
+  if (f_hi != NULL) {
+    sa__marks_copy(f_hi, f);
+    f_hi->owner = f->owner;
+    f_hi->base = hi;
+    f_hi->size = f_end - hi;
+    sa__starts_within(f_hi, f);
+    f_hi->next = above;
+    if (above != NULL) above->prev = f_hi;
+    high_head = f_hi;
+  }
+  if (f->base < lo) {
+    f->size = lo - f->base;
+    sa__starts_within(f, f);
+    low_tail = f;
+  }
+  if (low_tail != NULL) low_tail->next = NULL;
+  r->last = low_tail;
+  if (low_tail == NULL) r->first = NULL;
+  if (up != NULL) {
+    high_head->prev = NULL;
+    up->hdr.base = hi;
+    up->hdr.size = end - hi;
+    up->hdr.chunks = above_chunks;
+    up->first = high_head;
+    up->last = old_last == f ? f_hi : old_last;
+    for (sa_span *sp = high_head; sp != NULL; sp = sp->next) sp->run = up;
+    pagemap_name_run(a, up, hi, end, high_head);
+  }
+  if (low_tail == f)
+    sa__free_insert(a, f);
+  else
+    sa__span_put(a, f);
+  if (f_hi != NULL) sa__free_insert(a, f_hi);
+  sa__pagemap_set(a, lo, hi - lo, NULL);
+  sa__va_free(a, lo, hi - lo);
+  r->hdr.size = lo - r->hdr.base;
+  if (up != NULL) {
+    up->prev = r;
+    up->next = r->next;
+    if (r->next != NULL) r->next->prev = up;
+    r->next = up;
+  }
+  if (r->hdr.size == 0) {
+    run_unlink(a, r);
+    run_put(a, r);
+  }
+  return true;
+}
+
+/* The chunks (each mapped whole: physical.c) wholly inside the free span
+ * sp: the highest of them that hold at least bytes, or all; false if none. */
+static bool whole_chunks(const sa_span *sp, size_t bytes, uintptr_t *lo, uintptr_t *hi) {
+  uintptr_t end = sp->base + sp->size, at = sp->run->hdr.base;
+  const sa_chunk *c = sp->run->hdr.chunks;
+  for (; c != NULL && at < sp->base; c = c->next) at += c->size; /* not wholly inside */
+  const sa_chunk *first = c;
+  *lo = at;
+  for (; c != NULL && at + c->size <= end; c = c->next) at += c->size;
+  *hi = at;
+  if (*hi == *lo) return false;
+  /* From the top: drop chunks at the bottom while the rest holds bytes. */
+  for (c = first; *lo + c->size < *hi && *hi - (*lo + c->size) >= bytes; c = c->next)
+    *lo += c->size;
+  return true;
+}
+
+size_t sa__run_unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t keep_hi,
+                          bool wait) {
+  size_t unmapped = 0;
+  sa_span *next;
+  for (sa_span *sp = sa__fit_ceiling(a, a->gran, 0); sp != NULL && unmapped < bytes; sp = next) {
+    next = sa__fit_ceiling(a, sp->size, sp->base + 1); /* before sp changes */
+    if (sp->base < keep_hi && keep_lo < sp->base + sp->size) continue;
+    uintptr_t lo, hi;
+    if (!whole_chunks(sp, bytes - unmapped, &lo, &hi) || !sa__marks_reached(a, sp, wait)) continue;
+    if (cut(a, sp->run, sp, lo, hi)) unmapped += hi - lo;
+  }
+  return unmapped;
+}

@@ -1,0 +1,28 @@
+/* Runs (run.c): the contiguous mapped ranges spans tile. A run grows where
+ * a request needs memory that no free span holds (mapping ahead on a climb
+ * to a new live peak, reshaping past the limit), joins the runs it
+ * touches, and is cut where free memory is unmapped.
+ *
+ * Calls free_span.c, mark.c, the vm tier and the driver; called by span.c,
+ * with the arena lock held. */
+#ifndef SA_LARGE_RUN_H
+#define SA_LARGE_RUN_H
+
+#include "../base/base.h"
+#include "free_span.h"
+#include "span.h"
+
+/* Grow so that a free span for w exists, holding no more than limit
+ * physical bytes in all; returns it out of the index. */
+sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span **out);
+/* Unmap up to bytes (SIZE_MAX: all) of free span memory whose work is done
+ * (with wait: after waiting), none of a span that overlaps [keep_lo,
+ * keep_hi): the whole chunks (each mapped whole: physical.c) inside free
+ * spans, the smallest spans first. A small free span is what best fit can use least;
+ * a large one is a place where a later request fits without remapping.
+ * From a span, its highest chunks: what stays free stays at its low end,
+ * where best fit places first. Returns the bytes unmapped. */
+size_t sa__run_unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t keep_hi,
+                          bool wait);
+
+#endif /* SA_LARGE_RUN_H */
