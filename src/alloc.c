@@ -28,6 +28,7 @@
 #include "report.h"
 #include "small/size_class.h"
 #include "small/stream_arena.h"
+#include "small/stream_return.h"
 #include "small/superblock.h"
 #include "small/thread_cache.h"
 #include "trace.h"

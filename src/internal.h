@@ -15,7 +15,9 @@
  *   trace.c               the allocation trace (trace=PATH)
  *   registry.c            which arena an address belongs to (lock-free)
  *   small/thread_cache.c  per-thread caches keyed by (arena, stream)
- *   small/stream_arena.c  per-stream arenas: size-class bins, inbox, deferred frees
+ *   small/stream_arena.c  per-stream arenas: life cycle, refills, sheds, fences
+ *   small/stream_return.c blocks back to their stream arena: from thread caches,
+ *                         cross-stream batches (inbox, lanes, parking), empties
  *   small/superblock.c    carving superblocks into blocks; the global free stack
  *   large/span.c          large allocations: alloc, free, superblocks carved in
  *                         free spans, unmapping free memory
@@ -74,6 +76,7 @@
 #include "report.h"
 #include "small/size_class.h"
 #include "small/stream_arena.h"
+#include "small/stream_return.h"
 #include "small/superblock.h"
 #include "small/thread_cache.h"
 #include "trace.h"

@@ -27,6 +27,7 @@
 #include "large/span.h"
 #include "large/timeline.h"
 #include "small/stream_arena.h"
+#include "small/stream_return.h"
 #include "small/superblock.h"
 #include "vm/physical.h"
 

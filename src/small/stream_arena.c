@@ -1,13 +1,11 @@
-/* Stream arenas: what one stream owns.
+/* Stream arenas: what one stream owns, and their life cycle.
  *
  * A stream arena holds the superblocks its blocks come from (one partial
  * list per size class), a few empty superblocks, and an inbox (ck lock-free
- * stack) where any thread pushes batches of blocks freed on another stream.
- * Such a batch carries the events recorded on the freeing streams; it is
- * reusable here once they completed (observed by a query) or, when the
- * alternative is to grow, once this stream was made to wait for them on the
- * device. Thread caches refill from and flush to it in batches, under its
- * lock; the lock is never held while taking another stream arena's.
+ * stack) where any thread pushes batches of blocks freed on another stream
+ * (stream_return.c takes blocks back). Thread caches refill from it
+ * (sa__stream_arena_take) and flush to it in batches, under its lock; the
+ * lock is never held while taking another stream arena's.
  *
  * Stream lifetime. A driver call on this stream (an event record, a wait)
  * happens only inside an API call that names the stream (callers say so
@@ -49,301 +47,16 @@
 #include "../large/timeline.h"
 #include "../vm/va_space.h"
 #include "size_class.h"
+#include "stream_return.h"
 #include "superblock.h"
 
-SA_DLIST_FUNCTIONS(bin, sa_superblock, next, prev)
-
-static void bin_insert(sa_stream_arena *sa, sa_superblock *sb) {
-  bin_push(&sa->bins[sb->cls], sb);
-  sb->in_bin = true;
-}
-
-static void bin_remove(sa_stream_arena *sa, sa_superblock *sb) {
-  bin_unlink(&sa->bins[sb->cls], sb);
-  sb->next = sb->prev = NULL;
-  sb->in_bin = false;
-}
-
 static void mark_gone(sa_arena *a, sa_stream_arena *sa, bool synced);
-
-static bool gone(const sa_stream_arena *sa) {
-  return atomic_load_explicit(&sa->xgone, memory_order_relaxed);
-}
-
-/* Does an empty sb need an event on this stream before another stream may
- * have it? Not after sa_stream_release (its work is done), nor once a
- * device sync that started after its last block came back completed. */
-static bool sb_clean(sa_stream_arena *sa, const sa_superblock *sb) {
-  return sa->synced || sa__clean_since(&sa->arena->sync, sb->dirty_gen);
-}
-
-static void keep_empty(sa_stream_arena *sa, sa_superblock *sb) {
-  sb->next = sa->empty;
-  sa->empty = sb;
-  sa->nempty++;
-  if (sb->event == NULL && !sb_clean(sa, sb))
-    atomic_store_explicit(&sa->xunfenced, true, memory_order_relaxed);
-}
-
-/* sb leaves this stream for the global stack. */
-static void to_global(sa_stream_arena *sa, sa_superblock *sb) {
-  SA_ASSERT(sb->owner == sa && sa->nsuperblocks > 0);
-  sa->nsuperblocks--;
-  sa__superblock_to_global(sa->arena, sb, sb->event, sa->id);
-}
-
-/* Guard an empty sb with an event recorded now, where that is allowed and
- * needed; false if it stays unguarded and unclean. */
-static bool fence_empty(sa_stream_arena *sa, sa_superblock *sb, bool named) {
-  if (sb->event != NULL || sb_clean(sa, sb)) return true;
-  if (!named || gone(sa)) return false;
-  return sa__event_record_new(sa->arena, sa->stream, &sb->event) == SA_OK;
-}
-
-/* An empty superblock stays here (a few are kept, and unfenced ones must
- * stay) or goes to the global stack with its event, if it needs one. */
-static void retire_empty(sa_stream_arena *sa, sa_superblock *sb, bool named) {
-  SA_VALIDATE_PACED(&sa->superblock_pace, sa__superblock_check(sb));
-  sa__superblock_emptied(sa->arena, sb);
-  if (sb->in_bin) bin_remove(sa, sb);
-  sb->event = NULL;
-  bool fenced = fence_empty(sa, sb, named);
-  if (!fenced || (!gone(sa) && sa->nempty < SA_KEEP_EMPTY_SUPERBLOCKS))
-    keep_empty(sa, sb);
-  else
-    to_global(sa, sb);
-}
-
-/* Put one block back into its superblock. gen: the device sync generation
- * after which no work on this stream uses the block (device_sync.c). Owner
- * lock held. */
-static void block_return(sa_stream_arena *sa, void *p, uint64_t gen, bool named) {
-  sa_superblock *sb = (sa_superblock *)sa__pagemap_get(&sa->arena->range, (uintptr_t)p);
-  uint32_t idx = sa__block_index(sb, (uintptr_t)p - sb->hdr.base);
-  SA_ASSERT(sb->owner == sa && sb->used > 0 && idx < sb->bump);
-  SA_ASSERT(atomic_load_explicit(&sb->state[idx], memory_order_relaxed) != SA_BLOCK_FREE);
-  atomic_store_explicit(&sb->state[idx], SA_BLOCK_FREE, memory_order_relaxed);
-  sb->free_idx[sb->nfree++] = idx;
-  if (gen > sb->dirty_gen) sb->dirty_gen = gen;
-  sb->used--;
-  if (sb->used == 0)
-    retire_empty(sa, sb, named);
-  else if (!sb->in_bin)
-    bin_insert(sa, sb);
-}
-
-void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, uint32_t n,
-                           bool named) {
-  pthread_mutex_lock(&sa->lock);
-  uint64_t gen = sa__sync_gen(&sa->arena->sync); /* after the frees: they were before the lock */
-  for (uint32_t i = 0; i < n; i++) block_return(sa, blocks[i].p, gen, named);
-  SA_VALIDATE_PACED(&sa->pace, sa__stream_arena_check(sa));
-  pthread_mutex_unlock(&sa->lock);
-}
-
-/* gen: as block_return's. */
-static void deferred_release(sa_stream_arena *sa, sa_deferred *d, uint64_t gen, bool named) {
-  for (uint32_t i = 0; i < d->n; i++) block_return(sa, d->blocks[i].p, gen, named);
-  atomic_fetch_sub_explicit(&sa->arena->stats.xdeferred_blocks, d->n, memory_order_relaxed);
-  sa__deferred_free(d);
-}
-
-/* Are all of d's events complete? Completed ones go back to the pool. With
- * force (named calls only), this stream waits for the rest on the device;
- * *waited says it did. */
-static bool deferred_ready(sa_stream_arena *sa, sa_deferred *d, bool force, bool *waited) {
-  sa_arena *a = sa->arena;
-  unsigned kept = 0;
-  for (unsigned i = 0; i < d->nevents; i++) {
-    sa_status st = sa__event_retire(a, d->events[i], false);
-    if (st == SA_ERR_NOT_READY && force) {
-      st = sa__event_consume(a, d->events[i], sa->stream);
-      *waited |= st == SA_OK;
-    }
-    if (st != SA_OK) d->events[kept++] = d->events[i];
-  }
-  d->nevents = kept;
-  return kept == 0;
-}
-
-/* Pending batches wait in lanes, one per stream their first event was
- * recorded on, oldest first. A stream completes its work in order, so a
- * lane whose oldest batch is not ready holds none that is, as far as a
- * query can tell: a drain queries a lane's first batch, not every batch
- * (10,000 batches behind one stream cost a refill 10,000 queries). A batch
- * recorded earlier but taken in later (two threads freeing on one stream),
- * or one behind a batch that also waits for another stream, waits a little
- * longer: later reuse, never earlier. A new batch looks for its lane among
- * the first SA_LANE_LOOKUP (found: moved to the front); past them it opens
- * another lane for the same stream, which costs a query more. */
-static void lane_add(sa_stream_arena *sa, sa_deferred *d) {
-  d->lane_next = NULL;
-  sa_deferred **pl = &sa->pending;
-  for (int i = 0; *pl != NULL && i < SA_LANE_LOOKUP; i++, pl = &(*pl)->next) {
-    sa_deferred *lane = *pl;
-    if (lane->on != d->on) continue;
-    lane->lane_tail->lane_next = d;
-    lane->lane_tail = d;
-    *pl = lane->next;
-    lane->next = sa->pending;
-    sa->pending = lane;
-    return;
-  }
-  d->lane_tail = d;
-  d->next = sa->pending;
-  sa->pending = d;
-}
-
-/* Put back the blocks of the batches of the lane at *pl whose events
- * completed (with force: after a device-side wait, every batch); without
- * force, the first not ready ends the walk. Returns the next lane's place. */
-static sa_deferred **lane_drain(sa_stream_arena *sa, sa_deferred **pl, bool force, bool named) {
-  sa_deferred *rest = (*pl)->next, *tail = (*pl)->lane_tail;
-  sa_deferred *keep = NULL, *last = NULL, *d = *pl;
-  while (d != NULL) {
-    sa_deferred *next = d->lane_next;
-    bool waited = false;
-    if (deferred_ready(sa, d, force, &waited)) {
-      SA_ASSERT(sa->pending_blocks >= d->n);
-      sa->pending_blocks -= d->n;
-      /* Behind a wait on this stream, the blocks are this stream's work. */
-      deferred_release(sa, d, waited ? sa__sync_gen(&sa->arena->sync) : d->gen, named);
-    } else {
-      if (last != NULL)
-        last->lane_next = d;
-      else
-        keep = d;
-      last = d;
-      if (!force) break; /* d and those behind it stay as they are */
-    }
-    d = next;
-  }
-  if (keep == NULL) {
-    *pl = rest;
-    return pl;
-  }
-  if (d == NULL) { /* walked to the end */
-    last->lane_next = NULL;
-    tail = last;
-  }
-  keep->next = rest;
-  keep->lane_tail = tail;
-  *pl = keep;
-  return &keep->next;
-}
-
-/* Take in the inbox, and put back the blocks of every batch whose events
- * completed (with force: after a device-side wait). Owner lock held. */
-static void drain(sa_stream_arena *sa, bool force, bool named) {
-  force = force && named && !gone(sa);
-  ck_stack_entry_t *e = ck_stack_batch_pop_mpmc(&sa->inbox);
-  sa_deferred *in = NULL; /* the stack gives the newest first */
-  while (e != NULL) {
-    ck_stack_entry_t *next = e->next;
-    sa_deferred *d = sa__deferred_of(e);
-    sa__handoff_accept(&d->xhandoff);
-    d->next = in;
-    in = d;
-    e = next;
-  }
-  while (in != NULL) {
-    sa_deferred *d = in;
-    in = d->next;
-    if (d->nevents == 0) { /* nothing to wait for: not behind a lane */
-      deferred_release(sa, d, d->gen, named);
-      continue;
-    }
-    sa->pending_blocks += d->n;
-    lane_add(sa, d);
-  }
-  for (sa_deferred **pl = &sa->pending; *pl != NULL;) pl = lane_drain(sa, pl, force, named);
-  SA_VALIDATE_PACED(&sa->pace, sa__stream_arena_check(sa));
-}
-
-void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d) {
-  /* The owner's stream may use the blocks without an event of its own
-   * (its work is ordered before its reuse there): until its superblock
-   * empties in a call on it, they are its work from before now. */
-  if (d->gen == UINT64_MAX) d->gen = sa__sync_gen(&owner->arena->sync);
-  atomic_fetch_add_explicit(&owner->arena->stats.xdeferred_blocks, d->n, memory_order_relaxed);
-  d->freer = NULL; /* it may be freed from now on */
-  sa__handoff_publish(&d->xhandoff);
-  /* Under the owner's lock: the blocks keep a gone owner alive (see reap)
-   * until the lock is let go. Nobody allocates from a gone stream any
-   * more: settle now, once per batch. */
-  pthread_mutex_lock(&owner->lock);
-  ck_stack_push_mpmc(&owner->inbox, &d->link);
-  if (gone(owner)) drain(owner, false, false);
-  pthread_mutex_unlock(&owner->lock);
-}
-
-/* Park d on its freer until an event on the freer's stream (or a device
- * sync) makes it safe. The freer's lock held. */
-static void park(sa_stream_arena *f, sa_deferred *d) {
-  d->gen = sa__sync_gen(&f->arena->sync);
-  d->next = f->parked;
-  f->parked = d;
-  atomic_store_explicit(&f->xunfenced, true, memory_order_relaxed);
-}
-
-sa_status sa__stream_arena_hand_over(sa_deferred *d, bool named) {
-  sa_stream_arena *f = d->freer;
-  pthread_mutex_lock(&f->lock);
-  sa_status st = SA_OK;
-  bool send = true;
-  if (d->nevents == 0 && !f->synced) {
-    if (named && !gone(f)) {
-      st = sa__event_record_new(f->arena, f->stream, &d->events[0]);
-      if (st == SA_OK) d->nevents = 1;
-      d->on = f->stream; /* its pending lane */
-    } else {
-      park(f, d);
-      send = false;
-    }
-  }
-  pthread_mutex_unlock(&f->lock);
-  if (st == SA_OK && send) sa__stream_arena_push_deferred(d->owner, d);
-  return st;
-}
-
-/* Batches parked on sa that a device sync made clean (all with fence: an
- * event is recorded on sa's stream for each, named). sa's lock held;
- * returns them as a list, to be pushed after the lock is let go. */
-static sa_deferred *unpark(sa_stream_arena *sa, bool fence) {
-  sa_deferred *out = NULL;
-  for (sa_deferred **pd = &sa->parked; *pd != NULL;) {
-    sa_deferred *d = *pd;
-    /* Released: sa_stream_release waited for the stream's work. */
-    bool ready = sa->synced || sa__clean_since(&sa->arena->sync, d->gen);
-    if (!ready && fence) {
-      ready = sa__event_record_new(sa->arena, sa->stream, &d->events[0]) == SA_OK;
-      if (ready) d->nevents = 1;
-      d->on = sa->stream;
-    }
-    if (!ready) {
-      pd = &d->next;
-      continue;
-    }
-    *pd = d->next;
-    d->next = out;
-    out = d;
-  }
-  return out;
-}
-
-static void push_all(sa_deferred *list) {
-  while (list != NULL) {
-    sa_deferred *d = list;
-    list = d->next;
-    sa__stream_arena_push_deferred(d->owner, d);
-  }
-}
 
 /* Is anything here still unfenced? Lock held. */
 static bool any_unfenced(sa_stream_arena *sa) {
   if (sa->parked != NULL) return true;
   for (const sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next)
-    if (sb->event == NULL && !sb_clean(sa, sb)) return true;
+    if (sb->event == NULL && !sa__empty_clean(sa, sb)) return true;
   return false;
 }
 
@@ -362,14 +75,14 @@ sa_status sa__stream_arena_fence(sa_stream_arena *sa, bool *renamed) {
   if (st != SA_OK) return st;
   pthread_mutex_lock(&sa->lock);
   sa_deferred *out = NULL;
-  if (!gone(sa)) {
+  if (!sa__stream_arena_gone_locked(sa)) {
     atomic_store_explicit(&sa->xunfenced, false, memory_order_relaxed);
-    for (sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next) (void)fence_empty(sa, sb, true);
-    out = unpark(sa, true);
+    for (sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next) (void)sa__empty_fence(sa, sb, true);
+    out = sa__batches_unpark(sa, true);
     if (any_unfenced(sa)) atomic_store_explicit(&sa->xunfenced, true, memory_order_relaxed);
   }
   pthread_mutex_unlock(&sa->lock);
-  push_all(out);
+  sa__batches_push_all(out);
   return SA_OK;
 }
 
@@ -378,18 +91,18 @@ uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_bloc
   uint32_t got = 0;
   *st = SA_OK;
   pthread_mutex_lock(&sa->lock);
-  if (sa->pending != NULL || !CK_STACK_ISEMPTY(&sa->inbox)) drain(sa, false, true);
+  if (sa->pending != NULL || !CK_STACK_ISEMPTY(&sa->inbox)) sa__batches_drain(sa, false, true);
   while (got < want) {
     sa_superblock *sb = sa->bins[cls];
     if (sb == NULL && sa->pending != NULL) {
       /* Waiting on the device beats growing. */
-      drain(sa, true, true);
+      sa__batches_drain(sa, true, true);
       sb = sa->bins[cls];
     }
     if (sb == NULL) {
       *st = sa__superblock_acquire(sa, cls, limit, &sb);
       if (*st != SA_OK) break;
-      bin_insert(sa, sb);
+      sa__stream_bin_insert(sa, sb);
     }
     _Atomic uint8_t *state = sb->state;
     while (got < want && (sb->nfree > 0 || sb->bump < sb->nblocks)) {
@@ -401,7 +114,7 @@ uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_bloc
       out[got].state = &state[idx];
       got++;
     }
-    if (sb->nfree == 0 && sb->bump == sb->nblocks) bin_remove(sa, sb);
+    if (sb->nfree == 0 && sb->bump == sb->nblocks) sa__stream_bin_remove(sa, sb);
   }
   SA_VALIDATE_PACED(&sa->pace, sa__stream_arena_check(sa));
   pthread_mutex_unlock(&sa->lock);
@@ -411,25 +124,25 @@ uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_bloc
 /* Give back what this stream holds without live blocks: empty superblocks
  * that are fenced or clean to the global stack. Lock held. */
 static void shed_locked(sa_stream_arena *sa, bool named) {
-  drain(sa, false, named);
+  sa__batches_drain(sa, false, named);
   for (sa_superblock **psb = &sa->empty; *psb != NULL;) {
     sa_superblock *sb = *psb;
-    if (!fence_empty(sa, sb, named)) {
+    if (!sa__empty_fence(sa, sb, named)) {
       psb = &sb->next;
       continue;
     }
     *psb = sb->next;
     sa->nempty--;
-    to_global(sa, sb);
+    sa__empty_to_global(sa, sb);
   }
 }
 
 void sa__stream_arena_shed(sa_stream_arena *sa, bool named) {
   pthread_mutex_lock(&sa->lock);
-  sa_deferred *clean = unpark(sa, false); /* those a release or a device sync made clean */
+  sa_deferred *clean = sa__batches_unpark(sa, false); /* those a release or a device sync made clean */
   shed_locked(sa, named);
   pthread_mutex_unlock(&sa->lock);
-  push_all(clean);
+  sa__batches_push_all(clean);
 }
 
 /* ---- the arena's list of stream arenas ---------------------------------- */
@@ -439,7 +152,7 @@ void sa__stream_arena_shed(sa_stream_arena *sa, bool named) {
  * batch or entry to it starts from one of these), so all zero stays zero.
  * Its lock held. */
 static bool reapable(sa_stream_arena *sa) {
-  return gone(sa) && atomic_load_explicit(&sa->xentries, memory_order_acquire) == 0 &&
+  return sa__stream_arena_gone_locked(sa) && atomic_load_explicit(&sa->xentries, memory_order_acquire) == 0 &&
          atomic_load_explicit(&sa->xspans, memory_order_acquire) == 0 && sa->nsuperblocks == 0 &&
          sa->parked == NULL && sa->pending == NULL && CK_STACK_ISEMPTY(&sa->inbox);
 }
@@ -536,7 +249,7 @@ static sa_status live_insert(sa_arena *a, sa_stream_arena *sa) {
 static void mark_gone(sa_arena *a, sa_stream_arena *sa, bool synced) {
   pthread_mutex_lock(&sa->lock);
   pthread_mutex_lock(&a->lock);
-  if (!gone(sa)) {
+  if (!sa__stream_arena_gone_locked(sa)) {
     sa->synced = synced;
     atomic_store_explicit(&sa->xgone, true, memory_order_release);
     sa__chain_remove(&a->streams.live_index, &sa->live_link); /* never looked up again */
@@ -621,9 +334,9 @@ void sa__stream_arenas_settle(sa_arena *a) {
   /* Parked batches first: they land in other stream arenas' inboxes. */
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
     pthread_mutex_lock(&sa->lock);
-    sa_deferred *clean = unpark(sa, false);
+    sa_deferred *clean = sa__batches_unpark(sa, false);
     pthread_mutex_unlock(&sa->lock);
-    push_all(clean);
+    sa__batches_push_all(clean);
   }
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) sa__stream_arena_shed(sa, false);
   pthread_rwlock_unlock(&a->streams.rw);
@@ -684,43 +397,6 @@ sa_status sa__stream_arena_release(sa_arena *a, sa_stream s, sa_stream_arena **o
 
 static const char STREAM_ARENA[] = "stream arena";
 
-size_t sa__stream_arena_check(const sa_stream_arena *sa) {
-  size_t visited = SA_CLASS_COUNT, listed = 0;
-  for (unsigned c = 0; c < SA_CLASS_COUNT; c++) {
-    const sa_superblock *prev = NULL;
-    for (const sa_superblock *sb = sa->bins[c]; sb != NULL; prev = sb, sb = sb->next, listed++) {
-      SA_CHECK(STREAM_ARENA, sb->owner == sa && sb->in_bin && sb->cls == c,
-               "a bin holds superblocks of its class owned here");
-      SA_CHECK(STREAM_ARENA, sb->prev == prev, "a bin's prev and next links agree");
-      SA_CHECK(STREAM_ARENA, sb->used > 0 && (sb->nfree > 0 || sb->bump < sb->nblocks),
-               "a bin's superblock has used blocks and free ones");
-    }
-  }
-  unsigned nempty = 0;
-  for (const sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next, nempty++)
-    SA_CHECK(STREAM_ARENA, sb->owner == sa && sb->used == 0 && !sb->in_bin,
-             "an empty superblock is owned here, unused, in no bin");
-  SA_CHECK(STREAM_ARENA, nempty == sa->nempty, "nempty is the length of the empty list");
-  listed += nempty;
-  SA_CHECK(STREAM_ARENA, listed <= sa->nsuperblocks, "bins and empties hold at most nsuperblocks");
-  size_t blocks = 0;
-  for (const sa_deferred *lane = sa->pending; lane != NULL; lane = lane->next) {
-    const sa_deferred *last = NULL;
-    for (const sa_deferred *d = lane; d != NULL; last = d, d = d->lane_next, visited++) {
-      SA_CHECK(STREAM_ARENA, d->owner == sa && d->nevents > 0 && d->on == lane->on,
-               "a pending lane holds batches of one stream, owned here, waiting");
-      blocks += d->n;
-    }
-    SA_CHECK(STREAM_ARENA, lane->lane_tail == last, "a lane's tail is its last batch");
-  }
-  SA_CHECK(STREAM_ARENA, blocks == sa->pending_blocks,
-           "pending_blocks counts the blocks in pending lanes");
-  for (const sa_deferred *d = sa->parked; d != NULL; d = d->next, visited++)
-    SA_CHECK(STREAM_ARENA, d->freer == sa && d->nevents == 0,
-             "a parked batch was freed here, no event");
-  return visited + listed;
-}
-
 static int by_address(const void *x, const void *y) {
   uintptr_t p = *(const uintptr_t *)x, q = *(const uintptr_t *)y;
   return p < q ? -1 : p > q;
@@ -760,7 +436,7 @@ size_t sa__stream_arenas_check(sa_arena *a) {
     SA_CHECK(STREAM_ARENA, sa->prev == prev && sa->arena == a, "the arena's list: links agree");
     visited += sa__stream_arena_check(sa);
     sa__timeline_check(sa);
-    if (gone(sa)) {
+    if (sa__stream_arena_gone_locked(sa)) {
       ngone++;
     } else {
       live++;
@@ -778,7 +454,7 @@ size_t sa__stream_arenas_check(sa_arena *a) {
   free(owners);
   SA_CHECK(STREAM_ARENA, live == a->streams.live_index.n, "the live index holds the live stream arenas");
   for (const sa_stream_arena *sa = a->streams.gone; sa != NULL; sa = sa->gone_next) {
-    SA_CHECK(STREAM_ARENA, gone(sa), "the gone list holds gone stream arenas");
+    SA_CHECK(STREAM_ARENA, sa__stream_arena_gone_locked(sa), "the gone list holds gone stream arenas");
     gone_listed++;
   }
   SA_CHECK(STREAM_ARENA, gone_listed == ngone, "the gone list holds the gone stream arenas");
@@ -796,23 +472,7 @@ void sa__stream_arenas_destroy(sa_arena *a) {
     pthread_mutex_unlock(&a->lock);
     sa->synced = true; /* the device was synchronized: record nothing */
     atomic_store_explicit(&sa->xgone, true, memory_order_relaxed);
-    drain(sa, false, false);
-    while (sa->pending != NULL) { /* the arena is going: wait for the rest */
-      sa_deferred *d = sa->pending;
-      sa->pending = d->lane_next != NULL ? d->lane_next : d->next;
-      if (d->lane_next != NULL) {
-        d->lane_next->next = d->next;
-        d->lane_next->lane_tail = d->lane_tail;
-      }
-      for (unsigned i = 0; i < d->nevents; i++) (void)sa__event_settle(a, d->events[i]);
-      atomic_fetch_sub_explicit(&a->stats.xdeferred_blocks, d->n, memory_order_relaxed);
-      sa__deferred_free(d);
-    }
-    while (sa->parked != NULL) {
-      sa_deferred *d = sa->parked;
-      sa->parked = d->next;
-      sa__deferred_free(d);
-    }
+    sa__batches_fini(sa);
     for (sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next)
       if (sb->event != NULL) (void)sa__event_settle(a, sb->event);
     stream_arena_free(sa);

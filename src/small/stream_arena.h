@@ -1,8 +1,7 @@
-/* Stream arenas (stream_arena.c): what one stream owns of an arena, the
- * batches of blocks freed on another stream, and the arena's list and
- * index of its stream arenas. Calls superblock.c, timeline.c and the
- * services; called by thread_cache.c, alloc.c, arena.c, reclaim.c and the
- * reports. */
+/* Stream arenas (stream_arena.c): what one stream owns of an arena, its
+ * life cycle, and the arena's list and index of its stream arenas. Calls
+ * stream_return.c, superblock.c, timeline.c and the services; called by
+ * thread_cache.c, alloc.c, arena.c, reclaim.c and the reports. */
 #ifndef SA_SMALL_STREAM_ARENA_H
 #define SA_SMALL_STREAM_ARENA_H
 
@@ -16,66 +15,14 @@
 #include "size_class.h"
 #include "superblock.h"
 
-typedef struct sa_tentry_s sa_tentry; /* thread_cache.h */
-
-#define SA_KEEP_EMPTY_SUPERBLOCKS 2 /* per stream, kept before going global */
-#define SA_BATCH_MAX 64             /* blocks per cross-stream batch */
-#define SA_LANE_LOOKUP 64           /* pending lanes a new batch looks at */
+typedef struct sa_tentry_s sa_tentry;     /* thread_cache.h */
+typedef struct sa_deferred_s sa_deferred; /* stream_return.h */
 
 /* A block handed to a thread cache: the address and its state byte. */
 typedef struct sa_cached_block_s {
   void *p;
   _Atomic uint8_t *state;
 } sa_cached_block;
-
-/* Blocks freed on another stream than their owner's, or after
- * sa_record_stream: usable by the owner once every event completed. */
-typedef struct sa_deferred_s {
-  ck_stack_entry_t link;            /* owner's inbox */
-  _Atomic uint64_t xhandoff;        /* see sa__handoff_publish */
-  struct sa_deferred_s *next;       /* owner's pending list: the next lane's first */
-  struct sa_deferred_s *lane_next;  /* pending: the next batch of its lane */
-  struct sa_deferred_s *lane_tail;  /* a lane's first batch: its last */
-  sa_stream on;                     /* the stream events[0] was recorded on (its lane) */
-  sa_stream_arena *owner;
-  sa_stream_arena *freer;           /* freed on this stream arena (while open or parked) */
-  uint64_t gen;                     /* the owner's stream (never given an event here:
-                                       it orders the block's reuse there itself), and
-                                       the freer's while parked, may use the blocks
-                                       until a device sync of a later generation
-                                       completed (device_sync.c); set when handed on */
-  unsigned nevents;
-  sa_event *events;                 /* inline_events, or more (sa__deferred_new) */
-  sa_event inline_events[4];
-  uint32_t n;
-  sa_cached_block blocks[SA_BATCH_MAX];
-} sa_deferred;
-
-/* The batch an inbox entry is the link of. */
-static inline sa_deferred *sa__deferred_of(const ck_stack_entry_t *e) {
-  return (sa_deferred *)((const char *)e - offsetof(sa_deferred, link));
-}
-
-/* A batch with room for max_events events (a recorded block needs one per
- * stream); NULL when out of memory. Free with sa__deferred_free. */
-static inline sa_deferred *sa__deferred_new(unsigned max_events) {
-  sa_deferred *d = calloc(1, sizeof *d);
-  if (d == NULL) return NULL;
-  d->gen = UINT64_MAX;
-  d->events = d->inline_events;
-  if (max_events > sizeof d->inline_events / sizeof d->inline_events[0]) {
-    d->events = malloc(max_events * sizeof *d->events);
-    if (d->events == NULL) {
-      free(d);
-      return NULL;
-    }
-  }
-  return d;
-}
-static inline void sa__deferred_free(sa_deferred *d) {
-  if (d != NULL && d->events != d->inline_events) free(d->events);
-  free(d);
-}
 
 /* A stream arena: one per (arena, stream). */
 struct sa_stream_arena_s {
@@ -134,17 +81,13 @@ void sa__stream_arena_unbind(sa_stream_arena *sa);
 static inline bool sa__stream_arena_gone(sa_stream_arena *sa) {
   return atomic_load_explicit(&sa->xgone, memory_order_acquire);
 }
+/* The same with its lock held, under which it is written. */
+static inline bool sa__stream_arena_gone_locked(const sa_stream_arena *sa) {
+  return atomic_load_explicit(&sa->xgone, memory_order_relaxed);
+}
 /* Named; limit: the physical bytes a new superblock may take the arena to. */
 uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_block *out,
                                uint32_t want, size_t limit, sa_status *st);
-void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, uint32_t n,
-                           bool named);
-void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d);
-/* A cross-stream batch freed on d->freer goes to its owner: behind an
- * event recorded now when named (SA_ERR_DRIVER if that fails: d stays with
- * the caller), without one when the freer was released, else parked on the
- * freer until a later named call or a device sync makes it safe. */
-sa_status sa__stream_arena_hand_over(sa_deferred *d, bool named);
 /* Named: one event for what waits here for one (parked batches, empty
  * superblocks whose blocks came back without a call naming the stream).
  * *renamed: the handle names another stream now (the stream id differs,
@@ -161,13 +104,11 @@ size_t sa__stream_arenas_live(sa_arena *a); /* stream arenas not gone */
  * (bound for the caller; NULL if there was none). */
 sa_status sa__stream_arena_release(sa_arena *a, sa_stream s, sa_stream_arena **out);
 void sa__stream_arenas_destroy(sa_arena *a); /* device synchronized already */
-/* Validators; each returns the elements it visited (SA_VALIDATE_PACED).
- * One stream arena, its lock held: bins, nempty (the empty list),
- * pending_blocks (the pending lanes), parked batches. Every stream arena
- * and superblock, the world lock held (report.c): each stream arena and
- * its timeline, each superblock, the arena's list, the live index, the
- * gone list, and nsuperblocks against the superblocks' owners. */
-size_t sa__stream_arena_check(const sa_stream_arena *sa);
+/* Validator of every stream arena and superblock, the world lock held
+ * (report.c): each stream arena (sa__stream_arena_check) and its timeline,
+ * each superblock, the arena's list, the live index, the gone list, and
+ * nsuperblocks against the superblocks' owners. Returns the elements it
+ * visited. */
 size_t sa__stream_arenas_check(sa_arena *a);
 
 #endif /* SA_SMALL_STREAM_ARENA_H */

@@ -33,6 +33,7 @@
 #include "../base/hook.h"
 #include "size_class.h"
 #include "stream_arena.h"
+#include "stream_return.h"
 
 _Thread_local struct sa_tcache_s *sa__tl_cache SA_TLS_FAST;
 

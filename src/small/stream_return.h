@@ -1,0 +1,110 @@
+/* Blocks coming back to their stream arena (stream_return.c): one by one
+ * from the thread caches, and in cross-stream batches, with the empty
+ * superblocks they leave. Calls superblock.c and the services; called by
+ * stream_arena.c, thread_cache.c and alloc.c. named: as stream_arena.h. */
+#ifndef SA_SMALL_STREAM_RETURN_H
+#define SA_SMALL_STREAM_RETURN_H
+
+#include <ck_stack.h>
+
+#include "../base/base.h"
+#include "../driver/driver.h"
+#include "stream_arena.h"
+#include "superblock.h"
+
+#define SA_KEEP_EMPTY_SUPERBLOCKS 2 /* per stream, kept before going global */
+#define SA_BATCH_MAX 64             /* blocks per cross-stream batch */
+#define SA_LANE_LOOKUP 64           /* pending lanes a new batch looks at */
+
+/* Blocks freed on another stream than their owner's, or after
+ * sa_record_stream: usable by the owner once every event completed. */
+typedef struct sa_deferred_s {
+  ck_stack_entry_t link;            /* owner's inbox */
+  _Atomic uint64_t xhandoff;        /* see sa__handoff_publish */
+  struct sa_deferred_s *next;       /* owner's pending list: the next lane's first */
+  struct sa_deferred_s *lane_next;  /* pending: the next batch of its lane */
+  struct sa_deferred_s *lane_tail;  /* a lane's first batch: its last */
+  sa_stream on;                     /* the stream events[0] was recorded on (its lane) */
+  sa_stream_arena *owner;
+  sa_stream_arena *freer;           /* freed on this stream arena (while open or parked) */
+  uint64_t gen;                     /* the owner's stream (never given an event here:
+                                       it orders the block's reuse there itself), and
+                                       the freer's while parked, may use the blocks
+                                       until a device sync of a later generation
+                                       completed (device_sync.c); set when handed on */
+  unsigned nevents;
+  sa_event *events;                 /* inline_events, or more (sa__deferred_new) */
+  sa_event inline_events[4];
+  uint32_t n;
+  sa_cached_block blocks[SA_BATCH_MAX];
+} sa_deferred;
+
+/* The batch an inbox entry is the link of. */
+static inline sa_deferred *sa__deferred_of(const ck_stack_entry_t *e) {
+  return (sa_deferred *)((const char *)e - offsetof(sa_deferred, link));
+}
+
+/* A batch with room for max_events events (a recorded block needs one per
+ * stream); NULL when out of memory. Free with sa__deferred_free. */
+static inline sa_deferred *sa__deferred_new(unsigned max_events) {
+  sa_deferred *d = calloc(1, sizeof *d);
+  if (d == NULL) return NULL;
+  d->gen = UINT64_MAX;
+  d->events = d->inline_events;
+  if (max_events > sizeof d->inline_events / sizeof d->inline_events[0]) {
+    d->events = malloc(max_events * sizeof *d->events);
+    if (d->events == NULL) {
+      free(d);
+      return NULL;
+    }
+  }
+  return d;
+}
+static inline void sa__deferred_free(sa_deferred *d) {
+  if (d != NULL && d->events != d->inline_events) free(d->events);
+  free(d);
+}
+
+/* Give n blocks (cached by a thread) back to their superblocks; takes sa's
+ * lock. */
+void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, uint32_t n,
+                           bool named);
+/* d into its owner's inbox (takes the owner's lock; d may be freed from
+ * then on). */
+void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d);
+/* A cross-stream batch freed on d->freer goes to its owner: behind an
+ * event recorded now when named (SA_ERR_DRIVER if that fails: d stays with
+ * the caller), without one when the freer was released, else parked on the
+ * freer until a later named call or a device sync makes it safe. Takes the
+ * freer's lock, then the owner's. */
+sa_status sa__stream_arena_hand_over(sa_deferred *d, bool named);
+
+/* The rest with sa's lock held. */
+/* sb joins or leaves its class's bin (partial superblocks). */
+void sa__stream_bin_insert(sa_stream_arena *sa, sa_superblock *sb);
+void sa__stream_bin_remove(sa_stream_arena *sa, sa_superblock *sb);
+/* Does an empty sb need an event on this stream before another stream may
+ * have it? Not after sa_stream_release (its work is done), nor once a
+ * device sync that started after its last block came back completed. */
+bool sa__empty_clean(sa_stream_arena *sa, const sa_superblock *sb);
+/* Guard an empty sb with an event recorded now, where that is allowed and
+ * needed; false if it stays unguarded and unclean. */
+bool sa__empty_fence(sa_stream_arena *sa, sa_superblock *sb, bool named);
+/* sb leaves this stream for the global stack. */
+void sa__empty_to_global(sa_stream_arena *sa, sa_superblock *sb);
+/* Take in the inbox, and put back the blocks of every batch whose events
+ * completed (with force: after a device-side wait). */
+void sa__batches_drain(sa_stream_arena *sa, bool force, bool named);
+/* Batches parked on sa that a device sync made clean (all with fence: an
+ * event is recorded on sa's stream for each, named), as a list to push
+ * (sa__batches_push_all) after the lock is let go. */
+sa_deferred *sa__batches_unpark(sa_stream_arena *sa, bool fence);
+void sa__batches_push_all(sa_deferred *list); /* each to its owner; no lock held */
+/* The arena is going (device synchronized): every batch of sa freed. */
+void sa__batches_fini(sa_stream_arena *sa);
+/* Validator of one stream arena, its lock held: bins, nempty (the empty
+ * list), pending_blocks (the pending lanes), parked batches. Returns the
+ * elements it visited (SA_VALIDATE_PACED). */
+size_t sa__stream_arena_check(const sa_stream_arena *sa);
+
+#endif /* SA_SMALL_STREAM_RETURN_H */
