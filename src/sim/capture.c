@@ -3,10 +3,10 @@
  * in include/streamarena/host.h, measured on an H200 with CUDA 13).
  *
  * A capture is state of its stream (sa_sim_stream.capture*); what
- * stream.c enqueues on a capturing stream goes into the graph, which the
- * simulator does not keep. Owns the count of open captures and each
- * thread's capture mode; called by stream.c, driver/host.c and users of
- * host.h. Lock held in every sa_sim_ function.
+ * stream.c and event.c enqueue on a capturing stream goes into the graph,
+ * which the simulator does not keep. Owns the count of open captures and
+ * each thread's capture mode; called by stream.c, event.c, driver/host.c
+ * and users of host.h. Lock held in every sa_sim_ function.
  */
 #include <errno.h>
 

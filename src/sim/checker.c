@@ -8,7 +8,7 @@
  * stream u that touches the range while s's clock does not cover its ticket:
  * the memory would be used by s while u may still use it.
  *
- * Called by driver/host.c (check_handout) and sim/stream.c (clock updates),
+ * Called by driver/host.c (check_handout) and sim/stream.c and sim/event.c (clock updates),
  * with the simulator lock held.
  */
 #include <inttypes.h>

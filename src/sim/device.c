@@ -154,6 +154,7 @@ void sa_host_get_counters(sa_host_counters *out) {
   sa_sim_lock();
   sa_sim_vmm_counters(out);
   sa_sim_stream_counters(out);
+  sa_sim_event_counters(out);
   out->order_violations = sim_violations;
   sa_sim_unlock();
 }

@@ -2,7 +2,7 @@
  * a bogus or destroyed handle is rejected without being dereferenced.
  * Open addressing with linear probing; deletions leave tombstones that a
  * rehash (in sa_sim_ptrset_reserve) clears. Used by sim/vmm.c and
- * sim/stream.c under the simulator lock. */
+ * sim/stream.c and sim/event.c under the simulator lock. */
 #include <stdlib.h>
 
 #include "sim.h"

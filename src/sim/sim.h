@@ -8,7 +8,8 @@
  *   fault.c        call counting and fault injection per sa_host_fn
  *   ptrset.c       a pointer set: which handles are live
  *   vmm.c          reservations, chunks (ranges of one memfd), mappings
- *   stream.c       streams, events, queued ops and their progress
+ *   stream.c       streams, queued ops and their progress
+ *   event.c        events, and the waits of streams on them
  *   capture.c      stream capture: which calls the driver refuses meanwhile
  *   checker.c      vector clocks and the stream-order checker
  * The driver interface's host backend (src/driver/host.c) is the
@@ -132,7 +133,7 @@ sa_status sa_sim_clock_join(sa_sim_clock *out, const sa_sim_clock *a, const sa_s
                             const struct sa_sim_stream_s *edge, uint64_t ticket);
 void sa_sim_clock_free(sa_sim_clock *c);
 
-/* ---- stream.c: streams, ops, events ------------------------------------- */
+/* ---- stream.c, event.c: streams, ops, events --------------------------- */
 typedef enum sa_sim_op_kind_e {
   SA_SIM_OP_FILL,   /* write pattern over [p, p + size) at completion */
   SA_SIM_OP_CHECK,  /* compare [p, p + size) with pattern at completion */
@@ -191,9 +192,12 @@ sa_sim_stream *sa_sim_stream_lookup(sa_stream handle, int device);
 /* The same for a driver call of the library named call: a handle of a
  * destroyed stream (not yet recycled) is also reported as a violation. */
 sa_sim_stream *sa_sim_stream_for_call(sa_stream handle, int device, const char *call);
+/* The stream (slot, sid) names (a wait op's or an event's), or NULL once it
+ * has been destroyed and its work has run. */
+sa_sim_stream *sa_sim_stream_ref(uint32_t slot, uint64_t sid);
 /* The handle a stream is known by (NULL for a default stream). */
 sa_stream sa_sim_stream_handle(const sa_sim_stream *s);
-void sa_sim_stream_counters(sa_host_counters *out);
+void sa_sim_stream_counters(sa_host_counters *out); /* its streams field */
 
 /* User streams alive on device. */
 size_t sa_sim_streams_on(int device);
@@ -226,6 +230,20 @@ sa_status sa_sim_event_destroy(void *event);
 sa_status sa_sim_event_record(void *event, sa_stream stream, int device);
 sa_status sa_sim_event_query(void *event);
 sa_status sa_sim_event_synchronize(void *event);
+void sa_sim_event_counters(sa_host_counters *out); /* its events field */
+
+/* Queues and progress (stream.c), for event.c. Room for one more op at s's
+ * tail; then push op there. */
+sa_status sa_sim_ops_reserve(sa_sim_stream *s);
+void sa_sim_ops_push(sa_sim_stream *s, const sa_sim_op *op);
+/* Run auto streams until none can move (one completion may unblock
+ * others), then free destroyed streams whose work has all run (their slot
+ * and sid then read as complete). */
+void sa_sim_settle(void);
+/* Complete s up to ticket, first driving whatever its waits need. Recursion
+ * depth is bounded by the number of streams: a stream cannot reappear in
+ * its own chain (stream.c's top comment). */
+void sa_sim_drive(sa_sim_stream *s, uint64_t ticket);
 
 /* ---- capture.c: stream capture ------------------------------------------ *
  * Each check returns SA_OK, or SA_ERR_STREAM_CAPTURING after invalidating

@@ -1,17 +1,16 @@
-/* Simulated streams and events, and the progress of the work queued on them.
+/* Simulated streams, and the progress of the work queued on them (events:
+ * event.c).
  *
  * A stream is a queue of ops; op number k on a stream has ticket k (tickets
  * start at 1), so "everything up to ticket t has completed" is one integer
- * per stream. An event records (stream, ticket of its record marker); it is
- * complete once that stream's completed ticket reaches it. A never-recorded
- * event is complete; re-recording overwrites, as in CUDA. stream_wait_event
- * enqueues a wait op holding the (stream, ticket) captured at enqueue time.
+ * per stream. A wait op holds the (stream, ticket) an event marked when
+ * the wait was enqueued (event.c).
  *
  * Progress: SA_HOST_MANUAL streams move only through sa_host_stream_step or
  * drain, or when a synchronize needs them; SA_HOST_AUTO streams run every op
  * whose waits are satisfied, re-checked whenever anything completes
- * (settle). Synchronize calls drive exactly what the target depends on,
- * transitively (drive). Waits only name tickets already enqueued when the
+ * (sa_sim_settle). Synchronize calls drive exactly what the target depends on,
+ * transitively (sa_sim_drive). Waits only name tickets already enqueued when the
  * wait itself was enqueued, so the dependencies form no cycle and driving
  * always finishes.
  *
@@ -44,8 +43,9 @@
  * recorded there belongs to the capture, a wait there for such an event
  * is a dependency inside the graph (for any other, refused).
  *
- * Called by driver/host.c, sim/checker.c (the stream table), sim/capture.c
- * and users of include/streamarena/host.h.
+ * Called by driver/host.c, sim/event.c (queues and progress),
+ * sim/checker.c (the stream table), sim/capture.c and users of
+ * include/streamarena/host.h.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -54,16 +54,6 @@
 #include <string.h>
 
 #include "sim.h"
-
-typedef struct sim_event_s {
-  int device;          /* whose event it is */
-  int recorded;
-  uint32_t slot;       /* the stream it was last recorded on */
-  uint64_t sid;
-  uint64_t ticket;     /* its record marker's ticket */
-  sa_sim_clock clock;  /* the recorder's clock, with the marker itself */
-  uint64_t capture_seq; /* nonzero: last recorded in that capture (capture.c) */
-} sim_event;
 
 /* The default streams: device d's has slot d and sid d + 1, from its first
  * use on (bit d of defaults_made), so that scans of the slot table skip the
@@ -81,8 +71,6 @@ static struct {
   sa_sim_ptrset dead_handles; /* the same, as a set */
   size_t user_streams;
   uint64_t next_sid;
-  sa_sim_ptrset events;
-  size_t nevents;
 } tab = {.nslots = SA_SIM_FIRST_USER_SLOT, .next_sid = SA_SIM_MAX_DEVICES + 1};
 
 /* ---- the stream table --------------------------------------------------- */
@@ -132,8 +120,7 @@ sa_sim_stream *sa_sim_stream_for_call(sa_stream handle, int device, const char *
   return s;
 }
 
-/* The stream (slot, sid) names, or NULL once it has been destroyed. */
-static sa_sim_stream *stream_ref(uint32_t slot, uint64_t sid) {
+sa_sim_stream *sa_sim_stream_ref(uint32_t slot, uint64_t sid) {
   sa_sim_stream *s = sa_sim_stream_at(slot);
   return s != NULL && s->sid == sid ? s : NULL;
 }
@@ -147,10 +134,7 @@ size_t sa_sim_streams_on(int device) {
 
 int sa_sim_stream_on_device(const sa_sim_stream *s, int device) { return s->device == device; }
 
-void sa_sim_stream_counters(sa_host_counters *out) {
-  out->events = tab.nevents;
-  out->streams = tab.user_streams;
-}
+void sa_sim_stream_counters(sa_host_counters *out) { out->streams = tab.user_streams; }
 
 static void stream_describe(const sa_sim_stream *s, char *buf, size_t len) {
   if (sa_sim_stream_is_default(s)) snprintf(buf, len, "the default stream of device %d", s->device);
@@ -159,8 +143,7 @@ static void stream_describe(const sa_sim_stream *s, char *buf, size_t len) {
 
 /* ---- op queues ---------------------------------------------------------- */
 
-/* Room for one more op at the tail. */
-static sa_status ops_reserve(sa_sim_stream *s) {
+sa_status sa_sim_ops_reserve(sa_sim_stream *s) {
   if (s->tail < s->cap) return SA_OK;
   if (s->head > 0) {
     memmove(s->ops, s->ops + s->head, (s->tail - s->head) * sizeof *s->ops);
@@ -176,14 +159,14 @@ static sa_status ops_reserve(sa_sim_stream *s) {
   return SA_OK;
 }
 
-static void ops_push(sa_sim_stream *s, const sa_sim_op *op) {
+void sa_sim_ops_push(sa_sim_stream *s, const sa_sim_op *op) {
   s->ops[s->tail++] = *op;
   s->enqueued++;
 }
 
 static int op_ready(const sa_sim_op *op) {
   if (op->kind != SA_SIM_OP_WAIT || op->wait_sid == 0) return 1;
-  const sa_sim_stream *t = stream_ref(op->wait_slot, op->wait_sid);
+  const sa_sim_stream *t = sa_sim_stream_ref(op->wait_slot, op->wait_sid);
   return t == NULL || t->completed >= op->wait_ticket;
 }
 
@@ -258,10 +241,7 @@ static size_t run(sa_sim_stream *s, size_t max) {
   return n;
 }
 
-/* Run auto streams until none can move (one completion may unblock others),
- * then free destroyed streams whose work has all run (their slot and sid
- * then read as complete). */
-static void settle(void) {
+void sa_sim_settle(void) {
   int moved;
   do {
     moved = 0;
@@ -280,15 +260,12 @@ static void settle(void) {
   while (tab.nslots > SA_SIM_FIRST_USER_SLOT && tab.slots[tab.nslots - 1] == NULL) tab.nslots--;
 }
 
-/* Complete s up to ticket, first driving whatever its waits need. Recursion
- * depth is bounded by the number of streams: a stream cannot reappear in its
- * own chain (see the top comment). */
-static void drive(sa_sim_stream *s, uint64_t ticket) {
+void sa_sim_drive(sa_sim_stream *s, uint64_t ticket) {
   while (s->completed < ticket) {
     const sa_sim_op *op = &s->ops[s->head];
     if (op->kind == SA_SIM_OP_WAIT && op->wait_sid != 0) {
-      sa_sim_stream *t = stream_ref(op->wait_slot, op->wait_sid);
-      if (t != NULL && t->completed < op->wait_ticket) drive(t, op->wait_ticket);
+      sa_sim_stream *t = sa_sim_stream_ref(op->wait_slot, op->wait_sid);
+      if (t != NULL && t->completed < op->wait_ticket) sa_sim_drive(t, op->wait_ticket);
     }
     complete_head(s);
   }
@@ -364,7 +341,7 @@ sa_status sa_sim_stream_destroy(sa_stream handle) {
   if (s->head < s->tail) {
     rest = malloc(sizeof *rest);
     if (rest == NULL) {
-      drive(s, s->enqueued); /* no host memory: run it now instead */
+      sa_sim_drive(s, s->enqueued); /* no host memory: run it now instead */
     } else {
       *rest = *s;
       rest->clock = (sa_sim_clock){NULL, 0}; /* nothing is enqueued on it any more */
@@ -382,16 +359,16 @@ sa_status sa_sim_stream_destroy(sa_stream handle) {
   s->ops = NULL;
   sa_sim_clock_free(&s->clock);
   keep_dead(s);
-  settle();
+  sa_sim_settle();
   return SA_OK;
 }
 
 void sa_sim_device_synchronize(int device) {
   for (size_t slot = 0; slot < tab.nslots; slot++) {
     sa_sim_stream *s = sa_sim_stream_at(slot);
-    if (s != NULL && (device < 0 || sa_sim_stream_on_device(s, device))) drive(s, s->enqueued);
+    if (s != NULL && (device < 0 || sa_sim_stream_on_device(s, device))) sa_sim_drive(s, s->enqueued);
   }
-  settle();
+  sa_sim_settle();
 }
 
 sa_status sa_sim_stream_synchronize(sa_stream handle, int device) {
@@ -400,8 +377,8 @@ sa_status sa_sim_stream_synchronize(sa_stream handle, int device) {
   sa_status st = sa_sim_capture_refuse_on(s);
   if (st == SA_OK) st = sa_sim_capture_unsafe_call();
   if (st != SA_OK) return st;
-  drive(s, s->enqueued);
-  settle();
+  sa_sim_drive(s, s->enqueued);
+  sa_sim_settle();
   return SA_OK;
 }
 
@@ -411,65 +388,6 @@ sa_status sa_sim_stream_id(sa_stream handle, int device, uint64_t *id) {
   sa_status st = sa_sim_capture_refuse_on(s);
   if (st == SA_OK) *id = s->sid;
   return st;
-}
-
-static sim_event *event_lookup(void *event) {
-  return sa_sim_ptrset_contains(&tab.events, event) ? (sim_event *)event : NULL;
-}
-
-static sa_status bad_event(void) {
-  return sa_sim_fail(SA_ERR_DRIVER, EINVAL, "host: unknown or destroyed event");
-}
-
-/* An event last recorded in a capture that has ended: CUDA says
- * CUDA_ERROR_INVALID_VALUE to a query, a synchronize or a wait. */
-static sa_status captured_event(void) {
-  return sa_sim_fail(SA_ERR_DRIVER, EINVAL,
-                     "host: event last recorded in a stream capture that has ended");
-}
-
-/* Before a host query or synchronize of e: SA_OK, or why the driver
- * refuses it during a capture. */
-static sa_status event_wait_allowed(const sim_event *e) {
-  if (e->capture_seq == 0) return sa_sim_capture_unsafe_call();
-  if (!sa_sim_capture_invalidate_seq(e->capture_seq)) return captured_event();
-  return sa_sim_fail(SA_ERR_STREAM_CAPTURING, EBUSY,
-                     "host: query of an event recorded in a capture "
-                     "(as CUDA_ERROR_CAPTURED_EVENT)");
-}
-
-sa_status sa_sim_stream_wait_event(sa_stream handle, int device, void *event) {
-  sa_sim_stream *s = sa_sim_stream_for_call(handle, device, "stream_wait_event");
-  if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
-  sim_event *e = event_lookup(event);
-  if (e == NULL) return bad_event();
-  if (s->capture != SA_HOST_CAPTURE_NONE) {
-    if (e->capture_seq == s->capture_seq) return SA_OK; /* a dependency inside the graph */
-    return sa_sim_capture_refuse_on(s); /* as CAPTURE_ISOLATION */
-  }
-  if (e->capture_seq != 0) {
-    /* CUDA joins s to the capture, which then cannot end cleanly. */
-    if (sa_sim_capture_invalidate_seq(e->capture_seq)) return SA_OK;
-    return captured_event();
-  }
-  sa_sim_op op = {.kind = SA_SIM_OP_WAIT};
-  sa_sim_clock clock = {NULL, 0};
-  if (ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
-  if (e->recorded) {
-    op.wait_slot = e->slot;
-    op.wait_sid = e->sid;
-    op.wait_ticket = e->ticket;
-    const sa_sim_stream *edge = stream_ref(e->slot, e->sid);
-    if (edge == s) edge = NULL; /* own stream: ordered anyway */
-    if (sa_sim_clock_join(&clock, &s->clock, &e->clock, edge, e->ticket) != SA_OK) {
-      return SA_ERR_OUT_OF_MEMORY;
-    }
-    sa_sim_clock_free(&s->clock);
-    s->clock = clock;
-  }
-  ops_push(s, &op);
-  settle();
-  return SA_OK;
 }
 
 void sa_sim_note_unmap(uintptr_t va, size_t size) {
@@ -503,95 +421,11 @@ sa_status sa_sim_enqueue_kernel(sa_stream handle, int device, sa_sim_op_kind kin
     return sa_sim_fail(SA_ERR_UNKNOWN_STREAM, EINVAL, "host: kernel of one device on a stream of another");
   }
   if (s->capture != SA_HOST_CAPTURE_NONE) return SA_OK; /* into the graph, not run now */
-  if (ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
+  if (sa_sim_ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
   sa_sim_op op = {.kind = kind, .device = device, .pattern = pattern, .p = p, .size = size,
                   .mismatches = mismatches};
-  ops_push(s, &op);
-  settle();
-  return SA_OK;
-}
-
-/* ---- events ------------------------------------------------------------- */
-
-sa_status sa_sim_event_create(int device, void **out) {
-  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
-  *out = NULL;
-  if (device < 0 || device >= sa_sim_device_count()) return SA_ERR_NO_DEVICE;
-  sim_event *e = calloc(1, sizeof *e);
-  if (e == NULL || sa_sim_ptrset_reserve(&tab.events, 1) != SA_OK) {
-    free(e);
-    return sa_sim_fail(SA_ERR_OUT_OF_MEMORY, ENOMEM, "host: out of host memory");
-  }
-  e->device = device;
-  sa_sim_ptrset_insert(&tab.events, e);
-  tab.nevents++;
-  *out = e;
-  return SA_OK;
-}
-
-sa_status sa_sim_event_destroy(void *event) {
-  sim_event *e = event_lookup(event);
-  if (e == NULL) return bad_event();
-  /* A pending record marker does not point at the event: nothing dangles. */
-  (void)sa_sim_ptrset_remove(&tab.events, e);
-  tab.nevents--;
-  sa_sim_clock_free(&e->clock);
-  free(e);
-  return SA_OK;
-}
-
-sa_status sa_sim_event_record(void *event, sa_stream handle, int device) {
-  sim_event *e = event_lookup(event);
-  if (e == NULL) return bad_event();
-  sa_sim_stream *s = sa_sim_stream_for_call(handle, device, "event_record");
-  if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
-  if (!sa_sim_stream_on_device(s, e->device)) {
-    return sa_sim_fail(SA_ERR_DRIVER, EINVAL, "host: event recorded on a stream of another device");
-  }
-  if (s->capture != SA_HOST_CAPTURE_NONE) { /* a node of the graph, not a marker */
-    sa_sim_clock_free(&e->clock);
-    *e = (sim_event){.device = e->device, .recorded = 1, .capture_seq = s->capture_seq};
-    return SA_OK;
-  }
-  if (ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;
-  uint64_t ticket = s->enqueued + 1;
-  sa_sim_clock clock, none = {NULL, 0};
-  if (sa_sim_clock_join(&clock, &s->clock, &none, s, ticket) != SA_OK) {
-    return SA_ERR_OUT_OF_MEMORY;
-  }
-  sa_sim_op op = {.kind = SA_SIM_OP_RECORD};
-  ops_push(s, &op);
-  sa_sim_clock_free(&e->clock);
-  *e = (sim_event){e->device, 1, s->slot, s->sid, ticket, clock, 0};
-  settle();
-  return SA_OK;
-}
-
-/* The stream an event waits for and its ticket; NULL if already complete. */
-static sa_sim_stream *event_pending(const sim_event *e) {
-  if (!e->recorded) return NULL;
-  sa_sim_stream *t = stream_ref(e->slot, e->sid);
-  return t != NULL && t->completed < e->ticket ? t : NULL;
-}
-
-sa_status sa_sim_event_query(void *event) {
-  sim_event *e = event_lookup(event);
-  if (e == NULL) return bad_event();
-  sa_status st = event_wait_allowed(e);
-  if (st != SA_OK) return st;
-  return event_pending(e) == NULL ? SA_OK : SA_ERR_NOT_READY;
-}
-
-sa_status sa_sim_event_synchronize(void *event) {
-  sim_event *e = event_lookup(event);
-  if (e == NULL) return bad_event();
-  sa_status st = event_wait_allowed(e);
-  if (st != SA_OK) return st;
-  sa_sim_stream *t = event_pending(e);
-  if (t != NULL) {
-    drive(t, e->ticket);
-    settle();
-  }
+  sa_sim_ops_push(s, &op);
+  sa_sim_settle();
   return SA_OK;
 }
 
@@ -626,7 +460,7 @@ sa_status sa_host_set_default_stream_mode(sa_host_mode mode) {
   default_mode = mode;
   for (int dev = 0; dev < SA_SIM_MAX_DEVICES; dev++)
     if (defaults_made >> dev & 1) default_streams[dev].mode = mode;
-  settle();
+  sa_sim_settle();
   sa_sim_unlock();
   return SA_OK;
 }
@@ -644,7 +478,7 @@ sa_status sa_host_stream_step(sa_stream stream, size_t n, size_t *done) {
     size_t k = run(s, n - total);
     if (k == 0) break;
     total += k;
-    settle(); /* may unblock a wait of s on an auto stream */
+    sa_sim_settle(); /* may unblock a wait of s on an auto stream */
   }
   sa_sim_unlock();
   if (done != NULL) *done = total;
@@ -655,8 +489,8 @@ sa_status sa_host_stream_drain(sa_stream stream) {
   sa_sim_lock();
   sa_sim_stream *s = sa_sim_stream_lookup(stream, sa_host_get_device());
   if (s != NULL) {
-    drive(s, s->enqueued);
-    settle();
+    sa_sim_drive(s, s->enqueued);
+    sa_sim_settle();
   }
   sa_sim_unlock();
   return s == NULL ? SA_ERR_UNKNOWN_STREAM : SA_OK;
