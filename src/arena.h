@@ -72,7 +72,7 @@ struct sa_arena_s {
   sa_events events;             /* base/event_pool.h */
   sa_tcaches tcaches;           /* small/thread_cache.h */
   sa_records records;           /* base/record.h */
-  sa_counters stats;            /* above; alloc.c, thread_cache.c, span.c write them */
+  sa_counters stats;            /* above; alloc.c, free.c, thread_cache.c, span.c write them */
   sa_tracing tracing;           /* trace.h */
 };
 _Static_assert(offsetof(sa_arena, hooks) < 64 && _Alignof(sa_arena) >= 64,
@@ -92,12 +92,22 @@ static inline void sa__live_add(sa_arena *a, int64_t delta) {
   sa__hook_fast(SA_HOOK_LIVE_ADDED, a); /* every span alloc and free publishes */
   sa__live_peak_raise(a, now);
 }
+/* Requests above it take a span; read on every sa_alloc. */
+static inline size_t sa__large_threshold(const sa_arena *a) {
+  return atomic_load_explicit(&a->xlarge_threshold, memory_order_relaxed);
+}
+/* Is e still the thread's entry for (a, s): its arena's, its stream's, no
+ * stream arena gone since it was last checked? */
+static inline bool sa__tentry_current(const sa_tentry *e, const sa_arena *a, sa_stream s) {
+  return atomic_load_explicit(&e->xarena, memory_order_relaxed) == a && e->stream == s &&
+         e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed);
+}
 /* SA_OK, or SA_ERR_UNKNOWN_STREAM where s is NULL (CUDA: or
  * CU_STREAM_LEGACY) and the calling thread's current context is another
  * device's, whose legacy stream s names there (streamarena.h, on
  * sa_stream). A thread may switch contexts between calls while its cache
  * entry for (arena, s) stays, so every call that names s asks before it
- * uses the entry: alloc.c's slow paths and sa_record_stream,
+ * uses the entry: the slow paths of alloc.c and free.c, sa_record_stream,
  * sa_stream_release, and (out of line, calling the driver directly) the
  * fast paths' alloc_legacy and free_legacy. Any other handle: one
  * compare. */

@@ -6,8 +6,9 @@
  * Layers, top to bottom (each calls only the ones below it); the folders
  * are the tiers (the arena, small blocks, large blocks, virtual memory, the
  * services every tier uses, the device):
- *   alloc.c               public sa_alloc / sa_free / sa_record_stream, fast
- *                         paths; the out-of-memory loop, sa_trim, sa_defragment
+ *   alloc.c               sa_alloc, its fast path; the out-of-memory loop,
+ *                         sa_trim, sa_defragment
+ *   free.c                sa_free, its fast path; sa_record_stream
  *   snapshot.c            sa_snapshot_write
  *   arena.c               arena life cycle, tuning, statistics
  *   report.c              memory summary: out-of-memory report, snapshot summary
@@ -64,6 +65,7 @@
 #include "base/record.h"
 #include "config.h"
 #include "default_arena.h"
+#include "free.h"
 #include "driver/driver.h"
 #include "large/free_span.h"
 #include "large/mark.h"

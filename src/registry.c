@@ -12,7 +12,7 @@
  * A pointer of a destroyed arena thus finds nothing, and a concurrent
  * create or destroy of another arena touches other slots only.
  *
- * Called by arena.c (add, remove) and alloc.c (sa__arena_of); calls libc.
+ * Called by arena.c (add, remove) and free.c (sa__arena_of); calls libc.
  */
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
 /* The arena registry (registry.c): which live arena an address belongs
- * to, without a lock. Called by arena.c (add, remove) and alloc.c. */
+ * to, without a lock. Called by arena.c (add, remove) and free.c. */
 #ifndef SA_REGISTRY_H
 #define SA_REGISTRY_H
 

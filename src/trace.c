@@ -5,7 +5,7 @@
  * op "alloc" or "free", id the address (unique among live allocations),
  * size the requested bytes (0 for frees), time_ns a monotonic clock.
  * Tracing takes a lock per operation. A free that hands memory to other
- * threads at once (alloc.c's slow path) holds the lock across the handover,
+ * threads at once (free.c's slow path) holds the lock across the handover,
  * so its line comes before the next alloc line of that memory.
  */
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* Allocation traces (trace.c, configuration key "trace"): one CSV line per
- * alloc and free. Called by alloc.c and arena.c. */
+ * alloc and free. Called by alloc.c, free.c and arena.c. */
 #ifndef SA_TRACE_H
 #define SA_TRACE_H
 

@@ -58,8 +58,8 @@
  * span_index.c (the fit index and the live map), timeline.c.
  *
  * Every function runs with the arena lock held unless span.h says
- * otherwise. Called by alloc.c, reclaim.c, report.c, snapshot.c, arena.c
- * and superblock.c.
+ * otherwise. Called by alloc.c, free.c, reclaim.c, report.c, snapshot.c,
+ * arena.c and superblock.c.
  */
 #include <stdlib.h>
 

@@ -18,7 +18,7 @@
  *     its ticket through events recorded later on the new stream.
  * The pieces of a split span share a recorded mark's event, counted.
  *
- * Calls the vm tier and the services (base/); called by alloc.c, reclaim.c,
+ * Calls the vm tier and the services (base/); called by alloc.c, free.c, reclaim.c,
  * report.c, snapshot.c, arena.c and superblock.c (superblocks carved in
  * free span memory). Every function runs with the arena lock held unless
  * its comment says otherwise. */

@@ -1,7 +1,7 @@
 /* Stream arenas (stream_arena.c): what one stream owns of an arena, its
  * life cycle, and the arena's list and index of its stream arenas. Calls
  * stream_return.c, superblock.c, timeline.c and the services; called by
- * thread_cache.c, alloc.c, arena.c, reclaim.c and the reports. */
+ * thread_cache.c, alloc.c, free.c, arena.c, reclaim.c and the reports. */
 #ifndef SA_SMALL_STREAM_ARENA_H
 #define SA_SMALL_STREAM_ARENA_H
 

@@ -1,7 +1,7 @@
 /* Blocks coming back to their stream arena (stream_return.c): one by one
  * from the thread caches, and in cross-stream batches, with the empty
  * superblocks they leave. Calls superblock.c and the services; called by
- * stream_arena.c, thread_cache.c and alloc.c. named: as stream_arena.h. */
+ * stream_arena.c, thread_cache.c and free.c. named: as stream_arena.h. */
 #ifndef SA_SMALL_STREAM_RETURN_H
 #define SA_SMALL_STREAM_RETURN_H
 

@@ -2,7 +2,7 @@
  *
  * An entry holds, per size class, a small stack of blocks taken from its
  * stream arena in batches. Same-thread same-stream alloc and free touch only
- * the entry (alloc.c): no lock, no atomic read-modify-write. Blocks freed on
+ * the entry (alloc.c, free.c): no lock, no atomic read-modify-write. Blocks freed on
  * a stream other than their owner's collect in one open batch per entry,
  * sent on behind one event (flush_out). An entry is bound to a stream arena
  * (a counted reference) and checked against the arena's stream epoch, which
@@ -21,7 +21,7 @@
  * slow path, frees it. entries_lock orders detach against an owner that
  * retires an entry (exit, eviction) while its arena lives.
  *
- * Calls stream_arena.c below it; called by alloc.c and arena.c.
+ * Calls stream_arena.c below it; called by alloc.c, free.c and arena.c.
  */
 #include <link.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* Thread caches (thread_cache.c): one entry per (thread, arena, stream),
- * which the fast paths (alloc.c) pop and push without a lock. Calls
- * stream_arena.c; called by alloc.c and arena.c. */
+ * which the fast paths (alloc.c, free.c) pop and push without a lock.
+ * Calls stream_arena.c; called by alloc.c, free.c and arena.c. */
 #ifndef SA_SMALL_THREAD_CACHE_H
 #define SA_SMALL_THREAD_CACHE_H
 
@@ -75,12 +75,26 @@ void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep); /* named *
 /* Send e's open cross-stream batch on (named: behind an event now); the
  * driver's failure to record it is returned, the batch kept. */
 sa_status sa__tentry_flush_out(sa_tentry *e, bool named);
-void sa__tentry_publish_live(sa_tentry *e);
+void sa__tentry_publish_live(sa_tentry *e); /* its live-byte delta to the arena */
 /* Is an unpublished live-byte delta past the slack plus one block (block:
  * the small block just counted, 0 for a span)? Then it is published. */
 static inline bool sa__live_due(int64_t delta, size_t block) {
   int64_t limit = (int64_t)(SA_LIVE_FLUSH_BYTES + block);
   return delta >= limit || delta <= -limit;
+}
+/* Count delta live bytes on e; true when the delta is due for publishing
+ * (sa__live_due). Alloc+free pairs of one small block, however large, then
+ * never touch the arena's shared counters (an atomic read-modify-write on
+ * a line every thread writes); the arena's count stays within
+ * SA_LIVE_FLUSH_BYTES plus the largest small block per thread. */
+static inline bool sa__tentry_live_add(sa_tentry *e, int64_t delta, size_t block) {
+  int64_t live = e->live_delta + delta;
+  e->live_delta = live;
+  return sa_unlikely(sa__live_due(live, block));
+}
+/* The same, publishing when due. */
+static inline void sa__tentry_live_account(sa_tentry *e, int64_t delta, size_t block) {
+  if (sa__tentry_live_add(e, delta, block)) sa__tentry_publish_live(e);
 }
 /* Arena destroy: hand every entry of a back to its owner thread, which
  * frees it; a is never reached through them again. */
