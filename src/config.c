@@ -29,7 +29,7 @@ void sa_config_init(sa_config *config) {
   config->backend = SA_BACKEND_AUTO;
   /* 0 = the driver's allocation granularity, resolved by the arena. */
   config->superblock_size = 0;
-  config->va_reserve_bytes = 0;        /* 0 = 4 x device memory */
+  config->va_reserve_bytes = 0;        /* 0 = 4 times the device memory */
   config->max_physical_bytes = 0;      /* 0 = the whole device */
   config->reserve_limit_bytes = 0;     /* 0 = the footprint target (alloc.c) */
   config->release_threshold_bytes = 0;

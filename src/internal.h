@@ -1,7 +1,89 @@
-/* The allocator's private headers, all of them: for the project's tests,
- * benchmarks, tools and plugins, which write #include "internal.h". Files
- * of the allocator include instead the headers of their own layer and the
- * ones below, and arena.h (tools/layers.py checks it).
+/* The allocator's private headers, all of them, for the project's tests,
+ * benchmarks, tools and plugins (#include "internal.h"). The allocator's own
+ * files include instead the headers of their layer and those below, and
+ * arena.h; tools/layers.py checks that. This header states what they share:
+ * the words, the layers and the conventions.
+ *
+ * Glossary. The project's own words, as the code uses them.
+ *   ahead       memory a growth maps beyond its request on a climb to a new
+ *               live peak, for the next requests of the climb (run.c).
+ *   arena       everything one device's allocator holds (struct sa_arena_s,
+ *               arena.h); the global arena, as against a stream arena.
+ *   batch       blocks freed on a stream other than their owner's, sent to
+ *               the owner together behind one set of events (sa_deferred).
+ *   bin         a size class's list: in a stream arena, its superblocks with
+ *               free blocks; in a thread cache entry (tbin), cached blocks.
+ *   bound       a thread cache entry bound to a stream arena holds a counted
+ *               reference to it (xentries); binding happens on first use.
+ *   carve       to cut a superblock's blocks, or a request, or a superblock
+ *               (carve_in_spans), out of what is free.
+ *   chunk       one driver allocation of physical memory (cuMemCreate),
+ *               mapped only whole (sa_phys; its record in lists: sa_chunk).
+ *   class       a size class: the block size a small request rounds up to.
+ *   clean       no pending work can touch it: its events completed, its
+ *               stream was released, or a device sync that started after it
+ *               came back completed (dirty: not known clean yet).
+ *   climb       a run of growths to new live peaks (a training step's
+ *               first forward pass).
+ *   cut         unmapping whole chunks out of a free span, which splits its
+ *               run around the hole (run.c).
+ *   descriptor  host memory that says what a page of the range belongs to
+ *               (sa_desc): a superblock's or a run's; type-stable.
+ *   doomed      marked by reap as about to be freed (a stream arena).
+ *   empty       a superblock none of whose blocks is used.
+ *   entry       a thread cache entry (tentry): one per (thread, arena,
+ *               stream), what the fast paths read and write.
+ *   epoch       the arena's count of stream arenas gone; an entry that saw
+ *               an older one checks its binding before use.
+ *   fence       one event recorded on a stream, inside a call that names it,
+ *               for everything there that waits for one (unfenced: waiting).
+ *   footprint   physical bytes held.
+ *   footprint target  a little above the peak, past which the arena
+ *               reshapes before it grows (physical.c's soft limit).
+ *   gone        a stream arena whose stream was released or found destroyed:
+ *               never looked up or driven again, freed once unreferenced.
+ *   granule     the driver's allocation granularity (2 MiB on an H200).
+ *   growth      mapping new or cached chunks where a request needs them.
+ *   holder      the superblock a span was carved for: the live span names
+ *               its descriptor, whose pages it took over (span.h).
+ *   inbox       a stream arena's lock-free stack of incoming batches.
+ *   lane        pending batches of one stream, oldest first: a drain asks
+ *               only a lane's first whether its events completed.
+ *   ledger      the remapping ledger: bytes created against bytes remapped,
+ *               which bounds remapping for the footprint target.
+ *   live        handed to the user (a block, a span); live bytes: their sum.
+ *   mark        what a free span waits for before another stream reuses it:
+ *               a free's (stream arena, ticket), or a recorded event.
+ *   named       inside an API call that names the stream: the only place a
+ *               driver call on it may happen.
+ *   park        keep a batch on the stream that freed it until a named call
+ *               gives it an event there (or a device sync makes it clean).
+ *   peak        the highest live bytes so far.
+ *   reap        free the stream arenas that are gone and hold nothing.
+ *   record      sa_record_stream: a block is used by another stream too;
+ *               recorded: its state byte and the side table say so.
+ *   released    gone through sa_stream_release, which waited for the stream
+ *               (synced): what it holds is clean.
+ *   reshape     unmap free memory elsewhere whose work completed and map its
+ *               chunks where a growth needs them, instead of new memory.
+ *   run         a contiguous mapped range of the reserved space, tiled by
+ *               spans in address order.
+ *   settle      make something safe for a stream: wait for what it waits for
+ *               (a free span's marks), or take in what completed.
+ *   shed        hand a stream arena's empty superblocks to the global stack.
+ *   slab        one chunk mapped for several superblocks of one size.
+ *   span        one large allocation, or a free piece of a run.
+ *   start       where a span freed into a free span began (double frees).
+ *   stitch      map chunks back to back that need not lie together.
+ *   stream arena  what one (arena, stream) owns: superblocks, its inbox,
+ *               pending and parked batches, its timeline (stream_arena.h).
+ *   stuck       a range whose unwind the driver refused: mapped, handed to
+ *               no one, retried at every reclaim.
+ *   superblock  a range carved into blocks of one size class.
+ *   tbin        a thread cache entry's bin of one class.
+ *   tentry      a thread cache entry.
+ *   ticket      a point on a stream's timeline: its n-th span free.
+ *   timeline    a stream's tickets and the ring of events recorded at them.
  *
  * Layers, top to bottom (each calls only the ones below it); the folders
  * are the tiers (the arena, small blocks, large blocks, virtual memory, the
@@ -40,18 +122,24 @@
  * have no prefix. Fields that other threads read without the owner's lock
  * are _Atomic and prefixed x.
  *
+ * Comments say why, in whole sentences. What a driver does is a fine
+ * reason ("refused on driver 580"); a measured figure (a timing, a cost per
+ * operation, a trace's ratio) goes stale, so it lives in docs/NOTES.md,
+ * dated, with the command that measured it, and the code cites it by name:
+ * "See Note [Slabs]".
+ *
  * Headers: one per file that other files call (foo.c's contract is foo.h,
  * beside it), each opening with what it owns, what it calls and who calls
  * it; a layer's state is a sub-struct of the arena, defined in its header
  * and gathered in arena.h. base/base.h has what every file uses.
  *
  * Invariants: each structure has a validator, sa__<structure>_check, in
- * the file that owns it, declared with that file's functions in its header. Builds
- * with asserts on (every test build, the sanitizers, the fuzzer) run it
- * where the structure must be whole (SA_VALIDATE, SA_VALIDATE_PACED), and
- * every one at trim, snapshot and arena destroy (report.c's
- * sa__world_check); a broken rule aborts naming the structure and the rule
- * (invariant.c, a leaf). Release builds (NDEBUG) run none.
+ * the file that owns it, declared with that file's functions in its
+ * header. Builds with asserts on (every test build, the sanitizers, the
+ * fuzzer) run it where the structure must be whole (SA_VALIDATE,
+ * SA_VALIDATE_PACED), and every one at trim, snapshot and arena destroy
+ * (report.c's sa__world_check); a broken rule aborts naming the structure
+ * and the rule (invariant.c, a leaf). Release builds (NDEBUG) run none.
  */
 #ifndef SA_INTERNAL_H
 #define SA_INTERNAL_H
@@ -65,8 +153,8 @@
 #include "base/record.h"
 #include "config.h"
 #include "default_arena.h"
-#include "free.h"
 #include "driver/driver.h"
+#include "free.h"
 #include "large/free_span.h"
 #include "large/mark.h"
 #include "large/run.h"

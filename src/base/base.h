@@ -82,7 +82,7 @@ static inline void sa__pace_done(sa_check_pace *p, size_t visited) {
   p->cost = visited;
 }
 
-/* x rounded up to a multiple of to, a power of two. */
+/* x, rounded up to a multiple of to, a power of two. */
 static inline size_t sa__round_up(size_t x, size_t to) { return (x + to - 1) & ~(to - 1); }
 
 /* Zeroed memory aligned for types declared with CK_CC_CACHELINE members

@@ -2,14 +2,14 @@
  * that use it. Blocks in it have state SA_BLOCK_RECORDED, so the free fast
  * path sends them here; the table is consulted only at free time.
  *
- * One hash table (chain_table.c; records.lock) holds two kinds of entries: a block's,
- * keyed by its address, and a stream's, keyed by its handle shifted left
- * with the low bit set (block addresses are 256-aligned), whose n counts the blocks'
- * entries that name the stream. So sa_stream_release of a stream that no
- * entry names costs a lookup, not a walk of every entry (a million recorded
- * blocks: 245 ms per release). The table doubles once it holds two entries
- * per bucket, so chains stay short however many blocks are recorded (1,024
- * buckets for good: 43 us per record and free at a million).
+ * One hash table (chain_table.c; records.lock) holds two kinds of entries:
+ * a block's, keyed by its address, and a stream's, keyed by its handle
+ * shifted left with the low bit set (block addresses are 256-aligned),
+ * whose n counts the blocks' entries that name the stream. So
+ * sa_stream_release of a stream that no entry names costs a lookup, not a
+ * walk of every entry. The table doubles once it holds two entries per
+ * bucket, so chains stay short however many blocks are recorded. See Note
+ * [Record table].
  */
 #include <stdlib.h>
 

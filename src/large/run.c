@@ -201,10 +201,9 @@ static growth plan_growth(const sa_arena *a, sa_want w) {
  * without a scan). Under the footprint target, also 0 for a request that
  * takes live bytes past their highest so far: that growth is demand, and
  * the target rises with it (the free memory a reshape would take is what
- * the climb to the new peak reuses next; on the PyTorch trace reshaping
- * there remapped GiBs to gain 0.1%); otherwise no more than the remapping
- * ledger allows (physical.c), which bounds the churn of a workload whose
- * shapes keep changing (RMM's random allocations up to 4 GiB). */
+ * the climb to the new peak reuses next: See Note [Reshape on a climb]);
+ * otherwise no more than the remapping ledger allows (physical.c), which
+ * bounds the churn of a workload whose shapes keep changing. */
 static size_t reshape_bytes(const sa_arena *a, size_t size, size_t request, size_t limit) {
   size_t cached = a->physical.cache_bytes, held = a->physical.bytes;
   if (cached >= size || held + (size - cached) <= limit) return 0;
@@ -259,18 +258,16 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
 }
 
 /* The bytes to map beyond what a growth for a request needs (missing):
- * on a climb to a new live peak, a little, within the footprint target. A climb (a
- * training step's first forward pass) is a run of growths, and each costs
- * a chunk whatever its size (physical.c), so memory mapped ahead serves
- * the next requests of the climb without a driver call. What the last
- * growth of a climb maps ahead may stay unused at the peak, so it is at
- * most 1/SA_AHEAD_SHARE of what is held (at least a granule) and within
- * the target: PyTorch's trace of examples/torch/train.py then peaks at
- * 23,668 MiB as with no mapping ahead (up to the target: 23,758, above
- * expandable segments' 23,677), and the transformer trace grows 340 times
- * instead of 410. Not under a budget or a
- * reserve_limit, which are limits the user set, not targets to fill, nor
- * with SA_FLAG_EXACT_GROWTH. */
+ * on a climb to a new live peak, a little, within the footprint target. A
+ * climb (a training step's first forward pass) is a run of growths, and
+ * each costs a chunk whatever its size (physical.c), so memory mapped
+ * ahead serves the next requests of the climb without a driver call. What
+ * the last growth of a climb maps ahead may stay unused at the peak, so it
+ * is at most 1/SA_AHEAD_SHARE of what is held (at least a granule) and
+ * within the target, which keeps the peak where it is with none mapped
+ * ahead (See Note [Mapping ahead]). Not under a budget or a reserve_limit,
+ * which are limits the user set, not targets to fill, nor with
+ * SA_FLAG_EXACT_GROWTH. */
 static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
   if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 || (a->cfg.flags & SA_FLAG_EXACT_GROWTH))
     return 0;
@@ -317,8 +314,8 @@ sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span **out) {
   }
   size_t ahead = w.exact ? 0 : map_ahead(a, w.need, g.size);
   /* A fresh run maps ahead at most its request again: it lies apart from
-   * the run the climb was extending (dataframe: 1.155 x peak live against
-   * 1.469 with no such bound). */
+   * the run the climb was extending, and what it maps ahead may never be
+   * used (See Note [Mapping ahead]). */
   size_t room = g.dir == GROW_FRESH ? SIZE_MAX : g.room;
   size_t ahead_room = g.dir == GROW_FRESH ? g.size : room - g.size;
   if (ahead > ahead_room) ahead = ahead_room & ~(a->gran - 1);

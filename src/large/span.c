@@ -10,8 +10,8 @@
  *     rest stays free. A freed span merges with its free neighbours.
  *   - Spans are split at SA_SPAN_QUANTUM (256 bytes), not at granules: a
  *     request just above the 1 MiB threshold would lose up to half of a
- *     2 MiB granule, and traces' requests are rarely multiples of 2 MiB (the
- *     transformer trace loses 7% of its large bytes to granule rounding).
+ *     2 MiB granule, and traces' requests are rarely multiples of 2 MiB
+ *     (See Note [Packed placement]).
  *     The mapped chunk is only the unit of unmapping (physical.c: by
  *     default a whole growth). The page map keeps one entry per granule,
  *     naming the run; a span is found by its exact start in the live map.
@@ -20,27 +20,25 @@
  *     PyTorch's expandable segments do), or fills the gap between two runs,
  *     or starts a run in the middle of free reserved space. Upward on a tie:
  *     best fit places at the lowest address, so the free rest of a run
- *     that grew up stays at its top, where the next growth extends it (the
- *     PyTorch trace's 4 GiB logits grew down once, and every later step
- *     needed a new 4 GiB). One chunk and one access setting per growth,
- *     and on a climb to a new live peak a little memory mapped ahead
- *     (map_ahead).
+ *     that grew up stays at its top, where the next growth extends it
+ *     (See Note [Growing upward]). One chunk and one access setting per
+ *     growth, and on a climb to a new live peak a little memory mapped
+ *     ahead (run.c's map_ahead).
  *   - Growth stops at the limit the caller passes (alloc.c: the footprint
  *     target, reserve_limit, max_physical, or what the driver could
- *     create). Past it, the reshape (reshape_bytes): free span memory whose
- *     work completed is unmapped elsewhere, the smallest free spans first,
- *     never the span the growth extends (unmap_free), and the growth maps
+ *     create). Past it, the reshape (run.c's reshape_bytes): free span
+ *     memory whose work completed is unmapped elsewhere, the smallest free
+ *     spans first, never the span the growth extends, and the growth maps
  *     those granules where the request needs them. Under the footprint
  *     target only within the remapping ledger (physical.c) and not for a
  *     request that sets a new live peak. Remapping happens only then,
  *     never on the common path, and is decided without a scan.
  *   - With a budget configured, spans that lose at most 1/32 to rounding
- *     take whole granules at granule boundaries (placement): freed, they
- *     free whole granules. Without this a freed span shares its end
- *     granules with live neighbours, and under a budget of 1.1 x peak live
- *     the fragmentation trace runs out of memory. Without a budget packed
- *     placement keeps the footprint lower (dataframe 1.246 against 1.262,
- *     torch_transformer 1.016 against 1.031: docs/DEFRAG.md).
+ *     take whole granules at granule boundaries (free_span.c's placement):
+ *     freed, they free whole granules. Without this a freed span shares
+ *     its end granules with live neighbours, and a tight budget runs out
+ *     of memory. Without a budget packed placement keeps the footprint
+ *     lower (See Note [Packed placement]).
  *
  * Stream order. A free span's marks (timeline.c) name the streams whose
  * work may still touch it. Its own stream reuses it at once; any other

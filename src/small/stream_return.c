@@ -140,7 +140,7 @@ static bool deferred_ready(sa_stream_arena *sa, sa_deferred *d, bool force, bool
  * recorded on, oldest first. A stream completes its work in order, so a
  * lane whose oldest batch is not ready holds none that is, as far as a
  * query can tell: a drain queries a lane's first batch, not every batch
- * (10,000 batches behind one stream cost a refill 10,000 queries). A batch
+ * (See Note [Pending lanes]). A batch
  * recorded earlier but taken in later (two threads freeing on one stream),
  * or one behind a batch that also waits for another stream, waits a little
  * longer: later reuse, never earlier. A new batch looks for its lane among

@@ -136,22 +136,17 @@ sa_superblock *sa__superblock_pop_global(sa_arena *a) {
 /* ------------------------------------------------------------------------
  * Slabs: superblocks mapped together
  *
- * Every chunk costs ~60 us of driver time to bring up on an H200 whatever
- * its size (bench/driver_costs), so a climb of small blocks that maps a
- * chunk per superblock pays that per 2 MiB (RMM's random allocations up to
- * 1 MiB: 16 GB in 8,000 chunks). Once the arena holds many superblocks, a
- * new one is carved from a slab: one chunk for up to SA_SLAB_MAX of them,
+ * Every chunk costs about the same driver time to bring up whatever its
+ * size, so a climb of small blocks that maps a chunk per superblock pays
+ * that per superblock. Once the arena holds many superblocks, a new one is
+ * carved from a slab: one chunk for up to SA_SLAB_MAX of them,
  * 1/SA_SLAB_SHARE of those already mapped, so that what a slab may hold
- * unused stays a small share of the superblocks' (with 1/16, slabs pinned
- * free memory that the dataframe trace's reshapes needed: 1.292 x peak
- * live against 1.155, and with 1/64 1.158; with 1/128 the shipped traces
- * make none, and RMM's random allocations up to 1 MiB map 1,143 chunks
- * instead of 10,079, 1,655 with 1/256).
- * A slab is unmapped once none of its
- * superblocks is carved (a trim then gives it back); its free slots serve
- * the next superblocks of their size without a driver call. Not under a
- * budget or with the user's chunk_size, where memory comes back in the
- * units the user asked for. Arena lock held throughout.
+ * unused stays a small share of the superblocks' (larger shares pinned
+ * free memory that reshapes needed). See Note [Slabs]. A slab is unmapped
+ * once none of its superblocks is carved (a trim then gives it back); its
+ * free slots serve the next superblocks of their size without a driver
+ * call. Not under a budget or with the user's chunk_size, where memory
+ * comes back in the units the user asked for. Arena lock held throughout.
  * ---------------------------------------------------------------------- */
 
 /* Map bytes of memory (cached chunks, else new) at a range of its own for
@@ -185,9 +180,10 @@ static uint32_t slab_slots(const sa_arena *a, size_t size) {
   return k > least ? k : least;
 }
 
-/* Slabs with a free slot are on a->slabs, full ones apart on
- * a->full_slabs, so that slab_take walks only the first (4 million live
- * blocks in 3,389 slabs: walking them all was 28% of allocation time). */
+/* Slabs with a free slot are on a->small.slabs, full ones apart on
+ * a->small.full_slabs, so that slab_take walks only the first: with
+ * millions of live blocks, walking every slab was a large share of
+ * allocation time (See Note [Slab lists]). */
 SA_DLIST_FUNCTIONS(slab, sa_slab, next, prev)
 
 /* A free slot of size bytes in a slab: its address, 0 if none. */
@@ -365,14 +361,13 @@ void sa__superblock_push_all(sa_arena *a, sa_superblock *list) {
 
 /* Past the footprint target, where a new superblock would otherwise
  * remap free span memory (within the ledger, physical.c) or grow past the
- * target, it is carved in free span memory as it lies, with no driver call
- * (dataframe, when it came in: 94 chunks created instead of 237, 0.55 us
- * per operation of modelled driver time instead of 1.79). Below the target new memory is
- * mapped for it, as a climb's next large requests need the free spans
- * whole. Within the remapping ledger (physical.c), as the reshape it
- * replaces was. Not where the user asked for remapping (a budget, a
- * reserve_limit, a chunk_size: their reshapes stitch unmapped pieces,
- * dataframe with chunk_size=8MiB 1.060 x peak live, 1.246 carving). */
+ * target, it is carved in free span memory as it lies, with no driver
+ * call. Below the target new memory is mapped for it, as a climb's next
+ * large requests need the free spans whole. Within the remapping ledger
+ * (physical.c), as the reshape it replaces was. Not where the user asked
+ * for remapping (a budget, a reserve_limit, a chunk_size), whose reshapes
+ * stitch unmapped pieces, for a lower footprint at more driver time. See
+ * Note [Superblocks carved in free spans]. */
 static bool carve_in_spans(const sa_arena *a, size_t size) {
   if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 || a->cfg.chunk_size != 0) return false;
   size_t soft = sa__physical_soft_limit(a);
@@ -474,13 +469,10 @@ static sa_superblock *take_local(sa_stream_arena *sa, size_t need) {
 /* The size of a fresh superblock for class cls (blocks of need bytes) on
  * sa: the arena's superblock size, but a class's first superblocks on a
  * stream are smaller, room for a thread cache's refill or SA_SMALL_BLOCKS
- * blocks (at least a page), each twice the last. A class a stream uses for
- * a few blocks pinned a whole superblock: at the transformer trace's peak
- * 38 superblocks of 2 MiB held 3 MiB of live blocks (footprint 1.013;
- * 1.010 so; the full size from a class's second superblock on gave 1.013,
- * measured before first sizes followed the refill). Those smaller than a
- * granule share one in a slab, so not where no slab is made (a budget,
- * the user's chunk_size). Owner lock held. */
+ * blocks (at least a page), each twice the last: a class a stream uses for
+ * a few blocks pinned a whole superblock (See Note [First superblocks of a
+ * class]). Those smaller than a granule share one in a slab, so not where
+ * no slab is made (a budget, the user's chunk_size). Owner lock held. */
 static size_t fresh_size(const sa_stream_arena *sa, size_t need, unsigned cls) {
   const sa_arena *a = sa->arena;
   size_t full = atomic_load_explicit(&a->small.xsuperblock_size, memory_order_relaxed);

@@ -46,7 +46,7 @@ typedef struct sa_tcaches_s {
 } sa_tcaches;
 
 /* Entries per thread before the least recently used is evicted: a thread
- * cycling through several arenas and streams (8 streams x a few arenas)
+ * cycling through several arenas and streams (8 streams in each of a few arenas)
  * must not evict on every switch. */
 #define SA_TCACHE_ENTRIES 64
 struct sa_tcache_s {
@@ -58,7 +58,7 @@ struct sa_tcache_s {
 
 /* Initial-exec: in the shared library, the default (global-dynamic) model
  * makes every sa_alloc and sa_free call __tls_get_addr, and so need a stack
- * frame (201 instead of 163 instructions per pair). The cost: the variable
+ * frame (See Note [Initial-exec thread-local]). The cost: the variable
  * takes 8 bytes of glibc's static TLS surplus when the library is loaded
  * with dlopen, which glibc reserves for exactly this (mimalloc and jemalloc
  * do the same). */

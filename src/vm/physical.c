@@ -7,13 +7,11 @@
  * so the size a chunk is created at decides what a reshape can later take
  * back.
  *
- *   - Bringing a chunk up costs per chunk, not per byte (H200, driver 580,
- *     bench/driver_costs): create ~8-14 us, map ~1, access ~30 per chunk in
- *     the range plus ~20 per call, the same from 2 MiB to 256 MiB; above
- *     that a little more (2 GiB: 78 + 2 + 103 us).
- *   - Unmapping is per chunk too (~25 us): memory a reshape takes back is
- *     rarely a whole growth (a span that took part of a freed one pins
- *     what it covers).
+ *   - Bringing a chunk up (create, map, set access) costs per chunk, not
+ *     per byte, up to hundreds of MiB (See Note [Chunk costs]).
+ *   - Unmapping is per chunk too: memory a reshape takes back is rarely a
+ *     whole growth (a span that took part of a freed one pins what it
+ *     covers).
  *
  * The chunk-size policy (chunk_size) makes a growth one chunk by default,
  * chunks of the user's chunk_size when set, and of a granule under a
@@ -129,18 +127,14 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
 }
 
 /* The chunk-size policy: the size of the chunks new memory is created in,
- * the unit a reshape can later unmap. On an H200 a chunk costs about the
- * same to create, map and give access to at 2 MiB as at 256 MiB (~45-65
- * us: bench/driver_costs), so by default a growth is one chunk (up to
- * SA_CHUNK_MAX, 2 GiB: RMM's random allocations up to 4 GiB bring up 26 GB
- * in their first run, 5.1-7.1 us per allocation on the H200 against
- * 6.4-9.8 in chunks of at most 1 GiB, docs/BENCHMARKS.md run K): a climb
- * costs per growth, not per byte. Smaller chunks let
- * a reshape take back memory in smaller pieces (dataframe: 1.039 x peak
- * live in 2 MiB chunks against 1.155 whole, at ~6 x the driver time), so
- * the user may ask for them (chunk_size); under a budget, where remapping
- * is what was asked for, they are a granule (with larger chunks dataframe
- * ran out of memory under 1.03 x). */
+ * the unit a reshape can later unmap. A chunk costs about the same to
+ * create, map and give access to at any size up to hundreds of MiB, so by
+ * default a growth is one chunk, up to SA_CHUNK_MAX: a climb costs per
+ * growth, not per byte. Smaller chunks let a reshape take back memory in
+ * smaller pieces, a lower footprint for more driver time, so the user may
+ * ask for them (chunk_size); under a budget, where remapping is what was
+ * asked for, they are a granule, so that a budget can be met at all. See
+ * Note [Chunk costs] and Note [Chunk size]. */
 static size_t chunk_size(const sa_arena *a) {
   if (a->cfg.chunk_size != 0) return a->cfg.chunk_size;
   return a->physical.budgeted ? a->gran : SA_CHUNK_MAX;
@@ -322,8 +316,8 @@ sa_status sa__physical_unmap(sa_arena *a, sa_desc *d) {
 
 /* The soft limit on physical bytes, past which an allocation reshapes
  * free memory before it grows: reserve_limit when the user set one, else
- * the footprint target, (1 + 1/SA_TARGET_SLACK) x the highest live bytes
- * so far plus SA_TARGET_FLOOR granules (below the peak's own rounding and
+ * the footprint target, the highest live bytes so far times (1 +
+ * 1/SA_TARGET_SLACK) plus SA_TARGET_FLOOR granules (below the peak's own rounding and
  * the threads' unpublished live bytes, the floor keeps a small arena from
  * reshaping at every growth). The arena cannot know a run's peak in
  * advance; the peak so far is what it has proved it needs. */
@@ -344,22 +338,19 @@ size_t sa__physical_soft_limit(const sa_arena *a) {
  * So, as in ski rental, the arena remaps for the footprint target only
  * while what it remapped stays within a share of what it created, plus
  * one granule per SA_REMAP_TRICKLE span allocations (so that a long run
- * whose shapes drift keeps some; at the H200's costs at most ~0.05 us per
- * allocation). The share follows the costs (H200: a chunk ~60-80 us to
- * create or to move, whatever its size up to 256 MiB):
+ * whose shapes drift keeps some, at a small cost per allocation). The
+ * share follows the costs, a chunk's being about the same to create or to
+ * move whatever its size (Note [Chunk costs]):
  *   - chunks of the user's chunk_size: growing and remapping a byte cost
  *     the same, so each byte grown buys the right to remap one (driver
  *     work at most twice growth's);
  *   - one chunk per growth (the default): a growth is one chunk while a
- *     reshape moves many, so 1/SA_REMAP_SHARE of it. RMM's random
- *     allocations up to 4 GiB then remap 4 chunks instead of 35, while
- *     dataframe and fragmentation keep their footprint (1.155 and 1.559 x
- *     peak live).
+ *     reshape moves many, so 1/SA_REMAP_SHARE of it, which still lets the
+ *     shipped traces keep their footprint.
  * Superblocks carved in free spans (superblock.c) count too: they cost no
  * driver call, but memory moved between the shapes without bound thrashes
- * (pairs of 256 B-16 MiB on one stream: a 16 MiB request reclaimed the
- * superblocks carved in its free span, the next small ones carved it
- * again, 500 ns a pair against 140).
+ * (a large request reclaims the superblocks carved in its free span, the
+ * next small ones carve it again). See Note [Remapping ledger].
  * Under a budget the user set, remapping is what was asked for. */
 size_t sa__physical_remap_allowance(const sa_arena *a, size_t limit) {
   if (limit >= a->physical.reserve_limit) return SIZE_MAX; /* not the footprint target */

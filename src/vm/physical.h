@@ -53,7 +53,7 @@ typedef struct sa_physical_s {
 #endif
 } sa_physical;
 
-#define SA_TARGET_SLACK 64 /* footprint target: peak live x (1 + 1/64) */
+#define SA_TARGET_SLACK 64 /* footprint target: the peak times (1 + 1/64) */
 #define SA_TARGET_FLOOR 8  /* ... plus 8 granules */
 #define SA_CHUNK_MAX ((size_t)2 << 30) /* bytes per chunk created, at most */
 #define SA_REMAP_SHARE 8   /* remap at most 1/8 of the bytes created */

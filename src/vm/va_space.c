@@ -29,9 +29,10 @@ static size_t pagemap_bytes(const sa_arena *a) {
 
 sa_status sa__va_init(sa_arena *a) {
   /* Mapped, not calloc'ed: zero pages come when first touched (a page map
-   * for 4 x an H200 is 18 MB, of which a run touches what it names), where
-   * calloc may take it from the heap and clear it all (glibc's mmap
-   * threshold rises after large frees): 1.4 ms more per arena created. */
+   * for a device of many GiB is megabytes, of which a run touches what it
+   * names), where calloc may take it from the heap and clear it all
+   * (glibc's mmap threshold rises after large frees). See Note [Page map
+   * by mmap]. */
   void *pm = mmap(NULL, pagemap_bytes(a), PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (pm == MAP_FAILED) return SA_ERR_OUT_OF_MEMORY;
