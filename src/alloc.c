@@ -85,7 +85,7 @@ static bool capturing(sa_arena *a, sa_stream s) {
  * that misses the cache would first fence, asking for s's id, which a
  * capture refuses too. */
 static void give_back_cached(sa_arena *a, sa_tentry *e, sa_stream s) {
-  sa__tentry_flush_own(a, e->sarena, capturing(a, s));
+  sa__tentry_flush_own(a, e->sarena, capturing(a, s) ? SA_FLUSH_BUT_NAMED : SA_FLUSH_ALL);
 }
 
 /* Allocate; past a limit, get memory back and try again:
@@ -120,13 +120,13 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
       size_t allowance = sa__physical_remap_allowance(a, soft);
       if (allowance == SIZE_MAX) { /* a budget: everything free goes */
         give_back_cached(a, e, s);
-        sa__reclaim(a, need, false, SA_RECLAIM_ALL);
+        sa__reclaim(a, need, SA_QUERY, SA_RECLAIM_ALL);
         all_reclaimed = true;
       } else if (!large && allowance >= need) {
-        sa__reclaim(a, need, false, SA_RECLAIM_SPANS);
+        sa__reclaim(a, need, SA_QUERY, SA_RECLAIM_SPANS);
       } else if (large && allowance >= a->gran) {
         give_back_cached(a, e, s);
-        sa__reclaim(a, need, false, SA_RECLAIM_SUPERBLOCKS);
+        sa__reclaim(a, need, SA_QUERY, SA_RECLAIM_SUPERBLOCKS);
       }
       limit = soft;
     } else if (step == 3) {
@@ -134,14 +134,14 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
     } else if (step == 4) {
       if (all_reclaimed && soft >= hard) continue; /* step 2 did this */
       give_back_cached(a, e, s);
-      sa__reclaim(a, need, false, SA_RECLAIM_ALL);
+      sa__reclaim(a, need, SA_QUERY, SA_RECLAIM_ALL);
     } else if (step == 5) {
       /* This step waits for the whole device: what threads gave back
        * without an event on its stream becomes usable too. Not while s is
        * captured: CUDA fails the wait then and invalidates the capture. */
       if (capturing(a, s)) continue;
-      sa__tentry_flush_own(a, e->sarena, false);
-      sa__reclaim(a, need, true, SA_RECLAIM_ALL);
+      sa__tentry_flush_own(a, e->sarena, SA_FLUSH_ALL);
+      sa__reclaim(a, need, SA_WAIT, SA_RECLAIM_ALL);
     } else if (a->cfg.oom_callback != NULL && callbacks++ < 8 &&
                a->cfg.oom_callback(a, size, s, a->cfg.oom_user_data)) {
       /* Its frees on other streams may have evicted e: look it up again. */
@@ -161,22 +161,22 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
   return st;
 }
 
-/* The calling thread's cached blocks back, everything free unmapped (with
- * wait: after the work pending on it), then cached chunks released down to
+/* The calling thread's cached blocks back, everything free unmapped
+ * (SA_WAIT: after the work pending on it), then cached chunks released down to
  * keep_bytes. */
-static sa_status trim_to(sa_arena *a, size_t keep_bytes, bool wait) {
+static sa_status trim_to(sa_arena *a, size_t keep_bytes, sa_wait wait) {
   if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
-  sa__tentry_flush_own(a, NULL, false);
+  sa__tentry_flush_own(a, NULL, SA_FLUSH_ALL);
   sa__reclaim(a, 0, wait, SA_RECLAIM_ALL);
   sa__reclaim_release(a, keep_bytes);
   SA_VALIDATE(sa__world_check(a));
   return SA_OK;
 }
 
-sa_status sa_trim(sa_arena *a, size_t keep_bytes) { return trim_to(a, keep_bytes, true); }
+sa_status sa_trim(sa_arena *a, size_t keep_bytes) { return trim_to(a, keep_bytes, SA_WAIT); }
 
 sa_status sa_defragment(sa_arena *a) {
-  return a == NULL ? SA_ERR_INVALID_ARGUMENT : trim_to(a, a->cfg.release_threshold_bytes, false);
+  return a == NULL ? SA_ERR_INVALID_ARGUMENT : trim_to(a, a->cfg.release_threshold_bytes, SA_QUERY);
 }
 
 /* Tracing and stream-order checking, for both paths. */
@@ -188,7 +188,7 @@ SA_NOINLINE static sa_status after_alloc(sa_arena *a, void *p, size_t size, sa_s
       *out = NULL;
       /* Back where it came from; the caller gets nothing. Untraced: the
        * allocation failed, so no alloc line opened it. */
-      (void)sa__free_slow(p, s, false);
+      (void)sa__free_slow(p, s, SA_FREE_UNTRACED);
       return st;
     }
   }
@@ -232,7 +232,7 @@ SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size,
   sa_status st = sa__legacy_stream_check(a, s);
   if (st == SA_OK) st = sa__tentry_get(a, s, &e);
   if (st != SA_OK) return st;
-  if (e->out != NULL) (void)sa__tentry_flush_out(e, true); /* stays on failure */
+  if (e->out != NULL) (void)sa__tentry_flush_out(e, SA_NAMED); /* stays on failure */
   void *p;
   st = alloc_reclaiming(a, e, size, s, &p);
   if (st != SA_OK) return st;

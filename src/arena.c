@@ -280,7 +280,7 @@ sa_status sa_stream_release(sa_arena *a, sa_stream s) {
   /* Its work is done: what every thread cached for it comes back now, and
    * its empty superblocks go to the global stack without an event. */
   sa__tentry_release_stream(sa);
-  sa__stream_arena_shed(sa, false);
+  sa__stream_arena_shed(sa, SA_UNNAMED);
   sa__stream_arena_unbind(sa);
   sa__stream_arenas_reap(a);
   return SA_OK;

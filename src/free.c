@@ -39,16 +39,18 @@ typedef struct block_ref_s {
   _Atomic uint8_t *state;
 } block_ref;
 
-/* Locate p's block: SA_OK with *ref, or why not. Spans are looked up (under
- * the arena lock) only with look_up_spans: sa_free looks up and frees at
- * once (sa__span_free). */
-static sa_status find_block(sa_arena *a, uintptr_t p, bool look_up_spans, block_ref *ref) {
+/* Whether find_block looks a span up (under the arena lock): sa_free's
+ * slow path does not, as sa__span_free looks up and frees at once. */
+typedef enum span_lookup_e { SPAN_NOT_LOOKED_UP, SPAN_LOOKED_UP } span_lookup;
+
+/* Locate p's block: SA_OK with *ref, or why not. */
+static sa_status find_block(sa_arena *a, uintptr_t p, span_lookup lookup, block_ref *ref) {
   sa_desc *d = sa__pagemap_get(&a->range, p);
   *ref = (block_ref){0};
   if (d == NULL) return SA_ERR_INVALID_POINTER;
   if (d->kind == SA_DESC_RUN) {
     ref->in_run = true;
-    if (!look_up_spans) return SA_OK;
+    if (lookup == SPAN_NOT_LOOKED_UP) return SA_OK;
     sa_status st = sa__span_find(a, p, &ref->span);
     if (st == SA_OK) ref->state = &ref->span->xstate;
     return st;
@@ -70,10 +72,10 @@ static sa_status find_block(sa_arena *a, uintptr_t p, bool look_up_spans, block_
 /* The arena and the live block at p, or why p is not one: the common front
  * of sa_free's slow path and sa_record_stream (a span not looked up: see
  * find_block). */
-static sa_status locate_live(void *ptr, bool look_up_spans, sa_arena **a, block_ref *ref) {
+static sa_status locate_live(void *ptr, span_lookup lookup, sa_arena **a, block_ref *ref) {
   uintptr_t p = (uintptr_t)ptr;
   if (ptr == NULL || (*a = sa__arena_of(p)) == NULL) return SA_ERR_INVALID_POINTER;
-  sa_status st = find_block(*a, p, look_up_spans, ref);
+  sa_status st = find_block(*a, p, lookup, ref);
   if (st != SA_OK || ref->state == NULL) return st;
   uint8_t now = atomic_load_explicit(ref->state, memory_order_relaxed);
   return now == SA_BLOCK_LIVE || now == SA_BLOCK_RECORDED ? SA_OK : SA_ERR_DOUBLE_FREE;
@@ -132,7 +134,7 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
   if (!recorded) {
     sa_deferred *d = e->out;
     if (d != NULL && (d->owner != sb->owner || d->freer != e->sarena || d->n == SA_BATCH_MAX)) {
-      sa_status st = sa__tentry_flush_out(e, true);
+      sa_status st = sa__tentry_flush_out(e, SA_NAMED);
       if (st != SA_OK) return st; /* could not record its event: the batch stays */
       d = NULL;
     }
@@ -209,10 +211,10 @@ static sa_status release(sa_arena *a, sa_tentry *e, const block_ref *ref, uint8_
   return st;
 }
 
-sa_status sa__free_slow(void *ptr, sa_stream s, bool trace) {
+sa_status sa__free_slow(void *ptr, sa_stream s, sa_free_trace trace) {
   sa_arena *a;
   block_ref ref;
-  sa_status st = locate_live(ptr, false, &a, &ref);
+  sa_status st = locate_live(ptr, SPAN_NOT_LOOKED_UP, &a, &ref);
   if (st != SA_OK) return st;
   uint8_t state = ref.state != NULL ? atomic_load_explicit(ref.state, memory_order_relaxed) : 0;
   /* A span is looked up with its free only where s's entry is at hand:
@@ -232,7 +234,7 @@ sa_status sa__free_slow(void *ptr, sa_stream s, bool trace) {
     sa_status why = ref.in_run && at_hand ? sa__span_find(a, (uintptr_t)ptr, &sp) : SA_OK;
     return why != SA_OK ? why : st;
   }
-  if (sa_likely(a->trace == NULL || !trace)) {
+  if (sa_likely(a->trace == NULL || trace == SA_FREE_UNTRACED)) {
     st = release(a, e, &ref, state, ptr);
   } else {
     /* The free's line must precede the alloc line of any thread that gets
@@ -249,7 +251,7 @@ sa_status sa__free_slow(void *ptr, sa_stream s, bool trace) {
 }
 
 SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
-  return sa__free_slow(ptr, s, true);
+  return sa__free_slow(ptr, s, SA_FREE_TRACED);
 }
 
 /* As alloc_fast_rare, for sa_free. */
@@ -326,7 +328,7 @@ sa_status sa_free(void *ptr, sa_stream s) {
 sa_status sa_record_stream(void *ptr, sa_stream other) {
   sa_arena *a;
   block_ref ref;
-  sa_status st = locate_live(ptr, true, &a, &ref);
+  sa_status st = locate_live(ptr, SPAN_LOOKED_UP, &a, &ref);
   if (st == SA_OK) st = sa__legacy_stream_check(a, other); /* before "ordered already" */
   if (st != SA_OK) return st;
   /* A small block always comes back through its own stream, which orders

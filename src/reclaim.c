@@ -23,13 +23,13 @@
 #include "small/superblock.h"
 #include "vm/physical.h"
 
-/* Superblocks on the global stack whose event completed (or, with wait,
+/* Superblocks on the global stack whose event completed (or, SA_WAIT,
  * once it has) are unmapped; the others go back on the stack. A pass holds
  * those until its end, out of every other pass's sight: passes take turns,
  * or an allocation's last pass, after its device sync, found the stack
  * empty while a concurrent sa_defragment held what it needed and failed
  * (defrag_test: allocation_waits_for_a_concurrent_reclaim_pass). */
-static void unmap_free_superblocks(sa_arena *a, bool wait) {
+static void unmap_free_superblocks(sa_arena *a, sa_wait wait) {
   sa_superblock *keep = NULL, *sb;
   pthread_mutex_lock(&a->reclaim_lock);
   while ((sb = sa__superblock_pop_global(a)) != NULL) {
@@ -43,7 +43,7 @@ static void unmap_free_superblocks(sa_arena *a, bool wait) {
   pthread_mutex_unlock(&a->lock);
 }
 
-void sa__reclaim(sa_arena *a, size_t need, bool wait, unsigned what) {
+void sa__reclaim(sa_arena *a, size_t need, sa_wait wait, unsigned what) {
   atomic_fetch_add_explicit(&a->stats.xdefrags, 1, memory_order_relaxed);
   /* To wait is to synchronize the device, no stream named (any may be
    * destroyed): then also what came back without an event on its stream (a
@@ -51,7 +51,7 @@ void sa__reclaim(sa_arena *a, size_t need, bool wait, unsigned what) {
    * pending cross-stream frees are free for all. On failure the waits
    * below still wait for each event they hold, but what only the device
    * synchronize would have made safe stays. */
-  if (wait) (void)sa__device_sync(a);
+  if (wait == SA_WAIT) (void)sa__device_sync(a);
   pthread_mutex_lock(&a->lock);
   (void)sa__physical_unmap_stuck(a); /* refused unwinds, if the driver now agrees */
   pthread_mutex_unlock(&a->lock);

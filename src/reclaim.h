@@ -5,13 +5,13 @@
 
 #include "base/base.h"
 
-/* Free memory back to the chunk cache once its work completed (with wait:
- * after waiting for it): what names which, streams' empty superblocks and
+/* Free memory back to the chunk cache once its work completed (SA_WAIT:
+ * after waiting for it, a device sync first): what names which, streams' empty superblocks and
  * the global stack's, then free spans until the cache holds need bytes (0:
  * all of them). Does not touch thread caches: the caller flushes its own
  * first. */
 enum { SA_RECLAIM_SPANS = 1, SA_RECLAIM_SUPERBLOCKS = 2, SA_RECLAIM_ALL = 3 };
-void sa__reclaim(sa_arena *a, size_t need, bool wait, unsigned what);
+void sa__reclaim(sa_arena *a, size_t need, sa_wait wait, unsigned what);
 /* Release cached chunks down to keep_bytes. */
 void sa__reclaim_release(sa_arena *a, size_t keep_bytes);
 

@@ -26,13 +26,16 @@ typedef _Atomic(sa_arena *) slot_t;
 
 static _Atomic(slot_t *) top[(size_t)1 << TOP_BITS];
 
-/* The slot of address p, its leaf made first if create; NULL if none. */
-static slot_t *slot_of(uintptr_t p, bool create) {
+/* Whether slot_of makes a missing leaf (registering) or not (a lookup). */
+typedef enum leaf_need_e { LEAF_FIND, LEAF_MAKE } leaf_need;
+
+/* The slot of address p, its leaf made first with LEAF_MAKE; NULL if none. */
+static slot_t *slot_of(uintptr_t p, leaf_need need) {
   uintptr_t s = p >> SA_REGISTRY_SLOT_BITS;
   uintptr_t t = s >> LEAF_BITS;
   if (t >= (uintptr_t)1 << TOP_BITS) return NULL;
   slot_t *leaf = atomic_load_explicit(&top[t], memory_order_acquire);
-  if (leaf == NULL && create) {
+  if (leaf == NULL && need == LEAF_MAKE) {
     slot_t *fresh = calloc((size_t)1 << LEAF_BITS, sizeof *fresh);
     if (fresh == NULL) return NULL;
     if (atomic_compare_exchange_strong_explicit(&top[t], &leaf, fresh, memory_order_acq_rel,
@@ -45,7 +48,7 @@ static slot_t *slot_of(uintptr_t p, bool create) {
 }
 
 sa_arena *sa__arena_of(uintptr_t p) {
-  slot_t *slot = slot_of(p, false);
+  slot_t *slot = slot_of(p, LEAF_FIND);
   sa_arena *a = slot != NULL ? atomic_load_explicit(slot, memory_order_acquire) : NULL;
   return a != NULL && p - a->range.base < a->range.size ? a : NULL;
 }
@@ -57,7 +60,7 @@ static size_t slot_count(const sa_arena *a) {
 
 void sa__registry_remove(sa_arena *a) {
   for (size_t i = 0; i < slot_count(a); i++) {
-    slot_t *slot = slot_of(a->range.base + (i << SA_REGISTRY_SLOT_BITS), false);
+    slot_t *slot = slot_of(a->range.base + (i << SA_REGISTRY_SLOT_BITS), LEAF_FIND);
     if (slot != NULL && atomic_load_explicit(slot, memory_order_relaxed) == a)
       atomic_store_explicit(slot, NULL, memory_order_release);
   }
@@ -69,7 +72,7 @@ sa_status sa__registry_add(sa_arena *a) {
       ((a->range.base + (n << SA_REGISTRY_SLOT_BITS) - 1) >> SA_REGISTRY_ADDRESS_BITS) != 0)
     return SA_ERR_NOT_SUPPORTED; /* beyond 57-bit addresses */
   for (size_t i = 0; i < n; i++) {
-    slot_t *slot = slot_of(a->range.base + (i << SA_REGISTRY_SLOT_BITS), true);
+    slot_t *slot = slot_of(a->range.base + (i << SA_REGISTRY_SLOT_BITS), LEAF_MAKE);
     sa_arena *none = NULL;
     /* Reservations do not overlap: only a bug leaves a slot taken. */
     if (slot == NULL ||

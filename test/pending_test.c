@@ -145,19 +145,19 @@ static void a_drain_queries_a_lane_once(void **state) {
   sa_stream_arena *sa;
   sa_assert_ok(sa__stream_arena_get(f->arena, owner, &sa));
   uint64_t q0 = queries();
-  sa__stream_arena_shed(sa, false);
+  sa__stream_arena_shed(sa, SA_UNNAMED);
   assert_int_equal(queries() - q0, 2 + 4);
   forget(&want, d);
   assert_int_equal(check_lanes(sa, &want, 2), 40);
 
   q0 = queries(); /* nothing changed: a query per lane */
-  sa__stream_arena_shed(sa, false);
+  sa__stream_arena_shed(sa, SA_UNNAMED);
   assert_int_equal(queries() - q0, 2);
   assert_int_equal(check_lanes(sa, &want, 2), 40);
 
   sa_assert_ok(sa_host_stream_drain(b));
   q0 = queries();
-  sa__stream_arena_shed(sa, false);
+  sa__stream_arena_shed(sa, SA_UNNAMED);
   assert_int_equal(queries() - q0, 20 + 1);
   forget(&want, b);
   assert_int_equal(check_lanes(sa, &want, 1), 20);
@@ -167,7 +167,7 @@ static void a_drain_queries_a_lane_once(void **state) {
   on[1] = b;
   on[2] = c;
   record_and_free(f, owner, &want, on, 3);
-  sa__stream_arena_shed(sa, false);
+  sa__stream_arena_shed(sa, SA_UNNAMED);
   assert_int_equal(check_lanes(sa, &want, 2), 23);
 
   /* A class with no superblock here: the refill waits (on the device)
@@ -209,14 +209,14 @@ static void streams_past_the_lookup_open_more_lanes(void **state) {
   sa_assert_ok(sa__stream_arena_get(f->arena, owner, &sa));
   for (int r = 0; r < ROUNDS; r++) {
     record_and_free(f, owner, &want, lag, STREAMS);
-    sa__stream_arena_shed(sa, false);
+    sa__stream_arena_shed(sa, SA_UNNAMED);
     assert_int_equal(check_lanes(sa, &want, (r + 1) * STREAMS), (r + 1) * STREAMS);
   }
   for (int i = 0; i < STREAMS; i += 2) { /* every other stream catches up */
     sa_assert_ok(sa_host_stream_drain(lag[i]));
     forget(&want, lag[i]);
   }
-  sa__stream_arena_shed(sa, false);
+  sa__stream_arena_shed(sa, SA_UNNAMED);
   assert_int_equal(check_lanes(sa, &want, ROUNDS * STREAMS), want.n);
   sa__stream_arena_unbind(sa);
   sa_assert_ok(sa_host_drain_all());
@@ -245,7 +245,7 @@ static void destroy_with_lanes_pending(void **state) {
   }
   sa_stream_arena *sa;
   sa_assert_ok(sa__stream_arena_get(a, owner, &sa));
-  sa__stream_arena_shed(sa, false);
+  sa__stream_arena_shed(sa, SA_UNNAMED);
   pthread_mutex_lock(&sa->lock);
   assert_non_null(sa->pending);
   assert_non_null(sa->pending->lane_next);

@@ -112,7 +112,7 @@ static void stats_never_count_a_superblock_twice(void **state) {
   if (wait_until_done_or_blocked_on(&r, &sa1->lock) &&
       pthread_mutex_trylock(&sa2->lock) == 0) {
     pthread_mutex_unlock(&sa2->lock);
-    sa__stream_arena_shed(sa2, true);
+    sa__stream_arena_shed(sa2, SA_NAMED);
   }
   pthread_mutex_unlock(&sa1->lock);
   assert_int_equal(pthread_join(reader, NULL), 0);

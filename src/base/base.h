@@ -132,6 +132,10 @@ static inline void sa__count(_Atomic uint64_t *c) { /* owner-only counter */
                         memory_order_relaxed);
 }
 
+/* What a call that finds work still pending does: ask and go on
+ * (SA_QUERY), or wait on the host until it completes (SA_WAIT). */
+typedef enum sa_wait_e { SA_QUERY = 0, SA_WAIT = 1 } sa_wait;
+
 /* Block states, one byte per block (distinct bytes: no read-modify-write). */
 enum {
   SA_BLOCK_FREE = 0,     /* in its superblock's free pool */

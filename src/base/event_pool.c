@@ -74,9 +74,9 @@ sa_status sa__event_pool_fini(sa_arena *a) {
   return first;
 }
 
-/* Retire e into the pool if it completed (or, with wait, once it has). */
-sa_status sa__event_retire(sa_arena *a, sa_event e, bool wait) {
-  sa_status st = wait ? a->drv->ops->event_synchronize(a->drv, e)
+/* Retire e into the pool if it completed (or, SA_WAIT, once it has). */
+sa_status sa__event_retire(sa_arena *a, sa_event e, sa_wait wait) {
+  sa_status st = wait == SA_WAIT ? a->drv->ops->event_synchronize(a->drv, e)
                       : a->drv->ops->event_query(a->drv, e);
   if (st != SA_OK) return st;
   atomic_fetch_sub_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
@@ -85,7 +85,7 @@ sa_status sa__event_retire(sa_arena *a, sa_event e, bool wait) {
 }
 
 sa_status sa__event_settle(sa_arena *a, sa_event e) {
-  sa_status st = sa__event_retire(a, e, true);
+  sa_status st = sa__event_retire(a, e, SA_WAIT);
   if (st != SA_OK) {
     atomic_fetch_sub_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
     (void)a->drv->ops->event_destroy(a->drv, e); /* freed once its work completes */

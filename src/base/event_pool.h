@@ -23,9 +23,9 @@ sa_status sa__event_record_new(sa_arena *a, sa_stream stream, sa_event *out);
 /* Make stream wait for e unless e already completed; then e goes back to the
  * pool. On error e is still returned to the pool. */
 sa_status sa__event_consume(sa_arena *a, sa_event e, sa_stream stream);
-/* Retire e into the pool if it completed (with wait: once it has);
+/* Retire e into the pool if it completed (SA_WAIT: once it has);
  * SA_ERR_NOT_READY leaves e with the caller. */
-sa_status sa__event_retire(sa_arena *a, sa_event e, bool wait);
+sa_status sa__event_retire(sa_arena *a, sa_event e, sa_wait wait);
 /* Destroy paths: wait for e and pool it; if the wait fails, destroy e
  * rather than lose it. Returns the wait's status. */
 sa_status sa__event_settle(sa_arena *a, sa_event e);

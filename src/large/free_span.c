@@ -93,13 +93,13 @@ void sa__free_remove(sa_arena *a, sa_span *sp) {
 }
 
 /* right (free, just above left in the run) joins left (free); both out of
- * the index; right_newer: right was freed last. False without memory to
+ * the index; newer: which of them was freed last. False without memory to
  * join their marks: they stay apart. */
-static bool absorb(sa_arena *a, sa_span *left, sa_span *right, bool right_newer) {
+static bool absorb(sa_arena *a, sa_span *left, sa_span *right, sa_newer newer) {
   sa__marks_prune_known(a, left);
   sa__marks_prune_known(a, right);
   if (!sa__marks_join(a, left, right)) return false;
-  sa__starts_join(left, right, right_newer);
+  sa__starts_join(left, right, newer);
   left->size += right->size;
   span_unlink(right);
   sa__span_put(a, right);
@@ -110,12 +110,12 @@ sa_span *sa__free_coalesce(sa_arena *a, sa_span *sp) {
   sa_span *n = sp->next;
   if (n != NULL && sa__span_is_free(n)) {
     sa__free_remove(a, n);
-    if (!absorb(a, sp, n, false)) sa__free_insert(a, n);
+    if (!absorb(a, sp, n, SA_DST_NEWER)) sa__free_insert(a, n);
   }
   sa_span *p = sp->prev;
   if (p != NULL && sa__span_is_free(p)) {
     sa__free_remove(a, p);
-    if (absorb(a, p, sp, true)) {
+    if (absorb(a, p, sp, SA_SRC_NEWER)) {
       p->owner = sp->owner; /* the last freer */
       sp = p;
     } else {

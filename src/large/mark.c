@@ -55,12 +55,12 @@ bool sa__mark_known_done(const sa_mark *m) {
                              : sa__timeline_known_done(m->stream, m->ticket);
 }
 
-/* Has m's work completed (with wait: after waiting for it)? SA_OK, or
+/* Has m's work completed (SA_WAIT: after waiting for it)? SA_OK, or
  * SA_ERR_NOT_READY, or a driver error. */
-static sa_status mark_reached(sa_arena *a, const sa_mark *m, bool wait) {
+static sa_status mark_reached(sa_arena *a, const sa_mark *m, sa_wait wait) {
   if (m->recorded == NULL) return sa__timeline_reached(a, m->stream, m->ticket, wait);
   if (m->recorded->done) return SA_OK;
-  sa_status st = wait ? a->drv->ops->event_synchronize(a->drv, m->recorded->event)
+  sa_status st = wait == SA_WAIT ? a->drv->ops->event_synchronize(a->drv, m->recorded->event)
                       : a->drv->ops->event_query(a->drv, m->recorded->event);
   if (st == SA_OK) m->recorded->done = true;
   return st;
@@ -69,7 +69,7 @@ static sa_status mark_reached(sa_arena *a, const sa_mark *m, bool wait) {
 /* Make stream `on` wait on the device for m's work, unless it completed. */
 static sa_status mark_wait(sa_arena *a, const sa_mark *m, sa_stream on) {
   if (m->recorded == NULL) return sa__timeline_wait(a, m->stream, m->ticket, on);
-  sa_status st = mark_reached(a, m, false);
+  sa_status st = mark_reached(a, m, SA_QUERY);
   if (st != SA_ERR_NOT_READY) return st;
   return a->drv->ops->stream_wait_event(a->drv, on, m->recorded->event);
 }
@@ -131,7 +131,7 @@ bool sa__marks_join(sa_arena *a, sa_span *dst, sa_span *src) {
   return true;
 }
 
-bool sa__marks_reached(sa_arena *a, sa_span *sp, bool wait) {
+bool sa__marks_reached(sa_arena *a, sa_span *sp, sa_wait wait) {
   unsigned kept = 0;
   for (unsigned i = 0; i < sp->nmarks; i++) {
     sa_mark m = sp->marks[i];
@@ -178,9 +178,10 @@ void sa__starts_add(sa_span *sp, uintptr_t p) {
   sp->nstarts = n;
 }
 
-void sa__starts_join(sa_span *dst, const sa_span *src, bool src_newer) {
+void sa__starts_join(sa_span *dst, const sa_span *src, sa_newer newer) {
   uintptr_t all[2 * SA_SPAN_STARTS];
-  const sa_span *first = src_newer ? src : dst, *second = src_newer ? dst : src;
+  bool src_first = newer == SA_SRC_NEWER;
+  const sa_span *first = src_first ? src : dst, *second = src_first ? dst : src;
   unsigned n = 0;
   for (unsigned i = 0; i < first->nstarts; i++) all[n++] = first->starts[i];
   for (unsigned i = 0; i < second->nstarts; i++) all[n++] = second->starts[i];

@@ -36,9 +36,9 @@ void sa__marks_prune_known(sa_arena *a, sa_span *sp);
 /* dst also waits for what src waited for: src's marks move to dst. False
  * (both unchanged) without memory for them. */
 bool sa__marks_join(sa_arena *a, sa_span *dst, sa_span *src);
-/* Drop the marks whose work completed (with wait: after waiting); true
+/* Drop the marks whose work completed (SA_WAIT: after waiting); true
  * when none is left. */
-bool sa__marks_reached(sa_arena *a, sa_span *sp, bool wait);
+bool sa__marks_reached(sa_arena *a, sa_span *sp, sa_wait wait);
 /* Can sa's stream use sp without waiting, as far as the host knows? */
 bool sa__marks_clean_for(const sa_span *sp, const sa_stream_arena *sa);
 /* Make sp safe for sa's stream: completion seen by a query or a device-side
@@ -51,8 +51,10 @@ sa_status sa__marks_settle(sa_arena *a, sa_span *sp, sa_stream_arena *sa);
  * (a double free older than them is reported as an invalid pointer;
  * nothing changes either way). */
 void sa__starts_add(sa_span *sp, uintptr_t p); /* p freed into sp just now */
-/* dst also holds src's starts, newer ones (newer: src's) first. */
-void sa__starts_join(sa_span *dst, const sa_span *src, bool src_newer);
+/* Which of two spans being joined was freed last: its starts come first. */
+typedef enum sa_newer_e { SA_DST_NEWER = 0, SA_SRC_NEWER = 1 } sa_newer;
+/* dst also holds src's starts, the newer span's first. */
+void sa__starts_join(sa_span *dst, const sa_span *src, sa_newer newer);
 /* Keep only the starts inside dst; copied from src (src == dst: filter). */
 void sa__starts_within(sa_span *dst, const sa_span *src);
 bool sa__starts_has(const sa_span *sp, uintptr_t p); /* a span freed into sp began at p? */

@@ -309,7 +309,7 @@ sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span **out) {
      * unmapped and stitched here instead. */
     uintptr_t keep_lo, keep_hi;
     growth_keeps(&g, &keep_lo, &keep_hi);
-    if (sa__run_unmap_free(a, u, keep_lo, keep_hi, false) < u)
+    if (sa__run_unmap_free(a, u, keep_lo, keep_hi, SA_QUERY) < u)
       a->spans.reshape_futile = a->spans.frees + 1; /* none again until a span is freed */
   }
   size_t ahead = w.exact ? 0 : map_ahead(a, w.need, g.size);
@@ -486,7 +486,7 @@ static bool whole_chunks(const sa_span *sp, size_t bytes, uintptr_t *lo, uintptr
 }
 
 size_t sa__run_unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t keep_hi,
-                          bool wait) {
+                          sa_wait wait) {
   size_t unmapped = 0;
   sa_span *next;
   for (sa_span *sp = sa__fit_ceiling(a, a->gran, 0); sp != NULL && unmapped < bytes; sp = next) {

@@ -16,13 +16,13 @@
  * physical bytes in all; returns it out of the index. */
 sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span **out);
 /* Unmap up to bytes (SIZE_MAX: all) of free span memory whose work is done
- * (with wait: after waiting), none of a span that overlaps [keep_lo,
+ * (SA_WAIT: after waiting), none of a span that overlaps [keep_lo,
  * keep_hi): the whole chunks (each mapped whole: physical.c) inside free
  * spans, the smallest spans first. A small free span is what best fit can use least;
  * a large one is a place where a later request fits without remapping.
  * From a span, its highest chunks: what stays free stays at its low end,
  * where best fit places first. Returns the bytes unmapped. */
 size_t sa__run_unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t keep_hi,
-                          bool wait);
+                          sa_wait wait);
 
 #endif /* SA_LARGE_RUN_H */

@@ -241,7 +241,7 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
   return SA_OK;
 }
 
-size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait) {
+size_t sa__span_unmap_free(sa_arena *a, size_t need, sa_wait wait) {
   size_t cached = a->physical.cache_bytes;
   if (need > 0 && cached >= need) return 0;
   return sa__run_unmap_free(a, need > 0 ? need - cached : SIZE_MAX, 0, 0, wait);
@@ -350,7 +350,7 @@ sa_status sa__span_fini(sa_arena *a) {
   for (sa_run *r = a->spans.all_runs; r != NULL; r = r->all_next) {
     for (sa_span *sp = r->first; sp != NULL; sp = sp->next) {
       if (!sa__span_is_free(sp)) continue;
-      (void)sa__marks_reached(a, sp, true);
+      (void)sa__marks_reached(a, sp, SA_WAIT);
       sa__marks_clear(a, sp); /* a failed wait: the driver's error says so */
     }
     sa_status st = sa__physical_unmap(a, &r->hdr);

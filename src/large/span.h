@@ -110,10 +110,10 @@ sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **sp);
 sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
                         const sa_stream *recorded, unsigned nrecorded,
                         bool *needs_records, size_t *request);
-/* Unmap free span memory whose work is done (with wait: after waiting) until
+/* Unmap free span memory whose work is done (SA_WAIT: after waiting) until
  * the chunk cache holds need bytes (0: all of it); returns the bytes
  * unmapped. Arena lock held. */
-size_t sa__span_unmap_free(sa_arena *a, size_t need, bool wait);
+size_t sa__span_unmap_free(sa_arena *a, size_t need, sa_wait wait);
 /* The stream arenas reap marked doomed are about to be freed (stream_arena.c):
  * free spans drop the marks whose work is known done and forget a doomed
  * last freer; one that a mark still waits for is doomed no more. Arena

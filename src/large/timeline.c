@@ -111,12 +111,12 @@ bool sa__timeline_known_done(const sa_stream_arena *sa, uint64_t t) {
   return sa->synced || t <= sa->timeline.done;
 }
 
-sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sa, uint64_t t, bool wait) {
+sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sa, uint64_t t, sa_wait wait) {
   if (sa__timeline_known_done(sa, t)) return SA_OK;
   sa_timeline *tl = &sa->timeline;
   unsigned k = slot_for(tl, t);
   if (k == SA_TIMELINE_EVENTS) return SA_ERR_INTERNAL; /* a ticket never handed out */
-  sa_status st = wait ? a->drv->ops->event_synchronize(a->drv, tl->ev[k])
+  sa_status st = wait == SA_WAIT ? a->drv->ops->event_synchronize(a->drv, tl->ev[k])
                       : a->drv->ops->event_query(a->drv, tl->ev[k]);
   if (st == SA_OK) advance(a, tl, tl->ticket[k]);
   SA_VALIDATE(sa__timeline_check(sa));
@@ -124,7 +124,7 @@ sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sa, uint64_t t, boo
 }
 
 sa_status sa__timeline_wait(sa_arena *a, sa_stream_arena *sa, uint64_t t, sa_stream on) {
-  sa_status st = sa__timeline_reached(a, sa, t, false);
+  sa_status st = sa__timeline_reached(a, sa, t, SA_QUERY);
   if (st != SA_ERR_NOT_READY) return st;
   unsigned k = slot_for(&sa->timeline, t);
   return a->drv->ops->stream_wait_event(a->drv, on, sa->timeline.ev[k]);

@@ -24,9 +24,9 @@ typedef struct sa_timeline_s {
 sa_status sa__timeline_mark(sa_arena *a, sa_stream_arena *sa, uint64_t *ticket);
 /* Completed, as far as the host knows without a driver call? */
 bool sa__timeline_known_done(const sa_stream_arena *sa, uint64_t ticket);
-/* SA_OK once sa's work up to ticket completed (with wait: after waiting),
+/* SA_OK once sa's work up to ticket completed (SA_WAIT: after waiting),
  * SA_ERR_NOT_READY if not yet, or a driver error. */
-sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sa, uint64_t ticket, bool wait);
+sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sa, uint64_t ticket, sa_wait wait);
 /* Make stream `on` wait on the device for sa's work up to ticket. */
 sa_status sa__timeline_wait(sa_arena *a, sa_stream_arena *sa, uint64_t ticket, sa_stream on);
 /* sa's work is all done (released, or the arena is going), or nothing

@@ -50,7 +50,11 @@
 #include "stream_return.h"
 #include "superblock.h"
 
-static void mark_gone(sa_arena *a, sa_stream_arena *sa, bool synced);
+/* What is known of a stream arena's work when it goes: nothing, or that it
+ * is done (sa_stream_release synchronized its stream). */
+typedef enum gone_work_e { GONE_WORK_UNKNOWN, GONE_WORK_DONE } gone_work;
+
+static void mark_gone(sa_arena *a, sa_stream_arena *sa, gone_work work);
 
 /* Is anything here still unfenced? Lock held. */
 static bool any_unfenced(sa_stream_arena *sa) {
@@ -69,7 +73,7 @@ sa_status sa__stream_arena_fence(sa_stream_arena *sa, bool *renamed) {
   sa_status st = a->drv->ops->stream_id(a->drv, sa->stream, &sid);
   *renamed = st == SA_ERR_UNKNOWN_STREAM || (st == SA_OK && sid != sa->sid);
   if (*renamed) {
-    mark_gone(a, sa, false);
+    mark_gone(a, sa, GONE_WORK_UNKNOWN);
     return SA_OK;
   }
   if (st != SA_OK) return st;
@@ -78,7 +82,7 @@ sa_status sa__stream_arena_fence(sa_stream_arena *sa, bool *renamed) {
   if (!sa__stream_arena_gone_locked(sa)) {
     atomic_store_explicit(&sa->xunfenced, false, memory_order_relaxed);
     for (sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next) (void)sa__empty_fence(sa, sb, true);
-    out = sa__batches_unpark(sa, true);
+    out = sa__batches_unpark(sa, SA_UNPARK_FENCE);
     if (any_unfenced(sa)) atomic_store_explicit(&sa->xunfenced, true, memory_order_relaxed);
   }
   pthread_mutex_unlock(&sa->lock);
@@ -91,12 +95,13 @@ uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_bloc
   uint32_t got = 0;
   *st = SA_OK;
   pthread_mutex_lock(&sa->lock);
-  if (sa->pending != NULL || !CK_STACK_ISEMPTY(&sa->inbox)) sa__batches_drain(sa, false, true);
+  if (sa->pending != NULL || !CK_STACK_ISEMPTY(&sa->inbox))
+    sa__batches_drain(sa, SA_DRAIN_COMPLETED, SA_NAMED);
   while (got < want) {
     sa_superblock *sb = sa->bins[cls];
     if (sb == NULL && sa->pending != NULL) {
       /* Waiting on the device beats growing. */
-      sa__batches_drain(sa, true, true);
+      sa__batches_drain(sa, SA_DRAIN_ALL, SA_NAMED);
       sb = sa->bins[cls];
     }
     if (sb == NULL) {
@@ -123,8 +128,8 @@ uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_bloc
 
 /* Give back what this stream holds without live blocks: empty superblocks
  * that are fenced or clean to the global stack. Lock held. */
-static void shed_locked(sa_stream_arena *sa, bool named) {
-  sa__batches_drain(sa, false, named);
+static void shed_locked(sa_stream_arena *sa, sa_named named) {
+  sa__batches_drain(sa, SA_DRAIN_COMPLETED, named);
   for (sa_superblock **psb = &sa->empty; *psb != NULL;) {
     sa_superblock *sb = *psb;
     if (!sa__empty_fence(sa, sb, named)) {
@@ -137,9 +142,9 @@ static void shed_locked(sa_stream_arena *sa, bool named) {
   }
 }
 
-void sa__stream_arena_shed(sa_stream_arena *sa, bool named) {
+void sa__stream_arena_shed(sa_stream_arena *sa, sa_named named) {
   pthread_mutex_lock(&sa->lock);
-  sa_deferred *clean = sa__batches_unpark(sa, false); /* those a release or a device sync made clean */
+  sa_deferred *clean = sa__batches_unpark(sa, SA_UNPARK_CLEAN);
   shed_locked(sa, named);
   pthread_mutex_unlock(&sa->lock);
   sa__batches_push_all(clean);
@@ -179,7 +184,7 @@ void sa__stream_arenas_reap(sa_arena *a) {
    * or it holds its superblocks (and stays) until a reclaim. All are shed
    * before any is judged: a shed hands unparked batches to their owners'
    * inboxes, which may be gone ones of this list. */
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->gone_next) sa__stream_arena_shed(sa, false);
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->gone_next) sa__stream_arena_shed(sa, SA_UNNAMED);
   size_t n = 0;
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->gone_next) {
     pthread_mutex_lock(&sa->lock); /* whoever was inside has left */
@@ -193,13 +198,13 @@ void sa__stream_arenas_reap(sa_arena *a) {
     /* Free spans name those that freed spans: as their last freer
      * (forgotten) and in marks that wait for their work (then they stay).
      * One query of an unreleased one's latest ticket says if all is done. */
-    bool named = false;
+    bool freed_spans = false;
     for (sa_stream_arena *sa = a->streams.gone; sa != NULL; sa = sa->gone_next) {
       if (!sa->doomed || sa->timeline.next == 0) continue;
-      named = true;
-      if (!sa->synced) (void)sa__timeline_reached(a, sa, sa->timeline.next, false);
+      freed_spans = true;
+      if (!sa->synced) (void)sa__timeline_reached(a, sa, sa->timeline.next, SA_QUERY);
     }
-    if (named) sa__span_forget_doomed(a);
+    if (freed_spans) sa__span_forget_doomed(a);
     for (sa_stream_arena **p = &a->streams.gone; *p != NULL;) {
       sa_stream_arena *sa = *p;
       if (!sa->doomed) {
@@ -247,18 +252,18 @@ static sa_status live_insert(sa_arena *a, sa_stream_arena *sa) {
 
 /* sa is gone from now on; with synced, its work is known done. Takes its
  * lock and the arena lock. */
-static void mark_gone(sa_arena *a, sa_stream_arena *sa, bool synced) {
+static void mark_gone(sa_arena *a, sa_stream_arena *sa, gone_work work) {
   pthread_mutex_lock(&sa->lock);
   pthread_mutex_lock(&a->lock);
   if (!sa__stream_arena_gone_locked(sa)) {
-    sa->synced = synced;
+    sa->synced = work == GONE_WORK_DONE;
     atomic_store_explicit(&sa->xgone, true, memory_order_release);
     sa__chain_remove(&a->streams.live_index, &sa->live_link); /* never looked up again */
     sa->gone_next = a->streams.gone; /* for reap */
     a->streams.gone = sa;
     atomic_fetch_add_explicit(&a->streams.xgone, 1, memory_order_release);
     atomic_fetch_add_explicit(&a->xstream_epoch, 1, memory_order_release);
-    if (synced) sa__timeline_release(a, sa); /* its work is done: spans need not wait */
+    if (sa->synced) sa__timeline_release(a, sa); /* its work is done: spans need not wait */
   }
   pthread_mutex_unlock(&a->lock);
   pthread_mutex_unlock(&sa->lock);
@@ -311,7 +316,7 @@ sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out) 
        * sa_stream_release. Its stream arena keeps what it holds (never
        * inherited by this stream) until a device sync settles it. */
       sa__hook(SA_HOOK_HANDLE_REUSED, sa);
-      mark_gone(a, sa, false);
+      mark_gone(a, sa, GONE_WORK_UNKNOWN);
       sa__stream_arena_unbind(sa);
       continue;
     }
@@ -335,11 +340,11 @@ void sa__stream_arenas_settle(sa_arena *a) {
   /* Parked batches first: they land in other stream arenas' inboxes. */
   for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
     pthread_mutex_lock(&sa->lock);
-    sa_deferred *clean = sa__batches_unpark(sa, false);
+    sa_deferred *clean = sa__batches_unpark(sa, SA_UNPARK_CLEAN);
     pthread_mutex_unlock(&sa->lock);
     sa__batches_push_all(clean);
   }
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) sa__stream_arena_shed(sa, false);
+  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) sa__stream_arena_shed(sa, SA_UNNAMED);
   pthread_rwlock_unlock(&a->streams.rw);
   sa__stream_arenas_reap(a);
 }
@@ -373,7 +378,7 @@ sa_status sa__stream_arena_release(sa_arena *a, sa_stream s, sa_stream_arena **o
       return st;
     }
     if (sid != sa->sid) {
-      mark_gone(a, sa, false);
+      mark_gone(a, sa, GONE_WORK_UNKNOWN);
       sa__stream_arena_unbind(sa);
       sa = NULL;
     }
@@ -389,7 +394,7 @@ sa_status sa__stream_arena_release(sa_arena *a, sa_stream s, sa_stream_arena **o
     sa__stream_arena_unbind(sa);
     return st;
   }
-  mark_gone(a, sa, true);
+  mark_gone(a, sa, GONE_WORK_DONE);
   *out = sa;
   return SA_OK;
 }

@@ -71,8 +71,10 @@ typedef struct sa_streams_s {
   sa_chain_table live_index;    /* live ones by handle (arena lock) */
 } sa_streams;
 
-/* named: the caller is inside an API call that names the stream arena's
- * stream, the only place a driver call on it may happen. */
+/* Is the caller inside an API call that names the stream arena's stream,
+ * the only place a driver call on it may happen (stream_arena.c)? */
+typedef enum sa_named_e { SA_UNNAMED = 0, SA_NAMED = 1 } sa_named;
+
 /* The live stream arena of s, created if needed; bound for the caller
  * (sa__stream_arena_unbind when done). A stream arena of a destroyed
  * stream whose handle s now names is found out by the stream's id. */
@@ -94,9 +96,9 @@ uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_bloc
  * or the handle is no stream), and sa is gone instead. A failed id query's
  * status (SA_ERR_DRIVER): nothing changed. */
 sa_status sa__stream_arena_fence(sa_stream_arena *sa, bool *renamed);
-void sa__stream_arena_shed(sa_stream_arena *sa, bool named); /* empties to global */
+void sa__stream_arena_shed(sa_stream_arena *sa, sa_named named); /* empties to global */
 /* Every stream arena: settle what completed or became clean, shed empties
- * (named for none), and free stream arenas that are gone and hold nothing. */
+ * (SA_UNNAMED for each), and free stream arenas that are gone and hold nothing. */
 void sa__stream_arenas_settle(sa_arena *a);
 void sa__stream_arenas_reap(sa_arena *a); /* free those gone and holding nothing */
 size_t sa__stream_arenas_live(sa_arena *a); /* stream arenas not gone */

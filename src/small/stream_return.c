@@ -62,15 +62,15 @@ void sa__empty_to_global(sa_stream_arena *sa, sa_superblock *sb) {
   sa__superblock_to_global(sa->arena, sb, sb->event, sa->id);
 }
 
-bool sa__empty_fence(sa_stream_arena *sa, sa_superblock *sb, bool named) {
+bool sa__empty_fence(sa_stream_arena *sa, sa_superblock *sb, sa_named named) {
   if (sb->event != NULL || sa__empty_clean(sa, sb)) return true;
-  if (!named || sa__stream_arena_gone_locked(sa)) return false;
+  if (named == SA_UNNAMED || sa__stream_arena_gone_locked(sa)) return false;
   return sa__event_record_new(sa->arena, sa->stream, &sb->event) == SA_OK;
 }
 
 /* An empty superblock stays here (a few are kept, and unfenced ones must
  * stay) or goes to the global stack with its event, if it needs one. */
-static void retire_empty(sa_stream_arena *sa, sa_superblock *sb, bool named) {
+static void retire_empty(sa_stream_arena *sa, sa_superblock *sb, sa_named named) {
   SA_VALIDATE_PACED(&sa->superblock_pace, sa__superblock_check(sb));
   sa__superblock_emptied(sa->arena, sb);
   if (sb->in_bin) sa__stream_bin_remove(sa, sb);
@@ -85,7 +85,7 @@ static void retire_empty(sa_stream_arena *sa, sa_superblock *sb, bool named) {
 /* Put one block back into its superblock. gen: the device sync generation
  * after which no work on this stream uses the block (device_sync.c). Owner
  * lock held. */
-static void block_return(sa_stream_arena *sa, void *p, uint64_t gen, bool named) {
+static void block_return(sa_stream_arena *sa, void *p, uint64_t gen, sa_named named) {
   sa_superblock *sb = (sa_superblock *)sa__pagemap_get(&sa->arena->range, (uintptr_t)p);
   uint32_t idx = sa__block_index(sb, (uintptr_t)p - sb->hdr.base);
   SA_ASSERT(sb->owner == sa && sb->used > 0 && idx < sb->bump);
@@ -101,7 +101,7 @@ static void block_return(sa_stream_arena *sa, void *p, uint64_t gen, bool named)
 }
 
 void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, uint32_t n,
-                           bool named) {
+                           sa_named named) {
   pthread_mutex_lock(&sa->lock);
   uint64_t gen = sa__sync_gen(&sa->arena->sync); /* after the frees: they were before the lock */
   for (uint32_t i = 0; i < n; i++) block_return(sa, blocks[i].p, gen, named);
@@ -112,21 +112,22 @@ void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, u
 /* ---- cross-stream batches: the inbox, pending lanes, parking ------------ */
 
 /* gen: as block_return's. */
-static void deferred_release(sa_stream_arena *sa, sa_deferred *d, uint64_t gen, bool named) {
+static void deferred_release(sa_stream_arena *sa, sa_deferred *d, uint64_t gen,
+                             sa_named named) {
   for (uint32_t i = 0; i < d->n; i++) block_return(sa, d->blocks[i].p, gen, named);
   atomic_fetch_sub_explicit(&sa->arena->stats.xdeferred_blocks, d->n, memory_order_relaxed);
   sa__deferred_free(d);
 }
 
 /* Are all of d's events complete? Completed ones go back to the pool. With
- * force (named calls only), this stream waits for the rest on the device;
- * *waited says it did. */
-static bool deferred_ready(sa_stream_arena *sa, sa_deferred *d, bool force, bool *waited) {
+ * SA_DRAIN_ALL, this stream waits for the rest on the device; *waited says
+ * it did. */
+static bool deferred_ready(sa_stream_arena *sa, sa_deferred *d, sa_drain how, bool *waited) {
   sa_arena *a = sa->arena;
   unsigned kept = 0;
   for (unsigned i = 0; i < d->nevents; i++) {
-    sa_status st = sa__event_retire(a, d->events[i], false);
-    if (st == SA_ERR_NOT_READY && force) {
+    sa_status st = sa__event_retire(a, d->events[i], SA_QUERY);
+    if (st == SA_ERR_NOT_READY && how == SA_DRAIN_ALL) {
       st = sa__event_consume(a, d->events[i], sa->stream);
       *waited |= st == SA_OK;
     }
@@ -165,15 +166,17 @@ static void lane_add(sa_stream_arena *sa, sa_deferred *d) {
 }
 
 /* Put back the blocks of the batches of the lane at *pl whose events
- * completed (with force: after a device-side wait, every batch); without
- * force, the first not ready ends the walk. Returns the next lane's place. */
-static sa_deferred **lane_drain(sa_stream_arena *sa, sa_deferred **pl, bool force, bool named) {
+ * completed (SA_DRAIN_ALL: after a device-side wait, every batch); with
+ * SA_DRAIN_COMPLETED the first not ready ends the walk. Returns the next
+ * lane's place. */
+static sa_deferred **lane_drain(sa_stream_arena *sa, sa_deferred **pl, sa_drain how,
+                                sa_named named) {
   sa_deferred *rest = (*pl)->next, *tail = (*pl)->lane_tail;
   sa_deferred *keep = NULL, *last = NULL, *d = *pl;
   while (d != NULL) {
     sa_deferred *next = d->lane_next;
     bool waited = false;
-    if (deferred_ready(sa, d, force, &waited)) {
+    if (deferred_ready(sa, d, how, &waited)) {
       SA_ASSERT(sa->pending_blocks >= d->n);
       sa->pending_blocks -= d->n;
       /* Behind a wait on this stream, the blocks are this stream's work. */
@@ -184,7 +187,7 @@ static sa_deferred **lane_drain(sa_stream_arena *sa, sa_deferred **pl, bool forc
       else
         keep = d;
       last = d;
-      if (!force) break; /* d and those behind it stay as they are */
+      if (how == SA_DRAIN_COMPLETED) break; /* d and those behind it stay as they are */
     }
     d = next;
   }
@@ -202,8 +205,9 @@ static sa_deferred **lane_drain(sa_stream_arena *sa, sa_deferred **pl, bool forc
   return &keep->next;
 }
 
-void sa__batches_drain(sa_stream_arena *sa, bool force, bool named) {
-  force = force && named && !sa__stream_arena_gone_locked(sa);
+void sa__batches_drain(sa_stream_arena *sa, sa_drain how, sa_named named) {
+  /* A wait on the stream is a driver call on it: only where named. */
+  if (named == SA_UNNAMED || sa__stream_arena_gone_locked(sa)) how = SA_DRAIN_COMPLETED;
   ck_stack_entry_t *e = ck_stack_batch_pop_mpmc(&sa->inbox);
   sa_deferred *in = NULL; /* the stack gives the newest first */
   while (e != NULL) {
@@ -224,7 +228,7 @@ void sa__batches_drain(sa_stream_arena *sa, bool force, bool named) {
     sa->pending_blocks += d->n;
     lane_add(sa, d);
   }
-  for (sa_deferred **pl = &sa->pending; *pl != NULL;) pl = lane_drain(sa, pl, force, named);
+  for (sa_deferred **pl = &sa->pending; *pl != NULL;) pl = lane_drain(sa, pl, how, named);
   SA_VALIDATE_PACED(&sa->pace, sa__stream_arena_check(sa));
 }
 
@@ -241,7 +245,7 @@ void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d) {
    * more: settle now, once per batch. */
   pthread_mutex_lock(&owner->lock);
   ck_stack_push_mpmc(&owner->inbox, &d->link);
-  if (sa__stream_arena_gone_locked(owner)) sa__batches_drain(owner, false, false);
+  if (sa__stream_arena_gone_locked(owner)) sa__batches_drain(owner, SA_DRAIN_COMPLETED, SA_UNNAMED);
   pthread_mutex_unlock(&owner->lock);
 }
 
@@ -254,13 +258,13 @@ static void park(sa_stream_arena *f, sa_deferred *d) {
   atomic_store_explicit(&f->xunfenced, true, memory_order_relaxed);
 }
 
-sa_status sa__stream_arena_hand_over(sa_deferred *d, bool named) {
+sa_status sa__stream_arena_hand_over(sa_deferred *d, sa_named named) {
   sa_stream_arena *f = d->freer;
   pthread_mutex_lock(&f->lock);
   sa_status st = SA_OK;
   bool send = true;
   if (d->nevents == 0 && !f->synced) {
-    if (named && !sa__stream_arena_gone_locked(f)) {
+    if (named == SA_NAMED && !sa__stream_arena_gone_locked(f)) {
       st = sa__event_record_new(f->arena, f->stream, &d->events[0]);
       if (st == SA_OK) d->nevents = 1;
       d->on = f->stream; /* its pending lane */
@@ -274,13 +278,13 @@ sa_status sa__stream_arena_hand_over(sa_deferred *d, bool named) {
   return st;
 }
 
-sa_deferred *sa__batches_unpark(sa_stream_arena *sa, bool fence) {
+sa_deferred *sa__batches_unpark(sa_stream_arena *sa, sa_unpark which) {
   sa_deferred *out = NULL;
   for (sa_deferred **pd = &sa->parked; *pd != NULL;) {
     sa_deferred *d = *pd;
     /* Released: sa_stream_release waited for the stream's work. */
     bool ready = sa->synced || sa__clean_since(&sa->arena->sync, d->gen);
-    if (!ready && fence) {
+    if (!ready && which == SA_UNPARK_FENCE) {
       ready = sa__event_record_new(sa->arena, sa->stream, &d->events[0]) == SA_OK;
       if (ready) d->nevents = 1;
       d->on = sa->stream;
@@ -306,7 +310,7 @@ void sa__batches_push_all(sa_deferred *list) {
 
 void sa__batches_fini(sa_stream_arena *sa) {
   sa_arena *a = sa->arena;
-  sa__batches_drain(sa, false, false);
+  sa__batches_drain(sa, SA_DRAIN_COMPLETED, SA_UNNAMED);
   while (sa->pending != NULL) { /* the arena is going: wait for the rest */
     sa_deferred *d = sa->pending;
     sa->pending = d->lane_next != NULL ? d->lane_next : d->next;

@@ -1,7 +1,7 @@
 /* Blocks coming back to their stream arena (stream_return.c): one by one
  * from the thread caches, and in cross-stream batches, with the empty
  * superblocks they leave. Calls superblock.c and the services; called by
- * stream_arena.c, thread_cache.c and free.c. named: as stream_arena.h. */
+ * stream_arena.c, thread_cache.c and free.c. sa_named: stream_arena.h. */
 #ifndef SA_SMALL_STREAM_RETURN_H
 #define SA_SMALL_STREAM_RETURN_H
 
@@ -15,6 +15,17 @@
 #define SA_KEEP_EMPTY_SUPERBLOCKS 2 /* per stream, kept before going global */
 #define SA_BATCH_MAX 64             /* blocks per cross-stream batch */
 #define SA_LANE_LOOKUP 64           /* pending lanes a new batch looks at */
+
+/* What a drain does with batches whose events have not completed: leaves
+ * them pending (SA_DRAIN_COMPLETED), or makes the stream wait for them on
+ * the device, where that is allowed (SA_DRAIN_ALL, in a named call): a
+ * device-side wait beats growing. */
+typedef enum sa_drain_e { SA_DRAIN_COMPLETED = 0, SA_DRAIN_ALL = 1 } sa_drain;
+
+/* Which parked batches an unpark hands on: those a release or a device
+ * sync made clean (SA_UNPARK_CLEAN), or every one, an event recorded on the
+ * stream now for each that needs one (SA_UNPARK_FENCE, in a named call). */
+typedef enum sa_unpark_e { SA_UNPARK_CLEAN = 0, SA_UNPARK_FENCE = 1 } sa_unpark;
 
 /* Blocks freed on another stream than their owner's, or after
  * sa_record_stream: usable by the owner once every event completed. */
@@ -68,7 +79,7 @@ static inline void sa__deferred_free(sa_deferred *d) {
 /* Give n blocks (cached by a thread) back to their superblocks; takes sa's
  * lock. */
 void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, uint32_t n,
-                           bool named);
+                           sa_named named);
 /* d into its owner's inbox (takes the owner's lock; d may be freed from
  * then on). */
 void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d);
@@ -77,7 +88,7 @@ void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d);
  * the caller), without one when the freer was released, else parked on the
  * freer until a later named call or a device sync makes it safe. Takes the
  * freer's lock, then the owner's. */
-sa_status sa__stream_arena_hand_over(sa_deferred *d, bool named);
+sa_status sa__stream_arena_hand_over(sa_deferred *d, sa_named named);
 
 /* The rest with sa's lock held. */
 /* sb joins or leaves its class's bin (partial superblocks). */
@@ -89,16 +100,15 @@ void sa__stream_bin_remove(sa_stream_arena *sa, sa_superblock *sb);
 bool sa__empty_clean(sa_stream_arena *sa, const sa_superblock *sb);
 /* Guard an empty sb with an event recorded now, where that is allowed and
  * needed; false if it stays unguarded and unclean. */
-bool sa__empty_fence(sa_stream_arena *sa, sa_superblock *sb, bool named);
+bool sa__empty_fence(sa_stream_arena *sa, sa_superblock *sb, sa_named named);
 /* sb leaves this stream for the global stack. */
 void sa__empty_to_global(sa_stream_arena *sa, sa_superblock *sb);
 /* Take in the inbox, and put back the blocks of every batch whose events
- * completed (with force: after a device-side wait). */
-void sa__batches_drain(sa_stream_arena *sa, bool force, bool named);
-/* Batches parked on sa that a device sync made clean (all with fence: an
- * event is recorded on sa's stream for each, named), as a list to push
- * (sa__batches_push_all) after the lock is let go. */
-sa_deferred *sa__batches_unpark(sa_stream_arena *sa, bool fence);
+ * completed (SA_DRAIN_ALL: after a device-side wait, where named). */
+void sa__batches_drain(sa_stream_arena *sa, sa_drain how, sa_named named);
+/* Batches parked on sa that may go to their owners (which: sa_unpark), as
+ * a list to push (sa__batches_push_all) after the lock is let go. */
+sa_deferred *sa__batches_unpark(sa_stream_arena *sa, sa_unpark which);
 void sa__batches_push_all(sa_deferred *list); /* each to its owner; no lock held */
 /* The arena is going (device synchronized): every batch of sa freed. */
 void sa__batches_fini(sa_stream_arena *sa);

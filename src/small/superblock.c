@@ -333,7 +333,7 @@ static sa_status unmap(sa_arena *a, sa_superblock *sb) {
   return SA_OK;
 }
 
-void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, bool wait,
+void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, sa_wait wait,
                                   sa_superblock **keep) {
   sa_status st = sb->event != NULL ? sa__event_retire(a, sb->event, wait) : SA_OK;
   if (st == SA_OK) {
@@ -503,7 +503,7 @@ static sa_superblock *take_global(sa_stream_arena *sa, size_t need, sa_status *s
       found = sb;
       break;
     }
-    sa__superblock_unmap_or_keep(a, sb, false, &aside);
+    sa__superblock_unmap_or_keep(a, sb, SA_QUERY, &aside);
   }
   sa__superblock_push_all(a, aside);
   if (found != NULL && found->event != NULL) {

@@ -96,9 +96,9 @@ sa_status sa__superblock_format(sa_superblock *sb, unsigned cls); /* owner lock 
 void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e, uint64_t event_owner);
 sa_superblock *sa__superblock_pop_global(sa_arena *a);
 /* sb was popped from the global stack: unmap it (chunks to the cache) once
- * its work completed (with wait: after waiting), else put it on *keep for
+ * its work completed (SA_WAIT: after waiting), else put it on *keep for
  * sa__superblock_push_all, which puts such a list back on the stack. */
-void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, bool wait,
+void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, sa_wait wait,
                                   sa_superblock **keep);
 void sa__superblock_push_all(sa_arena *a, sa_superblock *list);
 void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb); /* its last block came back */

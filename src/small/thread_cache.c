@@ -114,7 +114,7 @@ void sa__tentry_publish_live(sa_tentry *e) {
   e->live_delta = 0;
 }
 
-static void flush_bin(sa_tentry *e, unsigned cls, uint32_t keep, bool named) {
+static void flush_bin(sa_tentry *e, unsigned cls, uint32_t keep, sa_named named) {
   sa_tbin *b = &e->bins[cls];
   if (b->n <= keep) return;
   uint32_t give = b->n - keep;
@@ -125,13 +125,13 @@ static void flush_bin(sa_tentry *e, unsigned cls, uint32_t keep, bool named) {
 
 /* Give the oldest blocks of a bin back to the stream arena, keeping keep. */
 void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep) {
-  flush_bin(e, cls, keep, true);
+  flush_bin(e, cls, keep, SA_NAMED);
 }
 
-/* The open batch goes on (stream_arena.c: behind an event when named, else
+/* The open batch goes on (stream_return.c: behind an event when named, else
  * without one or parked); on a driver failure it stays, and the failure is
  * returned. */
-sa_status sa__tentry_flush_out(sa_tentry *e, bool named) {
+sa_status sa__tentry_flush_out(sa_tentry *e, sa_named named) {
   if (e->out == NULL) return SA_OK;
   sa_status st = sa__stream_arena_hand_over(e->out, named);
   if (st == SA_OK) e->out = NULL;
@@ -139,7 +139,7 @@ sa_status sa__tentry_flush_out(sa_tentry *e, bool named) {
 }
 
 /* Everything e holds back to its stream arena. */
-static void entry_flush_all(sa_tentry *e, bool named) {
+static void entry_flush_all(sa_tentry *e, sa_named named) {
   if (e->sarena != NULL)
     for (unsigned c = 0; c < SA_CLASS_COUNT; c++) flush_bin(e, c, 0, named);
   (void)sa__tentry_flush_out(e, named); /* a batch that could not go stays */
@@ -173,7 +173,7 @@ static void entry_retire(sa_tentry *e) {
   pthread_mutex_lock(&entries_lock);
   sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
   if (a != NULL) {
-    entry_flush_all(e, false);
+    entry_flush_all(e, SA_UNNAMED);
     sa__tentry_publish_live(e);
     entry_unbind(e);
     atomic_fetch_add_explicit(&a->tcaches.xretired_fast_allocs,
@@ -233,7 +233,7 @@ void sa__tentry_release_stream(sa_stream_arena *sa) {
   pthread_mutex_lock(&entries_lock);
   while (sa->bound != NULL) { /* only sa's entries, not every thread's */
     sa_tentry *e = sa->bound;
-    entry_flush_all(e, false);
+    entry_flush_all(e, SA_UNNAMED);
     entry_unbind(e);
   }
   pthread_mutex_unlock(&entries_lock);
@@ -264,7 +264,7 @@ static void revalidate(struct sa_tcache_s *tc, sa_arena *a, uint64_t epoch) {
     sa_tentry *x = tc->entries[i];
     if (atomic_load_explicit(&x->xarena, memory_order_relaxed) != a) continue;
     if (x->sarena != NULL && sa__stream_arena_gone(x->sarena)) {
-      entry_flush_all(x, false);
+      entry_flush_all(x, SA_UNNAMED);
       entry_unbind(x);
     }
     x->epoch = epoch;
@@ -394,15 +394,15 @@ sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
   return SA_OK;
 }
 
-void sa__tentry_flush_own(sa_arena *a, sa_stream_arena *named, bool keep_named) {
+void sa__tentry_flush_own(sa_arena *a, sa_stream_arena *named_sarena, sa_flush_own which) {
   struct sa_tcache_s *tc = sa__tl_cache;
   if (tc == NULL) return;
   pthread_mutex_lock(&entries_lock); /* against sa__tentry_release_stream */
   for (unsigned i = 0; i < tc->n; i++) {
     sa_tentry *e = tc->entries[i];
     if (atomic_load_explicit(&e->xarena, memory_order_relaxed) != a) continue;
-    bool is_named = named != NULL && e->sarena == named;
-    if (!(is_named && keep_named)) entry_flush_all(e, is_named);
+    sa_named named = named_sarena != NULL && e->sarena == named_sarena ? SA_NAMED : SA_UNNAMED;
+    if (named == SA_UNNAMED || which == SA_FLUSH_ALL) entry_flush_all(e, named);
     sa__tentry_publish_live(e);
   }
   pthread_mutex_unlock(&entries_lock);

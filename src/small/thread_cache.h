@@ -71,10 +71,10 @@ static inline sa_tentry *sa__tentry_last(void) {
 
 sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out);
 sa_status sa__tbin_init(sa_tbin *b, unsigned cls);
-void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep); /* named */
-/* Send e's open cross-stream batch on (named: behind an event now); the
+void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep); /* SA_NAMED */
+/* Send e's open cross-stream batch on (SA_NAMED: behind an event now); the
  * driver's failure to record it is returned, the batch kept. */
-sa_status sa__tentry_flush_out(sa_tentry *e, bool named);
+sa_status sa__tentry_flush_out(sa_tentry *e, sa_named named);
 void sa__tentry_publish_live(sa_tentry *e); /* its live-byte delta to the arena */
 /* Is an unpublished live-byte delta past the slack plus one block (block:
  * the small block just counted, 0 for a span)? Then it is published. */
@@ -101,10 +101,13 @@ static inline void sa__tentry_live_account(sa_tentry *e, int64_t delta, size_t b
 void sa__entries_detach(sa_arena *a);
 /* The fast paths' allocations and frees: of exited threads and live ones. */
 void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees);
-/* The calling thread's entries of a give everything back; the one bound
- * to named (may be NULL) as in a call naming its stream, or with keep_named
- * nothing. */
-void sa__tentry_flush_own(sa_arena *a, sa_stream_arena *named, bool keep_named);
+/* Which of the calling thread's entries sa__tentry_flush_own flushes:
+ * every one, or all but the one bound to the stream the call names (a
+ * capturing stream's: giving back would record an event on it). */
+typedef enum sa_flush_own_e { SA_FLUSH_ALL = 0, SA_FLUSH_BUT_NAMED = 1 } sa_flush_own;
+/* The calling thread's entries of a give everything back, the one bound
+ * to named_sarena (may be NULL) as in a call naming its stream. */
+void sa__tentry_flush_own(sa_arena *a, sa_stream_arena *named_sarena, sa_flush_own which);
 void sa__tentry_publish_own(sa_arena *a); /* their live-byte deltas */
 /* sa_stream_release: every thread's entries bound to sa (gone) give their
  * blocks and open batches back now and let go of it. */
