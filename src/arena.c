@@ -128,7 +128,8 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
     return st;
   }
   a->gran_shift = (unsigned)__builtin_ctzll(a->gran);
-  a->range.page_shift = a->gran > SA_PAGE_MAX ? (unsigned)__builtin_ctzll(SA_PAGE_MAX) : a->gran_shift;
+  a->range.page_shift =
+      a->gran > SA_PAGE_MAX ? (unsigned)__builtin_ctzll(SA_PAGE_MAX) : a->gran_shift;
   sa_resolved r;
   st = sa__config_resolve(&a->cfg, a->gran, total, &r, NULL, 0);
   if (st == SA_OK) {
@@ -139,7 +140,8 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
     a->range.size = r.va_size;
     size_t soft = a->cfg.reserve_limit_bytes;
     a->physical.reserve_limit = soft != 0 && soft < a->physical.cap ? soft : a->physical.cap;
-    a->physical.budgeted = a->cfg.max_physical_bytes != 0 || a->physical.reserve_limit < a->physical.cap;
+    a->physical.budgeted =
+        a->cfg.max_physical_bytes != 0 || a->physical.reserve_limit < a->physical.cap;
   }
   if (st == SA_OK) {
     /* A slot of slack, so that the range can start on a slot boundary and
@@ -272,16 +274,16 @@ sa_status sa_set_superblock_size(sa_arena *a, size_t bytes) {
 
 sa_status sa_stream_release(sa_arena *a, sa_stream s) {
   if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
-  sa_stream_arena *sa;
+  sa_stream_arena *sarena;
   sa_status st = sa__legacy_stream_check(a, s);
   if (st != SA_OK) return st;
-  st = sa__stream_arena_release(a, s, &sa);
-  if (sa == NULL) return st;
+  st = sa__stream_arena_release(a, s, &sarena);
+  if (sarena == NULL) return st;
   /* Its work is done: what every thread cached for it comes back now, and
    * its empty superblocks go to the global stack without an event. */
-  sa__tentry_release_stream(sa);
-  sa__stream_arena_shed(sa, SA_UNNAMED);
-  sa__stream_arena_unbind(sa);
+  sa__tentry_release_stream(sarena);
+  sa__stream_arena_shed(sarena, SA_UNNAMED);
+  sa__stream_arena_unbind(sarena);
   sa__stream_arenas_reap(a);
   return SA_OK;
 }
@@ -302,9 +304,8 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   out->superblocks_total = out->superblocks_active + out->superblocks_empty;
   out->reserved_bytes = a->physical.bytes;
   out->reserved_bytes_peak = a->physical.peak;
-  out->cached_bytes =
-      a->physical.cache_bytes + atomic_load(&a->small.xsuperblock_empty_bytes) + a->spans.free_bytes +
-      a->small.slab_free_bytes;
+  out->cached_bytes = a->physical.cache_bytes + atomic_load(&a->small.xsuperblock_empty_bytes) +
+                      a->spans.free_bytes + a->small.slab_free_bytes;
   out->va_used_bytes = a->va.used;
   out->va_reserved_bytes = a->range.size;
   out->large_spans = a->spans.nlive;

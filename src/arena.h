@@ -88,7 +88,8 @@ static inline void sa__live_peak_raise(sa_arena *a, int64_t now) {
 }
 /* The arena's live-byte count and its peak (thread caches publish theirs). */
 static inline void sa__live_add(sa_arena *a, int64_t delta) {
-  int64_t now = atomic_fetch_add_explicit(&a->stats.xlive_bytes, delta, memory_order_relaxed) + delta;
+  int64_t now =
+      atomic_fetch_add_explicit(&a->stats.xlive_bytes, delta, memory_order_relaxed) + delta;
   sa__hook_fast(SA_HOOK_LIVE_ADDED, a); /* every span alloc and free publishes */
   sa__live_peak_raise(a, now);
 }

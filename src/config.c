@@ -88,9 +88,9 @@ static bool parse_digits(span s, uint64_t *value, size_t *digits) {
   uint64_t v = 0;
   size_t i = 0;
   for (; s.begin + i < s.end && isdigit((unsigned char)s.begin[i]); i++) {
-    uint64_t d = (uint64_t)(s.begin[i] - '0');
-    if (v > (UINT64_MAX - d) / 10) return false;
-    v = v * 10 + d;
+    uint64_t digit = (uint64_t)(s.begin[i] - '0');
+    if (v > (UINT64_MAX - digit) / 10) return false;
+    v = v * 10 + digit;
   }
   *value = v;
   *digits = i;
@@ -126,7 +126,14 @@ static size_result parse_size(span s, size_t *out) {
   return SIZE_SYNTAX;
 }
 
-typedef enum key_kind_e { KEY_SIZE, KEY_DEVICE, KEY_BACKEND, KEY_PEERS, KEY_FLAG, KEY_PATH } key_kind;
+typedef enum key_kind_e {
+  KEY_SIZE,
+  KEY_DEVICE,
+  KEY_BACKEND,
+  KEY_PEERS,
+  KEY_FLAG,
+  KEY_PATH
+} key_kind;
 
 /* One row per key: how to parse it and where it goes. */
 typedef struct key_desc_s {
@@ -290,9 +297,9 @@ static void unknown_key_error(span key, char *err, size_t err_size) {
   const char *nearest = NULL;
   size_t best = SIZE_MAX;
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-    size_t d = key_distance(key, keys[i].name);
-    if (d < best) {
-      best = d;
+    size_t dist = key_distance(key, keys[i].name);
+    if (dist < best) {
+      best = dist;
       nearest = keys[i].name;
     }
   }
@@ -463,12 +470,14 @@ sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_r
   bool device_bound = total < cap;
   size_t init_cap = device_bound ? total : cap;
   if (init_granules > init_cap / gran) {
-    set_error(err, err_size, "initial_physical=%s: mapped in whole granules, %s, above %s, %s; "
-              "what is mapped up front must fit under the physical cap",
-              size_text(v, sizeof v, init),
-              size_text(w, sizeof w, init_granules <= SIZE_MAX / gran ? init_granules * gran : init),
-              c->max_physical_bytes != 0 && !device_bound ? "max_physical" : "the device's memory",
-              size_text(x, sizeof x, init_cap));
+    set_error(
+        err, err_size,
+        "initial_physical=%s: mapped in whole granules, %s, above %s, %s; "
+        "what is mapped up front must fit under the physical cap",
+        size_text(v, sizeof v, init),
+        size_text(w, sizeof w, init_granules <= SIZE_MAX / gran ? init_granules * gran : init),
+        c->max_physical_bytes != 0 && !device_bound ? "max_physical" : "the device's memory",
+        size_text(x, sizeof x, init_cap));
     return SA_ERR_BAD_CONFIG;
   }
   /* Whole granules too: 3 MiB maps 4 MiB, past a 3 MiB budget. */

@@ -46,7 +46,8 @@ sa_status sa_default_arena(int device, sa_arena **out) {
       cfg.device = device;
       st = sa_arena_create(&cfg, &a);
       if (st == SA_OK) atomic_store_explicit(&defaults[device], a, memory_order_release);
-      bool peers_refused = cfg.peer_access != 0 && (st == SA_ERR_NO_DEVICE || st == SA_ERR_NOT_SUPPORTED);
+      bool peers_refused =
+          cfg.peer_access != 0 && (st == SA_ERR_NO_DEVICE || st == SA_ERR_NOT_SUPPORTED);
       /* A bad STREAMARENA_BACKEND fails the open itself: the driver named
        * it, and STREAMARENA_CONF (maybe unset) is not to blame. */
       size_t gran;

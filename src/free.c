@@ -45,17 +45,17 @@ typedef enum span_lookup_e { SPAN_NOT_LOOKED_UP, SPAN_LOOKED_UP } span_lookup;
 
 /* Locate p's block: SA_OK with *ref, or why not. */
 static sa_status find_block(sa_arena *a, uintptr_t p, span_lookup lookup, block_ref *ref) {
-  sa_desc *d = sa__pagemap_get(&a->range, p);
+  sa_desc *desc = sa__pagemap_get(&a->range, p);
   *ref = (block_ref){0};
-  if (d == NULL) return SA_ERR_INVALID_POINTER;
-  if (d->kind == SA_DESC_RUN) {
+  if (desc == NULL) return SA_ERR_INVALID_POINTER;
+  if (desc->kind == SA_DESC_RUN) {
     ref->in_run = true;
     if (lookup == SPAN_NOT_LOOKED_UP) return SA_OK;
     sa_status st = sa__span_find(a, p, &ref->span);
     if (st == SA_OK) ref->state = &ref->span->xstate;
     return st;
   }
-  sa_superblock *sb = (sa_superblock *)d;
+  sa_superblock *sb = (sa_superblock *)desc;
   uintptr_t off = p - sb->hdr.base;
   uint32_t idx = sa__block_index(sb, off);
   /* A superblock on the global stack keeps its last geometry: a pointer
@@ -132,23 +132,24 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
   _Atomic uint8_t *state = &sb->state[idx];
   bool recorded = atomic_load_explicit(state, memory_order_relaxed) == SA_BLOCK_RECORDED;
   if (!recorded) {
-    sa_deferred *d = e->out;
-    if (d != NULL && (d->owner != sb->owner || d->freer != e->sarena || d->n == SA_BATCH_MAX)) {
+    sa_deferred *batch = e->out;
+    if (batch != NULL &&
+        (batch->owner != sb->owner || batch->freer != e->sarena || batch->n == SA_BATCH_MAX)) {
       sa_status st = sa__tentry_flush_out(e, SA_NAMED);
       if (st != SA_OK) return st; /* could not record its event: the batch stays */
-      d = NULL;
+      batch = NULL;
     }
-    if (d == NULL) {
-      d = sa__deferred_new(1);
-      if (d == NULL) return SA_ERR_OUT_OF_MEMORY;
-      d->owner = sb->owner;
-      d->freer = e->sarena;
-      e->out = d;
+    if (batch == NULL) {
+      batch = sa__deferred_new(1);
+      if (batch == NULL) return SA_ERR_OUT_OF_MEMORY;
+      batch->owner = sb->owner;
+      batch->freer = e->sarena;
+      e->out = batch;
     }
     atomic_store_explicit(state, SA_BLOCK_DEFERRED, memory_order_relaxed);
-    d->blocks[d->n].p = p;
-    d->blocks[d->n].state = state;
-    d->n++;
+    batch->blocks[batch->n].p = p;
+    batch->blocks[batch->n].state = state;
+    batch->n++;
     return SA_OK;
   }
   /* Recorded: one batch of its own, with an event on every stream that
@@ -160,31 +161,32 @@ static sa_status free_deferred(sa_arena *a, sa_tentry *e, sa_superblock *sb, uin
   unsigned n = r != NULL ? r->n : 0;
   bool own = owner == e->sarena;
   bool owner_orders = !sa__stream_arena_gone(owner); /* it gets the block back */
-  sa_deferred *d = sa__deferred_new(n + 1);
-  sa_status st = d == NULL ? SA_ERR_OUT_OF_MEMORY : SA_OK;
+  sa_deferred *batch = sa__deferred_new(n + 1);
+  sa_status st = batch == NULL ? SA_ERR_OUT_OF_MEMORY : SA_OK;
   for (unsigned i = 0; st == SA_OK && i <= n; i++) {
     sa_stream t = i < n ? r->streams[i] : s;
     if (i == n && own) break; /* the owner's own stream orders itself */
     if (t == owner->stream && owner_orders) continue;
-    st = sa__event_record_new(a, t, &d->events[d->nevents]);
-    if (st == SA_OK && d->nevents++ == 0) d->on = t; /* its pending lane */
+    st = sa__event_record_new(a, t, &batch->events[batch->nevents]);
+    if (st == SA_OK && batch->nevents++ == 0) batch->on = t; /* its pending lane */
   }
   if (st != SA_OK) {
-    for (unsigned i = 0; d != NULL && i < d->nevents; i++) sa__event_drop(a, d->events[i]);
-    sa__deferred_free(d);
+    for (unsigned i = 0; batch != NULL && i < batch->nevents; i++)
+      sa__event_drop(a, batch->events[i]);
+    sa__deferred_free(batch);
     sa__record_restore(a, r);
     sa__record_use_end(a);
     return st;
   }
   sa__record_free(a, r);
   sa__record_use_end(a);
-  d->owner = sb->owner;
-  d->freer = e->sarena;
+  batch->owner = sb->owner;
+  batch->freer = e->sarena;
   atomic_store_explicit(state, SA_BLOCK_DEFERRED, memory_order_relaxed);
-  d->blocks[0].p = p;
-  d->blocks[0].state = state;
-  d->n = 1;
-  sa__stream_arena_push_deferred(sb->owner, d);
+  batch->blocks[0].p = p;
+  batch->blocks[0].state = state;
+  batch->n = 1;
+  sa__stream_arena_push_deferred(sb->owner, batch);
   return SA_OK;
 }
 
@@ -273,9 +275,9 @@ static SA_ALWAYS_INLINE sa_status free_fast(void *ptr, sa_stream s) {
     sa__hook_fast(SA_HOOK_FREE_FAST_ARENA, a);
     if (sa_likely(a != NULL &&
                   e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed))) {
-      sa_desc *d = sa__pagemap_at(&a->range, at);
-      if (sa_likely(d != NULL && d->kind == SA_DESC_SUPERBLOCK)) {
-        sa_superblock *sb = (sa_superblock *)d;
+      sa_desc *desc = sa__pagemap_at(&a->range, at);
+      if (sa_likely(desc != NULL && desc->kind == SA_DESC_SUPERBLOCK)) {
+        sa_superblock *sb = (sa_superblock *)desc;
         uintptr_t off = (uintptr_t)ptr - sb->hdr.base;
         uintptr_t idx = sa__block_index(sb, off);
         size_t bs = sb->block_size;

@@ -120,7 +120,11 @@
  *
  * Naming: sa_ is public, sa__ is internal across files, static functions
  * have no prefix. Fields that other threads read without the owner's lock
- * are _Atomic and prefixed x.
+ * are _Atomic and prefixed x. Short names keep one meaning: the arena is
+ * a, a stream arena sarena, a thread cache entry e, a superblock sb, a
+ * span sp, a run r, a cross-stream batch batch, a descriptor desc, a
+ * driver drv. A mode a call site passes is an enum (SA_NAMED, SA_WAIT),
+ * not true or false.
  *
  * Comments say why, in whole sentences. What a driver does is a fine
  * reason ("refused on driver 580"); a measured figure (a timing, a cost per

@@ -39,19 +39,22 @@ sa_stream_arena *sa__world_lock(sa_arena *a) {
     pthread_mutex_lock(&a->lock);
     sa_stream_arena *head = a->streams.list; /* prepend-only list: safe to walk */
     pthread_mutex_unlock(&a->lock);
-    for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_lock(&sa->lock);
+    for (sa_stream_arena *sarena = head; sarena != NULL; sarena = sarena->next)
+      pthread_mutex_lock(&sarena->lock);
     pthread_mutex_lock(&a->lock);
     if (a->streams.list == head) return head;
     /* One came in meanwhile, unlocked: its thread moves superblocks. Again
      * from the new head, always in list order (two snapshots at once). */
     pthread_mutex_unlock(&a->lock);
-    for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_unlock(&sa->lock);
+    for (sa_stream_arena *sarena = head; sarena != NULL; sarena = sarena->next)
+      pthread_mutex_unlock(&sarena->lock);
   }
 }
 
 void sa__world_unlock(sa_arena *a, sa_stream_arena *head) {
   pthread_mutex_unlock(&a->lock);
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) pthread_mutex_unlock(&sa->lock);
+  for (sa_stream_arena *sarena = head; sarena != NULL; sarena = sarena->next)
+    pthread_mutex_unlock(&sarena->lock);
   pthread_rwlock_unlock(&a->streams.rw);
 }
 
@@ -72,7 +75,8 @@ void sa__world_check(sa_arena *a) {
   pthread_rwlock_rdlock(&a->streams.rw); /* none is freed meanwhile */
   pthread_mutex_lock(&a->lock);
   sa_stream_arena *head = a->streams.list; /* prepend-only list: safe to walk */
-  size_t n = a->streams.live_index.n + atomic_load_explicit(&a->streams.xgone, memory_order_relaxed);
+  size_t n =
+      a->streams.live_index.n + atomic_load_explicit(&a->streams.xgone, memory_order_relaxed);
   pthread_mutex_unlock(&a->lock);
   if (n <= WORLD_CHECK_STREAMS) {
     pthread_rwlock_unlock(&a->streams.rw);
@@ -81,13 +85,13 @@ void sa__world_check(sa_arena *a) {
     sa__world_unlock(a, head);
     return;
   }
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
-    pthread_mutex_lock(&sa->lock);
+  for (sa_stream_arena *sarena = head; sarena != NULL; sarena = sarena->next) {
+    pthread_mutex_lock(&sarena->lock);
     pthread_mutex_lock(&a->lock);
-    (void)sa__stream_arena_check(sa);
-    sa__timeline_check(sa);
+    (void)sa__stream_arena_check(sarena);
+    sa__timeline_check(sarena);
     pthread_mutex_unlock(&a->lock);
-    pthread_mutex_unlock(&sa->lock);
+    pthread_mutex_unlock(&sarena->lock);
   }
   pthread_rwlock_unlock(&a->streams.rw);
   pthread_mutex_lock(&a->lock);
@@ -107,10 +111,10 @@ static size_t live_block_bytes(const sa_superblock *sb) {
   return n * sb->block_size;
 }
 
-void sa__holding_locked(sa_arena *a, const sa_stream_arena *sa, sa_holding *h) {
+void sa__holding_locked(sa_arena *a, const sa_stream_arena *sarena, sa_holding *h) {
   *h = (sa_holding){0};
   for (const sa_superblock *sb = a->small.all_superblocks; sb != NULL; sb = sb->all_next) {
-    if (sb->hdr.base == 0 || sb->owner != sa) continue;
+    if (sb->hdr.base == 0 || sb->owner != sarena) continue;
     h->superblocks++;
     h->superblock_bytes += sb->hdr.size;
     if (sb->used == 0) {
@@ -123,7 +127,7 @@ void sa__holding_locked(sa_arena *a, const sa_stream_arena *sa, sa_holding *h) {
   }
   for (const sa_run *r = a->spans.runs; r != NULL; r = r->next)
     for (const sa_span *sp = r->first; sp != NULL; sp = sp->next) {
-      if (sp->owner != sa) continue; /* free spans: the stream that freed them last */
+      if (sp->owner != sarena) continue; /* free spans: the stream that freed them last */
       uint8_t s = atomic_load_explicit(&sp->xstate, memory_order_relaxed);
       if (s == SA_BLOCK_LIVE || s == SA_BLOCK_RECORDED) {
         h->live_spans++;
@@ -132,9 +136,9 @@ void sa__holding_locked(sa_arena *a, const sa_stream_arena *sa, sa_holding *h) {
         h->free_span_bytes += sp->size;
       }
     }
-  /* The inbox too: pushed under sa's lock, so it stands still here. */
-  h->deferred_blocks = sa->pending_blocks;
-  for (const ck_stack_entry_t *e = CK_STACK_FIRST(&sa->inbox); e != NULL; e = e->next)
+  /* The inbox too: pushed under sarena's lock, so it stands still here. */
+  h->deferred_blocks = sarena->pending_blocks;
+  for (const ck_stack_entry_t *e = CK_STACK_FIRST(&sarena->inbox); e != NULL; e = e->next)
     h->deferred_blocks += sa__deferred_of(e)->n;
 }
 
@@ -191,14 +195,14 @@ void sa__oom_report(sa_arena *a, size_t size, sa_stream stream, FILE *f) {
           (double)a->gran / MiBf, (double)s.total / MiBf, (double)s.reserved / MiBf,
           (double)s.in_use / MiBf, (double)s.live_bytes / MiBf, (double)s.free / MiBf,
           (double)s.largest_free_span / MiBf, 100.0 * s.fragmentation);
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
+  for (sa_stream_arena *sarena = head; sarena != NULL; sarena = sarena->next) {
     sa_holding h;
-    sa__holding_locked(a, sa, &h);
+    sa__holding_locked(a, sarena, &h);
     fprintf(f,
             "    stream %p%s: %zu superblocks (%.1f MiB: %.1f MiB live blocks, %.1f MiB "
             "free blocks, %zu empty), %zu live spans (%.1f MiB), %.1f MiB free spans "
             "freed here, %zu deferred blocks\n",
-            sa->stream, sa__stream_arena_gone(sa) ? " (gone)" : "", h.superblocks,
+            sarena->stream, sa__stream_arena_gone(sarena) ? " (gone)" : "", h.superblocks,
             (double)h.superblock_bytes / MiBf, (double)h.live_block_bytes / MiBf,
             (double)h.free_block_bytes / MiBf, h.empty_superblocks, h.live_spans,
             (double)h.live_span_bytes / MiBf, (double)h.free_span_bytes / MiBf,

@@ -23,7 +23,7 @@ typedef struct sa_holding_s { /* what one stream arena holds */
 sa_stream_arena *sa__world_lock(sa_arena *a);
 void sa__world_unlock(sa_arena *a, sa_stream_arena *head);
 void sa__summary_locked(sa_arena *a, sa_summary *s);
-void sa__holding_locked(sa_arena *a, const sa_stream_arena *sa, sa_holding *h);
+void sa__holding_locked(sa_arena *a, const sa_stream_arena *sarena, sa_holding *h);
 void sa__oom_report(sa_arena *a, size_t size, sa_stream stream, FILE *f); /* no lock held */
 /* Every validator, unpaced: with the world lock held, or taking the locks
  * (with many stream arenas, one stream arena's lock at a time). */

@@ -98,20 +98,21 @@ sa_status sa_snapshot_write(sa_arena *a, FILE *f) {
           sum.fragmentation);
   fprintf(f, "  \"streams\": [");
   bool first = true;
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
+  for (sa_stream_arena *sarena = head; sarena != NULL; sarena = sarena->next) {
     sa_holding h;
-    sa__holding_locked(a, sa, &h);
-    fprintf(f, "%s\n    {\"stream\": \"%p\", \"released\": %s, \"empty_superblocks\": %u, "
+    sa__holding_locked(a, sarena, &h);
+    fprintf(f,
+            "%s\n    {\"stream\": \"%p\", \"released\": %s, \"empty_superblocks\": %u, "
             "\"deferred_blocks\": %zu, \"superblock_bytes\": %zu, \"live_block_bytes\": %zu, "
             "\"free_block_bytes\": %zu, \"live_spans\": %zu, \"live_span_bytes\": %zu, "
             "\"free_span_bytes\": %zu, \"classes\": [",
-            first ? "" : ",", sa->stream, sa__stream_arena_gone(sa) ? "true" : "false", sa->nempty,
-            h.deferred_blocks, h.superblock_bytes, h.live_block_bytes, h.free_block_bytes,
-            h.live_spans, h.live_span_bytes, h.free_span_bytes);
+            first ? "" : ",", sarena->stream, sa__stream_arena_gone(sarena) ? "true" : "false",
+            sarena->nempty, h.deferred_blocks, h.superblock_bytes, h.live_block_bytes,
+            h.free_block_bytes, h.live_spans, h.live_span_bytes, h.free_span_bytes);
     bool cfirst = true;
     for (unsigned c = 0; c < SA_CLASS_COUNT; c++) {
       size_t n = 0;
-      for (sa_superblock *sb = sa->bins[c]; sb != NULL; sb = sb->next) n++;
+      for (sa_superblock *sb = sarena->bins[c]; sb != NULL; sb = sb->next) n++;
       if (n == 0) continue;
       fprintf(f, "%s{\"class\": %u, \"block_size\": %zu, \"partial_superblocks\": %zu}",
               cfirst ? "" : ", ", c, sa_class_size(c), n);

@@ -102,7 +102,8 @@ void sa__trace_locked(sa_arena *a, char op, const void *p, size_t size, sa_strea
   if (thread_number == 0) thread_number = atomic_fetch_add(&next_thread, 1);
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  unsigned long long ns = (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+  unsigned long long ns =
+      (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
   fprintf(a->trace, "%u,%p,%s,%p,%zu,%llu\n", thread_number, s, op == 'a' ? "alloc" : "free",
           p, size, ns);
   a->tracing.seq++;

@@ -28,32 +28,32 @@ typedef struct sa_driver_s sa_driver;
 
 typedef struct sa_driver_ops_s {
   const char *name; /* "cuda" or "host" */
-  void (*close)(sa_driver *d);
+  void (*close)(sa_driver *drv);
 
   /* Device queries. */
-  sa_status (*total_memory)(sa_driver *d, size_t *bytes);
-  sa_status (*granularity)(sa_driver *d, size_t *bytes); /* minimum chunk/map unit */
+  sa_status (*total_memory)(sa_driver *drv, size_t *bytes);
+  sa_status (*granularity)(sa_driver *drv, size_t *bytes); /* minimum chunk/map unit */
 
   /* Virtual memory management. */
-  sa_status (*va_reserve)(sa_driver *d, size_t size, size_t alignment, uintptr_t *out);
-  sa_status (*va_release)(sa_driver *d, uintptr_t va, size_t size);
-  sa_status (*chunk_create)(sa_driver *d, size_t size, sa_chunk_handle *out);
-  sa_status (*chunk_release)(sa_driver *d, sa_chunk_handle chunk);
+  sa_status (*va_reserve)(sa_driver *drv, size_t size, size_t alignment, uintptr_t *out);
+  sa_status (*va_release)(sa_driver *drv, uintptr_t va, size_t size);
+  sa_status (*chunk_create)(sa_driver *drv, size_t size, sa_chunk_handle *out);
+  sa_status (*chunk_release)(sa_driver *drv, sa_chunk_handle chunk);
   /* Map the whole chunk (of exactly size bytes) at va, inside a reserved range.
    * Not accessible until set_access. */
-  sa_status (*map)(sa_driver *d, uintptr_t va, size_t size, sa_chunk_handle chunk);
+  sa_status (*map)(sa_driver *drv, uintptr_t va, size_t size, sa_chunk_handle chunk);
   /* Unmap [va, va + size), which may cover several mapped chunks. Does NOT wait
    * for queued work (as on the real device). */
-  sa_status (*unmap)(sa_driver *d, uintptr_t va, size_t size);
+  sa_status (*unmap)(sa_driver *drv, uintptr_t va, size_t size);
   /* Make [va, va + size) readable and writable by the device and by the
    * peers set_peer_access named (host: also by the CPU). */
-  sa_status (*set_access)(sa_driver *d, uintptr_t va, size_t size);
+  sa_status (*set_access)(sa_driver *drv, uintptr_t va, size_t size);
   /* From now on set_access also grants each device of peers (bit i: device
    * i; SA_PEER_ACCESS_ALL: every device the backend has; the driver's own
    * bit is ignored). Called before anything is mapped. Errors, with the
    * device named in sa_last_driver_error: SA_ERR_NO_DEVICE (no such device),
    * SA_ERR_NOT_SUPPORTED (it cannot access this device's memory). */
-  sa_status (*set_peer_access)(sa_driver *d, uint64_t peers);
+  sa_status (*set_peer_access)(sa_driver *drv, uint64_t peers);
 
   /* Streams and events. An event never recorded counts as complete.
    * Stream capture: no op enqueues on or asks about a stream that is being
@@ -66,21 +66,21 @@ typedef struct sa_driver_ops_s {
    * queries run in the relaxed capture mode, so they do not invalidate a
    * capture another thread runs; device_synchronize cannot avoid that, and
    * returns SA_ERR_STREAM_CAPTURING. */
-  sa_status (*event_create)(sa_driver *d, sa_event *out);
-  sa_status (*event_destroy)(sa_driver *d, sa_event event);
-  sa_status (*event_record)(sa_driver *d, sa_event event, sa_stream stream);
-  sa_status (*event_query)(sa_driver *d, sa_event event); /* SA_OK or SA_ERR_NOT_READY */
-  sa_status (*event_synchronize)(sa_driver *d, sa_event event);
-  sa_status (*stream_wait_event)(sa_driver *d, sa_stream stream, sa_event event);
-  sa_status (*stream_synchronize)(sa_driver *d, sa_stream stream);
+  sa_status (*event_create)(sa_driver *drv, sa_event *out);
+  sa_status (*event_destroy)(sa_driver *drv, sa_event event);
+  sa_status (*event_record)(sa_driver *drv, sa_event event, sa_stream stream);
+  sa_status (*event_query)(sa_driver *drv, sa_event event); /* SA_OK or SA_ERR_NOT_READY */
+  sa_status (*event_synchronize)(sa_driver *drv, sa_event event);
+  sa_status (*stream_wait_event)(sa_driver *drv, sa_stream stream, sa_event event);
+  sa_status (*stream_synchronize)(sa_driver *drv, sa_stream stream);
   /* SA_ERR_STREAM_CAPTURING when stream is being captured into a graph
    * (the check the ops above make first), else SA_OK; a capture is not
    * disturbed by asking. */
-  sa_status (*stream_capture_check)(sa_driver *d, sa_stream stream);
+  sa_status (*stream_capture_check)(sa_driver *drv, sa_stream stream);
   /* SA_OK when stream is usable on this device, else SA_ERR_UNKNOWN_STREAM
    * (a stream of another device is too, named so in sa_last_driver_error;
    * so is a legacy stream legacy_stream_check refuses). */
-  sa_status (*stream_validate)(sa_driver *d, sa_stream stream);
+  sa_status (*stream_validate)(sa_driver *drv, sa_stream stream);
   /* A legacy handle (sa_driver_stream_is_legacy) names the legacy stream of
    * the calling thread's current context: SA_OK when that is this device's
    * (its primary context is current, or no context is, and the ops make
@@ -90,43 +90,43 @@ typedef struct sa_driver_ops_s {
    * the arena asks on every call that names one: it reads only the
    * thread's current context, and the host backend neither counts it nor
    * injects faults. */
-  sa_status (*legacy_stream_check)(sa_driver *d, sa_stream stream);
+  sa_status (*legacy_stream_check)(sa_driver *drv, sa_stream stream);
   /* The driver's id of a valid stream (cuStreamGetId): unique for the
    * process, so a new stream that received a destroyed one's handle has
    * another id. The implicit streams have fixed ids. */
-  sa_status (*stream_id)(sa_driver *d, sa_stream stream, uint64_t *id);
+  sa_status (*stream_id)(sa_driver *drv, sa_stream stream, uint64_t *id);
   /* Wait for all work of the device's context, on every stream, destroyed
    * ones included (cuCtxSynchronize): the one wait that names no stream. */
-  sa_status (*device_synchronize)(sa_driver *d);
+  sa_status (*device_synchronize)(sa_driver *drv);
   /* Run fn(arg) with this device's primary context current on the calling
    * thread (host: the simulator's current device), then make current again
    * what was (none included): for a caller that knows which device a
    * legacy handle means while another may be current. fn's status, or the
    * switch's failure (fn not run), or the restore's (after fn's SA_OK). */
-  sa_status (*call_in_context)(sa_driver *d, sa_status (*fn)(void *arg), void *arg);
+  sa_status (*call_in_context)(sa_driver *drv, sa_status (*fn)(void *arg), void *arg);
 
   /* Optional (NULL when the backend cannot check): the stream-order checker.
    * Called when [p, p + size) is handed to work on stream; returns
    * SA_ERR_STREAM_ORDER, after describing the violation on stderr, when
    * unfinished work on another stream touches the range and stream has no
    * wait edge to it. */
-  sa_status (*check_handout)(sa_driver *d, uintptr_t p, size_t size, sa_stream stream);
+  sa_status (*check_handout)(sa_driver *drv, uintptr_t p, size_t size, sa_stream stream);
 
   /* Test and tool support; the allocator itself never calls these. */
-  sa_status (*stream_create)(sa_driver *d, sa_stream *out);
-  sa_status (*stream_destroy)(sa_driver *d, sa_stream stream);
+  sa_status (*stream_create)(sa_driver *drv, sa_stream *out);
+  sa_status (*stream_destroy)(sa_driver *drv, sa_stream stream);
   /* Enqueue: write count 32-bit words of value at dst (cuMemsetD32Async). */
-  sa_status (*memset32_async)(sa_driver *d, uintptr_t dst, uint32_t value, size_t count,
+  sa_status (*memset32_async)(sa_driver *drv, uintptr_t dst, uint32_t value, size_t count,
                               sa_stream stream);
   /* Synchronous copy of device memory to the host; the caller orders it
    * after the work that wrote src (stream_synchronize). */
-  sa_status (*copy_to_host)(sa_driver *d, void *dst, uintptr_t src, size_t size);
+  sa_status (*copy_to_host)(sa_driver *drv, void *dst, uintptr_t src, size_t size);
   /* Capture stream into a graph (cuStreamBeginCapture; mode is a
    * CUstreamCaptureMode value, as sa_host_capture_mode), and end it,
    * dropping the graph: SA_OK if the capture stayed intact,
    * SA_ERR_STREAM_CAPTURING if a conflicting call invalidated it. */
-  sa_status (*stream_begin_capture)(sa_driver *d, sa_stream stream, int mode);
-  sa_status (*stream_end_capture)(sa_driver *d, sa_stream stream);
+  sa_status (*stream_begin_capture)(sa_driver *drv, sa_stream stream, int mode);
+  sa_status (*stream_end_capture)(sa_driver *drv, sa_stream stream);
 } sa_driver_ops;
 
 /* NULL, and CU_STREAM_LEGACY (1) on CUDA: the legacy stream of the calling
@@ -145,13 +145,13 @@ struct sa_driver_s {
 
 /* Open a driver for device. SA_BACKEND_AUTO: the environment variable
  * STREAMARENA_BACKEND (auto|cuda|host) decides if set, otherwise CUDA when
- * libcuda loads and the device exists, otherwise host; d->why says which.
+ * libcuda loads and the device exists, otherwise host; drv->why says which.
  * Errors: SA_ERR_NO_DEVICE, SA_ERR_BAD_CONFIG (STREAMARENA_BACKEND has
  * another value: a message on stderr, once), SA_ERR_INVALID_ARGUMENT,
  * SA_ERR_DRIVER. */
 sa_status sa_driver_open(sa_backend backend, int device, sa_driver **out);
-static inline void sa_driver_close(sa_driver *d) {
-  if (d != NULL) d->ops->close(d);
+static inline void sa_driver_close(sa_driver *drv) {
+  if (drv != NULL) drv->ops->close(drv);
 }
 
 /* Backend constructors (cuda.c, host.c). */

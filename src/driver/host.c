@@ -28,7 +28,7 @@ typedef struct host_driver_s {
   sa_sim_devices access; /* what set_access grants: the device and its peers */
 } host_driver;
 
-static host_driver *as_host(sa_driver *d) { return (host_driver *)d; }
+static host_driver *as_host(sa_driver *drv) { return (host_driver *)drv; }
 
 /* Counted, fault-injectable entry: st is `call`'s status, run only if no
  * fault fires. */
@@ -57,12 +57,12 @@ static host_driver *as_host(sa_driver *d) { return (host_driver *)d; }
     return st_;                                    \
   } while (0)
 
-static void host_close(sa_driver *d) { free(d); }
+static void host_close(sa_driver *drv) { free(drv); }
 
 /* SA_ERR_STREAM_CAPTURING, changing nothing, when stream is being captured
  * (lock held): the library never enqueues into a user's graph. */
-static sa_status refused_while_capturing(sa_driver *d, sa_stream stream) {
-  const sa_sim_stream *s = sa_sim_stream_lookup(stream, d->device);
+static sa_status refused_while_capturing(sa_driver *drv, sa_stream stream) {
+  const sa_sim_stream *s = sa_sim_stream_lookup(stream, drv->device);
   if (s == NULL || s->capture == SA_HOST_CAPTURE_NONE) return SA_OK;
   return sa_sim_fail(SA_ERR_STREAM_CAPTURING, EBUSY,
                      "host: the stream is being captured into a graph");
@@ -76,8 +76,8 @@ static sa_host_capture_mode relaxed_begin(void) {
 
 static void relaxed_end(sa_host_capture_mode m) { (void)sa_host_exchange_capture_mode(&m); }
 
-static sa_status host_total_memory(sa_driver *d, size_t *bytes) {
-  (void)d;
+static sa_status host_total_memory(sa_driver *drv, size_t *bytes) {
+  (void)drv;
   if (bytes == NULL) return SA_ERR_INVALID_ARGUMENT;
   sa_sim_lock();
   *bytes = sa_sim_device_bytes();
@@ -85,141 +85,141 @@ static sa_status host_total_memory(sa_driver *d, size_t *bytes) {
   return SA_OK;
 }
 
-static sa_status host_granularity(sa_driver *d, size_t *bytes) {
-  (void)d;
+static sa_status host_granularity(sa_driver *drv, size_t *bytes) {
+  (void)drv;
   if (bytes == NULL) return SA_ERR_INVALID_ARGUMENT;
   *bytes = SA_SIM_GRANULARITY;
   return SA_OK;
 }
 
-static sa_status host_va_reserve(sa_driver *d, size_t size, size_t alignment, uintptr_t *out) {
-  (void)d;
+static sa_status host_va_reserve(sa_driver *drv, size_t size, size_t alignment, uintptr_t *out) {
+  (void)drv;
   HOST_OP(SA_HOST_FN_VA_RESERVE, sa_sim_va_reserve(size, alignment, out));
 }
 
-static sa_status host_va_release(sa_driver *d, uintptr_t va, size_t size) {
-  (void)d;
+static sa_status host_va_release(sa_driver *drv, uintptr_t va, size_t size) {
+  (void)drv;
   HOST_OP(SA_HOST_FN_VA_RELEASE, sa_sim_va_release(va, size));
 }
 
-static sa_status host_chunk_create(sa_driver *d, size_t size, sa_chunk_handle *out) {
-  HOST_OP(SA_HOST_FN_CHUNK_CREATE, sa_sim_chunk_create(d->device, size, out));
+static sa_status host_chunk_create(sa_driver *drv, size_t size, sa_chunk_handle *out) {
+  HOST_OP(SA_HOST_FN_CHUNK_CREATE, sa_sim_chunk_create(drv->device, size, out));
 }
 
-static sa_status host_chunk_release(sa_driver *d, sa_chunk_handle chunk) {
-  (void)d;
+static sa_status host_chunk_release(sa_driver *drv, sa_chunk_handle chunk) {
+  (void)drv;
   HOST_OP(SA_HOST_FN_CHUNK_RELEASE, sa_sim_chunk_release(chunk));
 }
 
-static sa_status host_map(sa_driver *d, uintptr_t va, size_t size, sa_chunk_handle chunk) {
-  (void)d;
+static sa_status host_map(sa_driver *drv, uintptr_t va, size_t size, sa_chunk_handle chunk) {
+  (void)drv;
   HOST_OP(SA_HOST_FN_MAP, sa_sim_map(va, size, chunk));
 }
 
-static sa_status host_unmap(sa_driver *d, uintptr_t va, size_t size) {
-  (void)d;
+static sa_status host_unmap(sa_driver *drv, uintptr_t va, size_t size) {
+  (void)drv;
   HOST_OP(SA_HOST_FN_UNMAP, sa_sim_unmap(va, size));
 }
 
-static sa_status host_set_access(sa_driver *d, uintptr_t va, size_t size) {
-  HOST_OP(SA_HOST_FN_SET_ACCESS, sa_sim_set_access(va, size, as_host(d)->access));
+static sa_status host_set_access(sa_driver *drv, uintptr_t va, size_t size) {
+  HOST_OP(SA_HOST_FN_SET_ACCESS, sa_sim_set_access(va, size, as_host(drv)->access));
 }
 
-static sa_status host_event_create(sa_driver *d, sa_event *out) {
-  HOST_OP(SA_HOST_FN_EVENT_CREATE, sa_sim_event_create(d->device, out));
+static sa_status host_event_create(sa_driver *drv, sa_event *out) {
+  HOST_OP(SA_HOST_FN_EVENT_CREATE, sa_sim_event_create(drv->device, out));
 }
 
-static sa_status host_event_destroy(sa_driver *d, sa_event event) {
-  (void)d;
+static sa_status host_event_destroy(sa_driver *drv, sa_event event) {
+  (void)drv;
   HOST_OP(SA_HOST_FN_EVENT_DESTROY, sa_sim_event_destroy(event));
 }
 
-static sa_status host_event_record(sa_driver *d, sa_event event, sa_stream stream) {
-  HOST_OP(SA_HOST_FN_EVENT_RECORD, refused_while_capturing(d, stream) != SA_OK
+static sa_status host_event_record(sa_driver *drv, sa_event event, sa_stream stream) {
+  HOST_OP(SA_HOST_FN_EVENT_RECORD, refused_while_capturing(drv, stream) != SA_OK
                                        ? SA_ERR_STREAM_CAPTURING
-                                       : sa_sim_event_record(event, stream, d->device));
+                                       : sa_sim_event_record(event, stream, drv->device));
 }
 
-static sa_status host_event_query(sa_driver *d, sa_event event) {
-  (void)d;
+static sa_status host_event_query(sa_driver *drv, sa_event event) {
+  (void)drv;
   HOST_WAIT_OP(SA_HOST_FN_EVENT_QUERY, sa_sim_event_query(event));
 }
 
-static sa_status host_event_synchronize(sa_driver *d, sa_event event) {
-  (void)d;
+static sa_status host_event_synchronize(sa_driver *drv, sa_event event) {
+  (void)drv;
   HOST_WAIT_OP(SA_HOST_FN_EVENT_SYNCHRONIZE, sa_sim_event_synchronize(event));
 }
 
-static sa_status host_stream_wait_event(sa_driver *d, sa_stream stream, sa_event event) {
-  HOST_OP(SA_HOST_FN_STREAM_WAIT_EVENT, refused_while_capturing(d, stream) != SA_OK
+static sa_status host_stream_wait_event(sa_driver *drv, sa_stream stream, sa_event event) {
+  HOST_OP(SA_HOST_FN_STREAM_WAIT_EVENT, refused_while_capturing(drv, stream) != SA_OK
                                             ? SA_ERR_STREAM_CAPTURING
-                                            : sa_sim_stream_wait_event(stream, d->device, event));
+                                            : sa_sim_stream_wait_event(stream, drv->device, event));
 }
 
-static sa_status host_stream_synchronize(sa_driver *d, sa_stream stream) {
-  HOST_WAIT_OP(SA_HOST_FN_STREAM_SYNCHRONIZE, refused_while_capturing(d, stream) != SA_OK
+static sa_status host_stream_synchronize(sa_driver *drv, sa_stream stream) {
+  HOST_WAIT_OP(SA_HOST_FN_STREAM_SYNCHRONIZE, refused_while_capturing(drv, stream) != SA_OK
                                                   ? SA_ERR_STREAM_CAPTURING
-                                                  : sa_sim_stream_synchronize(stream, d->device));
+                                                  : sa_sim_stream_synchronize(stream, drv->device));
 }
 
-static sa_status host_stream_capture_check(sa_driver *d, sa_stream stream) {
+static sa_status host_stream_capture_check(sa_driver *drv, sa_stream stream) {
   sa_sim_lock();
-  sa_status st = refused_while_capturing(d, stream);
+  sa_status st = refused_while_capturing(drv, stream);
   sa_sim_unlock();
   return st;
 }
 
 /* The thread's current device is its own (no lock): a thread that never
- * set one, like a CUDA thread with no context, takes NULL as d's. */
-static sa_status host_legacy_stream_check(sa_driver *d, sa_stream stream) {
+ * set one, like a CUDA thread with no context, takes NULL as drv's. */
+static sa_status host_legacy_stream_check(sa_driver *drv, sa_stream stream) {
   int current = sa_sim_current_device();
-  if (stream != NULL || current < 0 || current == d->device) return SA_OK;
+  if (stream != NULL || current < 0 || current == drv->device) return SA_OK;
   sa_driver_set_errorf(EXDEV,
                        "host: NULL stream of another device: it names the default stream of "
                        "device %d, current on this thread, not device %d's; pass a stream of "
                        "device %d or make device %d current",
-                       current, d->device, d->device, d->device);
+                       current, drv->device, drv->device, drv->device);
   return SA_ERR_UNKNOWN_STREAM;
 }
 
-static sa_status host_stream_validate(sa_driver *d, sa_stream stream) {
+static sa_status host_stream_validate(sa_driver *drv, sa_stream stream) {
   sa_sim_lock();
   sa_status st = sa_sim_fault_enter(SA_HOST_FN_STREAM_VALIDATE);
-  if (st == SA_OK) st = host_legacy_stream_check(d, stream);
+  if (st == SA_OK) st = host_legacy_stream_check(drv, stream);
   if (st != SA_OK) {
     sa_sim_unlock();
     return st;
   }
-  const sa_sim_stream *s = sa_sim_stream_for_call(stream, d->device, "stream_validate");
+  const sa_sim_stream *s = sa_sim_stream_for_call(stream, drv->device, "stream_validate");
   if (s == NULL) {
     st = SA_ERR_UNKNOWN_STREAM;
-  } else if (!sa_sim_stream_on_device(s, d->device)) {
+  } else if (!sa_sim_stream_on_device(s, drv->device)) {
     /* As on CUDA, where it is a stream of another context. */
     st = sa_sim_fail(SA_ERR_UNKNOWN_STREAM, EXDEV, "host: stream of another device");
   } else {
-    st = refused_while_capturing(d, stream);
+    st = refused_while_capturing(drv, stream);
   }
   sa_sim_unlock();
   return st;
 }
 
-static sa_status host_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
-  HOST_OP(SA_HOST_FN_STREAM_ID, refused_while_capturing(d, stream) != SA_OK
+static sa_status host_stream_id(sa_driver *drv, sa_stream stream, uint64_t *id) {
+  HOST_OP(SA_HOST_FN_STREAM_ID, refused_while_capturing(drv, stream) != SA_OK
                                     ? SA_ERR_STREAM_CAPTURING
-                                    : sa_sim_stream_id(stream, d->device, id));
+                                    : sa_sim_stream_id(stream, drv->device, id));
 }
 
-static sa_status host_device_synchronize(sa_driver *d) {
+static sa_status host_device_synchronize(sa_driver *drv) {
   HOST_OP(SA_HOST_FN_DEVICE_SYNCHRONIZE,
           sa_sim_capture_device_wide() != SA_OK
               ? SA_ERR_STREAM_CAPTURING
-              : (sa_sim_device_synchronize(d->device), SA_OK));
+              : (sa_sim_device_synchronize(drv->device), SA_OK));
 }
 
 /* The thread-local current device stands for the current context. */
-static sa_status host_call_in_context(sa_driver *d, sa_status (*fn)(void *arg), void *arg) {
+static sa_status host_call_in_context(sa_driver *drv, sa_status (*fn)(void *arg), void *arg) {
   int saved = sa_sim_current_device();
-  sa_sim_set_current_device(d->device);
+  sa_sim_set_current_device(drv->device);
   sa_status st = fn(arg);
   sa_sim_set_current_device(saved);
   return st;
@@ -227,50 +227,51 @@ static sa_status host_call_in_context(sa_driver *d, sa_status (*fn)(void *arg), 
 
 /* Peers must exist and be able to access this device's memory, as
  * cuDeviceCanAccessPeer says on CUDA. */
-static sa_status host_set_peer_access(sa_driver *d, uint64_t peers) {
-  host_driver *h = as_host(d);
+static sa_status host_set_peer_access(sa_driver *drv, uint64_t peers) {
+  host_driver *h = as_host(drv);
   sa_sim_lock();
   int n = sa_sim_device_count();
   if (peers == SA_PEER_ACCESS_ALL) peers = n < 64 ? ((uint64_t)1 << n) - 1 : UINT64_MAX;
-  peers &= ~((uint64_t)1 << d->device);
+  peers &= ~((uint64_t)1 << drv->device);
   sa_status st = SA_OK;
   for (int peer = 0; peer < 64 && st == SA_OK; peer++) {
     if (!(peers >> peer & 1)) continue;
     if (peer >= n) {
-      sa_driver_set_errorf(ENODEV, "host: peer_access names device %d, which does not exist (%d simulated)",
-                           peer, n);
+      sa_driver_set_errorf(
+          ENODEV, "host: peer_access names device %d, which does not exist (%d simulated)",
+          peer, n);
       st = SA_ERR_NO_DEVICE;
-    } else if (!sa_sim_can_access_peer(peer, d->device)) {
+    } else if (!sa_sim_can_access_peer(peer, drv->device)) {
       sa_driver_set_errorf(EPERM, "host: device %d cannot access the memory of device %d", peer,
-                           d->device);
+                           drv->device);
       st = SA_ERR_NOT_SUPPORTED;
     }
   }
-  if (st == SA_OK) h->access = peers | (sa_sim_devices)1 << d->device;
+  if (st == SA_OK) h->access = peers | (sa_sim_devices)1 << drv->device;
   sa_sim_unlock();
   return st;
 }
 
-static sa_status host_check_handout(sa_driver *d, uintptr_t p, size_t size, sa_stream stream) {
+static sa_status host_check_handout(sa_driver *drv, uintptr_t p, size_t size, sa_stream stream) {
   sa_sim_lock();
-  sa_status st = sa_sim_check_handout(p, size, stream, d->device);
+  sa_status st = sa_sim_check_handout(p, size, stream, drv->device);
   sa_sim_unlock();
   return st;
 }
 
-static sa_status host_stream_create(sa_driver *d, sa_stream *out) {
+static sa_status host_stream_create(sa_driver *drv, sa_stream *out) {
   sa_sim_lock();
-  sa_status st = sa_sim_stream_create(d->device, SA_HOST_AUTO, out);
+  sa_status st = sa_sim_stream_create(drv->device, SA_HOST_AUTO, out);
   sa_sim_unlock();
   return st;
 }
 
-static sa_status host_stream_destroy(sa_driver *d, sa_stream stream) {
-  (void)d;
+static sa_status host_stream_destroy(sa_driver *drv, sa_stream stream) {
+  (void)drv;
   return sa_host_stream_destroy(stream);
 }
 
-static sa_status host_memset32_async(sa_driver *d, uintptr_t dst, uint32_t value, size_t count,
+static sa_status host_memset32_async(sa_driver *drv, uintptr_t dst, uint32_t value, size_t count,
                                      sa_stream stream) {
   if (count > SIZE_MAX / 4) return SA_ERR_INVALID_ARGUMENT;
   size_t size = count * 4;
@@ -278,21 +279,25 @@ static sa_status host_memset32_async(sa_driver *d, uintptr_t dst, uint32_t value
   sa_status st;
   /* Like a kernel launch, it must name device memory the device may touch. */
   if (dst % 4 != 0 || !sa_sim_vmm_is_device(dst, size) ||
-      !sa_sim_vmm_accessible(dst, size, d->device)) {
-    st = sa_sim_fail(SA_ERR_DRIVER, EFAULT, "host: memset32_async of memory that is not mapped device memory this device may access");
+      !sa_sim_vmm_accessible(dst, size, drv->device)) {
+    st = sa_sim_fail(
+        SA_ERR_DRIVER, EFAULT,
+        "host: memset32_async of memory that is not mapped device memory this device may access");
   } else {
-    st = sa_sim_enqueue_kernel(stream, d->device, SA_SIM_OP_FILL, dst, size, value, NULL);
+    st = sa_sim_enqueue_kernel(stream, drv->device, SA_SIM_OP_FILL, dst, size, value, NULL);
   }
   sa_sim_unlock();
   return st;
 }
 
-static sa_status host_copy_to_host(sa_driver *d, void *dst, uintptr_t src, size_t size) {
+static sa_status host_copy_to_host(sa_driver *drv, void *dst, uintptr_t src, size_t size) {
   if (dst == NULL && size != 0) return SA_ERR_INVALID_ARGUMENT;
   sa_sim_lock();
   sa_status st = SA_OK;
-  if (!sa_sim_vmm_is_device(src, size) || !sa_sim_vmm_accessible(src, size, d->device)) {
-    st = sa_sim_fail(SA_ERR_DRIVER, EFAULT, "host: copy_to_host from memory that is not mapped device memory this device may access");
+  if (!sa_sim_vmm_is_device(src, size) || !sa_sim_vmm_accessible(src, size, drv->device)) {
+    st = sa_sim_fail(
+        SA_ERR_DRIVER, EFAULT,
+        "host: copy_to_host from memory that is not mapped device memory this device may access");
   } else if (size != 0) {
     memcpy(dst, (const void *)src, size);
   }
@@ -300,13 +305,13 @@ static sa_status host_copy_to_host(sa_driver *d, void *dst, uintptr_t src, size_
   return st;
 }
 
-static sa_status host_stream_begin_capture(sa_driver *d, sa_stream stream, int mode) {
-  (void)d;
+static sa_status host_stream_begin_capture(sa_driver *drv, sa_stream stream, int mode) {
+  (void)drv;
   return sa_host_stream_begin_capture(stream, (sa_host_capture_mode)mode);
 }
 
-static sa_status host_stream_end_capture(sa_driver *d, sa_stream stream) {
-  (void)d;
+static sa_status host_stream_end_capture(sa_driver *drv, sa_stream stream) {
+  (void)drv;
   return sa_host_stream_end_capture(stream);
 }
 

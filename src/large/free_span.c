@@ -141,13 +141,13 @@ uintptr_t sa__free_place(const sa_arena *a, const sa_span *sp, sa_want w) {
   return sp->size >= w.need ? sp->base : 0;
 }
 
-sa_span *sa__free_best_fit(const sa_arena *a, sa_want w, const sa_stream_arena *sa) {
+sa_span *sa__free_best_fit(const sa_arena *a, sa_want w, const sa_stream_arena *sarena) {
   sa_span *pick = NULL;
   sa_span *x = sa__fit_ceiling(a, w.need, 0);
   for (int i = 0; x != NULL && i < 16; i++, x = sa__fit_ceiling(a, x->size, x->base + 1)) {
     if (pick != NULL && x->size != pick->size) break;
     if (sa__free_place(a, x, w) == 0) continue;
-    if (sa__marks_clean_for(x, sa)) return x;
+    if (sa__marks_clean_for(x, sarena)) return x;
     if (pick == NULL) pick = x;
   }
   if (pick == NULL && w.align != 0) /* any span this large fits at a boundary */

@@ -43,9 +43,9 @@ sa_want sa__free_placement(const sa_arena *a, size_t size);
  * a run's top end, where growth extends it). 0 if it does not fit. */
 uintptr_t sa__free_place(const sa_arena *a, const sa_span *sp, sa_want w);
 /* The best fit for w: the smallest free span it fits in, the lowest
- * address first; among spans of that size, one sa's stream can use without
+ * address first; among spans of that size, one sarena's stream can use without
  * waiting if one of the first few is. */
-sa_span *sa__free_best_fit(const sa_arena *a, sa_want w, const sa_stream_arena *sa);
+sa_span *sa__free_best_fit(const sa_arena *a, sa_want w, const sa_stream_arena *sarena);
 /* Take w from the free span sp (out of the index, settled for the taker,
  * w fits) as the span returned; what lies before and after it stays free,
  * with sp's marks. Without memory for a descriptor more is taken. */

@@ -144,24 +144,24 @@ bool sa__marks_reached(sa_arena *a, sa_span *sp, sa_wait wait) {
   return kept == 0;
 }
 
-/* Does sa's stream order m's work by itself? Only a free's mark on sa's own
+/* Does sarena's stream order m's work by itself? Only a free's mark on sarena's own
  * timeline: a recorded mark's stream may have been destroyed and its
- * handle taken by sa's stream (a thread that knew the handle binds it to
+ * handle taken by sarena's stream (a thread that knew the handle binds it to
  * the old stream arena). */
-static bool ordered_by(const sa_mark *m, const sa_stream_arena *sa) {
-  return m->recorded == NULL && m->stream == sa;
+static bool ordered_by(const sa_mark *m, const sa_stream_arena *sarena) {
+  return m->recorded == NULL && m->stream == sarena;
 }
 
-bool sa__marks_clean_for(const sa_span *sp, const sa_stream_arena *sa) {
+bool sa__marks_clean_for(const sa_span *sp, const sa_stream_arena *sarena) {
   for (unsigned i = 0; i < sp->nmarks; i++)
-    if (!ordered_by(&sp->marks[i], sa) && !sa__mark_known_done(&sp->marks[i])) return false;
+    if (!ordered_by(&sp->marks[i], sarena) && !sa__mark_known_done(&sp->marks[i])) return false;
   return true;
 }
 
-sa_status sa__marks_settle(sa_arena *a, sa_span *sp, sa_stream_arena *sa) {
+sa_status sa__marks_settle(sa_arena *a, sa_span *sp, sa_stream_arena *sarena) {
   for (unsigned i = 0; i < sp->nmarks; i++) {
-    if (ordered_by(&sp->marks[i], sa)) continue;
-    sa_status st = mark_wait(a, &sp->marks[i], sa->stream);
+    if (ordered_by(&sp->marks[i], sarena)) continue;
+    sa_status st = mark_wait(a, &sp->marks[i], sarena->stream);
     if (st != SA_OK) return st;
   }
   return SA_OK;

@@ -39,13 +39,13 @@ bool sa__marks_join(sa_arena *a, sa_span *dst, sa_span *src);
 /* Drop the marks whose work completed (SA_WAIT: after waiting); true
  * when none is left. */
 bool sa__marks_reached(sa_arena *a, sa_span *sp, sa_wait wait);
-/* Can sa's stream use sp without waiting, as far as the host knows? */
-bool sa__marks_clean_for(const sa_span *sp, const sa_stream_arena *sa);
-/* Make sp safe for sa's stream: completion seen by a query or a device-side
- * wait for every mark sa's stream does not order by itself. The marks stay
+/* Can sarena's stream use sp without waiting, as far as the host knows? */
+bool sa__marks_clean_for(const sa_span *sp, const sa_stream_arena *sarena);
+/* Make sp safe for sarena's stream: completion seen by a query or a device-side
+ * wait for every mark sarena's stream does not order by itself. The marks stay
  * on sp (the caller drops them from the piece it hands out once this
  * succeeded): after a failed wait, every one of them still guards sp. */
-sa_status sa__marks_settle(sa_arena *a, sa_span *sp, sa_stream_arena *sa);
+sa_status sa__marks_settle(sa_arena *a, sa_span *sp, sa_stream_arena *sarena);
 /* Starts: where spans freed into a free span began, the latest few first,
  * so that freeing one again is told apart from freeing an interior address
  * (a double free older than them is reported as an invalid pointer;

@@ -269,7 +269,8 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
  * which are limits the user set, not targets to fill, nor with
  * SA_FLAG_EXACT_GROWTH. */
 static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
-  if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 || (a->cfg.flags & SA_FLAG_EXACT_GROWTH))
+  if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 ||
+      (a->cfg.flags & SA_FLAG_EXACT_GROWTH))
     return 0;
   int64_t live = atomic_load_explicit(&a->stats.xlive_bytes, memory_order_relaxed);
   if (live + (int64_t)request <= atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed))

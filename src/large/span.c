@@ -89,11 +89,11 @@ sa_status sa__span_prefill(sa_arena *a, size_t size) {
  * Allocation and free
  * ---------------------------------------------------------------------- */
 
-/* Make the free span *sp (out of the index) safe for sa's stream and carve
+/* Make the free span *sp (out of the index) safe for sarena's stream and carve
  * w from it into *sp. If a wait fails, *sp goes back to the index with
  * every mark still on it. */
-static sa_status take_settled(sa_arena *a, sa_span **sp, sa_stream_arena *sa, sa_want w) {
-  sa_status st = sa__marks_settle(a, *sp, sa);
+static sa_status take_settled(sa_arena *a, sa_span **sp, sa_stream_arena *sarena, sa_want w) {
+  sa_status st = sa__marks_settle(a, *sp, sarena);
   if (st != SA_OK) {
     sa__free_insert(a, *sp);
     return st;
@@ -102,7 +102,7 @@ static sa_status take_settled(sa_arena *a, sa_span **sp, sa_stream_arena *sa, sa
   return SA_OK;
 }
 
-sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t limit,
+sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size_t limit,
                          void **out) {
   if (size > a->range.size) return SA_ERR_OUT_OF_MEMORY;
   sa_want w = sa__free_placement(a, size);
@@ -110,16 +110,16 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t l
   sa_status st = sa__live_reserve(a);
   sa_span *sp = NULL;
   if (st == SA_OK) {
-    sp = sa__free_best_fit(a, w, sa);
+    sp = sa__free_best_fit(a, w, sarena);
     if (sp != NULL)
       sa__free_remove(a, sp);
     else
       st = sa__run_grow(a, w, limit, &sp);
   }
-  if (st == SA_OK) st = take_settled(a, &sp, sa, w);
+  if (st == SA_OK) st = take_settled(a, &sp, sarena, w);
   if (st == SA_OK) {
-    sp->owner = sa;
-    atomic_fetch_add_explicit(&sa->xspans, 1, memory_order_relaxed); /* keeps sa alive */
+    sp->owner = sarena;
+    atomic_fetch_add_explicit(&sarena->xspans, 1, memory_order_relaxed); /* keeps sarena alive */
     sp->request = size;
     atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_release);
     sa__live_insert(a, sp);
@@ -145,14 +145,14 @@ static bool spares_for_carve(sa_arena *a, unsigned nmarks) {
   return ok;
 }
 
-sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sa, size_t size,
+sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sarena, size_t size,
                                    sa_desc *holder, sa_span **out) {
   sa_want w = {size, (size_t)1 << a->range.page_shift, true};
   *out = NULL;
-  sa_span *sp = sa__free_best_fit(a, w, sa);
+  sa_span *sp = sa__free_best_fit(a, w, sarena);
   if (sp == NULL || !spares_for_carve(a, sp->nmarks)) return SA_OK;
   sa__free_remove(a, sp);
-  sa_status st = take_settled(a, &sp, sa, w);
+  sa_status st = take_settled(a, &sp, sarena, w);
   if (st != SA_OK) return st;
   sp->owner = NULL; /* a name only, and no stream's: sa__span_forget_doomed */
   sp->request = 0;
@@ -176,11 +176,12 @@ void sa__span_give_back_superblock(sa_arena *a, sa_span *sp) {
 /* Why p, in the reserved range, is not a live span's start: a span freed
  * before (it may have merged into a larger free span), or not a start. */
 static sa_status not_live(const sa_arena *a, uintptr_t p) {
-  sa_desc *d = sa__pagemap_get(&a->range, p);
-  if (d == NULL || d->kind != SA_DESC_RUN) return SA_ERR_INVALID_POINTER;
-  for (const sa_span *sp = ((const sa_run *)d)->first; sp != NULL; sp = sp->next) {
+  sa_desc *desc = sa__pagemap_get(&a->range, p);
+  if (desc == NULL || desc->kind != SA_DESC_RUN) return SA_ERR_INVALID_POINTER;
+  for (const sa_span *sp = ((const sa_run *)desc)->first; sp != NULL; sp = sp->next) {
     if (p - sp->base >= sp->size) continue;
-    return sa__span_is_free(sp) && sa__starts_has(sp, p) ? SA_ERR_DOUBLE_FREE : SA_ERR_INVALID_POINTER;
+    return sa__span_is_free(sp) && sa__starts_has(sp, p) ? SA_ERR_DOUBLE_FREE
+                                                         : SA_ERR_INVALID_POINTER;
   }
   return SA_ERR_INVALID_POINTER;
 }
@@ -291,7 +292,8 @@ static void span_check_one(const sa_arena *a, const sa_run *r, const sa_span *sp
     SA_CHECK(SPAN, sp->holder == NULL, "a free span holds no superblock");
     SA_CHECK(SPAN, sa__fit_ceiling(a, sp->size, sp->base) == sp,
              "a free span is in the fit index");
-    SA_CHECK(SPAN, sa__pagemap_get(&a->range, sp->base) == &r->hdr, "a free span's page names its run");
+    SA_CHECK(SPAN, sa__pagemap_get(&a->range, sp->base) == &r->hdr,
+             "a free span's page names its run");
     sa__marks_check(sp);
     *free_bytes += sp->size;
     (*nfree)++;
@@ -305,7 +307,8 @@ static void span_check_one(const sa_arena *a, const sa_run *r, const sa_span *sp
   }
   SA_CHECK(SPAN, sp->owner != NULL, "a live span has an owner");
   SA_CHECK(SPAN, sa__live_find(a, sp->base) == sp, "a live span is in the live map");
-  SA_CHECK(SPAN, sa__pagemap_get(&a->range, sp->base) == &r->hdr, "a live span's page names its run");
+  SA_CHECK(SPAN, sa__pagemap_get(&a->range, sp->base) == &r->hdr,
+           "a live span's page names its run");
   (*nlive)++;
 }
 

@@ -93,7 +93,7 @@ typedef struct sa_spans_s {
 } sa_spans;
 
 /* Sizes in bytes; limit: the physical bytes growth may reach. */
-sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sa, size_t size, size_t limit,
+sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size_t limit,
                          void **out);
 /* Map size bytes (rounded up to the granularity) as one free span
  * (initial_physical); takes the arena lock. */
@@ -121,11 +121,11 @@ size_t sa__span_unmap_free(sa_arena *a, size_t need, sa_wait wait);
 void sa__span_forget_doomed(sa_arena *a);
 /* Free span bytes whose work is known done (no driver call), for reports. */
 size_t sa__span_clean_bytes(const sa_arena *a);
-/* A superblock of size bytes (a multiple of the page map's unit) for sa's
+/* A superblock of size bytes (a multiple of the page map's unit) for sarena's
  * stream, carved in free span memory at a page boundary, as it is mapped:
- * behind sa's stream's wait for the span's marks, its pages naming holder.
+ * behind sarena's stream's wait for the span's marks, its pages naming holder.
  * *out NULL (SA_OK) if no free span holds it; a failed wait's status. */
-sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sa, size_t size,
+sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sarena, size_t size,
                                    sa_desc *holder, sa_span **out);
 /* The superblock's span is free again, no work on it pending (its event
  * completed), its pages the run's. */

@@ -51,9 +51,9 @@ static unsigned slot_for(const sa_timeline *tl, uint64_t t) {
   return best;
 }
 
-void sa__timeline_check(const sa_stream_arena *sa) {
+void sa__timeline_check(const sa_stream_arena *sarena) {
   static const char TIMELINE[] = "timeline";
-  const sa_timeline *tl = &sa->timeline;
+  const sa_timeline *tl = &sarena->timeline;
   SA_CHECK(TIMELINE, tl->done <= tl->next, "done <= next");
   for (unsigned k = 0; k < SA_TIMELINE_EVENTS; k++) {
     uint64_t t = tl->ticket[k];
@@ -68,8 +68,8 @@ void sa__timeline_check(const sa_stream_arena *sa) {
 
 /* sa__timeline_mark's work: the next ticket, and its slot's event
  * recorded for it. */
-static sa_status mark(sa_arena *a, sa_stream_arena *sa, uint64_t *ticket) {
-  sa_timeline *tl = &sa->timeline;
+static sa_status mark(sa_arena *a, sa_stream_arena *sarena, uint64_t *ticket) {
+  sa_timeline *tl = &sarena->timeline;
   uint64_t t = tl->next + 1;
   unsigned k = (unsigned)(t % SA_TIMELINE_EVENTS);
   bool fresh = tl->ev[k] == NULL;
@@ -78,7 +78,7 @@ static sa_status mark(sa_arena *a, sa_stream_arena *sa, uint64_t *ticket) {
     if (st != SA_OK) return st;
   }
   bool in_flight = tl->ticket[k] > tl->done;
-  sa_status st = a->drv->ops->event_record(a->drv, tl->ev[k], sa->stream);
+  sa_status st = a->drv->ops->event_record(a->drv, tl->ev[k], sarena->stream);
   if (st == SA_ERR_STREAM_CAPTURING) {
     /* Refused before the driver saw it: the slot still marks its ticket. */
     if (fresh) {
@@ -101,42 +101,42 @@ static sa_status mark(sa_arena *a, sa_stream_arena *sa, uint64_t *ticket) {
   return SA_OK;
 }
 
-sa_status sa__timeline_mark(sa_arena *a, sa_stream_arena *sa, uint64_t *ticket) {
-  sa_status st = mark(a, sa, ticket);
-  SA_VALIDATE(sa__timeline_check(sa));
+sa_status sa__timeline_mark(sa_arena *a, sa_stream_arena *sarena, uint64_t *ticket) {
+  sa_status st = mark(a, sarena, ticket);
+  SA_VALIDATE(sa__timeline_check(sarena));
   return st;
 }
 
-bool sa__timeline_known_done(const sa_stream_arena *sa, uint64_t t) {
-  return sa->synced || t <= sa->timeline.done;
+bool sa__timeline_known_done(const sa_stream_arena *sarena, uint64_t t) {
+  return sarena->synced || t <= sarena->timeline.done;
 }
 
-sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sa, uint64_t t, sa_wait wait) {
-  if (sa__timeline_known_done(sa, t)) return SA_OK;
-  sa_timeline *tl = &sa->timeline;
+sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sarena, uint64_t t, sa_wait wait) {
+  if (sa__timeline_known_done(sarena, t)) return SA_OK;
+  sa_timeline *tl = &sarena->timeline;
   unsigned k = slot_for(tl, t);
   if (k == SA_TIMELINE_EVENTS) return SA_ERR_INTERNAL; /* a ticket never handed out */
   sa_status st = wait == SA_WAIT ? a->drv->ops->event_synchronize(a->drv, tl->ev[k])
                       : a->drv->ops->event_query(a->drv, tl->ev[k]);
   if (st == SA_OK) advance(a, tl, tl->ticket[k]);
-  SA_VALIDATE(sa__timeline_check(sa));
+  SA_VALIDATE(sa__timeline_check(sarena));
   return st;
 }
 
-sa_status sa__timeline_wait(sa_arena *a, sa_stream_arena *sa, uint64_t t, sa_stream on) {
-  sa_status st = sa__timeline_reached(a, sa, t, SA_QUERY);
+sa_status sa__timeline_wait(sa_arena *a, sa_stream_arena *sarena, uint64_t t, sa_stream on) {
+  sa_status st = sa__timeline_reached(a, sarena, t, SA_QUERY);
   if (st != SA_ERR_NOT_READY) return st;
-  unsigned k = slot_for(&sa->timeline, t);
-  return a->drv->ops->stream_wait_event(a->drv, on, sa->timeline.ev[k]);
+  unsigned k = slot_for(&sarena->timeline, t);
+  return a->drv->ops->stream_wait_event(a->drv, on, sarena->timeline.ev[k]);
 }
 
-void sa__timeline_release(sa_arena *a, sa_stream_arena *sa) {
-  sa_timeline *tl = &sa->timeline;
+void sa__timeline_release(sa_arena *a, sa_stream_arena *sarena) {
+  sa_timeline *tl = &sarena->timeline;
   advance(a, tl, tl->next);
   for (unsigned k = 0; k < SA_TIMELINE_EVENTS; k++) {
     if (tl->ev[k] != NULL) sa__event_put(a, tl->ev[k]);
     tl->ev[k] = NULL;
     tl->ticket[k] = 0;
   }
-  SA_VALIDATE(sa__timeline_check(sa));
+  SA_VALIDATE(sa__timeline_check(sarena));
 }

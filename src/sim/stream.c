@@ -247,7 +247,8 @@ void sa_sim_settle(void) {
     moved = 0;
     for (size_t slot = 0; slot < tab.nslots; slot++) {
       sa_sim_stream *s = sa_sim_stream_at(slot);
-      if (s != NULL && s->mode == SA_HOST_AUTO && s->head < s->tail && run(s, SIZE_MAX) > 0) moved = 1;
+      if (s != NULL && s->mode == SA_HOST_AUTO && s->head < s->tail && run(s, SIZE_MAX) > 0)
+        moved = 1;
     }
   } while (moved);
   for (size_t slot = SA_SIM_FIRST_USER_SLOT; slot < tab.nslots; slot++) {
@@ -366,7 +367,8 @@ sa_status sa_sim_stream_destroy(sa_stream handle) {
 void sa_sim_device_synchronize(int device) {
   for (size_t slot = 0; slot < tab.nslots; slot++) {
     sa_sim_stream *s = sa_sim_stream_at(slot);
-    if (s != NULL && (device < 0 || sa_sim_stream_on_device(s, device))) sa_sim_drive(s, s->enqueued);
+    if (s != NULL && (device < 0 || sa_sim_stream_on_device(s, device)))
+      sa_sim_drive(s, s->enqueued);
   }
   sa_sim_settle();
 }
@@ -418,7 +420,8 @@ sa_status sa_sim_enqueue_kernel(sa_stream handle, int device, sa_sim_op_kind kin
   sa_sim_stream *s = sa_sim_stream_lookup(handle, device);
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
   if (!sa_sim_stream_on_device(s, device)) {
-    return sa_sim_fail(SA_ERR_UNKNOWN_STREAM, EINVAL, "host: kernel of one device on a stream of another");
+    return sa_sim_fail(SA_ERR_UNKNOWN_STREAM, EINVAL,
+                       "host: kernel of one device on a stream of another");
   }
   if (s->capture != SA_HOST_CAPTURE_NONE) return SA_OK; /* into the graph, not run now */
   if (sa_sim_ops_reserve(s) != SA_OK) return SA_ERR_OUT_OF_MEMORY;

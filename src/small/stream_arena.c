@@ -54,60 +54,61 @@
  * is done (sa_stream_release synchronized its stream). */
 typedef enum gone_work_e { GONE_WORK_UNKNOWN, GONE_WORK_DONE } gone_work;
 
-static void mark_gone(sa_arena *a, sa_stream_arena *sa, gone_work work);
+static void mark_gone(sa_arena *a, sa_stream_arena *sarena, gone_work work);
 
 /* Is anything here still unfenced? Lock held. */
-static bool any_unfenced(sa_stream_arena *sa) {
-  if (sa->parked != NULL) return true;
-  for (const sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next)
-    if (sb->event == NULL && !sa__empty_clean(sa, sb)) return true;
+static bool any_unfenced(sa_stream_arena *sarena) {
+  if (sarena->parked != NULL) return true;
+  for (const sa_superblock *sb = sarena->empty; sb != NULL; sb = sb->next)
+    if (sb->event == NULL && !sa__empty_clean(sarena, sb)) return true;
   return false;
 }
 
-sa_status sa__stream_arena_fence(sa_stream_arena *sa, bool *renamed) {
+sa_status sa__stream_arena_fence(sa_stream_arena *sarena, bool *renamed) {
   /* What waits here was freed on this stream arena's stream; a new stream
    * that got its handle must not stand in for it. A query that failed says
-   * neither: the call fails, and sa stays as it is. */
+   * neither: the call fails, and sarena stays as it is. */
   uint64_t sid;
-  sa_arena *a = sa->arena;
-  sa_status st = a->drv->ops->stream_id(a->drv, sa->stream, &sid);
-  *renamed = st == SA_ERR_UNKNOWN_STREAM || (st == SA_OK && sid != sa->sid);
+  sa_arena *a = sarena->arena;
+  sa_status st = a->drv->ops->stream_id(a->drv, sarena->stream, &sid);
+  *renamed = st == SA_ERR_UNKNOWN_STREAM || (st == SA_OK && sid != sarena->sid);
   if (*renamed) {
-    mark_gone(a, sa, GONE_WORK_UNKNOWN);
+    mark_gone(a, sarena, GONE_WORK_UNKNOWN);
     return SA_OK;
   }
   if (st != SA_OK) return st;
-  pthread_mutex_lock(&sa->lock);
+  pthread_mutex_lock(&sarena->lock);
   sa_deferred *out = NULL;
-  if (!sa__stream_arena_gone_locked(sa)) {
-    atomic_store_explicit(&sa->xunfenced, false, memory_order_relaxed);
-    for (sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next) (void)sa__empty_fence(sa, sb, true);
-    out = sa__batches_unpark(sa, SA_UNPARK_FENCE);
-    if (any_unfenced(sa)) atomic_store_explicit(&sa->xunfenced, true, memory_order_relaxed);
+  if (!sa__stream_arena_gone_locked(sarena)) {
+    atomic_store_explicit(&sarena->xunfenced, false, memory_order_relaxed);
+    for (sa_superblock *sb = sarena->empty; sb != NULL; sb = sb->next)
+      (void)sa__empty_fence(sarena, sb, true);
+    out = sa__batches_unpark(sarena, SA_UNPARK_FENCE);
+    if (any_unfenced(sarena)) atomic_store_explicit(&sarena->xunfenced, true, memory_order_relaxed);
   }
-  pthread_mutex_unlock(&sa->lock);
+  pthread_mutex_unlock(&sarena->lock);
   sa__batches_push_all(out);
   return SA_OK;
 }
 
-uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_block *out,
+uint32_t sa__stream_arena_take(sa_stream_arena *sarena, unsigned cls, sa_cached_block *out,
                                uint32_t want, size_t limit, sa_status *st) {
   uint32_t got = 0;
   *st = SA_OK;
-  pthread_mutex_lock(&sa->lock);
-  if (sa->pending != NULL || !CK_STACK_ISEMPTY(&sa->inbox))
-    sa__batches_drain(sa, SA_DRAIN_COMPLETED, SA_NAMED);
+  pthread_mutex_lock(&sarena->lock);
+  if (sarena->pending != NULL || !CK_STACK_ISEMPTY(&sarena->inbox))
+    sa__batches_drain(sarena, SA_DRAIN_COMPLETED, SA_NAMED);
   while (got < want) {
-    sa_superblock *sb = sa->bins[cls];
-    if (sb == NULL && sa->pending != NULL) {
+    sa_superblock *sb = sarena->bins[cls];
+    if (sb == NULL && sarena->pending != NULL) {
       /* Waiting on the device beats growing. */
-      sa__batches_drain(sa, SA_DRAIN_ALL, SA_NAMED);
-      sb = sa->bins[cls];
+      sa__batches_drain(sarena, SA_DRAIN_ALL, SA_NAMED);
+      sb = sarena->bins[cls];
     }
     if (sb == NULL) {
-      *st = sa__superblock_acquire(sa, cls, limit, &sb);
+      *st = sa__superblock_acquire(sarena, cls, limit, &sb);
       if (*st != SA_OK) break;
-      sa__stream_bin_insert(sa, sb);
+      sa__stream_bin_insert(sarena, sb);
     }
     _Atomic uint8_t *state = sb->state;
     while (got < want && (sb->nfree > 0 || sb->bump < sb->nblocks)) {
@@ -119,52 +120,54 @@ uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_bloc
       out[got].state = &state[idx];
       got++;
     }
-    if (sb->nfree == 0 && sb->bump == sb->nblocks) sa__stream_bin_remove(sa, sb);
+    if (sb->nfree == 0 && sb->bump == sb->nblocks) sa__stream_bin_remove(sarena, sb);
   }
-  SA_VALIDATE_PACED(&sa->pace, sa__stream_arena_check(sa));
-  pthread_mutex_unlock(&sa->lock);
+  SA_VALIDATE_PACED(&sarena->pace, sa__stream_arena_check(sarena));
+  pthread_mutex_unlock(&sarena->lock);
   return got;
 }
 
 /* Give back what this stream holds without live blocks: empty superblocks
  * that are fenced or clean to the global stack. Lock held. */
-static void shed_locked(sa_stream_arena *sa, sa_named named) {
-  sa__batches_drain(sa, SA_DRAIN_COMPLETED, named);
-  for (sa_superblock **psb = &sa->empty; *psb != NULL;) {
+static void shed_locked(sa_stream_arena *sarena, sa_named named) {
+  sa__batches_drain(sarena, SA_DRAIN_COMPLETED, named);
+  for (sa_superblock **psb = &sarena->empty; *psb != NULL;) {
     sa_superblock *sb = *psb;
-    if (!sa__empty_fence(sa, sb, named)) {
+    if (!sa__empty_fence(sarena, sb, named)) {
       psb = &sb->next;
       continue;
     }
     *psb = sb->next;
-    sa->nempty--;
-    sa__empty_to_global(sa, sb);
+    sarena->nempty--;
+    sa__empty_to_global(sarena, sb);
   }
 }
 
-void sa__stream_arena_shed(sa_stream_arena *sa, sa_named named) {
-  pthread_mutex_lock(&sa->lock);
-  sa_deferred *clean = sa__batches_unpark(sa, SA_UNPARK_CLEAN);
-  shed_locked(sa, named);
-  pthread_mutex_unlock(&sa->lock);
+void sa__stream_arena_shed(sa_stream_arena *sarena, sa_named named) {
+  pthread_mutex_lock(&sarena->lock);
+  sa_deferred *clean = sa__batches_unpark(sarena, SA_UNPARK_CLEAN);
+  shed_locked(sarena, named);
+  pthread_mutex_unlock(&sarena->lock);
   sa__batches_push_all(clean);
 }
 
 /* ---- the arena's list of stream arenas ---------------------------------- */
 
-/* Can sa be freed? Only once it is gone: then nothing new can come to
+/* Can sarena be freed? Only once it is gone: then nothing new can come to
  * refer to it (lookups skip it, and every path that adds a block, span,
  * batch or entry to it starts from one of these), so all zero stays zero.
  * Its lock held. */
-static bool reapable(sa_stream_arena *sa) {
-  return sa__stream_arena_gone_locked(sa) && atomic_load_explicit(&sa->xentries, memory_order_acquire) == 0 &&
-         atomic_load_explicit(&sa->xspans, memory_order_acquire) == 0 && sa->nsuperblocks == 0 &&
-         sa->parked == NULL && sa->pending == NULL && CK_STACK_ISEMPTY(&sa->inbox);
+static bool reapable(sa_stream_arena *sarena) {
+  return sa__stream_arena_gone_locked(sarena) &&
+         atomic_load_explicit(&sarena->xentries, memory_order_acquire) == 0 &&
+         atomic_load_explicit(&sarena->xspans, memory_order_acquire) == 0 &&
+         sarena->nsuperblocks == 0 && sarena->parked == NULL && sarena->pending == NULL &&
+         CK_STACK_ISEMPTY(&sarena->inbox);
 }
 
-static void stream_arena_free(sa_stream_arena *sa) {
-  pthread_mutex_destroy(&sa->lock);
-  free(sa);
+static void stream_arena_free(sa_stream_arena *sarena) {
+  pthread_mutex_destroy(&sarena->lock);
+  free(sarena);
 }
 
 /* The arena's list: arena lock, and streams.rw held for writing to unlink. */
@@ -184,13 +187,14 @@ void sa__stream_arenas_reap(sa_arena *a) {
    * or it holds its superblocks (and stays) until a reclaim. All are shed
    * before any is judged: a shed hands unparked batches to their owners'
    * inboxes, which may be gone ones of this list. */
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->gone_next) sa__stream_arena_shed(sa, SA_UNNAMED);
+  for (sa_stream_arena *sarena = head; sarena != NULL; sarena = sarena->gone_next)
+    sa__stream_arena_shed(sarena, SA_UNNAMED);
   size_t n = 0;
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->gone_next) {
-    pthread_mutex_lock(&sa->lock); /* whoever was inside has left */
-    sa->doomed = reapable(sa);
-    pthread_mutex_unlock(&sa->lock);
-    n += sa->doomed;
+  for (sa_stream_arena *sarena = head; sarena != NULL; sarena = sarena->gone_next) {
+    pthread_mutex_lock(&sarena->lock); /* whoever was inside has left */
+    sarena->doomed = reapable(sarena);
+    pthread_mutex_unlock(&sarena->lock);
+    n += sarena->doomed;
   }
   sa_stream_arena *dead = NULL;
   if (n > 0) {
@@ -199,24 +203,24 @@ void sa__stream_arenas_reap(sa_arena *a) {
      * (forgotten) and in marks that wait for their work (then they stay).
      * One query of an unreleased one's latest ticket says if all is done. */
     bool freed_spans = false;
-    for (sa_stream_arena *sa = a->streams.gone; sa != NULL; sa = sa->gone_next) {
-      if (!sa->doomed || sa->timeline.next == 0) continue;
+    for (sa_stream_arena *sarena = a->streams.gone; sarena != NULL; sarena = sarena->gone_next) {
+      if (!sarena->doomed || sarena->timeline.next == 0) continue;
       freed_spans = true;
-      if (!sa->synced) (void)sa__timeline_reached(a, sa, sa->timeline.next, SA_QUERY);
+      if (!sarena->synced) (void)sa__timeline_reached(a, sarena, sarena->timeline.next, SA_QUERY);
     }
     if (freed_spans) sa__span_forget_doomed(a);
     for (sa_stream_arena **p = &a->streams.gone; *p != NULL;) {
-      sa_stream_arena *sa = *p;
-      if (!sa->doomed) {
-        p = &sa->gone_next;
+      sa_stream_arena *sarena = *p;
+      if (!sarena->doomed) {
+        p = &sarena->gone_next;
         continue;
       }
-      sa__timeline_release(a, sa); /* nothing waits on its events any more */
+      sa__timeline_release(a, sarena); /* nothing waits on its events any more */
       atomic_fetch_sub_explicit(&a->streams.xgone, 1, memory_order_relaxed);
-      *p = sa->gone_next;
-      streams_unlink(&a->streams.list, sa);
-      sa->next = dead;
-      dead = sa;
+      *p = sarena->gone_next;
+      streams_unlink(&a->streams.list, sarena);
+      sarena->next = dead;
+      dead = sarena;
     }
     pthread_mutex_unlock(&a->lock);
   }
@@ -238,35 +242,35 @@ void sa__stream_arenas_reap(sa_arena *a) {
 
 /* The index made at the first stream; doubled past one per bucket, unless
  * host memory is short (longer chains then, nothing lost). */
-static sa_status live_insert(sa_arena *a, sa_stream_arena *sa) {
+static sa_status live_insert(sa_arena *a, sa_stream_arena *sarena) {
   sa_chain_table *t = &a->streams.live_index;
   if (t->heads == NULL) {
     if (!sa__chain_create(t, LIVE_FIRST_BITS, LIVE_KEY_SHIFT)) return SA_ERR_OUT_OF_MEMORY;
   } else if (t->n >= sa__chain_buckets(t)) {
     (void)sa__chain_double(t);
   }
-  sa->live_link.key = (uintptr_t)sa->stream;
-  sa__chain_push(t, &sa->live_link);
+  sarena->live_link.key = (uintptr_t)sarena->stream;
+  sa__chain_push(t, &sarena->live_link);
   return SA_OK;
 }
 
-/* sa is gone from now on; with synced, its work is known done. Takes its
+/* sarena is gone from now on; with synced, its work is known done. Takes its
  * lock and the arena lock. */
-static void mark_gone(sa_arena *a, sa_stream_arena *sa, gone_work work) {
-  pthread_mutex_lock(&sa->lock);
+static void mark_gone(sa_arena *a, sa_stream_arena *sarena, gone_work work) {
+  pthread_mutex_lock(&sarena->lock);
   pthread_mutex_lock(&a->lock);
-  if (!sa__stream_arena_gone_locked(sa)) {
-    sa->synced = work == GONE_WORK_DONE;
-    atomic_store_explicit(&sa->xgone, true, memory_order_release);
-    sa__chain_remove(&a->streams.live_index, &sa->live_link); /* never looked up again */
-    sa->gone_next = a->streams.gone; /* for reap */
-    a->streams.gone = sa;
+  if (!sa__stream_arena_gone_locked(sarena)) {
+    sarena->synced = work == GONE_WORK_DONE;
+    atomic_store_explicit(&sarena->xgone, true, memory_order_release);
+    sa__chain_remove(&a->streams.live_index, &sarena->live_link); /* never looked up again */
+    sarena->gone_next = a->streams.gone; /* for reap */
+    a->streams.gone = sarena;
     atomic_fetch_add_explicit(&a->streams.xgone, 1, memory_order_release);
     atomic_fetch_add_explicit(&a->xstream_epoch, 1, memory_order_release);
-    if (sa->synced) sa__timeline_release(a, sa); /* its work is done: spans need not wait */
+    if (sarena->synced) sa__timeline_release(a, sarena); /* its work is done: spans need not wait */
   }
   pthread_mutex_unlock(&a->lock);
-  pthread_mutex_unlock(&sa->lock);
+  pthread_mutex_unlock(&sarena->lock);
 }
 
 /* The live stream arena with handle s (arena lock held). */
@@ -275,8 +279,8 @@ static sa_stream_arena *find_live(sa_arena *a, sa_stream s) {
   return sa__chain_entry(l, sa_stream_arena, live_link);
 }
 
-void sa__stream_arena_unbind(sa_stream_arena *sa) {
-  atomic_fetch_sub_explicit(&sa->xentries, 1, memory_order_release);
+void sa__stream_arena_unbind(sa_stream_arena *sarena) {
+  atomic_fetch_sub_explicit(&sarena->xentries, 1, memory_order_release);
 }
 
 sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out) {
@@ -287,15 +291,15 @@ sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out) 
   sa_stream_arena *fresh = NULL;
   for (;;) {
     pthread_mutex_lock(&a->lock);
-    sa_stream_arena *sa = find_live(a, s);
-    if (sa != NULL && sa->sid == sid) {
-      atomic_fetch_add_explicit(&sa->xentries, 1, memory_order_relaxed);
+    sa_stream_arena *sarena = find_live(a, s);
+    if (sarena != NULL && sarena->sid == sid) {
+      atomic_fetch_add_explicit(&sarena->xentries, 1, memory_order_relaxed);
       pthread_mutex_unlock(&a->lock);
       if (fresh != NULL) stream_arena_free(fresh); /* another thread won the race */
-      *out = sa;
+      *out = sarena;
       return SA_OK;
     }
-    if (sa == NULL && fresh != NULL) {
+    if (sarena == NULL && fresh != NULL) {
       if (live_insert(a, fresh) != SA_OK) {
         pthread_mutex_unlock(&a->lock);
         stream_arena_free(fresh);
@@ -309,15 +313,15 @@ sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out) 
     }
     /* Held while it is marked gone below: another thread that meets the
      * new stream may mark it gone first and reap it. */
-    if (sa != NULL) atomic_fetch_add_explicit(&sa->xentries, 1, memory_order_relaxed);
+    if (sarena != NULL) atomic_fetch_add_explicit(&sarena->xentries, 1, memory_order_relaxed);
     pthread_mutex_unlock(&a->lock);
-    if (sa != NULL) {
+    if (sarena != NULL) {
       /* The handle names a new stream: the old one was destroyed without
        * sa_stream_release. Its stream arena keeps what it holds (never
        * inherited by this stream) until a device sync settles it. */
-      sa__hook(SA_HOOK_HANDLE_REUSED, sa);
-      mark_gone(a, sa, GONE_WORK_UNKNOWN);
-      sa__stream_arena_unbind(sa);
+      sa__hook(SA_HOOK_HANDLE_REUSED, sarena);
+      mark_gone(a, sarena, GONE_WORK_UNKNOWN);
+      sa__stream_arena_unbind(sarena);
       continue;
     }
     sa__stream_arenas_reap(a); /* a new stream: free gone ones first */
@@ -338,13 +342,14 @@ void sa__stream_arenas_settle(sa_arena *a) {
   sa_stream_arena *head = a->streams.list; /* only reap unlinks, under streams.rw */
   pthread_mutex_unlock(&a->lock);
   /* Parked batches first: they land in other stream arenas' inboxes. */
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) {
-    pthread_mutex_lock(&sa->lock);
-    sa_deferred *clean = sa__batches_unpark(sa, SA_UNPARK_CLEAN);
-    pthread_mutex_unlock(&sa->lock);
+  for (sa_stream_arena *sarena = head; sarena != NULL; sarena = sarena->next) {
+    pthread_mutex_lock(&sarena->lock);
+    sa_deferred *clean = sa__batches_unpark(sarena, SA_UNPARK_CLEAN);
+    pthread_mutex_unlock(&sarena->lock);
     sa__batches_push_all(clean);
   }
-  for (sa_stream_arena *sa = head; sa != NULL; sa = sa->next) sa__stream_arena_shed(sa, SA_UNNAMED);
+  for (sa_stream_arena *sarena = head; sarena != NULL; sarena = sarena->next)
+    sa__stream_arena_shed(sarena, SA_UNNAMED);
   pthread_rwlock_unlock(&a->streams.rw);
   sa__stream_arenas_reap(a);
 }
@@ -363,39 +368,40 @@ sa_status sa__stream_arena_release(sa_arena *a, sa_stream s, sa_stream_arena **o
    * a later one finds s forgotten. */
   sa__record_forget_begin(a);
   pthread_mutex_lock(&a->lock);
-  sa_stream_arena *sa = find_live(a, s);
-  if (sa != NULL) atomic_fetch_add_explicit(&sa->xentries, 1, memory_order_relaxed);
+  sa_stream_arena *sarena = find_live(a, s);
+  if (sarena != NULL) atomic_fetch_add_explicit(&sarena->xentries, 1, memory_order_relaxed);
   pthread_mutex_unlock(&a->lock);
   sa_status st = SA_OK;
-  if (sa != NULL) {
+  if (sarena != NULL) {
     /* The handle may name a new stream: syncing it says nothing of the
      * destroyed one's work, so its stream arena goes unsynced. */
     uint64_t sid;
     st = a->drv->ops->stream_id(a->drv, s, &sid);
     if (st != SA_OK) {
-      sa__stream_arena_unbind(sa);
+      sa__stream_arena_unbind(sarena);
       sa__record_forget_end(a);
       return st;
     }
-    if (sid != sa->sid) {
-      mark_gone(a, sa, GONE_WORK_UNKNOWN);
-      sa__stream_arena_unbind(sa);
-      sa = NULL;
+    if (sid != sarena->sid) {
+      mark_gone(a, sarena, GONE_WORK_UNKNOWN);
+      sa__stream_arena_unbind(sarena);
+      sarena = NULL;
     }
   }
   /* Wait for the stream's work: what it freed is clean from now on, and
    * blocks recorded on it need no event on it any more (it may be
    * destroyed before they are freed). */
-  if (sa != NULL || sa__record_names_stream(a, s)) st = a->drv->ops->stream_synchronize(a->drv, s);
+  if (sarena != NULL || sa__record_names_stream(a, s))
+    st = a->drv->ops->stream_synchronize(a->drv, s);
   if (st == SA_OK) sa__record_forget_stream(a, s);
   sa__record_forget_end(a);
-  if (sa == NULL) return st;
+  if (sarena == NULL) return st;
   if (st != SA_OK) {
-    sa__stream_arena_unbind(sa);
+    sa__stream_arena_unbind(sarena);
     return st;
   }
-  mark_gone(a, sa, GONE_WORK_DONE);
-  *out = sa;
+  mark_gone(a, sarena, GONE_WORK_DONE);
+  *out = sarena;
   return SA_OK;
 }
 
@@ -408,19 +414,19 @@ static int by_address(const void *x, const void *y) {
   return p < q ? -1 : p > q;
 }
 
-/* The superblocks of all_superblocks that sa owns, given their owners
+/* The superblocks of all_superblocks that sarena owns, given their owners
  * sorted (n of them). */
-static size_t owned_by(const uintptr_t *owners, size_t n, const sa_stream_arena *sa) {
+static size_t owned_by(const uintptr_t *owners, size_t n, const sa_stream_arena *sarena) {
   size_t lo = 0, hi = n;
-  while (lo < hi) { /* the first at or after sa */
+  while (lo < hi) { /* the first at or after sarena */
     size_t mid = lo + (hi - lo) / 2;
-    if (owners[mid] < (uintptr_t)sa)
+    if (owners[mid] < (uintptr_t)sarena)
       lo = mid + 1;
     else
       hi = mid;
   }
   size_t k = 0;
-  while (lo + k < n && owners[lo + k] == (uintptr_t)sa) k++;
+  while (lo + k < n && owners[lo + k] == (uintptr_t)sarena) k++;
   return k;
 }
 
@@ -438,29 +444,34 @@ size_t sa__stream_arenas_check(sa_arena *a) {
   if (owners != NULL) qsort(owners, nowned, sizeof *owners, by_address);
   size_t live = 0, ngone = 0, gone_listed = 0, owned = 0;
   const sa_stream_arena *prev = NULL;
-  for (const sa_stream_arena *sa = a->streams.list; sa != NULL; prev = sa, sa = sa->next) {
-    SA_CHECK(STREAM_ARENA, sa->prev == prev && sa->arena == a, "the arena's list: links agree");
-    visited += sa__stream_arena_check(sa);
-    sa__timeline_check(sa);
-    if (sa__stream_arena_gone_locked(sa)) {
+  for (const sa_stream_arena *sarena = a->streams.list; sarena != NULL;
+       prev = sarena, sarena = sarena->next) {
+    SA_CHECK(STREAM_ARENA, sarena->prev == prev && sarena->arena == a,
+             "the arena's list: links agree");
+    visited += sa__stream_arena_check(sarena);
+    sa__timeline_check(sarena);
+    if (sa__stream_arena_gone_locked(sarena)) {
       ngone++;
     } else {
       live++;
-      SA_CHECK(STREAM_ARENA, find_live(a, sa->stream) == sa,
+      SA_CHECK(STREAM_ARENA, find_live(a, sarena->stream) == sarena,
                "a live stream arena is in the live index");
     }
     if (owners != NULL) {
-      size_t n = owned_by(owners, nowned, sa);
-      SA_CHECK(STREAM_ARENA, n == sa->nsuperblocks,
+      size_t n = owned_by(owners, nowned, sarena);
+      SA_CHECK(STREAM_ARENA, n == sarena->nsuperblocks,
                "nsuperblocks counts the superblocks owned here");
       owned += n;
     }
   }
   SA_CHECK(STREAM_ARENA, owners == NULL || owned == nowned, "an owner is on the arena's list");
   free(owners);
-  SA_CHECK(STREAM_ARENA, live == a->streams.live_index.n, "the live index holds the live stream arenas");
-  for (const sa_stream_arena *sa = a->streams.gone; sa != NULL; sa = sa->gone_next) {
-    SA_CHECK(STREAM_ARENA, sa__stream_arena_gone_locked(sa), "the gone list holds gone stream arenas");
+  SA_CHECK(STREAM_ARENA, live == a->streams.live_index.n,
+           "the live index holds the live stream arenas");
+  for (const sa_stream_arena *sarena = a->streams.gone; sarena != NULL;
+       sarena = sarena->gone_next) {
+    SA_CHECK(STREAM_ARENA, sa__stream_arena_gone_locked(sarena),
+             "the gone list holds gone stream arenas");
     gone_listed++;
   }
   SA_CHECK(STREAM_ARENA, gone_listed == ngone, "the gone list holds the gone stream arenas");
@@ -471,17 +482,17 @@ size_t sa__stream_arenas_check(sa_arena *a) {
 }
 
 void sa__stream_arenas_destroy(sa_arena *a) {
-  for (sa_stream_arena *sa = a->streams.list, *n; sa != NULL; sa = n) {
-    n = sa->next;
+  for (sa_stream_arena *sarena = a->streams.list, *n; sarena != NULL; sarena = n) {
+    n = sarena->next;
     pthread_mutex_lock(&a->lock);
-    sa__timeline_release(a, sa);
+    sa__timeline_release(a, sarena);
     pthread_mutex_unlock(&a->lock);
-    sa->synced = true; /* the device was synchronized: record nothing */
-    atomic_store_explicit(&sa->xgone, true, memory_order_relaxed);
-    sa__batches_fini(sa);
-    for (sa_superblock *sb = sa->empty; sb != NULL; sb = sb->next)
+    sarena->synced = true; /* the device was synchronized: record nothing */
+    atomic_store_explicit(&sarena->xgone, true, memory_order_relaxed);
+    sa__batches_fini(sarena);
+    for (sa_superblock *sb = sarena->empty; sb != NULL; sb = sb->next)
       if (sb->event != NULL) (void)sa__event_settle(a, sb->event);
-    stream_arena_free(sa);
+    stream_arena_free(sarena);
   }
   a->streams.list = NULL;
   a->streams.gone = NULL;

@@ -79,24 +79,24 @@ typedef enum sa_named_e { SA_UNNAMED = 0, SA_NAMED = 1 } sa_named;
  * (sa__stream_arena_unbind when done). A stream arena of a destroyed
  * stream whose handle s now names is found out by the stream's id. */
 sa_status sa__stream_arena_get(sa_arena *a, sa_stream s, sa_stream_arena **out);
-void sa__stream_arena_unbind(sa_stream_arena *sa);
-static inline bool sa__stream_arena_gone(sa_stream_arena *sa) {
-  return atomic_load_explicit(&sa->xgone, memory_order_acquire);
+void sa__stream_arena_unbind(sa_stream_arena *sarena);
+static inline bool sa__stream_arena_gone(sa_stream_arena *sarena) {
+  return atomic_load_explicit(&sarena->xgone, memory_order_acquire);
 }
 /* The same with its lock held, under which it is written. */
-static inline bool sa__stream_arena_gone_locked(const sa_stream_arena *sa) {
-  return atomic_load_explicit(&sa->xgone, memory_order_relaxed);
+static inline bool sa__stream_arena_gone_locked(const sa_stream_arena *sarena) {
+  return atomic_load_explicit(&sarena->xgone, memory_order_relaxed);
 }
 /* Named; limit: the physical bytes a new superblock may take the arena to. */
-uint32_t sa__stream_arena_take(sa_stream_arena *sa, unsigned cls, sa_cached_block *out,
+uint32_t sa__stream_arena_take(sa_stream_arena *sarena, unsigned cls, sa_cached_block *out,
                                uint32_t want, size_t limit, sa_status *st);
 /* Named: one event for what waits here for one (parked batches, empty
  * superblocks whose blocks came back without a call naming the stream).
  * *renamed: the handle names another stream now (the stream id differs,
- * or the handle is no stream), and sa is gone instead. A failed id query's
+ * or the handle is no stream), and sarena is gone instead. A failed id query's
  * status (SA_ERR_DRIVER): nothing changed. */
-sa_status sa__stream_arena_fence(sa_stream_arena *sa, bool *renamed);
-void sa__stream_arena_shed(sa_stream_arena *sa, sa_named named); /* empties to global */
+sa_status sa__stream_arena_fence(sa_stream_arena *sarena, bool *renamed);
+void sa__stream_arena_shed(sa_stream_arena *sarena, sa_named named); /* empties to global */
 /* Every stream arena: settle what completed or became clean, shed empties
  * (SA_UNNAMED for each), and free stream arenas that are gone and hold nothing. */
 void sa__stream_arenas_settle(sa_arena *a);

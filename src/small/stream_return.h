@@ -58,63 +58,63 @@ static inline sa_deferred *sa__deferred_of(const ck_stack_entry_t *e) {
 /* A batch with room for max_events events (a recorded block needs one per
  * stream); NULL when out of memory. Free with sa__deferred_free. */
 static inline sa_deferred *sa__deferred_new(unsigned max_events) {
-  sa_deferred *d = calloc(1, sizeof *d);
-  if (d == NULL) return NULL;
-  d->gen = UINT64_MAX;
-  d->events = d->inline_events;
-  if (max_events > sizeof d->inline_events / sizeof d->inline_events[0]) {
-    d->events = malloc(max_events * sizeof *d->events);
-    if (d->events == NULL) {
-      free(d);
+  sa_deferred *batch = calloc(1, sizeof *batch);
+  if (batch == NULL) return NULL;
+  batch->gen = UINT64_MAX;
+  batch->events = batch->inline_events;
+  if (max_events > sizeof batch->inline_events / sizeof batch->inline_events[0]) {
+    batch->events = malloc(max_events * sizeof *batch->events);
+    if (batch->events == NULL) {
+      free(batch);
       return NULL;
     }
   }
-  return d;
+  return batch;
 }
-static inline void sa__deferred_free(sa_deferred *d) {
-  if (d != NULL && d->events != d->inline_events) free(d->events);
-  free(d);
+static inline void sa__deferred_free(sa_deferred *batch) {
+  if (batch != NULL && batch->events != batch->inline_events) free(batch->events);
+  free(batch);
 }
 
-/* Give n blocks (cached by a thread) back to their superblocks; takes sa's
+/* Give n blocks (cached by a thread) back to their superblocks; takes sarena's
  * lock. */
-void sa__stream_arena_give(sa_stream_arena *sa, const sa_cached_block *blocks, uint32_t n,
+void sa__stream_arena_give(sa_stream_arena *sarena, const sa_cached_block *blocks, uint32_t n,
                            sa_named named);
-/* d into its owner's inbox (takes the owner's lock; d may be freed from
+/* batch into its owner's inbox (takes the owner's lock; batch may be freed from
  * then on). */
-void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *d);
-/* A cross-stream batch freed on d->freer goes to its owner: behind an
- * event recorded now when named (SA_ERR_DRIVER if that fails: d stays with
+void sa__stream_arena_push_deferred(sa_stream_arena *owner, sa_deferred *batch);
+/* A cross-stream batch freed on batch->freer goes to its owner: behind an
+ * event recorded now when named (SA_ERR_DRIVER if that fails: batch stays with
  * the caller), without one when the freer was released, else parked on the
  * freer until a later named call or a device sync makes it safe. Takes the
  * freer's lock, then the owner's. */
-sa_status sa__stream_arena_hand_over(sa_deferred *d, sa_named named);
+sa_status sa__stream_arena_hand_over(sa_deferred *batch, sa_named named);
 
-/* The rest with sa's lock held. */
+/* The rest with sarena's lock held. */
 /* sb joins or leaves its class's bin (partial superblocks). */
-void sa__stream_bin_insert(sa_stream_arena *sa, sa_superblock *sb);
-void sa__stream_bin_remove(sa_stream_arena *sa, sa_superblock *sb);
+void sa__stream_bin_insert(sa_stream_arena *sarena, sa_superblock *sb);
+void sa__stream_bin_remove(sa_stream_arena *sarena, sa_superblock *sb);
 /* Does an empty sb need an event on this stream before another stream may
  * have it? Not after sa_stream_release (its work is done), nor once a
  * device sync that started after its last block came back completed. */
-bool sa__empty_clean(sa_stream_arena *sa, const sa_superblock *sb);
+bool sa__empty_clean(sa_stream_arena *sarena, const sa_superblock *sb);
 /* Guard an empty sb with an event recorded now, where that is allowed and
  * needed; false if it stays unguarded and unclean. */
-bool sa__empty_fence(sa_stream_arena *sa, sa_superblock *sb, sa_named named);
+bool sa__empty_fence(sa_stream_arena *sarena, sa_superblock *sb, sa_named named);
 /* sb leaves this stream for the global stack. */
-void sa__empty_to_global(sa_stream_arena *sa, sa_superblock *sb);
+void sa__empty_to_global(sa_stream_arena *sarena, sa_superblock *sb);
 /* Take in the inbox, and put back the blocks of every batch whose events
  * completed (SA_DRAIN_ALL: after a device-side wait, where named). */
-void sa__batches_drain(sa_stream_arena *sa, sa_drain how, sa_named named);
-/* Batches parked on sa that may go to their owners (which: sa_unpark), as
+void sa__batches_drain(sa_stream_arena *sarena, sa_drain how, sa_named named);
+/* Batches parked on sarena that may go to their owners (which: sa_unpark), as
  * a list to push (sa__batches_push_all) after the lock is let go. */
-sa_deferred *sa__batches_unpark(sa_stream_arena *sa, sa_unpark which);
+sa_deferred *sa__batches_unpark(sa_stream_arena *sarena, sa_unpark which);
 void sa__batches_push_all(sa_deferred *list); /* each to its owner; no lock held */
-/* The arena is going (device synchronized): every batch of sa freed. */
-void sa__batches_fini(sa_stream_arena *sa);
+/* The arena is going (device synchronized): every batch of sarena freed. */
+void sa__batches_fini(sa_stream_arena *sarena);
 /* Validator of one stream arena, its lock held: bins, nempty (the empty
  * list), pending_blocks (the pending lanes), parked batches. Returns the
  * elements it visited (SA_VALIDATE_PACED). */
-size_t sa__stream_arena_check(const sa_stream_arena *sa);
+size_t sa__stream_arena_check(const sa_stream_arena *sarena);
 
 #endif /* SA_SMALL_STREAM_RETURN_H */

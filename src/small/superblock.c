@@ -99,12 +99,14 @@ size_t sa__superblock_check(const sa_superblock *sb) {
 static void count(sa_arena *a, const sa_superblock *sb, int empty, int active) {
   if (empty > 0) {
     atomic_fetch_add_explicit(&a->small.xsuperblocks_empty, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&a->small.xsuperblock_empty_bytes, sb->hdr.size, memory_order_relaxed);
+    atomic_fetch_add_explicit(&a->small.xsuperblock_empty_bytes, sb->hdr.size,
+                              memory_order_relaxed);
   }
   if (active > 0) atomic_fetch_add_explicit(&a->small.xsuperblocks_active, 1, memory_order_relaxed);
   if (empty < 0) {
     atomic_fetch_sub_explicit(&a->small.xsuperblocks_empty, 1, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&a->small.xsuperblock_empty_bytes, sb->hdr.size, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&a->small.xsuperblock_empty_bytes, sb->hdr.size,
+                              memory_order_relaxed);
   }
   if (active < 0) atomic_fetch_sub_explicit(&a->small.xsuperblocks_active, 1, memory_order_relaxed);
 }
@@ -150,19 +152,19 @@ sa_superblock *sa__superblock_pop_global(sa_arena *a) {
  * ---------------------------------------------------------------------- */
 
 /* Map bytes of memory (cached chunks, else new) at a range of its own for
- * d, within limit physical bytes. On failure nothing stays with d (what a
+ * desc, within limit physical bytes. On failure nothing stays with desc (what a
  * refused unwind left mapped, physical.c keeps as a stuck range). */
-static sa_status map_fresh(sa_arena *a, sa_desc *d, size_t bytes, size_t limit) {
+static sa_status map_fresh(sa_arena *a, sa_desc *desc, size_t bytes, size_t limit) {
   sa_chunk *chunks;
   size_t got;
   sa_status st = sa__physical_gather(a, bytes, 0, bytes, limit, &chunks, &got);
   if (st == SA_OK) {
-    st = sa__va_alloc(a, bytes, &d->base);
+    st = sa__va_alloc(a, bytes, &desc->base);
     if (st != SA_OK) sa__physical_return(a, chunks);
   }
   if (st == SA_OK) {
-    d->size = bytes;
-    st = sa__physical_map(a, d, chunks);
+    desc->size = bytes;
+    st = sa__physical_map(a, desc, chunks);
   }
   return st;
 }
@@ -247,7 +249,8 @@ size_t sa__slabs_check(const sa_arena *a) {
       free_bytes += (size_t)sl->nfree * sl->slot;
     }
   }
-  SA_CHECK(SLAB, free_bytes == a->small.slab_free_bytes, "slab_free_bytes is the sum of free slots");
+  SA_CHECK(SLAB, free_bytes == a->small.slab_free_bytes,
+           "slab_free_bytes is the sum of free slots");
   return visited;
 }
 
@@ -369,7 +372,8 @@ void sa__superblock_push_all(sa_arena *a, sa_superblock *list) {
  * stitch unmapped pieces, for a lower footprint at more driver time. See
  * Note [Superblocks carved in free spans]. */
 static bool carve_in_spans(const sa_arena *a, size_t size) {
-  if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 || a->cfg.chunk_size != 0) return false;
+  if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 || a->cfg.chunk_size != 0)
+    return false;
   size_t soft = sa__physical_soft_limit(a);
   return a->physical.bytes + size > soft && sa__physical_remap_allowance(a, soft) >= size;
 }
@@ -378,10 +382,10 @@ static bool carve_in_spans(const sa_arena *a, size_t size) {
  * where carve_in_spans says so, else a free slot of a slab, a new slab
  * when the arena holds many superblocks already (always for one smaller
  * than a granule), else a chunk of its own. Arena lock held. */
-static sa_status place(sa_arena *a, sa_stream_arena *sa, sa_superblock *sb, size_t limit) {
+static sa_status place(sa_arena *a, sa_stream_arena *sarena, sa_superblock *sb, size_t limit) {
   size_t size = sb->hdr.size;
   if (carve_in_spans(a, size)) {
-    sa_status st = sa__span_take_superblock(a, sa, size, &sb->hdr, &sb->span);
+    sa_status st = sa__span_take_superblock(a, sarena, size, &sb->hdr, &sb->span);
     if (st != SA_OK) return st;
     if (sb->span != NULL) {
       sb->hdr.base = sb->span->base;
@@ -406,11 +410,11 @@ static sa_status place(sa_arena *a, sa_stream_arena *sa, sa_superblock *sb, size
   return st;
 }
 
-/* Carve a fresh superblock of size bytes for sa, or larger when a block of
+/* Carve a fresh superblock of size bytes for sarena, or larger when a block of
  * need bytes would not fit (a thread that read the large threshold before
  * sa_set_superblock_size shrank it): in free span memory, a slab's slot or
  * a chunk of its own, holding no more than limit physical bytes in all. */
-static sa_status carve(sa_arena *a, sa_stream_arena *sa, size_t size, size_t need, size_t limit,
+static sa_status carve(sa_arena *a, sa_stream_arena *sarena, size_t size, size_t need, size_t limit,
                        sa_superblock **out) {
   if (size < need) size = (need + a->gran - 1) & ~(a->gran - 1);
   uint32_t nstate = (uint32_t)(size / SA_ALIGNMENT);
@@ -439,7 +443,7 @@ static sa_status carve(sa_arena *a, sa_stream_arena *sa, size_t size, size_t nee
   sb->hdr.size = size;
   sb->slab = NULL;
   sb->span = NULL;
-  sa_status st = place(a, sa, sb, limit);
+  sa_status st = place(a, sarena, sb, limit);
   if (st != SA_OK) { /* nothing mapped on it (physical.c keeps a refused unwind) */
     sb->hdr.base = 0;
     sb->next = a->small.spare_superblocks;
@@ -451,15 +455,15 @@ static sa_status carve(sa_arena *a, sa_stream_arena *sa, size_t size, size_t nee
   return st;
 }
 
-/* The first of sa's empty superblocks with room for a block of need bytes
+/* The first of sarena's empty superblocks with room for a block of need bytes
  * (one carved before sa_set_superblock_size grew the size may have none). */
-static sa_superblock *take_local(sa_stream_arena *sa, size_t need) {
-  for (sa_superblock **psb = &sa->empty; *psb != NULL; psb = &(*psb)->next) {
+static sa_superblock *take_local(sa_stream_arena *sarena, size_t need) {
+  for (sa_superblock **psb = &sarena->empty; *psb != NULL; psb = &(*psb)->next) {
     sa_superblock *sb = *psb;
     if (sb->hdr.size < need) continue;
     *psb = sb->next;
-    sa->nempty--;
-    if (sb->event != NULL) sa__event_drop(sa->arena, sb->event); /* own stream orders it */
+    sarena->nempty--;
+    if (sb->event != NULL) sa__event_drop(sarena->arena, sb->event); /* own stream orders it */
     sb->event = NULL;
     return sb;
   }
@@ -467,14 +471,14 @@ static sa_superblock *take_local(sa_stream_arena *sa, size_t need) {
 }
 
 /* The size of a fresh superblock for class cls (blocks of need bytes) on
- * sa: the arena's superblock size, but a class's first superblocks on a
+ * sarena: the arena's superblock size, but a class's first superblocks on a
  * stream are smaller, room for a thread cache's refill or SA_SMALL_BLOCKS
  * blocks (at least a page), each twice the last: a class a stream uses for
  * a few blocks pinned a whole superblock (See Note [First superblocks of a
  * class]). Those smaller than a granule share one in a slab, so not where
  * no slab is made (a budget, the user's chunk_size). Owner lock held. */
-static size_t fresh_size(const sa_stream_arena *sa, size_t need, unsigned cls) {
-  const sa_arena *a = sa->arena;
+static size_t fresh_size(const sa_stream_arena *sarena, size_t need, unsigned cls) {
+  const sa_arena *a = sarena->arena;
   size_t full = atomic_load_explicit(&a->small.xsuperblock_size, memory_order_relaxed);
   size_t page = (size_t)1 << a->range.page_shift;
   if (a->physical.budgeted || a->cfg.chunk_size != 0 || page == a->gran) return full;
@@ -483,7 +487,7 @@ static size_t fresh_size(const sa_stream_arena *sa, size_t need, unsigned cls) {
   size_t refill = sa_class_refill(cls);
   size_t blocks = refill > SA_SMALL_BLOCKS ? refill : SA_SMALL_BLOCKS;
   while (size < need * blocks && size < full) size *= 2;
-  for (unsigned i = 0; i < sa->carved[cls] && size < full; i++) size *= 2;
+  for (unsigned i = 0; i < sarena->carved[cls] && size < full; i++) size *= 2;
   return size < full ? size : full;
 }
 
@@ -491,11 +495,11 @@ static size_t fresh_size(const sa_stream_arena *sa, size_t need, unsigned cls) {
 #define SCAN_GLOBAL 8
 
 /* A superblock from the global stack with room for a block of need bytes,
- * made safe for sa's stream. Smaller ones whose work completed are unmapped
+ * made safe for sarena's stream. Smaller ones whose work completed are unmapped
  * on the way, so that carving can stitch their chunks; the others go back.
  * NULL with *st SA_OK: none. */
-static sa_superblock *take_global(sa_stream_arena *sa, size_t need, sa_status *st) {
-  sa_arena *a = sa->arena;
+static sa_superblock *take_global(sa_stream_arena *sarena, size_t need, sa_status *st) {
+  sa_arena *a = sarena->arena;
   sa_superblock *found = NULL, *aside = NULL, *sb;
   *st = SA_OK;
   for (int i = 0; i < SCAN_GLOBAL && (sb = sa__superblock_pop_global(a)) != NULL; i++) {
@@ -509,10 +513,10 @@ static sa_superblock *take_global(sa_stream_arena *sa, size_t need, sa_status *s
   if (found != NULL && found->event != NULL) {
     /* The same stream arena (not merely the same handle value, which a new
      * stream may reuse) is ordered by its stream alone. */
-    if (found->event_owner == sa->id)
+    if (found->event_owner == sarena->id)
       sa__event_drop(a, found->event);
     else
-      *st = sa__event_consume(a, found->event, sa->stream);
+      *st = sa__event_consume(a, found->event, sarena->stream);
     if (*st != SA_OK) {
       sa__superblock_to_global(a, found, found->event, found->event_owner);
       return NULL;
@@ -526,36 +530,36 @@ static sa_superblock *take_global(sa_stream_arena *sa, size_t need, sa_status *s
  * global stack (a device-side wait at most), then fresh memory. Every one
  * holds at least one block of cls: a superblock formatted with none would
  * never empty again, and so never return. */
-sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, size_t limit,
+sa_status sa__superblock_acquire(sa_stream_arena *sarena, unsigned cls, size_t limit,
                                  sa_superblock **out) {
-  sa_arena *a = sa->arena;
+  sa_arena *a = sarena->arena;
   size_t need = sa_class_size(cls);
   sa_status st = SA_OK;
-  sa_superblock *sb = take_local(sa, need);
-  if (sb == NULL) sb = take_global(sa, need, &st);
+  sa_superblock *sb = take_local(sarena, need);
+  if (sb == NULL) sb = take_global(sarena, need, &st);
   if (st != SA_OK) return st;
   if (sb == NULL) {
-    st = carve(a, sa, fresh_size(sa, need, cls), need, limit, &sb);
+    st = carve(a, sarena, fresh_size(sarena, need, cls), need, limit, &sb);
     if (st != SA_OK) return st;
-    if (sa->carved[cls] < UINT8_MAX) sa->carved[cls]++;
+    if (sarena->carved[cls] < UINT8_MAX) sarena->carved[cls]++;
     count(a, sb, +1, 0); /* a new empty one */
   }
-  if (sb->owner != sa) sa->nsuperblocks++;
-  sb->owner = sa;
+  if (sb->owner != sarena) sarena->nsuperblocks++;
+  sb->owner = sarena;
   /* Reused by this stream, possibly behind a wait enqueued on it just now:
    * until an event here, it is this stream's work. */
   sb->dirty_gen = sa__sync_gen(&a->sync);
   st = sa__superblock_format(sb, cls);
   if (st != SA_OK) {
-    sb->next = sa->empty;
-    sa->empty = sb;
-    sa->nempty++;
+    sb->next = sarena->empty;
+    sarena->empty = sb;
+    sarena->nempty++;
     return st;
   }
   count(a, sb, -1, +1);
   sb->next = sb->prev = NULL;
   sb->in_bin = false;
-  SA_VALIDATE_PACED(&sa->superblock_pace, sa__superblock_check(sb));
+  SA_VALIDATE_PACED(&sarena->superblock_pace, sa__superblock_check(sb));
   *out = sb;
   return SA_OK;
 }

@@ -88,7 +88,7 @@ typedef struct sa_small_s {
 #endif
 } sa_small;
 
-sa_status sa__superblock_acquire(sa_stream_arena *sa, unsigned cls, size_t limit,
+sa_status sa__superblock_acquire(sa_stream_arena *sarena, unsigned cls, size_t limit,
                                  sa_superblock **out); /* limit: as sa__stream_arena_take */
 sa_status sa__superblock_format(sa_superblock *sb, unsigned cls); /* owner lock */
 /* sb (no stream owns it now) to the global stack with the event of its

@@ -87,8 +87,8 @@ extern ElfW(Dyn) _DYNAMIC[] __attribute__((weak));
 
 /* Was the object linked with -z nodelete? */
 static bool linked_nodelete(void) {
-  for (const ElfW(Dyn) *d = _DYNAMIC; d != NULL && d->d_tag != DT_NULL; d++)
-    if (d->d_tag == DT_FLAGS_1) return (d->d_un.d_val & DF_1_NODELETE) != 0;
+  for (const ElfW(Dyn) *dyn = _DYNAMIC; dyn != NULL && dyn->d_tag != DT_NULL; dyn++)
+    if (dyn->d_tag == DT_FLAGS_1) return (dyn->d_un.d_val & DF_1_NODELETE) != 0;
   return false;
 }
 
@@ -145,20 +145,20 @@ static void entry_flush_all(sa_tentry *e, sa_named named) {
   (void)sa__tentry_flush_out(e, named); /* a batch that could not go stays */
 }
 
-/* e binds to sa (a reference the caller took) and joins its bound list,
+/* e binds to sarena (a reference the caller took) and joins its bound list,
  * which sa__tentry_release_stream walks. entries_lock held. */
-static void entry_bind_to(sa_tentry *e, sa_stream_arena *sa) {
-  e->sarena = sa;
-  bound_entries_push(&sa->bound, e);
+static void entry_bind_to(sa_tentry *e, sa_stream_arena *sarena) {
+  e->sarena = sarena;
+  bound_entries_push(&sarena->bound, e);
 }
 
 /* entries_lock held. */
 static void entry_unbind(sa_tentry *e) {
-  sa_stream_arena *sa = e->sarena;
-  if (sa == NULL) return;
-  bound_entries_unlink(&sa->bound, e);
+  sa_stream_arena *sarena = e->sarena;
+  if (sarena == NULL) return;
+  bound_entries_unlink(&sarena->bound, e);
   e->sarena = NULL;
-  sa__stream_arena_unbind(sa);
+  sa__stream_arena_unbind(sarena);
 }
 
 static void entry_free(sa_tentry *e) {
@@ -229,10 +229,10 @@ void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees) {
  * stream during the call: its entries hold still while their blocks and
  * open batches go back (clean: the release waited for the stream's work).
  * Their owners see the bumped epoch and bind anew on their next use. */
-void sa__tentry_release_stream(sa_stream_arena *sa) {
+void sa__tentry_release_stream(sa_stream_arena *sarena) {
   pthread_mutex_lock(&entries_lock);
-  while (sa->bound != NULL) { /* only sa's entries, not every thread's */
-    sa_tentry *e = sa->bound;
+  while (sarena->bound != NULL) { /* only sarena's entries, not every thread's */
+    sa_tentry *e = sarena->bound;
     entry_flush_all(e, SA_UNNAMED);
     entry_unbind(e);
   }
@@ -272,7 +272,7 @@ static void revalidate(struct sa_tcache_s *tc, sa_arena *a, uint64_t epoch) {
   pthread_mutex_unlock(&entries_lock);
 }
 
-static sa_status entry_create(sa_arena *a, sa_stream s, sa_stream_arena *sa, sa_tentry **out) {
+static sa_status entry_create(sa_arena *a, sa_stream s, sa_stream_arena *sarena, sa_tentry **out) {
   sa_tentry *e = calloc(1, sizeof *e);
   if (e == NULL) return SA_ERR_OUT_OF_MEMORY;
   e->stream = s;
@@ -281,7 +281,7 @@ static sa_status entry_create(sa_arena *a, sa_stream s, sa_stream_arena *sa, sa_
   e->va_size = a->range.size;
   atomic_store_explicit(&e->xarena, a, memory_order_relaxed);
   pthread_mutex_lock(&entries_lock);
-  entry_bind_to(e, sa);
+  entry_bind_to(e, sarena);
   arena_entries_push(&a->tcaches.entries, e);
   pthread_mutex_unlock(&entries_lock);
   *out = e;
@@ -306,18 +306,18 @@ static sa_status entry_bind(struct sa_tcache_s *tc, sa_arena *a, sa_stream s, sa
   if (e == NULL || e->sarena == NULL) {
     /* The first use of the handle by this thread (or since its stream
      * arena went): the stream is validated and its id compared. */
-    sa_stream_arena *sa;
-    sa_status st = sa__stream_arena_get(a, s, &sa);
+    sa_stream_arena *sarena;
+    sa_status st = sa__stream_arena_get(a, s, &sarena);
     if (st != SA_OK) return st;
     if (e != NULL) {
       pthread_mutex_lock(&entries_lock); /* sa__tentry_release_stream reads it */
-      entry_bind_to(e, sa);
+      entry_bind_to(e, sarena);
       pthread_mutex_unlock(&entries_lock);
     } else {
       if (tc->n == SA_TCACHE_ENTRIES) evict(tc);
-      st = entry_create(a, s, sa, &e);
+      st = entry_create(a, s, sarena, &e);
       if (st != SA_OK) {
-        sa__stream_arena_unbind(sa);
+        sa__stream_arena_unbind(sarena);
         return st;
       }
       tc->entries[tc->n++] = e;

@@ -109,8 +109,8 @@ typedef enum sa_flush_own_e { SA_FLUSH_ALL = 0, SA_FLUSH_BUT_NAMED = 1 } sa_flus
  * to named_sarena (may be NULL) as in a call naming its stream. */
 void sa__tentry_flush_own(sa_arena *a, sa_stream_arena *named_sarena, sa_flush_own which);
 void sa__tentry_publish_own(sa_arena *a); /* their live-byte deltas */
-/* sa_stream_release: every thread's entries bound to sa (gone) give their
+/* sa_stream_release: every thread's entries bound to sarena (gone) give their
  * blocks and open batches back now and let go of it. */
-void sa__tentry_release_stream(sa_stream_arena *sa);
+void sa__tentry_release_stream(sa_stream_arena *sarena);
 
 #endif /* SA_SMALL_THREAD_CACHE_H */

@@ -256,15 +256,15 @@ sa_status sa__physical_unmap_stuck(sa_arena *a) {
   sa_status first = SA_OK;
   for (sa_chunk **pp = &a->physical.stuck, *c; (c = *pp) != NULL;) {
     sa_phys *ph = c->phys;
-    sa_desc d = {.base = ph->stuck_va, .size = ph->stuck_size, .chunks = c};
-    sa_status st = sa__physical_unmap(a, &d); /* chunks to the cache */
+    sa_desc desc = {.base = ph->stuck_va, .size = ph->stuck_size, .chunks = c};
+    sa_status st = sa__physical_unmap(a, &desc); /* chunks to the cache */
     if (st != SA_OK) {
       if (first == SA_OK) first = st;
       pp = &ph->stuck_next;
       continue;
     }
     *pp = ph->stuck_next;
-    sa__va_free(a, d.base, d.size);
+    sa__va_free(a, desc.base, desc.size);
   }
   return first;
 }
@@ -299,18 +299,18 @@ sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *
   return st;
 }
 
-sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks) {
-  sa_status st = sa__physical_map_at(a, d->base, d->size, chunks);
-  d->chunks = st == SA_OK ? chunks : NULL;
+sa_status sa__physical_map(sa_arena *a, sa_desc *desc, sa_chunk *chunks) {
+  sa_status st = sa__physical_map_at(a, desc->base, desc->size, chunks);
+  desc->chunks = st == SA_OK ? chunks : NULL;
   return st;
 }
 
-sa_status sa__physical_unmap(sa_arena *a, sa_desc *d) {
-  if (d->chunks == NULL) return SA_OK;
-  sa_status st = a->drv->ops->unmap(a->drv, d->base, d->size);
+sa_status sa__physical_unmap(sa_arena *a, sa_desc *desc) {
+  if (desc->chunks == NULL) return SA_OK;
+  sa_status st = a->drv->ops->unmap(a->drv, desc->base, desc->size);
   if (st != SA_OK) return st;
-  sa__physical_return(a, d->chunks);
-  d->chunks = NULL;
+  sa__physical_return(a, desc->chunks);
+  desc->chunks = NULL;
   return SA_OK;
 }
 
@@ -371,7 +371,8 @@ size_t sa__physical_check(const sa_arena *a) {
              "a cached record is its chunk's, whole and held");
     cached += c->size;
   }
-  SA_CHECK(LEDGER, cached == a->physical.cache_bytes, "physical.cache_bytes is the sum of cached chunks");
+  SA_CHECK(LEDGER, cached == a->physical.cache_bytes,
+           "physical.cache_bytes is the sum of cached chunks");
   for (const sa_phys *ph = a->physical.all; ph != NULL; ph = ph->next, visited++) {
     SA_CHECK(LEDGER, ph->size > 0 && ph->size % a->gran == 0, "a chunk is whole granules");
     SA_CHECK(LEDGER, ph->cached == 0 || ph->cached == ph->size, "a chunk is cached whole or not");
@@ -385,9 +386,10 @@ size_t sa__physical_check(const sa_arena *a) {
   SA_CHECK(LEDGER, n == a->physical.nchunks, "physical.nchunks counts the chunks");
   SA_CHECK(LEDGER, a->physical.peak >= a->physical.bytes, "peak >= current");
   SA_CHECK(LEDGER, a->physical.cache_bytes <= a->physical.bytes, "cached bytes are held bytes");
-  SA_CHECK(LEDGER,
-           a->physical.bytes <= atomic_load_explicit(&a->physical.xcreated_bytes, memory_order_relaxed),
-           "every byte held was created");
+  SA_CHECK(
+      LEDGER,
+      a->physical.bytes <= atomic_load_explicit(&a->physical.xcreated_bytes, memory_order_relaxed),
+      "every byte held was created");
   for (const sa_chunk *c = a->physical.stuck; c != NULL; c = c->phys->stuck_next, visited++)
     SA_CHECK(LEDGER, sa__chunks_bytes(c) == c->phys->stuck_size,
              "a stuck range's chunks sum to its size");

@@ -72,15 +72,15 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t mos
  * va space, but for what the driver refused to unmap again, which stays
  * mapped, a stuck range, until sa__physical_unmap_stuck succeeds. */
 sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks);
-/* The same at d->base for d->size bytes; d->chunks are the chunks on
+/* The same at desc->base for desc->size bytes; desc->chunks are the chunks on
  * success, NULL on failure. */
-sa_status sa__physical_map(sa_arena *a, sa_desc *d, sa_chunk *chunks);
+sa_status sa__physical_map(sa_arena *a, sa_desc *desc, sa_chunk *chunks);
 /* Unmap the stuck ranges (their chunks to the cache, their range to the va
  * space); the first failure, those refused staying stuck. */
 sa_status sa__physical_unmap_stuck(sa_arena *a);
 void sa__physical_return(sa_arena *a, sa_chunk *chunks); /* to the cache */
 size_t sa__chunks_bytes(const sa_chunk *chunks);          /* their bytes in all */
-sa_status sa__physical_unmap(sa_arena *a, sa_desc *d); /* chunks to the cache */
+sa_status sa__physical_unmap(sa_arena *a, sa_desc *desc); /* chunks to the cache */
 /* The physical bytes past which an allocation reshapes before it grows:
  * reserve_limit when the user set one, else the footprint target. */
 size_t sa__physical_soft_limit(const sa_arena *a);

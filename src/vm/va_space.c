@@ -159,9 +159,9 @@ void sa__va_free(sa_arena *a, uintptr_t va, size_t size) {
   *pf = f;
 }
 
-void sa__pagemap_set(sa_arena *a, uintptr_t va, size_t size, sa_desc *d) {
+void sa__pagemap_set(sa_arena *a, uintptr_t va, size_t size, sa_desc *desc) {
   size_t first = (va - a->range.base) >> a->range.page_shift;
   size_t n = size >> a->range.page_shift;
   for (size_t i = 0; i < n; i++)
-    atomic_store_explicit(&a->range.pagemap[first + i], d, memory_order_release);
+    atomic_store_explicit(&a->range.pagemap[first + i], desc, memory_order_release);
 }

@@ -29,7 +29,8 @@ typedef struct sa_desc_s {
  * end on one, so that each page names one descriptor. */
 #define SA_PAGE_MAX ((size_t)256 << 10)
 
-/* The reserved range and its page map: what a pointer is looked up in. Set at creation, never moved. */
+/* The reserved range and its page map: what a pointer is looked up in. Set at creation, never
+ * moved. */
 typedef struct sa_range_s {
   uintptr_t base;               /* starts on a registry slot boundary */
   size_t size;
@@ -57,7 +58,7 @@ sa_status sa__va_claim(sa_arena *a, uintptr_t va, size_t size);
 size_t sa__va_free_below(const sa_arena *a, uintptr_t va);
 size_t sa__va_free_above(const sa_arena *a, uintptr_t va);
 void sa__va_free(sa_arena *a, uintptr_t va, size_t size);
-void sa__pagemap_set(sa_arena *a, uintptr_t va, size_t size, sa_desc *d);
+void sa__pagemap_set(sa_arena *a, uintptr_t va, size_t size, sa_desc *desc);
 
 /* No lock: the descriptor of the page at offset off of the range (off <
  * r->size), and of the page at p (NULL outside the range). */
