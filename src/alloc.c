@@ -220,6 +220,7 @@ static size_t least_footprint(const sa_arena *a, size_t size) {
 
 SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size, sa_stream s) {
   *out = NULL;
+  if (a == NULL) return SA_ERR_INVALID_ARGUMENT; /* the fast path never matched it */
   if (size == 0) return SA_OK;
   /* No reclaim can make it fit, so neither the out-of-memory loop (a device
    * synchronize, the user's callback) nor the stream's lookup, which may
@@ -243,10 +244,15 @@ SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size,
 }
 
 /* The fast path, else alloc_generic: inline in sa_alloc and alloc_legacy,
- * which would otherwise make one more jump. */
+ * which would otherwise make one more jump. a is read only once it is the
+ * last entry's arena, which is never NULL (a detached entry's is
+ * sa__detached_arena, no arena a caller holds): so a NULL arena needs no
+ * test of its own here, and alloc_generic refuses it. */
 static SA_ALWAYS_INLINE sa_status alloc_fast(sa_arena *a, void **out, size_t size, sa_stream s) {
   sa_tentry *e = sa__tentry_last();
-  if (sa_likely(e != NULL && size - 1 < sa__large_threshold(a) && sa__tentry_current(e, a, s))) {
+  if (sa_likely(e != NULL && atomic_load_explicit(&e->xarena, memory_order_relaxed) == a &&
+                size - 1 < sa__large_threshold(a) && e->stream == s &&
+                e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed))) {
     unsigned cls = sa_size_class(size);
     sa_tbin *b = &e->bins[cls];
     uint16_t n = b->n;
@@ -272,7 +278,7 @@ static SA_ALWAYS_INLINE sa_status alloc_fast(sa_arena *a, void **out, size_t siz
  * other streams makes no call but tail calls. A size the fast path does
  * not serve goes to alloc_generic, which checks after the size rules. */
 SA_NOINLINE static sa_status alloc_legacy(sa_arena *a, void **out, size_t size, sa_stream s) {
-  if (size - 1 >= sa__large_threshold(a)) return alloc_generic(a, out, size, s);
+  if (a == NULL || size - 1 >= sa__large_threshold(a)) return alloc_generic(a, out, size, s);
   sa_status st = a->drv->ops->legacy_stream_check(a->drv, s);
   if (st != SA_OK) {
     *out = NULL;
@@ -282,10 +288,7 @@ SA_NOINLINE static sa_status alloc_legacy(sa_arena *a, void **out, size_t size, 
 }
 
 sa_status sa_alloc(sa_arena *a, void **out, size_t size, sa_stream s) {
-  if (sa_unlikely(a == NULL || out == NULL)) {
-    if (out != NULL) *out = NULL;
-    return SA_ERR_INVALID_ARGUMENT;
-  }
+  if (sa_unlikely(out == NULL)) return SA_ERR_INVALID_ARGUMENT; /* a NULL: alloc_generic */
   if (sa_unlikely(sa_driver_stream_is_legacy(s))) return alloc_legacy(a, out, size, s);
   return alloc_fast(a, out, size, s);
 }

@@ -253,6 +253,7 @@ sa_status sa__free_slow(void *ptr, sa_stream s, sa_free_trace trace) {
 }
 
 SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
+  if (ptr == NULL) return SA_OK; /* the fast path never takes it: no range holds 0 */
   return sa__free_slow(ptr, s, SA_FREE_TRACED);
 }
 
@@ -268,13 +269,14 @@ static SA_ALWAYS_INLINE sa_status free_fast(void *ptr, sa_stream s) {
   sa_tentry *e = sa__tentry_last();
   /* The entry's arena may be another one, which another thread may be
    * destroying: read it only for a pointer in its range. A new arena in
-   * that range was created after the destroy cleared e's arena. */
+   * that range was created after the destroy detached e, which then points
+   * at sa__detached_arena, whose stream epoch no entry ever has. NULL is in
+   * no range: free_generic takes it. */
   uintptr_t at = e != NULL ? (uintptr_t)ptr - e->va_base : 0; /* its offset there */
   if (sa_likely(e != NULL && e->stream == s && at < e->va_size)) {
     sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
     sa__hook_fast(SA_HOOK_FREE_FAST_ARENA, a);
-    if (sa_likely(a != NULL &&
-                  e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed))) {
+    if (sa_likely(e->epoch == atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed))) {
       sa_desc *desc = sa__pagemap_at(&a->range, at);
       if (sa_likely(desc != NULL && desc->kind == SA_DESC_SUPERBLOCK)) {
         sa_superblock *sb = (sa_superblock *)desc;
@@ -313,13 +315,13 @@ SA_NOINLINE static sa_status free_legacy(void *ptr, sa_stream s) {
   sa_arena *a = e != NULL && e->stream == s && at < e->va_size
                     ? atomic_load_explicit(&e->xarena, memory_order_relaxed)
                     : NULL;
-  if (a == NULL || a->drv->ops->legacy_stream_check(a->drv, s) != SA_OK)
+  if (a == NULL || a == &sa__detached_arena ||
+      a->drv->ops->legacy_stream_check(a->drv, s) != SA_OK)
     return free_generic(ptr, s);
   return free_fast(ptr, s);
 }
 
-sa_status sa_free(void *ptr, sa_stream s) {
-  if (ptr == NULL) return SA_OK;
+sa_status sa_free(void *ptr, sa_stream s) { /* NULL: free_generic */
   if (sa_unlikely(sa_driver_stream_is_legacy(s))) return free_legacy(ptr, s);
   return free_fast(ptr, s);
 }

@@ -29,6 +29,9 @@
  *               run around the hole (run.c).
  *   descriptor  host memory that says what a page of the range belongs to
  *               (sa_desc): a superblock's or a run's; type-stable.
+ *   detached    a thread cache entry of a destroyed arena: its arena is
+ *               sa__detached_arena, which fails every fast-path test, and
+ *               its thread frees it on its next slow path.
  *   doomed      marked by reap as about to be freed (a stream arena).
  *   empty       a superblock none of whose blocks is used.
  *   entry       a thread cache entry (tentry): one per (thread, arena,

@@ -15,10 +15,10 @@
  * (stream_arena.c says how that memory is made safe).
  *
  * Who frees an entry: its owner thread, always. An arena that is destroyed
- * detaches its entries (sa__entries_detach): it unlinks them and clears
- * each one's arena with a release store, after which it never touches the
- * entry again; the owner, seeing the cleared arena (acquire) on its next
- * slow path, frees it. entries_lock orders detach against an owner that
+ * detaches its entries (sa__entries_detach): it unlinks them and points
+ * each one's arena at sa__detached_arena with a release store, after which
+ * it never touches the entry again; the owner, seeing that arena (acquire)
+ * on its next slow path, frees it. entries_lock orders detach against an owner that
  * retires an entry (exit, eviction) while its arena lives.
  *
  * Calls stream_arena.c below it; called by alloc.c, free.c and arena.c.
@@ -36,6 +36,12 @@
 #include "stream_return.h"
 
 _Thread_local struct sa_tcache_s *sa__tl_cache SA_TLS_FAST;
+
+struct sa_arena_s sa__detached_arena = {
+    .xstream_epoch = UINT64_MAX, /* an entry's epoch is a count of gone streams */
+    .xlarge_threshold = 0,       /* no size passes size - 1 < 0 */
+    .range = {.size = 0},        /* no pointer is in it */
+};
 
 /* Every arena's entry list, and entry retirement against arena destroy. */
 static pthread_mutex_t entries_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -110,7 +116,7 @@ sa_status sa__tbin_init(sa_tbin *b, unsigned cls) {
 
 void sa__tentry_publish_live(sa_tentry *e) {
   sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
-  if (e->live_delta != 0 && a != NULL) sa__live_add(a, e->live_delta);
+  if (e->live_delta != 0 && a != &sa__detached_arena) sa__live_add(a, e->live_delta);
   e->live_delta = 0;
 }
 
@@ -172,7 +178,7 @@ static void entry_free(sa_tentry *e) {
 static void entry_retire(sa_tentry *e) {
   pthread_mutex_lock(&entries_lock);
   sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
-  if (a != NULL) {
+  if (a != &sa__detached_arena) {
     entry_flush_all(e, SA_UNNAMED);
     sa__tentry_publish_live(e);
     entry_unbind(e);
@@ -202,7 +208,7 @@ void sa__entries_detach(sa_arena *a) {
   while (e != NULL) {
     sa_tentry *next = e->arena_next;
     /* From this store on the entry is its owner's to free at any moment. */
-    atomic_store_explicit(&e->xarena, NULL, memory_order_release);
+    atomic_store_explicit(&e->xarena, &sa__detached_arena, memory_order_release);
     sa__hook(SA_HOOK_ENTRY_DETACHED, a);
     e = next;
   }
@@ -349,7 +355,7 @@ static sa_tentry *entry_find(struct sa_tcache_s *tc, sa_arena *a, sa_stream s) {
     /* Acquire: pairs with detach's release, after which detach is done
      * with the entry and it is ours to free. */
     sa_arena *xa = atomic_load_explicit(&x->xarena, memory_order_acquire);
-    if (xa == NULL) { /* its arena is gone: drop it */
+    if (xa == &sa__detached_arena) { /* its arena is gone: drop it */
       entry_free(x);
       tc->entries[i] = tc->entries[--tc->n];
       if (tc->last == x) tc->last = NULL;
@@ -366,8 +372,8 @@ sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
   if (tc == NULL) return SA_ERR_OUT_OF_MEMORY;
   /* The last entry first: a thread that uses many streams would otherwise
    * scan them all on every slow path (See Note [Last entry first]).
-   * Acquire as in entry_find; a destroyed arena's entry has no arena, so
-   * it never matches a live one. */
+   * Acquire as in entry_find; a destroyed arena's entry has the detached
+   * arena, so it never matches a live one. */
   sa_tentry *e = tc->last;
   if (e == NULL || atomic_load_explicit(&e->xarena, memory_order_acquire) != a ||
       e->stream != s)

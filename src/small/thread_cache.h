@@ -18,7 +18,7 @@ typedef struct sa_tbin_s {
 } sa_tbin;
 
 struct sa_tentry_s {
-  _Atomic(sa_arena *) xarena; /* NULL once the arena is destroyed */
+  _Atomic(sa_arena *) xarena; /* &sa__detached_arena once it is destroyed */
   sa_stream stream;
   sa_stream_arena *sarena;    /* bound (a reference); NULL: bound on next use */
   uint64_t epoch;             /* arena's stream epoch when last checked */
@@ -99,6 +99,12 @@ static inline void sa__tentry_live_account(sa_tentry *e, int64_t delta, size_t b
 /* Arena destroy: hand every entry of a back to its owner thread, which
  * frees it; a is never reached through them again. */
 void sa__entries_detach(sa_arena *a);
+/* What a detached entry's arena is: never NULL, so that the fast paths
+ * compare and read it without a test of their own. No arena a caller
+ * holds, it fails every fast-path test: no entry has its stream epoch
+ * (UINT64_MAX), its range is empty and its large threshold 0. Nothing else
+ * of it is read. */
+extern struct sa_arena_s sa__detached_arena;
 /* The fast paths' allocations and frees: of exited threads and live ones. */
 void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees);
 /* Which of the calling thread's entries sa__tentry_flush_own flushes:
