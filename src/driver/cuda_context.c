@@ -87,7 +87,8 @@ static bool names_no_stream(CUresult r) {
  * the driver refuses an id query, a synchronize, or a wait for an outside
  * event on it, invalidating the user's capture. So no op enqueues on or
  * asks about a capturing stream: SA_ERR_STREAM_CAPTURING, nothing changed,
- * the capture intact (cuStreamIsCapturing: 15 ns on the H200). The legacy
+ * the capture intact (cuStreamIsCapturing is cheap: See Note [Capture
+ * checks]). The legacy
  * stream is never captured, but work on it while a blocking stream is
  * captured would join it: cuStreamIsCapturing says
  * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT then, without harm to the capture
@@ -119,8 +120,8 @@ sa_status sa_cuda_refused_while_capturing(cuda_driver *cd, sa_stream stream) {
 
 /* Host waits and queries are "potentially unsafe" during a capture in the
  * global mode on any thread, or in another mode on this one: made in the
- * relaxed mode, they neither fail nor invalidate the user's capture
- * (measured: 7.5 ns per exchange). */
+ * relaxed mode, they neither fail nor invalidate the user's capture (the
+ * mode exchange is cheap: See Note [Capture checks]). */
 CUstreamCaptureMode sa_cuda_relaxed_begin(void) {
   CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
   if (sa_cu.ThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS)
