@@ -83,6 +83,12 @@ stage() {
     --source-root "$root" --werror
   rm -rf "$dest/python/streamarena/build-native"
 
+  # What torch's testing modules need and the GPU machine lacks: pure
+  # Python wheels, unpacked there (the run's test-cuda part).
+  mkdir -p "$dest/wheels"
+  pip download --no-deps -q -d "$dest/wheels" pytest pluggy iniconfig packaging pygments \
+    expecttest || echo "gpu-torch-native.sh: no test wheels: test-cuda needs pytest there" >&2
+
   tests=${TORCH_TEST_CUDA:-$main/.torch-tests/test_cuda.py}
   if [ -f "$tests" ]; then
     cp "$tests" "$dest/tests/test_cuda.py"
@@ -245,6 +251,13 @@ print('result: native backend', b.built_for(), 'allocates;', torch.cuda.memory_a
 # tests size themselves by the device's free memory: one run at a time).
 test_cuda() {
   [ -f "$E/tests/test_cuda.py" ] || { echo "result: no test_cuda.py staged"; return 3; }
+  if ! python3 -c 'import pytest, expecttest' 2> /dev/null && ls "$E"/wheels/*.whl > /dev/null 2>&1; then
+    local site=/tmp/native-site
+    python3 -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' \
+      "$site" "$E"/wheels/*.whl || return 1
+    export PYTHONPATH="$site:$PYTHONPATH"
+    echo "unpacked $(ls "$E"/wheels | tr '\n' ' ')"
+  fi
   python3 -c 'import pytest, expecttest' 2> /dev/null ||
     { echo "result: pytest or expecttest (torch's testing modules need it) is missing"; return 3; }
   local timeout_arg=() rc=0
