@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
-"""Runs examples/torch/train.py once per allocator, each in its own process
-with the same arguments and seed, then a short streamarena run with --check,
-and prints the comparison and the targets.
+"""Runs examples/torch/train.py per allocator, each in its own process with
+the same arguments and seed, for several rounds, then a short streamarena
+run with --check, and prints the comparison and the targets.
 
-    python3 examples/torch/compare.py [--steps 300] [--check-steps 60]
-        [--memory-history default.pickle] [--trace streamarena.csv]
-        [--out DIR] [--progress] [-- more train.py arguments]
+    python3 examples/torch/compare.py [--steps 300] [--rounds 3]
+        [--check-steps 60] [--memory-history default.pickle]
+        [--trace streamarena.csv] [--out DIR] [--progress]
+        [-- more train.py arguments]
+
+The allocators take turns: round r runs them in the order rotated by r, so
+that each runs first, in the middle and last once in three rounds (a run's
+position alone moved its step time by 5-19% on the H200). The table gives
+each allocator's median step time over the rounds and its largest peaks.
 
 Table columns: step time (after the warm-up steps), peak reserved (what the
 allocator held from the device), peak allocated (bytes PyTorch asked for,
@@ -64,17 +70,40 @@ def curve_gap(a, b):
     return sum(abs(x - y) for x, y in zip(a[:n], b[:n])) / n / (sum(b[:n]) / n)
 
 
+def rotated(names, r):
+    """The order of round r: names rotated left by r."""
+    k = r % len(names) if names else 0
+    return names[k:] + names[:k]
+
+
+def aggregate(runs):
+    """One allocator's rounds as one result: the median step time (the
+    lower middle of an even count), every round's step time, and the
+    largest peaks; the rest from the round of the median. None when any
+    round failed."""
+    if not runs or any(r is None for r in runs):
+        return None
+    ranked = sorted(runs, key=lambda r: r["step_ms"])
+    mid = dict(ranked[(len(ranked) - 1) // 2])
+    mid["step_ms_rounds"] = [r["step_ms"] for r in runs]
+    for key in ("peak_reserved", "peak_requested"):
+        if all(key in r for r in runs):
+            mid[key] = max(r[key] for r in runs)
+    return mid
+
+
 def table(results):
-    head = ("| allocator | step ms | peak reserved GiB | peak allocated GiB | reserved/allocated"
-            " | final loss |")
-    lines = [head, "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    head = ("| allocator | step ms (median) | rounds | peak reserved GiB | peak allocated GiB"
+            " | reserved/allocated | final loss |")
+    lines = [head, "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]
     for name, r in results.items():
         if r is None:
-            lines.append(f"| {name} | failed | | | | |")
+            lines.append(f"| {name} | failed | | | | | |")
             continue
         res, req = r.get("peak_reserved", 0), r.get("peak_requested", 0)  # none on a CPU
-        lines.append(f"| {name} | {r['step_ms']:.1f} | {res / GiB:.3f} | {req / GiB:.3f} | "
-                     f"{res / max(1, req):.4f} | {r['final_loss']:.4f} |")
+        rounds = " ".join(f"{t:.1f}" for t in r.get("step_ms_rounds", [r["step_ms"]]))
+        lines.append(f"| {name} | {r['step_ms']:.1f} | {rounds} | {res / GiB:.3f} | "
+                     f"{req / GiB:.3f} | {res / max(1, req):.4f} | {r['final_loss']:.4f} |")
     return "\n".join(lines)
 
 
@@ -93,7 +122,11 @@ def targets(results):
         line(sa["step_ms"] <= fastest["step_ms"],
              f"step time: streamarena {sa['step_ms']:.1f} ms, fastest PyTorch "
              f"({fastest['allocator']}) {fastest['step_ms']:.1f} ms "
-             f"({100 * (sa['step_ms'] / fastest['step_ms'] - 1):+.1f}%)")
+             f"({100 * (sa['step_ms'] / fastest['step_ms'] - 1):+.1f}%; medians)")
+    if de is not None:
+        line(sa["step_ms"] <= de["step_ms"],
+             f"step time: streamarena {sa['step_ms']:.1f} ms, PyTorch's default allocator "
+             f"{de['step_ms']:.1f} ms ({100 * (sa['step_ms'] / de['step_ms'] - 1):+.1f}%)")
     ratio = sa["peak_reserved"] / max(1, sa["peak_requested"])
     line(ratio <= 1.02, f"peak reserved / peak allocated: streamarena {ratio:.4f} (<= 1.02)")
     if ex is not None:
@@ -119,6 +152,8 @@ def targets(results):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds, the allocators' order rotated each round (default 3)")
     p.add_argument("--check-steps", type=int, default=60,
                    help="steps of the streamarena --check run (0: none)")
     p.add_argument("--allocators", default=",".join(ORDER))
@@ -130,19 +165,27 @@ def main():
     p.add_argument("--progress", action="store_true", help="show the runs' progress bars")
     p.add_argument("train_args", nargs="*", help="passed to train.py (after --)")
     args = p.parse_args()
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     out_dir = args.out or tempfile.mkdtemp(prefix="compare-")
     os.makedirs(out_dir, exist_ok=True)
     common = ["--steps", str(args.steps)] + args.train_args
     results = {}
     with tempfile.TemporaryDirectory() as tmp, \
             open(os.path.join(out_dir, "compare.log"), "w") as logf:
-        for name in args.allocators.split(","):
-            extra = list(common)
-            if name == "default" and args.memory_history:
-                extra += ["--memory-history", args.memory_history]
-            if name == "streamarena" and args.trace:
-                extra += ["--trace", args.trace]
-            results[name] = run(name, extra, tmp, logf, args.progress)
+        names = args.allocators.split(",")
+        runs = {name: [] for name in names}
+        for r in range(args.rounds):
+            for name in rotated(names, r):
+                extra = list(common)
+                # The memory history and the trace of the first round only.
+                if r == 0 and name == "default" and args.memory_history:
+                    extra += ["--memory-history", args.memory_history]
+                if r == 0 and name == "streamarena" and args.trace:
+                    extra += ["--trace", args.trace]
+                runs[name].append(run(name, extra, tmp, logf, args.progress))
+        for name in names:
+            results[name] = aggregate(runs[name])
         if args.check_steps > 0 and "streamarena" in args.allocators.split(","):
             extra = args.train_args + ["--steps", str(args.check_steps), "--check"]
             results["streamarena+check"] = run("streamarena+check", extra, tmp, logf,
