@@ -308,7 +308,7 @@ static void print_summary(const result *r) {
          "streamarena: peak reserved %.1f MiB (%.3fx), %s, %.1f ms (%.2f us/op), "
          "driver: %" PRIu64 " chunks created, %" PRIu64 " maps, %" PRIu64 " unmaps (%" PRIu64
          " chunks), %" PRIu64 " set_access (%" PRIu64 " chunks), %.1f MiB remapped, "
-         "%.1f vmm calls and %.1f calls per 1000 ops, "
+         "%.1f vmm calls, %.1f calls and %.1f event records per 1000 ops, "
          "%.2f us/op of driver time at H200 costs (model) | "
          "first-fit reference: extent %.1f MiB (%.3fx), ",
          r->name, t->format, t->nops, t->nstreams, live / MiB, (double)r->capacity / MiB,
@@ -317,8 +317,8 @@ static void print_summary(const result *r) {
          r->seconds * 1e6 / (double)(t->nops ? t->nops : 1), c[SA_HOST_FN_CHUNK_CREATE],
          c[SA_HOST_FN_MAP], c[SA_HOST_FN_UNMAP], r->work.chunks_unmapped,
          c[SA_HOST_FN_SET_ACCESS], r->work.chunks_access, remapped_mib(r),
-         per_kop(r, vmm_calls(r)), per_kop(r, all_calls(r)), h200_us_per_op(r),
-         (double)r->ff_extent / MiB,
+         per_kop(r, vmm_calls(r)), per_kop(r, all_calls(r)),
+         per_kop(r, c[SA_HOST_FN_EVENT_RECORD]), h200_us_per_op(r), (double)r->ff_extent / MiB,
          (double)r->ff_extent / live);
   if (r->ff_oom_count)
     printf("OUT OF MEMORY (%zu failed, first at op %zu with %.1f MiB largest free)\n",
@@ -339,23 +339,25 @@ static void print_summary(const result *r) {
 static void print_table(const result *rs, size_t n) {
   printf("\n| trace | ops | streams | peak live MiB | capacity MiB | streamarena peak "
          "reserved MiB | ratio | OOM | us/op | chunks created | maps | unmaps | set_access | "
-         "remapped MiB | vmm calls/1k ops | driver calls/1k ops | driver us/op (H200 model) | "
+         "remapped MiB | vmm calls/1k ops | driver calls/1k ops | event records/1k ops | "
+         "driver us/op (H200 model) | "
          "first-fit extent MiB | first-fit OOM |\n");
   printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | "
-         "---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
+         "---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
   for (size_t i = 0; i < n; i++) {
     const result *r = &rs[i];
     const uint64_t *c = r->work.calls;
     double live = (double)r->t->peak_live;
     printf("| %s | %zu | %zu | %.1f | %.1f | %.1f | %.3f | %s | %.2f | %" PRIu64 " | %" PRIu64
-           " | %" PRIu64 " | %" PRIu64 " | %.1f | %.1f | %.1f | %.2f | %.1f | %s |\n",
+           " | %" PRIu64 " | %" PRIu64 " | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %s |\n",
            r->name, r->t->nops, r->t->nstreams, live / MiB, (double)r->capacity / MiB,
            (double)r->reserved_peak / MiB, (double)r->reserved_peak / live,
            r->oom_count ? "yes" : "no",
            r->seconds * 1e6 / (double)(r->t->nops ? r->t->nops : 1),
            c[SA_HOST_FN_CHUNK_CREATE], c[SA_HOST_FN_MAP], c[SA_HOST_FN_UNMAP],
            c[SA_HOST_FN_SET_ACCESS], remapped_mib(r), per_kop(r, vmm_calls(r)),
-           per_kop(r, all_calls(r)), h200_us_per_op(r), (double)r->ff_extent / MiB,
+           per_kop(r, all_calls(r)), per_kop(r, c[SA_HOST_FN_EVENT_RECORD]),
+           h200_us_per_op(r), (double)r->ff_extent / MiB,
            r->ff_oom_count ? "yes" : "no");
   }
 }
