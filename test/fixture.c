@@ -105,9 +105,13 @@ sa_status sa_fixture_teardown(sa_fixture *f) {
 }
 
 int sa_fixture_cmocka_setup(void **state) {
+  return sa_fixture_cmocka_setup_with(state, NULL, 2);
+}
+
+int sa_fixture_cmocka_setup_with(void **state, const char *spec, size_t stream_count) {
   sa_fixture *f = malloc(sizeof *f);
   if (f == NULL) return -1;
-  sa_status s = sa_fixture_setup(f, NULL, 2, SA_HOST_MANUAL);
+  sa_status s = sa_fixture_setup(f, spec, stream_count, SA_HOST_MANUAL);
   if (s != SA_OK) {
     fprintf(stderr, "fixture: setup failed: %s\n", sa_status_string(s));
     free(f);

@@ -58,6 +58,8 @@ sa_status sa_fixture_teardown(sa_fixture *f);
 /* cmocka setup/teardown: a fixture with 2 SA_HOST_MANUAL streams and the
  * default configuration in *state; teardown fails the test on any leak. */
 int sa_fixture_cmocka_setup(void **state);
+/* The same with spec and stream_count SA_HOST_MANUAL streams. */
+int sa_fixture_cmocka_setup_with(void **state, const char *spec, size_t stream_count);
 int sa_fixture_cmocka_teardown(void **state);
 
 /* An arena from the defaults and spec (a printf format; sa_config_parse

@@ -30,15 +30,7 @@
 #include "internal.h"
 #include "test/util.h"
 
-static int setup(void **state) {
-  sa_fixture *f = calloc(1, sizeof *f);
-  if (f == NULL || sa_fixture_setup(f, "exact_growth=1", 3, SA_HOST_MANUAL) != SA_OK) {
-    free(f);
-    return -1;
-  }
-  *state = f;
-  return 0;
-}
+static int setup(void **state) { return sa_fixture_cmocka_setup_with(state, "exact_growth=1", 3); }
 
 static int teardown(void **state) { return sa_fixture_cmocka_teardown(state); }
 
