@@ -325,6 +325,93 @@ static void timeline_check_names_two_slots_with_one_ticket(void **state) {
   teardown(&f);
 }
 
+/* A span pair on streams[0], then a free that records no event: the
+ * pending ticket, on *pending; *other: another free span, kept apart by
+ * two live ones, which the caller frees. The stream's first frees record
+ * (it has not retaken one yet). */
+static sa_stream_arena *pending_free(sa_fixture *f, void **pending, void **other, void **live) {
+  sa_stream s = f->streams[0];
+  void *p;
+  sa_assert_ok(sa_alloc(f->arena, &live[0], 4 * MiB, s));
+  sa_assert_ok(sa_alloc(f->arena, other, 4 * MiB, s));
+  sa_assert_ok(sa_alloc(f->arena, &live[1], 4 * MiB, s));
+  sa_assert_ok(sa_free(*other, s));
+  sa_assert_ok(sa_alloc(f->arena, &p, 8 * MiB, s));
+  sa_assert_ok(sa_free(p, s));
+  sa_assert_ok(sa_alloc(f->arena, pending, 8 * MiB, s)); /* retaken */
+  assert_ptr_equal(*pending, p);
+  sa_assert_ok(sa_free(*pending, s)); /* no event */
+  sa_stream_arena *sa = stream_arena_of(f->arena, s);
+  assert_non_null(sa);
+  assert_int_not_equal(sa->timeline.pending, 0);
+  assert_ptr_equal(sa->timeline.pending_span, free_span_at(f->arena, *pending));
+  assert_ptr_not_equal(free_span_at(f->arena, *other), free_span_at(f->arena, *pending));
+  return sa;
+}
+
+static void break_pending_span(sa_fixture *f, void *arg) {
+  sa_stream_arena *sa = arg;
+  pthread_mutex_lock(&f->arena->lock);
+  sa->timeline.pending_span = NULL;
+  sa__timeline_check(sa);
+}
+
+static void timeline_check_names_a_pending_ticket_without_its_span(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f);
+  void *p, *q, *live[2];
+  sa_stream_arena *sa = pending_free(&f, &p, &q, live);
+  expect_broken(&f, break_pending_span, sa, "timeline", "the pending ticket has its span");
+  for (int i = 0; i < 2; i++) sa_assert_ok(sa_free(live[i], f.streams[0]));
+  teardown(&f);
+}
+
+typedef struct moved_s {
+  sa_stream_arena *sarena;
+  void *to;
+} moved;
+
+static void break_pending_moved(sa_fixture *f, void *arg) {
+  moved *m = arg;
+  pthread_mutex_lock(&f->arena->lock);
+  m->sarena->timeline.pending_span = free_span_at(f->arena, m->to);
+  (void)sa__span_check(f->arena);
+}
+
+static void span_check_names_a_pending_mark_off_its_pending_span(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f);
+  void *p, *q, *live[2];
+  moved m = {pending_free(&f, &p, &q, live), NULL};
+  m.to = q;
+  expect_broken(&f, break_pending_moved, &m, "span",
+                "a pending mark is on its stream's pending span only");
+  for (int i = 0; i < 2; i++) sa_assert_ok(sa_free(live[i], f.streams[0]));
+  teardown(&f);
+}
+
+static void break_nholders(sa_fixture *f, void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&f->arena->lock);
+  f->arena->spans.nholders++;
+  (void)sa__span_check(f->arena);
+}
+
+static void span_check_names_a_holder_count_that_disagrees(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f);
+  void *p;
+  sa_assert_ok(sa_alloc(f.arena, &p, 4 * MiB, f.streams[0]));
+  assert_int_equal(f.arena->spans.nholders, 1);
+  expect_broken(&f, break_nholders, NULL, "span",
+                "spans.nholders counts the stream arenas with live spans");
+  sa_assert_ok(sa_free(p, f.streams[0]));
+  teardown(&f);
+}
+
 /* ---- the physical ledger ---------------------------------------------------------- */
 
 static void break_cache_bytes(sa_fixture *f, void *arg) {
@@ -464,6 +551,9 @@ int main(void) {
       cmocka_unit_test(free_span_treap_check_names_a_child_above_its_parent),
       cmocka_unit_test(free_span_treap_check_names_a_treap_too_deep),
       cmocka_unit_test(timeline_check_names_two_slots_with_one_ticket),
+      cmocka_unit_test(timeline_check_names_a_pending_ticket_without_its_span),
+      cmocka_unit_test(span_check_names_a_pending_mark_off_its_pending_span),
+      cmocka_unit_test(span_check_names_a_holder_count_that_disagrees),
       cmocka_unit_test(physical_check_names_a_chunk_cache_count_that_disagrees),
       cmocka_unit_test(stream_arena_check_names_an_empty_count_that_disagrees),
       cmocka_unit_test(stream_arena_check_names_pending_blocks_that_disagree),

@@ -106,14 +106,20 @@ static bool absorb(sa_arena *a, sa_span *left, sa_span *right, sa_newer newer) {
   return true;
 }
 
-sa_span *sa__free_coalesce(sa_arena *a, sa_span *sp) {
+/* May sp merge with its free neighbour n, for whom? */
+static bool joins(const sa_span *n, const sa_stream_arena *usable_for) {
+  return n != NULL && sa__span_is_free(n) &&
+         (usable_for == NULL || sa__marks_waitable_for(n, usable_for));
+}
+
+sa_span *sa__free_coalesce(sa_arena *a, sa_span *sp, const sa_stream_arena *usable_for) {
   sa_span *n = sp->next;
-  if (n != NULL && sa__span_is_free(n)) {
+  if (joins(n, usable_for)) {
     sa__free_remove(a, n);
     if (!absorb(a, sp, n, SA_DST_NEWER)) sa__free_insert(a, n);
   }
   sa_span *p = sp->prev;
-  if (p != NULL && sa__span_is_free(p)) {
+  if (joins(p, usable_for)) {
     sa__free_remove(a, p);
     if (absorb(a, p, sp, SA_SRC_NEWER)) {
       p->owner = sp->owner; /* the last freer */
@@ -141,6 +147,14 @@ uintptr_t sa__free_place(const sa_arena *a, const sa_span *sp, sa_want w) {
   return sp->size >= w.need ? sp->base : 0;
 }
 
+/* Can sarena's stream use x, if it waits? Not while another stream's
+ * pending mark is on it: that stream is asked to record its event. */
+static bool waitable(const sa_span *x, const sa_stream_arena *sarena) {
+  if (sa__marks_waitable_for(x, sarena)) return true;
+  sa__marks_want(x);
+  return false;
+}
+
 sa_span *sa__free_best_fit(const sa_arena *a, sa_want w, const sa_stream_arena *sarena) {
   sa_span *pick = NULL;
   sa_span *x = sa__fit_ceiling(a, w.need, 0);
@@ -148,11 +162,14 @@ sa_span *sa__free_best_fit(const sa_arena *a, sa_want w, const sa_stream_arena *
     if (pick != NULL && x->size != pick->size) break;
     if (sa__free_place(a, x, w) == 0) continue;
     if (sa__marks_clean_for(x, sarena)) return x;
-    if (pick == NULL) pick = x;
+    if (pick == NULL && waitable(x, sarena)) pick = x;
   }
-  if (pick == NULL && w.align != 0) /* any span this large fits at a boundary */
-    pick = sa__fit_ceiling(a, w.need + w.align - SA_SPAN_QUANTUM, 0);
-  return pick;
+  if (pick != NULL || w.align == 0) return pick;
+  /* Any span this large fits at a boundary. */
+  x = sa__fit_ceiling(a, w.need + w.align - SA_SPAN_QUANTUM, 0);
+  for (int i = 0; x != NULL && i < 16; i++, x = sa__fit_ceiling(a, x->size, x->base + 1))
+    if (waitable(x, sarena)) return x;
+  return NULL;
 }
 
 /* A free span for [at, end of sp): sp's marks and starts there, linked

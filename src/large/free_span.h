@@ -28,8 +28,10 @@ void sa__span_link_after(sa_run *r, sa_span *after, sa_span *sp);
 void sa__free_insert(sa_arena *a, sa_span *sp);
 void sa__free_remove(sa_arena *a, sa_span *sp);
 /* sp (free, out of the index) merges with its free neighbours; returns the
- * merged span, out of the index. */
-sa_span *sa__free_coalesce(sa_arena *a, sa_span *sp);
+ * merged span, out of the index. With usable_for, only with those that
+ * usable_for's stream can use (a growth for it must not take on another
+ * stream's pending mark: sa__marks_waitable_for); NULL: with all. */
+sa_span *sa__free_coalesce(sa_arena *a, sa_span *sp, const sa_stream_arena *usable_for);
 /* The placement policy. Packed at SA_SPAN_QUANTUM, except with a budget
  * configured: then a span that loses at most 1/32 of itself to rounding up
  * to whole granules (all of 64 MiB and more, and those just below a
@@ -44,7 +46,9 @@ sa_want sa__free_placement(const sa_arena *a, size_t size);
 uintptr_t sa__free_place(const sa_arena *a, const sa_span *sp, sa_want w);
 /* The best fit for w: the smallest free span it fits in, the lowest
  * address first; among spans of that size, one sarena's stream can use without
- * waiting if one of the first few is. */
+ * waiting if one of the first few is. Never one that sarena's stream cannot
+ * use even after waiting (another stream's pending mark: that stream is
+ * asked to record its event). */
 sa_span *sa__free_best_fit(const sa_arena *a, sa_want w, const sa_stream_arena *sarena);
 /* Take w from the free span sp (out of the index, settled for the taker,
  * w fits) as the span returned; what lies before and after it stays free,

@@ -3,9 +3,13 @@
  *
  * A free's mark is a (stream arena, ticket) pair on a timeline
  * (timeline.c): plain values, copied when a span splits, the later ticket
- * kept per stream when spans merge. A recorded mark holds an event of its
- * own, recorded on a stream sa_record_stream named, shared by the pieces of
- * a split span and counted. A mark is dropped once its work is known done
+ * kept per stream when spans merge. A pending mark (no event yet) is on
+ * one span only, its stream's pending span: a merge moves the timeline's
+ * pointer to the span that stays (sa__marks_join); a carve, where only the
+ * stream itself takes such a span, hands it to the piece left (span.c). A
+ * recorded mark holds an event of its own, recorded on a stream
+ * sa_record_stream named, shared by the pieces of a split span and
+ * counted. A mark is dropped once its work is known done
  * (a query or a synchronize saw it), or from the piece handed to a stream
  * after that stream was made to wait for it.
  */
@@ -16,7 +20,9 @@
 #include "../base/base.h"
 #include "../base/event_pool.h"
 #include "../driver/driver.h"
+#include "free_span.h"
 #include "span.h"
+#include "span_index.h"
 #include "timeline.h"
 
 /* ------------------------------------------------------------------------
@@ -116,19 +122,36 @@ void sa__marks_clear(sa_arena *a, sa_span *sp) {
 void sa__marks_prune_known(sa_arena *a, sa_span *sp) {
   unsigned kept = 0;
   for (unsigned i = 0; i < sp->nmarks; i++) {
-    if (sa__mark_known_done(&sp->marks[i]))
-      mark_drop(a, sp->marks[i]);
-    else
-      sp->marks[kept++] = sp->marks[i];
+    sa_mark m = sp->marks[i];
+    if (!sa__mark_known_done(&m)) {
+      sp->marks[kept++] = m;
+      continue;
+    }
+    /* A pending mark known done (a device sync) is no one's pending any
+     * more: its span need not be followed. */
+    if (m.stream != NULL) sa__timeline_pending_settle(a, m.stream);
+    mark_drop(a, m);
   }
   sp->nmarks = kept;
 }
 
 bool sa__marks_join(sa_arena *a, sa_span *dst, sa_span *src) {
   if (!sa__marks_reserve(dst, dst->nmarks + src->nmarks)) return false;
-  for (unsigned i = 0; i < src->nmarks; i++) sa__marks_add(a, dst, src->marks[i]);
+  for (unsigned i = 0; i < src->nmarks; i++) {
+    sa_stream_arena *s = src->marks[i].stream;
+    /* The pending span merges into dst: dst carries the pending mark now. */
+    if (s != NULL && s->timeline.pending_span == src) sa__timeline_pending_moved(s, dst);
+    sa__marks_add(a, dst, src->marks[i]);
+  }
   src->nmarks = 0;
   return true;
+}
+
+bool sa__marks_carry_pending(const sa_span *sp, const sa_stream_arena *sarena) {
+  uint64_t t = sarena->timeline.pending;
+  for (unsigned i = 0; t != 0 && i < sp->nmarks; i++)
+    if (sp->marks[i].stream == sarena && sp->marks[i].ticket == t) return true;
+  return false;
 }
 
 bool sa__marks_reached(sa_arena *a, sa_span *sp, sa_wait wait) {
@@ -152,10 +175,32 @@ static bool ordered_by(const sa_mark *m, const sa_stream_arena *sarena) {
   return m->recorded == NULL && m->stream == sarena;
 }
 
+void sa__marks_taken_by(const sa_span *sp, sa_stream_arena *sarena) {
+  for (unsigned i = 0; i < sp->nmarks; i++)
+    if (ordered_by(&sp->marks[i], sarena)) sa__timeline_retaken(sarena, sp->marks[i].ticket);
+}
+
 bool sa__marks_clean_for(const sa_span *sp, const sa_stream_arena *sarena) {
   for (unsigned i = 0; i < sp->nmarks; i++)
     if (!ordered_by(&sp->marks[i], sarena) && !sa__mark_known_done(&sp->marks[i])) return false;
   return true;
+}
+
+/* Does no event mark m's work yet (a pending mark), and none completed it? */
+static bool unmarked(const sa_mark *m) {
+  return m->recorded == NULL && !sa__timeline_has_event(m->stream, m->ticket) &&
+         !sa__mark_known_done(m);
+}
+
+bool sa__marks_waitable_for(const sa_span *sp, const sa_stream_arena *sarena) {
+  for (unsigned i = 0; i < sp->nmarks; i++)
+    if (!ordered_by(&sp->marks[i], sarena) && unmarked(&sp->marks[i])) return false;
+  return true;
+}
+
+void sa__marks_want(const sa_span *sp) {
+  for (unsigned i = 0; i < sp->nmarks; i++)
+    if (unmarked(&sp->marks[i])) sa__timeline_want(sp->marks[i].stream);
 }
 
 sa_status sa__marks_settle(sa_arena *a, sa_span *sp, sa_stream_arena *sarena) {
@@ -218,6 +263,18 @@ void sa__marks_check(const sa_span *sp) {
     } else {
       SA_CHECK(SPAN, m->stream != NULL && m->ticket > 0 && m->ticket <= m->stream->timeline.next,
                "a free's mark names a ticket its timeline handed out");
+      const sa_timeline *tl = &m->stream->timeline;
+      SA_CHECK(SPAN,
+               m->ticket != tl->pending || tl->pending_span == sp || sa__mark_known_done(m),
+               "a pending mark is on its stream's pending span only");
     }
   }
+}
+
+void sa__marks_pending_check(const sa_arena *a, const sa_stream_arena *sarena) {
+  const sa_span *sp = sarena->timeline.pending_span;
+  if (sp == NULL) return;
+  SA_CHECK(SPAN, sa__span_is_free(sp) && sa__fit_ceiling(a, sp->size, sp->base) == sp,
+           "a pending span is a free span in the fit index");
+  SA_CHECK(SPAN, sa__marks_carry_pending(sp, sarena), "a pending span carries the pending mark");
 }

@@ -31,16 +31,29 @@ void sa__marks_add(sa_arena *a, sa_span *sp, sa_mark m);
 void sa__marks_copy(sa_span *dst, const sa_span *src);
 /* sp waits for nothing any more (its marks are dropped). */
 void sa__marks_clear(sa_arena *a, sa_span *sp);
-/* Drop the marks the host knows completed; no driver call. */
+/* Drop the marks the host knows completed (a pending one: its timeline
+ * forgets it); no driver call. */
 void sa__marks_prune_known(sa_arena *a, sa_span *sp);
-/* dst also waits for what src waited for: src's marks move to dst. False
- * (both unchanged) without memory for them. */
+/* dst also waits for what src waited for: src's marks move to dst, and
+ * so does a pending span (src merges into dst). False (both unchanged)
+ * without memory for them. */
 bool sa__marks_join(sa_arena *a, sa_span *dst, sa_span *src);
 /* Drop the marks whose work completed (SA_WAIT: after waiting); true
  * when none is left. */
 bool sa__marks_reached(sa_arena *a, sa_span *sp, sa_wait wait);
 /* Can sarena's stream use sp without waiting, as far as the host knows? */
 bool sa__marks_clean_for(const sa_span *sp, const sa_stream_arena *sarena);
+/* Can sarena's stream use sp after waiting (sa__marks_settle)? Not while
+ * another stream's pending mark is on it: no event exists to wait on. */
+bool sa__marks_waitable_for(const sa_span *sp, const sa_stream_arena *sarena);
+/* Ask the streams of sp's pending marks to record their events (at their
+ * next named call): someone could not use sp. */
+void sa__marks_want(const sa_span *sp);
+/* sp is being handed to sarena's stream: a mark of its own latest free on
+ * it says the stream retakes what it frees (sa__timeline_retaken). */
+void sa__marks_taken_by(const sa_span *sp, sa_stream_arena *sarena);
+/* Does sp carry sarena's pending mark? */
+bool sa__marks_carry_pending(const sa_span *sp, const sa_stream_arena *sarena);
 /* Make sp safe for sarena's stream: completion seen by a query or a device-side
  * wait for every mark sarena's stream does not order by itself. The marks stay
  * on sp (the caller drops them from the piece it hands out once this
@@ -60,7 +73,10 @@ void sa__starts_within(sa_span *dst, const sa_span *src);
 bool sa__starts_has(const sa_span *sp, uintptr_t p); /* a span freed into sp began at p? */
 /* Validator of a free span's marks (span.c's calls it): a free's names a
  * ticket its timeline handed out, a recorded one an event some mark still
- * counts. */
+ * counts, and a pending one lies on its stream's pending span only. */
 void sa__marks_check(const sa_span *sp);
+/* Validator of sarena's pending span, if any: a free span in the fit
+ * index that carries the pending mark. */
+void sa__marks_pending_check(const sa_arena *a, const sa_stream_arena *sarena);
 
 #endif /* SA_LARGE_MARK_H */

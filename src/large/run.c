@@ -24,6 +24,7 @@
 #include "mark.h"
 #include "span.h"
 #include "span_index.h"
+#include "timeline.h"
 
 /* ------------------------------------------------------------------------
  * Run descriptors
@@ -146,9 +147,13 @@ typedef struct growth_s {
 } growth;
 
 /* The bytes of a run's end span that w can use if it is free: an aligned
- * request only whole granules (runs start and end at granule boundaries). */
-static size_t edge_use(const sa_arena *a, const sa_span *sp, sa_want w) {
+ * request only whole granules (runs start and end at granule boundaries).
+ * None of a span that sarena's stream cannot use (another stream's
+ * pending mark: map_run keeps the growth apart from it). */
+static size_t edge_use(const sa_arena *a, const sa_span *sp, sa_want w,
+                       const sa_stream_arena *sarena) {
   if (sp == NULL || !sa__span_is_free(sp)) return 0;
+  if (sarena != NULL && !sa__marks_waitable_for(sp, sarena)) return 0;
   return w.align != 0 ? sp->size & ~(w.align - 1) : sp->size;
 }
 
@@ -171,21 +176,22 @@ static bool better(const growth *best, size_t m, grow_dir dir) {
  * possible: above or below a run, next to its free end span; the whole gap
  * between two runs when their free ends and the gap together are enough;
  * or a fresh run. Ties go to the lowest run (the first that wins). */
-static growth plan_growth(const sa_arena *a, sa_want w) {
+static growth plan_growth(const sa_arena *a, sa_want w, const sa_stream_arena *sarena) {
   size_t g = a->gran, need = w.need;
   growth best = {GROW_FRESH, 0, sa__round_up(need, g), SIZE_MAX};
   for (const sa_run *r = a->spans.runs; r != NULL; r = r->next) {
     uintptr_t lo = r->hdr.base, hi = lo + r->hdr.size;
     /* Up: what its free last span lacks, mapped above it. */
-    size_t above = sa__va_free_above(a, hi), m = missing(need, edge_use(a, r->last, w), g);
+    size_t above = sa__va_free_above(a, hi), m = missing(need, edge_use(a, r->last, w, sarena), g);
     if (m <= above && better(&best, m, GROW_UP)) best = (growth){GROW_UP, hi, m, above};
     /* Down: what its free first span lacks, mapped below it; else the
      * whole gap down to the run below, if that joins enough free memory. */
     size_t below = sa__va_free_below(a, lo);
-    m = missing(need, edge_use(a, r->first, w), g);
+    m = missing(need, edge_use(a, r->first, w, sarena), g);
     bool gap_joins = below > 0 && r->prev != NULL &&
                      r->prev->hdr.base + r->prev->hdr.size == lo - below &&
-                     edge_use(a, r->prev->last, w) + below + edge_use(a, r->first, w) >= need;
+                     edge_use(a, r->prev->last, w, sarena) + below +
+                             edge_use(a, r->first, w, sarena) >= need;
     if (m <= below && better(&best, m, GROW_DOWN))
       best = (growth){GROW_DOWN, lo, m, below};
     else if (gap_joins && better(&best, below, GROW_DOWN))
@@ -223,11 +229,12 @@ static size_t reshape_bytes(const sa_arena *a, size_t size, size_t request, size
 }
 
 /* Map [at, at + size) as a run of one free span and join it with the runs
- * it touches; returns the free span that now holds it (out of the index).
- * On failure the chunks and the range are given back (physical.c keeps
- * what a refused unwind left mapped). */
+ * it touches; returns the free span that now holds it (out of the index),
+ * merged with the free spans beside it that sarena's stream can use. On
+ * failure the chunks and the range are given back (physical.c keeps what
+ * a refused unwind left mapped). */
 static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunks,
-                         sa_span **out) {
+                         const sa_stream_arena *sarena, sa_span **out) {
   sa_run *r = run_new(a);
   sa_span *sp = r != NULL ? sa__span_new(a) : NULL;
   if (sp == NULL) {
@@ -253,7 +260,7 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
   if (r->next != NULL && r->next->hdr.base == at + size) r = run_join(a, r, r->next);
   if (r->prev != NULL && r->prev->hdr.base + r->prev->hdr.size == r->hdr.base)
     (void)run_join(a, r->prev, r);
-  *out = sa__free_coalesce(a, sp);
+  *out = sa__free_coalesce(a, sp, sarena);
   return SA_OK;
 }
 
@@ -302,12 +309,16 @@ static void growth_keeps(const growth *g, uintptr_t *lo, uintptr_t *hi) {
   *lo = *hi = 0;
 }
 
-sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span **out) {
-  growth g = plan_growth(a, w);
+sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_stream_arena *sarena,
+                       sa_span **out) {
+  growth g = plan_growth(a, w, sarena);
   size_t u = reshape_bytes(a, g.size, w.need, limit);
   if (u > 0) {
     /* Past the limit: free memory elsewhere whose work completed is
-     * unmapped and stitched here instead. */
+     * unmapped and stitched here instead. The grower's own pending span
+     * may be some of it: an event recorded now (the call names its
+     * stream) lets a query see that span's work done. */
+    if (sarena != NULL) (void)sa__timeline_record_pending(a, sarena);
     uintptr_t keep_lo, keep_hi;
     growth_keeps(&g, &keep_lo, &keep_hi);
     if (sa__run_unmap_free(a, u, keep_lo, keep_hi, SA_QUERY) < u)
@@ -336,7 +347,7 @@ sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span **out) {
     return st;
   }
   sa_span *sp;
-  st = map_run(a, at, total, chunks, &sp);
+  st = map_run(a, at, total, chunks, sarena, &sp);
   if (st != SA_OK) return st;
   if (sa__free_place(a, sp, w) == 0) { /* the join lacked memory for the marks */
     sa__free_insert(a, sp);

@@ -13,8 +13,10 @@
 #include "span.h"
 
 /* Grow so that a free span for w exists, holding no more than limit
- * physical bytes in all; returns it out of the index. */
-sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span **out);
+ * physical bytes in all, which sarena's stream can use (NULL: any; else
+ * the call names its stream); returns it out of the index. */
+sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_stream_arena *sarena,
+                       sa_span **out);
 /* Unmap up to bytes (SIZE_MAX: all) of free span memory whose work is done
  * (SA_WAIT: after waiting), none of a span that overlaps [keep_lo,
  * keep_hi): the whole chunks (each mapped whole: physical.c) inside free

@@ -78,7 +78,7 @@ sa_status sa__span_prefill(sa_arena *a, size_t size) {
   sa_want w = {sa__round_up(size, a->gran), 0, true};
   pthread_mutex_lock(&a->lock);
   sa_span *sp;
-  sa_status st = sa__run_grow(a, w, a->physical.cap, &sp);
+  sa_status st = sa__run_grow(a, w, a->physical.cap, NULL, &sp);
   if (st == SA_OK) sa__free_insert(a, sp); /* free, no marks: nothing used it */
   SA_VALIDATE(sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
@@ -89,16 +89,56 @@ sa_status sa__span_prefill(sa_arena *a, size_t size) {
  * Allocation and free
  * ---------------------------------------------------------------------- */
 
+/* Would carving w out of sp leave free pieces on both sides of it? */
+static bool carve_leaves_two(const sa_arena *a, const sa_span *sp, sa_want w) {
+  uintptr_t at = sa__free_place(a, sp, w);
+  return at > sp->base && at + w.need < sp->base + sp->size;
+}
+
+/* The pending span of sarena's stream was carved into taken: the free
+ * piece beside it that kept the pending mark is the pending span now; with
+ * none (taken whole), no span is. */
+static void pending_follow_carve(sa_stream_arena *sarena, const sa_span *taken) {
+  sa_span *rest = NULL;
+  if (taken->prev != NULL && sa__span_is_free(taken->prev) &&
+      sa__marks_carry_pending(taken->prev, sarena))
+    rest = taken->prev;
+  if (taken->next != NULL && sa__span_is_free(taken->next) &&
+      sa__marks_carry_pending(taken->next, sarena)) {
+    SA_ASSERT(rest == NULL); /* carve_leaves_two: recorded first */
+    rest = taken->next;
+  }
+  sa__timeline_pending_moved(sarena, rest);
+}
+
 /* Make the free span *sp (out of the index) safe for sarena's stream and carve
- * w from it into *sp. If a wait fails, *sp goes back to the index with
- * every mark still on it. */
+ * w from it into *sp. Its marks of sarena's stream need nothing (stream
+ * order), another stream's pending one cannot be waited on (best fit and
+ * growth never offer such a span). If it is sarena's pending span, the
+ * piece left free stays pending; two pieces would be two pending spans, so
+ * then the event is recorded first (this call names sarena's stream). If a
+ * wait or that record fails, *sp goes back to the index with every mark
+ * still on it. */
 static sa_status take_settled(sa_arena *a, sa_span **sp, sa_stream_arena *sarena, sa_want w) {
-  sa_status st = sa__marks_settle(a, *sp, sarena);
+  sa__marks_taken_by(*sp, sarena);
+  sa__marks_prune_known(a, *sp); /* a pending mark a device sync completed goes */
+  sa_status st = SA_OK;
+  if (!sa__marks_waitable_for(*sp, sarena)) {
+    SA_ASSERT(!"a span with another stream's pending mark offered for taking");
+    st = SA_ERR_INTERNAL;
+  }
+  bool pending = sarena->timeline.pending_span == *sp;
+  if (st == SA_OK) st = sa__marks_settle(a, *sp, sarena);
+  if (st == SA_OK && pending && carve_leaves_two(a, *sp, w)) {
+    st = sa__timeline_record_pending(a, sarena);
+    pending = false;
+  }
   if (st != SA_OK) {
     sa__free_insert(a, *sp);
     return st;
   }
   *sp = sa__free_carve(a, *sp, w);
+  if (pending) pending_follow_carve(sarena, *sp);
   return SA_OK;
 }
 
@@ -107,6 +147,7 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size
   if (size > a->range.size) return SA_ERR_OUT_OF_MEMORY;
   sa_want w = sa__free_placement(a, size);
   pthread_mutex_lock(&a->lock);
+  sa__span_record_wanted(a, sarena);
   sa_status st = sa__live_reserve(a);
   sa_span *sp = NULL;
   if (st == SA_OK) {
@@ -114,12 +155,14 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size
     if (sp != NULL)
       sa__free_remove(a, sp);
     else
-      st = sa__run_grow(a, w, limit, &sp);
+      st = sa__run_grow(a, w, limit, sarena, &sp);
   }
   if (st == SA_OK) st = take_settled(a, &sp, sarena, w);
   if (st == SA_OK) {
     sp->owner = sarena;
-    atomic_fetch_add_explicit(&sarena->xspans, 1, memory_order_relaxed); /* keeps sarena alive */
+    /* keeps sarena alive */
+    if (atomic_fetch_add_explicit(&sarena->xspans, 1, memory_order_relaxed) == 0)
+      a->spans.nholders++;
     sp->request = size;
     atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_release);
     sa__live_insert(a, sp);
@@ -169,8 +212,15 @@ void sa__span_give_back_superblock(sa_arena *a, sa_span *sp) {
   sa__marks_clear(a, sp);
   sp->nstarts = 0;
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
-  sa__free_insert(a, sa__free_coalesce(a, sp));
+  sa__free_insert(a, sa__free_coalesce(a, sp, NULL));
   a->spans.reshape_futile = 0; /* free span memory, as a span freed: worth another look */
+}
+
+void sa__span_record_wanted(sa_arena *a, sa_stream_arena *sarena) {
+  if (!atomic_load_explicit(&sarena->timeline.xwanted, memory_order_relaxed)) return;
+  /* Recorded, its span may be reshaped once its work completed: a reshape
+   * that found too little before is worth another look, as after a free. */
+  if (sa__timeline_record_wanted(a, sarena) == SA_OK) a->spans.reshape_futile = 0;
 }
 
 /* Why p, in the reserved range, is not a live span's start: a span freed
@@ -194,6 +244,51 @@ sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **out) {
   return st;
 }
 
+/* Room for the marks of sp's free neighbours, nmarks of its own: then
+ * sa__free_coalesce merges it with both, whatever they hold. */
+static bool merges_reserved(sa_span *sp, unsigned nmarks) {
+  sa_span *n = sp->next, *p = sp->prev;
+  unsigned k = nmarks + (n != NULL && sa__span_is_free(n) ? n->nmarks : 0);
+  if (!sa__marks_reserve(sp, k)) return false;
+  return p == NULL || !sa__span_is_free(p) || sa__marks_reserve(p, p->nmarks + k);
+}
+
+/* The free bytes that sp, just freed, holds once merged with its free
+ * neighbours (sa__free_coalesce merges with all). */
+static size_t merged_size(const sa_span *sp) {
+  size_t n = sp->size;
+  if (sp->prev != NULL && sa__span_is_free(sp->prev)) n += sp->prev->size;
+  if (sp->next != NULL && sa__span_is_free(sp->next)) n += sp->next->size;
+  return n;
+}
+
+/* May the free of sp (nmarks marks) on freer's stream leave its mark
+ * pending, no event recorded? Only where its own stream is likely to be
+ * the next to want it, and others lose little meanwhile: sp was allocated
+ * on freer's stream (a span handed from stream to stream records at once),
+ * the stream is seen retaking what it frees (a loop of pairs, a step that
+ * frees a temporary and allocates the next) and no one waits for its
+ * pending span, and the merged span holds at most SA_LAZY_MARK_MAX. Then
+ * yes if nothing is pending there, or if sp merges into the pending span
+ * (one span still carries the later ticket). See Note [Lazy free marks]. */
+static bool free_lazily(sa_arena *a, sa_span *sp, sa_stream_arena *freer, unsigned nmarks) {
+  sa_timeline *tl = &freer->timeline;
+  size_t merged = merged_size(sp);
+  if (sp->owner != freer || !tl->retaking ||
+      atomic_load_explicit(&tl->xwanted, memory_order_relaxed) || merged > SA_LAZY_MARK_MAX)
+    return false;
+  /* Another stream that uses spans may grow in its place, and a reshape
+   * under a budget cannot take it: only within the footprint target (or
+   * the budget), where a growth in its place does not pass it. */
+  if ((a->spans.nholders > 1 || a->physical.budgeted) &&
+      a->physical.bytes + merged > sa__physical_soft_limit(a))
+    return false;
+  sa__timeline_pending_settle(a, freer); /* a device sync may have completed it */
+  if (tl->pending == 0) return true;
+  return (tl->pending_span == sp->prev || tl->pending_span == sp->next) &&
+         merges_reserved(sp, nmarks);
+}
+
 sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
                         const sa_stream *recorded, unsigned nrecorded,
                         bool *needs_records, size_t *request) {
@@ -208,17 +303,20 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
   }
   if (st == SA_OK) *request = sp->request;
   if (st == SA_OK && !sa__marks_reserve(sp, 1 + nrecorded)) st = SA_ERR_OUT_OF_MEMORY;
-  /* A mark on the freeing stream's timeline, and an event on every
-   * recorded stream. A failure leaves the span live: the tickets taken
-   * mark nothing, the events go back. */
-  if (st == SA_OK) {
-    sa_mark m = {freer, 0, NULL};
-    st = sa__timeline_mark(a, freer, &m.ticket);
-    if (st == SA_OK) sa__marks_add(a, sp, m);
-  }
+  /* An event on every recorded stream, then a mark on the freeing
+   * stream's timeline: pending where it may be (timeline.c, "Pending"),
+   * else recorded. A failure leaves the span live: the events go back, a
+   * recorded ticket marks nothing, and a pending one is taken last. */
   for (unsigned i = 0; st == SA_OK && i < nrecorded; i++) {
     sa_mark m = {NULL, 0, NULL};
     st = sa__mark_event_record(a, recorded[i], &m.recorded);
+    if (st == SA_OK) sa__marks_add(a, sp, m);
+  }
+  if (st == SA_OK) {
+    sa_mark m = {freer, 0, NULL};
+    st = free_lazily(a, sp, freer, 1 + nrecorded)
+             ? sa__timeline_mark_lazily(a, freer, sp, &m.ticket)
+             : sa__timeline_mark(a, freer, &m.ticket);
     if (st == SA_OK) sa__marks_add(a, sp, m);
   }
   if (st != SA_OK) {
@@ -231,12 +329,14 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
   sa__live_remove(a, sp);
   a->spans.nlive--;
   a->spans.frees++;
-  atomic_fetch_sub_explicit(&sp->owner->xspans, 1, memory_order_release);
+  if (atomic_fetch_sub_explicit(&sp->owner->xspans, 1, memory_order_release) == 1)
+    a->spans.nholders--;
   sp->owner = freer; /* from now on only a name (sa__span_forget_doomed) */
   sp->nstarts = 0;
   sa__starts_add(sp, sp->base);
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
-  sa__free_insert(a, sa__free_coalesce(a, sp));
+  /* A pending mark follows the span it merges into (sa__marks_join). */
+  sa__free_insert(a, sa__free_coalesce(a, sp, NULL));
   SA_VALIDATE_PACED(&a->spans.pace, sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
   return SA_OK;
@@ -345,6 +445,14 @@ size_t sa__span_check(const sa_arena *a) {
   SA_CHECK(SPAN, nfree == indexed, "the fit index holds the free spans and only them");
   SA_CHECK(SPAN, nlive == a->spans.nlive && nlive == a->spans.live_map.n,
            "spans.nlive and the live map count the live spans");
+  size_t holders = 0;
+  for (const sa_stream_arena *sarena = a->streams.list; sarena != NULL; sarena = sarena->next) {
+    sa__marks_pending_check(a, sarena);
+    holders += atomic_load_explicit(&sarena->xspans, memory_order_relaxed) > 0;
+    visited++;
+  }
+  SA_CHECK(SPAN, holders == a->spans.nholders,
+           "spans.nholders counts the stream arenas with live spans");
   return visited;
 }
 

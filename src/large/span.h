@@ -43,6 +43,15 @@ typedef struct sa_mark_s {
   sa_mark_event *recorded;  /* a recorded mark's event; NULL: a free's mark */
 } sa_mark;
 
+/* A free may leave its mark pending (timeline.c, "Pending") only while
+ * the free memory it holds up, merged with its free neighbours, is at most
+ * this much: for another stream the event's cost is nothing beside going
+ * without that memory until the freeing stream's next call. See Note
+ * [Lazy free marks]. */
+#ifndef SA_LAZY_MARK_MAX
+#define SA_LAZY_MARK_MAX ((size_t)512 << 20)
+#endif
+
 #define SA_SPAN_STARTS 4
 typedef struct sa_span_s {
   uintptr_t base;
@@ -84,6 +93,7 @@ typedef struct sa_spans_s {
   sa_live_map live_map;         /* live spans by base (span_index.c) */
   size_t free_bytes;            /* in free spans */
   size_t nlive;                 /* live spans */
+  size_t nholders;              /* stream arenas with live spans (xspans > 0) */
   uint64_t frees;               /* spans freed so far */
   uint64_t reshape_futile;      /* frees + 1 when the last reshape found too
                                    little (span.c): none again until a free */
@@ -92,6 +102,10 @@ typedef struct sa_spans_s {
 #endif
 } sa_spans;
 
+/* In a call that names sarena's stream: the event another stream or an
+ * unmap waits for (its pending span's: timeline.c) is recorded, if one is
+ * wanted; on failure it stays wanted. */
+void sa__span_record_wanted(sa_arena *a, sa_stream_arena *sarena);
 /* Sizes in bytes; limit: the physical bytes growth may reach. */
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size_t limit,
                          void **out);

@@ -2,15 +2,37 @@
  * whether its work got that far.
  *
  * A free on stream S takes a ticket on S's timeline (1, 2, 3, ...) and
- * records an event there. A free range remembers (S, ticket) pairs, its
- * marks (span.c): pairs are plain values, so a range that is split keeps
- * them on both pieces and ranges that merge keep, per stream, the later
- * ticket (a stream completes its work in order). The events live here, in
- * a ring of SA_TIMELINE_EVENTS per stream, re-recorded in turn: a ticket
- * older than the ring maps to the oldest event still recorded, which marks
- * a later point of the same stream, so waiting on it or seeing it complete
- * is conservative, never early. No event is created per free and none is
- * shared between ranges.
+ * records an event there, or leaves the ticket pending (below). A free
+ * range remembers (S, ticket) pairs, its marks (span.c): pairs are plain
+ * values, so a range that is split keeps them on both pieces and ranges
+ * that merge keep, per stream, the later ticket (a stream completes its
+ * work in order). The events live here, in a ring of SA_TIMELINE_EVENTS
+ * per stream, re-recorded in turn: a ticket older than the ring maps to
+ * the oldest event still recorded, which marks a later point of the same
+ * stream, so waiting on it or seeing it complete is conservative, never
+ * early. No event is created per free and none is shared between ranges.
+ *
+ * Pending. A span's own stream reuses it at once (stream order), and in a
+ * loop of pairs, or a training step that frees a temporary and allocates
+ * the next one of its size, that is the next thing that happens: the
+ * event, recorded for another stream or an unmap that never looks, is
+ * about half of such a pair (See Note [Lazy free marks]). So a free on a
+ * stream with no ticket pending records nothing, where span.c's
+ * free_lazily finds its stream likely to take the span back next and
+ * others to lose little meanwhile: its ticket is pending, carried by one
+ * free span (the pending span, which merges and carves follow: mark.c,
+ * span.c). The stream's next free records one event,
+ * which covers both tickets, unless the span it frees merges into the
+ * pending span (then that one span carries the later ticket): so at most
+ * one span per stream waits for an event, and a burst of frees records
+ * about one event per two. Its own stream may take the pending span at any
+ * time; taken whole, its ticket is forgotten, never recorded. Nobody else
+ * can use it: no event exists to query or wait on. Best fit and unmapping
+ * pass it by and set xwanted, and the stream's next call that names it
+ * records the event (thread_cache.c's entry lookup, a span's alloc or
+ * free). A device sync that started after the free also completes it
+ * (its generation: device_sync.c), which the out-of-memory path, sa_trim
+ * and arena destroy do; sa_stream_release synchronizes the stream.
  *
  * Only a free's own stream takes tickets: a stream that sa_record_stream
  * named gets an event of its own per free (span.c, "Marks"), since the
@@ -20,15 +42,18 @@
  *
  * A released stream (sa_stream_release synchronized it) has completed
  * every ticket. Events are recorded only inside calls that name the stream
- * (its frees); queries and waits are safe on any stream's events, also
- * after the stream was destroyed.
+ * (its frees, its span allocations, a wanted record at its entry lookup);
+ * queries and waits are safe on any stream's events, also after the
+ * stream was destroyed.
  *
- * Every function runs with the arena lock held. Calls event_pool.c and the
- * driver; called by span.c (and stream_arena.c at release and destroy).
+ * Every function runs with the arena lock held. Calls event_pool.c,
+ * device_sync.h and the driver; called by the span files, stream_arena.c
+ * (a wanted record, release, reap, destroy).
  */
 #include "timeline.h"
 #include "../arena.h"
 #include "../base/base.h"
+#include "../base/device_sync.h"
 #include "../base/event_pool.h"
 #include "../driver/driver.h"
 
@@ -63,14 +88,33 @@ void sa__timeline_check(const sa_stream_arena *sarena) {
       SA_CHECK(TIMELINE, tl->ticket[j] != t, "slots hold distinct tickets");
     SA_CHECK(TIMELINE, t % SA_TIMELINE_EVENTS == k, "ticket t is in slot t % SA_TIMELINE_EVENTS");
     SA_CHECK(TIMELINE, tl->ev[k] != NULL, "a slot with a ticket has an event");
+    SA_CHECK(TIMELINE, t != tl->pending, "no event marks the pending ticket");
+  }
+  if (tl->pending != 0) {
+    SA_CHECK(TIMELINE, tl->pending == tl->next, "the pending ticket is the last handed out");
+    SA_CHECK(TIMELINE, tl->pending_span != NULL, "the pending ticket has its span");
+  } else {
+    SA_CHECK(TIMELINE, tl->pending_span == NULL && tl->pending_gen == 0,
+             "without a pending ticket, no pending span");
+    SA_CHECK(TIMELINE, !atomic_load_explicit(&tl->xwanted, memory_order_relaxed),
+             "only a pending ticket is wanted");
   }
 }
 
-/* sa__timeline_mark's work: the next ticket, and its slot's event
- * recorded for it. */
-static sa_status mark(sa_arena *a, sa_stream_arena *sarena, uint64_t *ticket) {
+/* Forget the pending mark: recorded, known done, or carried by no span. */
+static void forget_pending(sa_timeline *tl) {
+  tl->pending = 0;
+  tl->pending_gen = 0;
+  tl->pending_span = NULL;
+  atomic_store_explicit(&tl->xwanted, false, memory_order_relaxed);
+}
+
+/* Record slot t's event for ticket t: the next ticket (a free's), or the
+ * pending one (a wanted record). An event recorded now covers the pending
+ * ticket, which is next or earlier: none is pending after it succeeded. On
+ * failure nothing that waits on the timeline changed. */
+static sa_status record_at(sa_arena *a, sa_stream_arena *sarena, uint64_t t) {
   sa_timeline *tl = &sarena->timeline;
-  uint64_t t = tl->next + 1;
   unsigned k = (unsigned)(t % SA_TIMELINE_EVENTS);
   bool fresh = tl->ev[k] == NULL;
   if (fresh) {
@@ -89,33 +133,103 @@ static sa_status mark(sa_arena *a, sa_stream_arena *sarena, uint64_t *ticket) {
   }
   if (st != SA_OK) {
     /* What the event marks now is unknown: nothing maps to it any more
-     * (older tickets map to a later slot). */
+     * (older tickets map to a later slot, or wait for the next record). */
     if (in_flight) atomic_fetch_sub_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
     tl->ticket[k] = 0;
     return st;
   }
   if (!in_flight) atomic_fetch_add_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
   tl->ticket[k] = t;
-  tl->next = t;
-  *ticket = t;
+  if (t > tl->next) tl->next = t;
+  forget_pending(tl);
   return SA_OK;
 }
 
 sa_status sa__timeline_mark(sa_arena *a, sa_stream_arena *sarena, uint64_t *ticket) {
-  sa_status st = mark(a, sarena, ticket);
+  uint64_t t = sarena->timeline.next + 1;
+  sa_status st = record_at(a, sarena, t);
+  if (st == SA_OK) *ticket = t;
   SA_VALIDATE(sa__timeline_check(sarena));
   return st;
 }
 
+sa_status sa__timeline_mark_lazily(sa_arena *a, sa_stream_arena *sarena, struct sa_span_s *sp,
+                                   uint64_t *ticket) {
+  sa_status st = a->drv->ops->stream_capture_check(a->drv, sarena->stream);
+  if (st != SA_OK) return st;
+  sa_timeline *tl = &sarena->timeline;
+  tl->pending = ++tl->next;
+  /* Read after the free's work was enqueued (the caller's): a device sync
+   * that starts later completes it (device_sync.c). */
+  tl->pending_gen = sa__sync_gen(&a->sync);
+  tl->pending_span = sp;
+  *ticket = tl->next;
+  return SA_OK;
+}
+
 bool sa__timeline_known_done(const sa_stream_arena *sarena, uint64_t t) {
-  return sarena->synced || t <= sarena->timeline.done;
+  const sa_timeline *tl = &sarena->timeline;
+  if (sarena->synced || t <= tl->done) return true;
+  /* Every ticket is at most the pending one, whose free came before a
+   * device sync that started after its generation. */
+  return tl->pending != 0 && sa__clean_since(&sarena->arena->sync, tl->pending_gen);
+}
+
+bool sa__timeline_has_event(const sa_stream_arena *sarena, uint64_t t) {
+  return slot_for(&sarena->timeline, t) != SA_TIMELINE_EVENTS;
+}
+
+void sa__timeline_pending_settle(sa_arena *a, sa_stream_arena *sarena) {
+  sa_timeline *tl = &sarena->timeline;
+  if (tl->pending == 0 || !sa__timeline_known_done(sarena, tl->pending)) return;
+  advance(a, tl, tl->pending);
+  forget_pending(tl);
+}
+
+void sa__timeline_pending_moved(sa_stream_arena *sarena, struct sa_span_s *to) {
+  sa_timeline *tl = &sarena->timeline;
+  SA_ASSERT(tl->pending != 0);
+  if (to != NULL)
+    tl->pending_span = to;
+  else
+    forget_pending(tl); /* its ticket is never recorded: no mark names it */
+}
+
+void sa__timeline_want(sa_stream_arena *sarena) {
+  sa_timeline *tl = &sarena->timeline;
+  tl->retaking = false;
+  if (tl->pending != 0) atomic_store_explicit(&tl->xwanted, true, memory_order_relaxed);
+}
+
+void sa__timeline_retaken(sa_stream_arena *sarena, uint64_t t) {
+  if (t == sarena->timeline.next) sarena->timeline.retaking = true;
+}
+
+sa_status sa__timeline_record_pending(sa_arena *a, sa_stream_arena *sarena) {
+  sa_timeline *tl = &sarena->timeline;
+  sa_status st = tl->pending != 0 ? record_at(a, sarena, tl->pending) : SA_OK;
+  SA_VALIDATE(sa__timeline_check(sarena));
+  return st;
+}
+
+sa_status sa__timeline_record_wanted(sa_arena *a, sa_stream_arena *sarena) {
+  if (!atomic_load_explicit(&sarena->timeline.xwanted, memory_order_relaxed)) return SA_OK;
+  sa__timeline_pending_settle(a, sarena); /* a device sync may have made it needless */
+  return sa__timeline_record_pending(a, sarena);
 }
 
 sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sarena, uint64_t t, sa_wait wait) {
+  sa__timeline_pending_settle(a, sarena);
   if (sa__timeline_known_done(sarena, t)) return SA_OK;
   sa_timeline *tl = &sarena->timeline;
   unsigned k = slot_for(tl, t);
-  if (k == SA_TIMELINE_EVENTS) return SA_ERR_INTERNAL; /* a ticket never handed out */
+  if (k == SA_TIMELINE_EVENTS) {
+    if (t > tl->next) return SA_ERR_INTERNAL; /* a ticket never handed out */
+    /* No event to query or wait on yet (the pending ticket, or one whose
+     * slot a failed record cleared): the stream's next record covers it. */
+    sa__timeline_want(sarena);
+    return SA_ERR_NOT_READY;
+  }
   sa_status st = wait == SA_WAIT ? a->drv->ops->event_synchronize(a->drv, tl->ev[k])
                       : a->drv->ops->event_query(a->drv, tl->ev[k]);
   if (st == SA_OK) advance(a, tl, tl->ticket[k]);
@@ -123,10 +237,19 @@ sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sarena, uint64_t t,
   return st;
 }
 
+sa_status sa__timeline_reached_recorded(sa_arena *a, sa_stream_arena *sarena) {
+  const sa_timeline *tl = &sarena->timeline;
+  uint64_t latest = 0;
+  for (unsigned k = 0; k < SA_TIMELINE_EVENTS; k++)
+    if (tl->ticket[k] > latest) latest = tl->ticket[k];
+  return latest != 0 ? sa__timeline_reached(a, sarena, latest, SA_QUERY) : SA_OK;
+}
+
 sa_status sa__timeline_wait(sa_arena *a, sa_stream_arena *sarena, uint64_t t, sa_stream on) {
   sa_status st = sa__timeline_reached(a, sarena, t, SA_QUERY);
   if (st != SA_ERR_NOT_READY) return st;
   unsigned k = slot_for(&sarena->timeline, t);
+  if (k == SA_TIMELINE_EVENTS) return SA_ERR_INTERNAL; /* best fit passes such a span by */
   return a->drv->ops->stream_wait_event(a->drv, on, sarena->timeline.ev[k]);
 }
 
@@ -138,5 +261,6 @@ void sa__timeline_release(sa_arena *a, sa_stream_arena *sarena) {
     tl->ev[k] = NULL;
     tl->ticket[k] = 0;
   }
+  forget_pending(tl);
   SA_VALIDATE(sa__timeline_check(sarena));
 }

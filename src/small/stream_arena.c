@@ -91,6 +91,15 @@ sa_status sa__stream_arena_fence(sa_stream_arena *sarena, bool *renamed) {
   return SA_OK;
 }
 
+void sa__stream_arena_record_wanted(sa_stream_arena *sarena) {
+  sa_arena *a = sarena->arena;
+  pthread_mutex_lock(&a->lock);
+  /* Not on a gone one: its handle may name another stream. A failure
+   * leaves it wanted, for the next call. */
+  if (!sa__stream_arena_gone_locked(sarena)) sa__span_record_wanted(a, sarena);
+  pthread_mutex_unlock(&a->lock);
+}
+
 uint32_t sa__stream_arena_take(sa_stream_arena *sarena, unsigned cls, sa_cached_block *out,
                                uint32_t want, size_t limit, sa_status *st) {
   uint32_t got = 0;
@@ -201,12 +210,13 @@ void sa__stream_arenas_reap(sa_arena *a) {
     pthread_mutex_lock(&a->lock);
     /* Free spans name those that freed spans: as their last freer
      * (forgotten) and in marks that wait for their work (then they stay).
-     * One query of an unreleased one's latest ticket says if all is done. */
+     * One query of an unreleased one's latest event says if all it marks
+     * is done (a pending ticket waits for a device sync). */
     bool freed_spans = false;
     for (sa_stream_arena *sarena = a->streams.gone; sarena != NULL; sarena = sarena->gone_next) {
       if (!sarena->doomed || sarena->timeline.next == 0) continue;
       freed_spans = true;
-      if (!sarena->synced) (void)sa__timeline_reached(a, sarena, sarena->timeline.next, SA_QUERY);
+      if (!sarena->synced) (void)sa__timeline_reached_recorded(a, sarena);
     }
     if (freed_spans) sa__span_forget_doomed(a);
     for (sa_stream_arena **p = &a->streams.gone; *p != NULL;) {

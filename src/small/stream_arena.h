@@ -87,6 +87,9 @@ static inline bool sa__stream_arena_gone(sa_stream_arena *sarena) {
 static inline bool sa__stream_arena_gone_locked(const sa_stream_arena *sarena) {
   return atomic_load_explicit(&sarena->xgone, memory_order_relaxed);
 }
+/* Named: the event another stream or an unmap waits for (a pending span's,
+ * timeline.c) is recorded, if one is wanted; takes the arena lock. */
+void sa__stream_arena_record_wanted(sa_stream_arena *sarena);
 /* Named; limit: the physical bytes a new superblock may take the arena to. */
 uint32_t sa__stream_arena_take(sa_stream_arena *sarena, unsigned cls, sa_cached_block *out,
                                uint32_t want, size_t limit, sa_status *st);

@@ -393,6 +393,10 @@ sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
     st = entry_bind(tc, a, s, &e);
     if (st != SA_OK) return st;
   }
+  /* Another stream or an unmap waits for an event here that a span free
+   * left unrecorded: this call names the stream. */
+  if (sa_unlikely(atomic_load_explicit(&e->sarena->timeline.xwanted, memory_order_relaxed)))
+    sa__stream_arena_record_wanted(e->sarena);
   if (tc->last != e) fold_live(tc, a, e); /* the last one holds them already */
   e->last_use = ++tc->clock;
   tc->last = e;
