@@ -33,6 +33,12 @@
 #         train      examples/torch/train.py, the CNN variant (cudnn.benchmark)
 #                    compiled with mode="reduce-overhead", on streamarena (one
 #                    sequence length: one compilation within the limit)
+#         compare-graphs, compare-eager
+#                    examples/torch/compare.py: train.py under streamarena,
+#                    PyTorch's default allocator and expandable segments,
+#                    3 rounds in rotated order; the CNN compiled with
+#                    reduce-overhead, then the language model eagerly
+#       (--only picks parts: the limits of all add up past one device call)
 #       Everything goes under $OUT (default /tmp/native-out), written after
 #       each part: summary.txt (the table, printed last), logs.tar.gz,
 #       rows.json.
@@ -171,7 +177,8 @@ run() {
   } > "$LOGS/machine.txt"
   cat "$LOGS/machine.txt"
 
-  # The limits add up to about 550 s at worst, inside the device call's 600.
+  # setup to train add up to about 550 s at worst, inside the device call's
+  # 600; the compare parts need a call of their own (--only).
   part setup 60 setup_native
   part rows 210 python3 "$E/examples/torch/check_native.py" --json "$LOGS/rows.json" --limit 170
   part test-cuda 180 test_cuda
@@ -180,7 +187,19 @@ run() {
     --allocator streamarena --model cnn --compile reduce-overhead --steps 20 --warmup 5 \
     --layers 4 --d-model 512 --min-seq 512 --max-seq 512 --no-progress
 
+  # train.py under the three allocators, 3 rounds in rotated order
+  # (compare.py): compiled with CUDA graphs, then eager.
+  local cnn=(--model cnn --warmup 5 --layers 4 --d-model 512 --min-seq 512 --max-seq 512
+             --no-progress)
+  part compare-graphs 340 python3 "$E/examples/torch/compare.py" --rounds 3 --steps 25 \
+    --check-steps 0 --out "$LOGS/compare-graphs" -- --compile reduce-overhead "${cnn[@]}"
+  part compare-eager 240 python3 "$E/examples/torch/compare.py" --rounds 3 --steps 60 \
+    --check-steps 0 --out "$LOGS/compare-eager" -- --warmup 15 --no-progress
+
   echo
+  for c in compare-graphs compare-eager; do
+    [ -f "$LOGS/$c.log" ] && sed -n '/^| allocator/,$p' "$LOGS/$c.log" | grep -v '^results and'
+  done
   [ -f "$LOGS/rows.log" ] && grep -E '^(PASS|FAIL| )' "$LOGS/rows.log"
   [ -f "$LOGS/test-cuda.log" ] && sed -n '/^pytorch /,$p' "$LOGS/test-cuda.log" | head -60
   echo

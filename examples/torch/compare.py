@@ -190,8 +190,10 @@ def main():
             extra = args.train_args + ["--steps", str(args.check_steps), "--check"]
             results["streamarena+check"] = run("streamarena+check", extra, tmp, logf,
                                                args.progress)
+    judged = targets(results)
+    met = sum(line.startswith("[met]") for line in judged)
     summary = "\n" + table({k: v for k, v in results.items() if k in ORDER}) + "\n\n" + \
-        "\n".join(targets(results)) + "\n"
+        "\n".join(judged) + f"\nresult: {met} of {len(judged)} targets met\n"
     print(summary, end="")
     with open(os.path.join(out_dir, "compare.log"), "a") as logf:
         logf.write(summary)
