@@ -16,6 +16,7 @@
  */
 #include <stdlib.h>
 
+#include "alloc.h"
 #include "arena.h"
 #include "base/base.h"
 #include "driver/driver.h"
@@ -103,9 +104,10 @@ static void give_back_cached(sa_arena *a, sa_tentry *e, sa_stream s) {
  *      gave back without an event on its stream is free then too);
  *   6. after the user's callback, which may free memory (from step 1).
  * When the soft limit is max_physical, step 3 is skipped, and step 4 when
- * step 2 did the same; step 5 while s is being captured into a graph. */
+ * step 2 did the same; step 5 while s is being captured into a graph, and
+ * always for SA_DEVICE_SYNC_NEVER (a graph pool's growth: alloc.h). */
 static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_stream s,
-                                  void **out) {
+                                  sa_device_sync sync, void **out) {
   bool large = size > sa__large_threshold(a);
   size_t soft = sa__physical_soft_limit(a), hard = a->physical.cap;
   sa_status st = try_alloc(a, e, size, soft, out);
@@ -138,8 +140,9 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
     } else if (step == 5) {
       /* This step waits for the whole device: what threads gave back
        * without an event on its stream becomes usable too. Not while s is
-       * captured: CUDA fails the wait then and invalidates the capture. */
-      if (capturing(a, s)) continue;
+       * captured: CUDA fails the wait then and invalidates the capture;
+       * nor for a graph pool, whose growth may serve any capture. */
+      if (sync == SA_DEVICE_SYNC_NEVER || capturing(a, s)) continue;
       sa__tentry_flush_own(a, e->sarena, SA_FLUSH_ALL);
       sa__reclaim(a, need, SA_WAIT, SA_RECLAIM_ALL);
     } else if (a->cfg.oom_callback != NULL && callbacks++ < 8 &&
@@ -218,7 +221,9 @@ static size_t least_footprint(const sa_arena *a, size_t size) {
   return granules <= SIZE_MAX >> a->gran_shift ? granules << a->gran_shift : SIZE_MAX;
 }
 
-SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size, sa_stream s) {
+/* The slow path: sa_alloc's, with sync SA_DEVICE_SYNC_ALLOWED. */
+static sa_status alloc_slow(sa_arena *a, void **out, size_t size, sa_stream s,
+                            sa_device_sync sync) {
   *out = NULL;
   if (a == NULL) return SA_ERR_INVALID_ARGUMENT; /* the fast path never matched it */
   if (size == 0) return SA_OK;
@@ -235,12 +240,20 @@ SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size,
   if (st != SA_OK) return st;
   if (e->out != NULL) (void)sa__tentry_flush_out(e, SA_NAMED); /* stays on failure */
   void *p;
-  st = alloc_reclaiming(a, e, size, s, &p);
+  st = alloc_reclaiming(a, e, size, s, sync, &p);
   if (st != SA_OK) return st;
   atomic_fetch_add_explicit(&a->stats.xslow_allocs, 1, memory_order_relaxed);
   if (sa_unlikely(a->hooks)) return after_alloc(a, p, size, s, out);
   *out = p;
   return SA_OK;
+}
+
+SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size, sa_stream s) {
+  return alloc_slow(a, out, size, s, SA_DEVICE_SYNC_ALLOWED);
+}
+
+sa_status sa__alloc_unsynced(sa_arena *a, void **out, size_t size, sa_stream s) {
+  return alloc_slow(a, out, size, s, SA_DEVICE_SYNC_NEVER);
 }
 
 /* The fast path, else alloc_generic: inline in sa_alloc and alloc_legacy,

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "driver/driver.h"
 #include "large/span.h"
+#include "pool_block.h"
 #include "registry.h"
 #include "report.h"
 #include "small/stream_arena.h"
@@ -99,6 +100,7 @@ static void arena_free(sa_arena *a) {
   pthread_mutex_destroy(&a->records.lock);
   pthread_rwlock_destroy(&a->records.rw);
   pthread_mutex_destroy(&a->tracing.lock);
+  pthread_mutex_destroy(&a->pools.lock);
   free(a);
 }
 
@@ -118,6 +120,7 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
   pthread_mutex_init(&a->records.lock, NULL);
   pthread_rwlock_init(&a->records.rw, NULL);
   pthread_mutex_init(&a->tracing.lock, NULL);
+  sa__pools_init(a);
   ck_stack_init(&a->small.free_superblocks);
   a->id = atomic_fetch_add(&next_arena_id, 1);
 
@@ -211,6 +214,9 @@ sa_status sa_arena_destroy(sa_arena *a) {
   note(&first, sa__device_sync(a));
   note(&first, sa__span_fini(a));
   sa__stream_arenas_destroy(a);
+  /* Pools not released: their segments were live spans (counted above);
+   * their blocks, tombstones and growth stream go. */
+  note(&first, sa__pools_fini(a));
 
   /* Everything mapped goes, live or not; then the chunks and the range. */
   sa_superblock *sb;

@@ -26,6 +26,7 @@
 #include "base/record.h"
 #include "driver/driver.h"
 #include "large/span.h"
+#include "pool_block.h"
 #include "small/stream_arena.h"
 #include "small/superblock.h"
 #include "small/thread_cache.h"
@@ -74,6 +75,7 @@ struct sa_arena_s {
   sa_records records;           /* base/record.h */
   sa_counters stats;            /* above; alloc.c, free.c, thread_cache.c, span.c write them */
   sa_tracing tracing;           /* trace.h */
+  sa_pools pools;               /* pool_block.h */
 };
 _Static_assert(offsetof(sa_arena, hooks) < 64 && _Alignof(sa_arena) >= 64,
                "what the fast paths read fits the arena's leading cache line");

@@ -5,8 +5,10 @@
  * index, one state byte, a stack push, two owner-only counters. Everything
  * else goes through free_generic: a span (span.c frees it under the arena
  * lock), a block of another stream (a cross-stream batch), a recorded
- * block (events on its recorded streams), and every bad pointer, which is
- * named without a change (README's "Bad input").
+ * block (events on its recorded streams), a graph pool's block (in span
+ * memory: its pool takes it, pool_block.c, before any span lookup), and
+ * every bad pointer, which is named without a change (README's "Bad
+ * input").
  */
 #include <stdlib.h>
 
@@ -18,6 +20,7 @@
 #include "base/record.h"
 #include "driver/driver.h"
 #include "large/span.h"
+#include "pool_block.h"
 #include "registry.h"
 #include "small/stream_arena.h"
 #include "small/stream_return.h"
@@ -213,11 +216,47 @@ static sa_status release(sa_arena *a, sa_tentry *e, const block_ref *ref, uint8_
   return st;
 }
 
+sa_status sa__pool_give_back(sa_arena *a, sa_pool *pool, sa_stream s) {
+  sa_status st = sa__pools_withdraw(a, pool, s);
+  /* Out of the registry, the segments are live spans like any: each is
+   * freed on s. Nothing else touches them (returning: no allocation, no
+   * live block). */
+  while (st == SA_OK && pool->segs != NULL) {
+    sa_pool_seg *seg = pool->segs;
+    st = sa__free_slow((void *)seg->base, s, SA_FREE_TRACED);
+    if (st != SA_OK) break;
+    pthread_mutex_lock(&pool->lock);
+    sa__pool_seg_remove(pool, seg);
+    pthread_mutex_unlock(&pool->lock);
+  }
+  if (st != SA_OK) {
+    if (pool->segs != NULL) sa__pools_restore(a, pool);
+    pthread_mutex_lock(&pool->lock);
+    pool->returning = false;
+    pthread_mutex_unlock(&pool->lock);
+    return st;
+  }
+  pthread_mutex_lock(&pool->lock);
+  sa__pool_clear(pool);
+  pthread_mutex_unlock(&pool->lock);
+  sa__pools_retire(a, pool);
+  return SA_OK;
+}
+
 sa_status sa__free_slow(void *ptr, sa_stream s, sa_free_trace trace) {
   sa_arena *a;
   block_ref ref;
   sa_status st = locate_live(ptr, SPAN_NOT_LOOKED_UP, &a, &ref);
   if (st != SA_OK) return st;
+  /* A pool's block lies in a segment, a live span: its pool frees it. */
+  sa_pool *drained;
+  if (ref.in_run && sa__pool_route_free(a, (uintptr_t)ptr, s, &st, &drained)) {
+    /* The last block of a released pool: the free stands whatever becomes
+     * of its segments, which stay the pool's (until the arena goes) if
+     * they cannot go back on s. */
+    if (drained != NULL) (void)sa__pool_give_back(a, drained, s);
+    return st;
+  }
   uint8_t state = ref.state != NULL ? atomic_load_explicit(ref.state, memory_order_relaxed) : 0;
   /* A span is looked up with its free only where s's entry is at hand:
    * else a bad pointer would bind s first (a stream arena, an eviction, a
@@ -332,7 +371,11 @@ sa_status sa_free(void *ptr, sa_stream s) { /* NULL: free_generic */
 sa_status sa_record_stream(void *ptr, sa_stream other) {
   sa_arena *a;
   block_ref ref;
-  sa_status st = locate_live(ptr, SPAN_LOOKED_UP, &a, &ref);
+  sa_status st = locate_live(ptr, SPAN_NOT_LOOKED_UP, &a, &ref);
+  if (st == SA_OK && ref.in_run) {
+    if (sa__pool_route_record(a, (uintptr_t)ptr, other, &st)) return st; /* a pool's block */
+    st = locate_live(ptr, SPAN_LOOKED_UP, &a, &ref);
+  }
   if (st == SA_OK) st = sa__legacy_stream_check(a, other); /* before "ordered already" */
   if (st != SA_OK) return st;
   /* A small block always comes back through its own stream, which orders

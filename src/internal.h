@@ -91,12 +91,15 @@
  * Layers, top to bottom (each calls only the ones below it); the folders
  * are the tiers (the arena, small blocks, large blocks, virtual memory, the
  * services every tier uses, the device):
+ *   pool.c                graph pools: the public calls, growth from the arena
  *   alloc.c               sa_alloc, its fast path; the out-of-memory loop,
  *                         sa_trim, sa_defragment
  *   free.c                sa_free, its fast path; sa_record_stream
  *   snapshot.c            sa_snapshot_write
  *   arena.c               arena life cycle, tuning, statistics
  *   report.c              memory summary: out-of-memory report, snapshot summary
+ *   pool_block.c          graph pools' blocks, frees routed to them, the
+ *                         registry of their segments
  *   reclaim.c             getting memory back: free superblocks and spans unmapped
  *   trace.c               the allocation trace (trace=PATH)
  *   registry.c            which arena an address belongs to (lock-free)
@@ -162,6 +165,7 @@
 #include "default_arena.h"
 #include "driver/driver.h"
 #include "free.h"
+#include "pool_block.h"
 #include "large/free_span.h"
 #include "large/mark.h"
 #include "large/run.h"

@@ -26,6 +26,7 @@
 #include "base/base.h"
 #include "large/span.h"
 #include "large/timeline.h"
+#include "pool_block.h"
 #include "small/stream_arena.h"
 #include "small/stream_return.h"
 #include "small/superblock.h"
@@ -72,6 +73,7 @@ void sa__world_check_locked(sa_arena *a) {
 #define WORLD_CHECK_STREAMS 32
 
 void sa__world_check(sa_arena *a) {
+  sa__pools_check(a); /* their locks are not the arena's (pool_block.h) */
   pthread_rwlock_rdlock(&a->streams.rw); /* none is freed meanwhile */
   pthread_mutex_lock(&a->lock);
   sa_stream_arena *head = a->streams.list; /* prepend-only list: safe to walk */

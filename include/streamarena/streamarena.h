@@ -75,7 +75,7 @@
  * function aborts on bad input: failures come back as an sa_status.
  *
  * Sections: status codes; streams and backends; configuration; arenas;
- * allocation; default arenas (drop-in calls); tuning and statistics;
+ * allocation; graph pools; default arenas (drop-in calls); tuning and statistics;
  * diagnostics.
  */
 #ifndef STREAMARENA_STREAMARENA_H
@@ -409,6 +409,106 @@ sa_status sa_record_stream(void *p, sa_stream other);
  * SA_ERR_STREAM_CAPTURING (the stream is being captured); on any of them,
  * nothing changed. */
 sa_status sa_stream_release(sa_arena *arena, sa_stream stream);
+
+/* ------------------------------------------------------------------------
+ * Graph pools: memory for CUDA graphs, allocated while a stream is captured
+ * (PyTorch's private pools, MempoolId_t).
+ *
+ * A pool takes segments from its arena (whole granules, held as live large
+ * allocations of the arena) and hands out blocks of them. What is promised:
+ *   - A block's address is the pool's until the pool's last release: no
+ *     other pool, no sa_alloc of the arena and no other block of the pool
+ *     gets that memory meanwhile, live or freed. So an address that a
+ *     capture baked into a graph stays the graph's for every replay.
+ *   - sa_pool_alloc works while stream is being captured into a graph, in
+ *     any capture mode, on a stream the arena never saw: it makes no driver
+ *     call on stream (the pool grows on a stream of its own, which no
+ *     capture names, and waits for that stream's work on the host; it never
+ *     synchronizes the device). It works outside captures too.
+ *   - sa_free(p, s) of a pool's block gives it back to its pool, never to
+ *     the arena. Freed while s is captured, the block is reused only by
+ *     later sa_pool_alloc calls on s (capture order: the graph's own work
+ *     on s orders the reuse). Freed outside a capture, it is reused at once
+ *     on s, and on another stream once an event recorded on s at the free
+ *     completed, or behind a wait on it that the pool enqueues on that
+ *     stream (not while that stream is captured: then the pool grows).
+ *     sa_record_stream(p, other) works as for any block: the free records
+ *     an event on other too, and the block is reused only after it.
+ *   - The last release (sa_pool_release) returns the pool's segments to
+ *     the arena in stream order on the release's stream: after every
+ *     earlier release's stream point, every pool free's event, and the work
+ *     enqueued on that stream before the call. The host never waits. The
+ *     arena cannot see a graph's launches: launch a pool's graphs on the
+ *     release's stream, or on streams it waits for (cuStreamWaitEvent)
+ *     before the release, or release each use on the stream its graph was
+ *     launched on. Blocks still live at the last release stay valid: the
+ *     segments return when the last of them is freed, in the order of that
+ *     free's stream.
+ *   - Every function is thread-safe; several threads may allocate from and
+ *     free into one pool concurrently (one lock per pool; the arena's fast
+ *     paths never take it).
+ * A pool handle stays readable until its arena is destroyed: a call on a
+ * pool after its last release is SA_ERR_INVALID_ARGUMENT, changing
+ * nothing. sa_arena_destroy releases every pool of the arena (released or
+ * not) with the rest of its memory, after waiting for the device; the
+ * pool handles are invalid afterwards.
+ * ---------------------------------------------------------------------- */
+typedef struct sa_pool_s sa_pool;
+
+/* A new pool of arena, with one use (released by sa_pool_release).
+ * Errors: SA_ERR_INVALID_ARGUMENT (NULL arena or out), SA_ERR_OUT_OF_MEMORY
+ * (host), SA_ERR_DRIVER (the pools' stream, made with the arena's first
+ * pool); on error *out is NULL. */
+sa_status sa_pool_create(sa_arena *arena, sa_pool **out);
+
+/* One more use of pool (another capture shares it): the pool lives until
+ * every use was released. Errors: SA_ERR_INVALID_ARGUMENT (NULL, or a pool
+ * whose last use was released). */
+sa_status sa_pool_retain(sa_pool *pool);
+
+/* Release one use of pool on stream. Not the last: an event recorded on
+ * stream, which the last release orders after. The last: no allocation
+ * from the pool any more; its segments go back to the arena as the section
+ * above says. Errors: SA_ERR_INVALID_ARGUMENT (NULL, or released already),
+ * SA_ERR_UNKNOWN_STREAM, SA_ERR_STREAM_CAPTURING (stream is being
+ * captured: release after the capture ended), SA_ERR_DRIVER,
+ * SA_ERR_OUT_OF_MEMORY (host); on error the use stays (segments returned
+ * before a failure of the last release stay returned: they held no live
+ * block). */
+sa_status sa_pool_release(sa_pool *pool, sa_stream stream);
+
+/* Allocate size bytes from pool for work enqueued on stream after this
+ * call (during a capture of stream: for the graph's work). size 0 returns a
+ * NULL pointer and SA_OK. Alignment: 512 bytes. Errors:
+ * SA_ERR_INVALID_ARGUMENT (NULL pool or out, or a released pool),
+ * SA_ERR_OUT_OF_MEMORY (also for sizes no device can hold),
+ * SA_ERR_UNKNOWN_STREAM, SA_ERR_DRIVER, SA_ERR_STREAM_ORDER (checker). On
+ * error *out is NULL and nothing changed (but segments the pool grew by
+ * stay the pool's, free). */
+sa_status sa_pool_alloc(sa_pool *pool, void **out, size_t size, sa_stream stream);
+
+/* Call fn once for each live block of pool (PyTorch's
+ * checkPoolLiveAllocations): its address, the size asked for, the stream
+ * it was allocated on. fn runs after the pool's lock was let go, on a copy:
+ * it may call any function. Errors: SA_ERR_INVALID_ARGUMENT (NULL pool or
+ * fn), SA_ERR_OUT_OF_MEMORY (host). */
+typedef void (*sa_pool_block_fn)(void *p, size_t size, sa_stream stream, void *user);
+sa_status sa_pool_live(sa_pool *pool, sa_pool_block_fn fn, void *user);
+
+typedef struct sa_pool_stats_s {
+  size_t reserved_bytes;   /* the segments' bytes */
+  size_t segments;
+  size_t live_bytes;       /* live blocks' bytes (multiples of 512) */
+  size_t live_requested;   /* the sizes their allocations asked for */
+  size_t live_blocks;
+  size_t free_bytes;       /* free blocks' bytes (pending ones not) */
+  size_t free_blocks;
+  size_t uses;             /* uses not released yet */
+} sa_pool_stats;
+
+/* The pool's counts now (also after its last release, until the arena is
+ * destroyed). Errors: SA_ERR_INVALID_ARGUMENT (NULL pool or out). */
+sa_status sa_pool_get_stats(sa_pool *pool, sa_pool_stats *out);
 
 /* ------------------------------------------------------------------------
  * Default arenas: drop-in calls mirroring cudaMallocAsync/cudaFreeAsync.

@@ -112,7 +112,8 @@ typedef struct sa_driver_ops_s {
    * wait edge to it. */
   sa_status (*check_handout)(sa_driver *drv, uintptr_t p, size_t size, sa_stream stream);
 
-  /* Test and tool support; the allocator itself never calls these. */
+  /* Test and tool support; the allocator itself calls only stream_create
+   * and stream_destroy, for the graph pools' own stream (pool_block.c). */
   sa_status (*stream_create)(sa_driver *drv, sa_stream *out);
   sa_status (*stream_destroy)(sa_driver *drv, sa_stream stream);
   /* Enqueue: write count 32-bit words of value at dst (cuMemsetD32Async). */

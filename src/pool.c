@@ -1,0 +1,254 @@
+/* Graph pools: the public calls (streamarena.h, "Graph pools"), and a
+ * pool's growth from its arena.
+ *
+ * A pool grows by one segment at a time: a large allocation of the arena
+ * (sa__alloc_unsynced, never a device-wide synchronize) on the pools' own
+ * stream, which no capture names, so the growth makes no driver call on
+ * the stream the caller allocates on, and works while that stream is
+ * captured, on a stream the arena never saw. The new segment's memory may
+ * have been ordered after other streams' frees on the device (a wait
+ * enqueued on the pools' stream): the growth waits for that stream on the
+ * host (a relaxed-mode wait that no capture refuses), so the segment is
+ * clean, free for any stream. The blocks are pool_block.c's; the last
+ * release gives the segments back through free.c.
+ *
+ * Calls alloc.c, free.c, pool_block.c, the event pool and the driver;
+ * called by users only. Locks: pool_block.h.
+ */
+#include <stdlib.h>
+
+#include "alloc.h"
+#include "arena.h"
+#include "base/base.h"
+#include "base/chain_table.h"
+#include "driver/driver.h"
+#include "free.h"
+#include "pool_block.h"
+
+/* The table of blocks by base: keys are multiples of SA_POOL_ALIGN. */
+#define BLOCK_KEY_SHIFT 9
+#define BLOCK_FIRST_BITS 6
+_Static_assert(((size_t)1 << BLOCK_KEY_SHIFT) == SA_POOL_ALIGN, "keys are block bases");
+
+/* How many times an allocation grows the pool before it gives up: another
+ * thread may take each new segment first. */
+#define GROW_TRIES 4
+
+sa_status sa_pool_create(sa_arena *a, sa_pool **out) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (a == NULL) return SA_ERR_INVALID_ARGUMENT;
+  sa_pool *pool = calloc(1, sizeof *pool);
+  if (pool == NULL) return SA_ERR_OUT_OF_MEMORY;
+  if (!sa__chain_create(&pool->blocks, BLOCK_FIRST_BITS, BLOCK_KEY_SHIFT)) {
+    free(pool);
+    return SA_ERR_OUT_OF_MEMORY;
+  }
+  pool->arena = a;
+  pool->uses = 1;
+  pthread_mutex_init(&pool->lock, NULL);
+  sa_status st = sa__pools_add(a, pool);
+  if (st != SA_OK) {
+    sa__chain_destroy(&pool->blocks);
+    pthread_mutex_destroy(&pool->lock);
+    free(pool);
+    return st;
+  }
+  *out = pool;
+  return SA_OK;
+}
+
+sa_status sa_pool_retain(sa_pool *pool) {
+  if (pool == NULL) return SA_ERR_INVALID_ARGUMENT;
+  pthread_mutex_lock(&pool->lock);
+  sa_status st = pool->uses > 0 ? SA_OK : SA_ERR_INVALID_ARGUMENT;
+  if (st == SA_OK) pool->uses++;
+  pthread_mutex_unlock(&pool->lock);
+  return st;
+}
+
+/* A stream the caller names, asked no driver call that its capture would
+ * refuse: a captured stream is a valid one. */
+static sa_status stream_check(sa_arena *a, sa_stream s) {
+  sa_status st = sa__legacy_stream_check(a, s);
+  if (st == SA_OK) st = a->drv->ops->stream_capture_check(a->drv, s);
+  if (st == SA_OK) return a->drv->ops->stream_validate(a->drv, s);
+  return st == SA_ERR_STREAM_CAPTURING ? SA_OK : st;
+}
+
+sa_status sa_pool_release(sa_pool *pool, sa_stream s) {
+  if (pool == NULL) return SA_ERR_INVALID_ARGUMENT;
+  sa_arena *a = pool->arena;
+  sa_status st = sa__legacy_stream_check(a, s);
+  if (st == SA_OK) st = a->drv->ops->stream_capture_check(a->drv, s);
+  if (st == SA_OK) st = a->drv->ops->stream_validate(a->drv, s);
+  if (st != SA_OK) return st;
+  pthread_mutex_lock(&pool->lock);
+  if (pool->uses == 0 || pool->returning) {
+    pthread_mutex_unlock(&pool->lock);
+    return SA_ERR_INVALID_ARGUMENT;
+  }
+  /* Not the last use, or the last with blocks still live: an event on s
+   * that the segments' return (now or at the last block's free) waits
+   * for. */
+  if (pool->uses > 1 || pool->nlive > 0) {
+    st = sa__pool_end_use(pool, s);
+    if (st == SA_OK) pool->uses--;
+    pthread_mutex_unlock(&pool->lock);
+    return st;
+  }
+  pool->returning = true; /* no allocation meanwhile: a racing one fails */
+  pthread_mutex_unlock(&pool->lock);
+  st = sa__pool_give_back(a, pool, s);
+  if (st == SA_OK) {
+    pthread_mutex_lock(&pool->lock);
+    pool->uses = 0;
+    pthread_mutex_unlock(&pool->lock);
+  }
+  return st;
+}
+
+/* A new segment for a request of size bytes: a large allocation of the
+ * arena on the pools' stream, clean once that stream's work completed,
+ * in the registry and the pool. Pool lock not held. */
+static sa_status grow(sa_pool *pool, size_t size) {
+  sa_arena *a = pool->arena;
+  size_t gran = (size_t)1 << a->gran_shift;
+  /* At least a granule, and above the arena's large threshold: a span of
+   * its own, never a small block. */
+  size_t least = sa__large_threshold(a) + 1;
+  if (size < least) size = least;
+  if (size > SIZE_MAX - (gran - 1)) return SA_ERR_OUT_OF_MEMORY;
+  size = (size + gran - 1) & ~(gran - 1);
+  sa_pool_seg *seg = calloc(1, sizeof *seg);
+  sa_pblock *b = sa__pblock_new(NULL);
+  if (seg == NULL || b == NULL) {
+    free(seg);
+    free(b);
+    return SA_ERR_OUT_OF_MEMORY;
+  }
+  sa_stream grower = a->pools.stream; /* set once, with the first pool */
+  void *p;
+  sa_status st = sa__alloc_unsynced(a, &p, size, grower);
+  if (st == SA_OK && (st = a->drv->ops->stream_synchronize(a->drv, grower)) != SA_OK)
+    (void)sa__free_slow(p, grower, SA_FREE_TRACED);
+  if (st == SA_OK) {
+    seg->base = (uintptr_t)p;
+    seg->size = size;
+    seg->pool = pool;
+    st = sa__pools_register(a, seg);
+    if (st != SA_OK) (void)sa__free_slow(p, grower, SA_FREE_TRACED);
+  }
+  if (st != SA_OK) {
+    free(seg);
+    free(b);
+    return st;
+  }
+  pthread_mutex_lock(&pool->lock);
+  sa__pool_seg_add(pool, seg, b);
+  pthread_mutex_unlock(&pool->lock);
+  return SA_OK;
+}
+
+/* The free block a request of size bytes on s takes, in the order that
+ * costs least: its own or a clean one, one that became clean, one of
+ * another stream behind a wait on the device. NULL: the pool must grow. */
+static sa_pblock *find_fit(sa_pool *pool, size_t size, sa_stream s) {
+  sa_pblock *b = sa__pool_fit(pool, size, s);
+  if (b != NULL) return b;
+  sa__pool_settle(pool);
+  b = sa__pool_fit(pool, size, s);
+  if (b != NULL) return b;
+  return sa__pool_fit_waiting(pool, size, s);
+}
+
+/* The handout to the stream-order checker, where it runs: a block it
+ * refuses goes back (untouched) and the call fails. Pool lock held. */
+static sa_status check_handout(sa_pool *pool, sa_pblock *b, sa_stream s) {
+  sa_arena *a = pool->arena;
+  if (!(a->cfg.flags & SA_FLAG_CHECK_STREAM_ORDER) || a->drv->ops->check_handout == NULL)
+    return SA_OK;
+  sa_status st = a->drv->ops->check_handout(a->drv, b->base, b->size, s);
+  if (st != SA_OK) sa__pool_uncarve(pool, b);
+  return st;
+}
+
+sa_status sa_pool_alloc(sa_pool *pool, void **out, size_t size, sa_stream s) {
+  if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (pool == NULL) return SA_ERR_INVALID_ARGUMENT;
+  if (size == 0) return SA_OK;
+  if (size > SIZE_MAX - (SA_POOL_ALIGN - 1)) return SA_ERR_OUT_OF_MEMORY;
+  size_t rounded = (size + SA_POOL_ALIGN - 1) & ~(SA_POOL_ALIGN - 1);
+  sa_status st = stream_check(pool->arena, s);
+  if (st != SA_OK) return st;
+  pthread_mutex_lock(&pool->lock);
+  for (unsigned grown = 0;; grown++) {
+    if (pool->uses == 0 || pool->returning) {
+      st = SA_ERR_INVALID_ARGUMENT;
+      break;
+    }
+    sa_pblock *b = find_fit(pool, rounded, s);
+    if (b != NULL) {
+      sa_pblock *live = sa__pool_carve(pool, b, b->base, rounded, size, s);
+      st = live == NULL ? SA_ERR_OUT_OF_MEMORY : check_handout(pool, live, s);
+      if (st == SA_OK) *out = (void *)live->base;
+      break;
+    }
+    if (grown == GROW_TRIES) {
+      st = SA_ERR_OUT_OF_MEMORY;
+      break;
+    }
+    pthread_mutex_unlock(&pool->lock); /* the arena's locks are never taken under it */
+    st = grow(pool, rounded);
+    pthread_mutex_lock(&pool->lock);
+    if (st != SA_OK) break;
+  }
+  SA_VALIDATE_PACED(&pool->pace, sa__pool_check(pool));
+  pthread_mutex_unlock(&pool->lock);
+  return st;
+}
+
+typedef struct live_copy_s {
+  void *p;
+  size_t size;
+  sa_stream stream;
+} live_copy;
+
+sa_status sa_pool_live(sa_pool *pool, sa_pool_block_fn fn, void *user) {
+  if (pool == NULL || fn == NULL) return SA_ERR_INVALID_ARGUMENT;
+  pthread_mutex_lock(&pool->lock);
+  size_t n = pool->nlive;
+  live_copy *copy = n > 0 ? malloc(n * sizeof *copy) : NULL;
+  if (n > 0 && copy == NULL) {
+    pthread_mutex_unlock(&pool->lock);
+    return SA_ERR_OUT_OF_MEMORY;
+  }
+  size_t got = 0;
+  for (sa_pool_seg *seg = pool->segs; seg != NULL; seg = seg->next)
+    for (sa_pblock *b = seg->first; b != NULL; b = b->next)
+      if (b->state == SA_PBLOCK_LIVE)
+        copy[got++] = (live_copy){(void *)b->base, b->request, b->stream};
+  SA_ASSERT(got == n);
+  pthread_mutex_unlock(&pool->lock);
+  for (size_t i = 0; i < got; i++) fn(copy[i].p, copy[i].size, copy[i].stream, user);
+  free(copy);
+  return SA_OK;
+}
+
+sa_status sa_pool_get_stats(sa_pool *pool, sa_pool_stats *out) {
+  if (pool == NULL || out == NULL) return SA_ERR_INVALID_ARGUMENT;
+  pthread_mutex_lock(&pool->lock);
+  *out = (sa_pool_stats){
+      .reserved_bytes = pool->reserved,
+      .segments = pool->nsegs,
+      .live_bytes = pool->live_bytes,
+      .live_requested = pool->live_requested,
+      .live_blocks = pool->nlive,
+      .free_bytes = pool->free_bytes,
+      .free_blocks = pool->nfree,
+      .uses = pool->uses,
+  };
+  pthread_mutex_unlock(&pool->lock);
+  return SA_OK;
+}
