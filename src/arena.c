@@ -204,6 +204,11 @@ sa_status sa_arena_destroy(sa_arena *a) {
   sa_stats stats;
   (void)sa_get_stats(a, &stats); /* before the entries and their counts go */
   uint64_t live = stats.alloc_count - stats.free_count;
+  /* A pool's segments are its own spans, not the caller's; its live
+   * blocks are. */
+  uint64_t segments, pool_blocks;
+  sa__pools_count(a, &segments, &pool_blocks);
+  live = live - segments + pool_blocks;
   sa__registry_remove(a);
   sa__entries_detach(a);
   SA_VALIDATE(sa__world_check(a)); /* whole, before it is torn down */
@@ -214,8 +219,8 @@ sa_status sa_arena_destroy(sa_arena *a) {
   note(&first, sa__device_sync(a));
   note(&first, sa__span_fini(a));
   sa__stream_arenas_destroy(a);
-  /* Pools not released: their segments were live spans (counted above);
-   * their blocks, tombstones and growth stream go. */
+  /* Pools not released: their segments are unmapped below with every
+   * span; their blocks, tombstones and growth stream go. */
   note(&first, sa__pools_fini(a));
 
   /* Everything mapped goes, live or not; then the chunks and the range. */

@@ -218,6 +218,7 @@ static sa_status release(sa_arena *a, sa_tentry *e, const block_ref *ref, uint8_
 
 sa_status sa__pool_give_back(sa_arena *a, sa_pool *pool, sa_stream s) {
   sa_status st = sa__pools_withdraw(a, pool, s);
+  bool withdrawn = st == SA_OK;
   /* Out of the registry, the segments are live spans like any: each is
    * freed on s. Nothing else touches them (returning: no allocation, no
    * live block). */
@@ -230,7 +231,7 @@ sa_status sa__pool_give_back(sa_arena *a, sa_pool *pool, sa_stream s) {
     pthread_mutex_unlock(&pool->lock);
   }
   if (st != SA_OK) {
-    if (pool->segs != NULL) sa__pools_restore(a, pool);
+    if (withdrawn) sa__pools_restore(a, pool);
     pthread_mutex_lock(&pool->lock);
     pool->returning = false;
     pthread_mutex_unlock(&pool->lock);

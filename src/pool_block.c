@@ -227,36 +227,24 @@ bool sa__pool_usable(const sa_pblock *b, sa_stream stream) {
   return b->tag == 0 || b->tag == sa__pool_tag(stream);
 }
 
-/* Whether the free blocks x, then y next to it, may be one block: any
- * stream that may take the one may take the other, once the merged
- * block's guard holds (a clean one takes the other's tag). */
+/* Whether the free blocks x, then y next to it, may be one block: the
+ * same streams may take both, now and later. A clean block never merges
+ * with a tagged one, which would make clean memory wait for an event, or
+ * (stream_only) be one stream's for good. */
 static bool mergeable(const sa_pblock *x, const sa_pblock *y) {
-  return x->state == SA_PBLOCK_FREE && y->state == SA_PBLOCK_FREE &&
-         (x->tag == 0 || y->tag == 0 || x->tag == y->tag);
+  return x->state == SA_PBLOCK_FREE && y->state == SA_PBLOCK_FREE && x->tag == y->tag &&
+         x->stream_only == y->stream_only;
 }
 
-/* y's guard joins x's, which then covers both: the other's tag where one
- * is clean; on one stream the later free's event (recorded later on the
- * same stream, it completes after the earlier one, and the last release
- * waits for it), and stream_only where either was (a free in a capture). */
+/* y's guard joins x's (mergeable: the same tag), which then covers both:
+ * the later free's event (recorded later on the same stream, it completes
+ * after the earlier one, and the last release waits for it). */
 static void join_guard(sa_arena *a, sa_pblock *x, sa_pblock *y) {
+  SA_ASSERT(x->tag == y->tag && x->stream_only == y->stream_only);
   if (y->tag == 0) return;
-  if (x->tag == 0) {
-    x->tag = y->tag;
-    x->stream = y->stream;
-    x->event = y->event;
-    x->stream_only = y->stream_only;
-    x->seq = y->seq;
-    y->event = NULL;
-    return;
-  }
-  x->stream_only = x->stream_only || y->stream_only;
   if (y->event == NULL) {
     /* x's stays: none later was recorded on the stream. */
-  } else if (x->event == NULL) {
-    x->event = y->event;
-    y->event = NULL;
-  } else if (y->seq > x->seq) {
+  } else if (x->event == NULL || y->seq > x->seq) {
     drop_event(a, &x->event);
     x->event = y->event;
     y->event = NULL;
@@ -796,6 +784,20 @@ sa_status sa__pools_add(sa_arena *a, sa_pool *pool) {
   }
   pthread_mutex_unlock(&ps->lock);
   return st;
+}
+
+void sa__pools_count(sa_arena *a, uint64_t *segments, uint64_t *live_blocks) {
+  sa_pools *ps = &a->pools;
+  *segments = *live_blocks = 0;
+  pthread_mutex_lock(&ps->lock);
+  for (int i = 0; i < 2; i++)
+    for (sa_pool *pool = i == 0 ? ps->live : ps->released; pool != NULL; pool = pool->next) {
+      pthread_mutex_lock(&pool->lock);
+      *segments += pool->nsegs;
+      *live_blocks += pool->nlive;
+      pthread_mutex_unlock(&pool->lock);
+    }
+  pthread_mutex_unlock(&ps->lock);
 }
 
 /* pool out of the list it is on. */

@@ -136,6 +136,9 @@ static inline uint64_t sa__pool_tag(sa_stream s) { return (uint64_t)(uintptr_t)s
  * stream; the status of its destroy. */
 void sa__pools_init(sa_arena *a);
 sa_status sa__pools_fini(sa_arena *a);
+/* The segments of every pool (released ones included), and the live
+ * blocks of those pools: sa_arena_destroy's count of the caller's leaks. */
+void sa__pools_count(sa_arena *a, uint64_t *segments, uint64_t *live_blocks);
 /* A new pool into the arena's list; the growth stream is made with the
  * first (SA_ERR_DRIVER and the like: the pool is not added). */
 sa_status sa__pools_add(sa_arena *a, sa_pool *pool);

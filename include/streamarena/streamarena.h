@@ -451,7 +451,10 @@ sa_status sa_stream_release(sa_arena *arena, sa_stream stream);
  * pool after its last release is SA_ERR_INVALID_ARGUMENT, changing
  * nothing. sa_arena_destroy releases every pool of the arena (released or
  * not) with the rest of its memory, after waiting for the device; the
- * pool handles are invalid afterwards.
+ * pool handles are invalid afterwards. Pools left are no leak of the
+ * caller's, but their live blocks are: SA_ERR_LIVE_BLOCKS counts them.
+ * No call takes both an arena and a pool: a pool is its arena's (a block
+ * of it is freed with sa_free like any, the arena found by address).
  * ---------------------------------------------------------------------- */
 typedef struct sa_pool_s sa_pool;
 
