@@ -540,6 +540,67 @@ static void ordinary_calls_run_the_span_validator(void **state) {
   teardown(&f);
 }
 
+/* ---- graph pools -------------------------------------------------------------- */
+
+/* A pool with a live block and a free rest of its segment. */
+static sa_pool *pool_with_a_block(sa_fixture *f, void **p) {
+  sa_pool *pool;
+  sa_assert_ok(sa_pool_create(f->arena, &pool));
+  sa_assert_ok(sa_pool_alloc(pool, p, 4096, f->streams[0]));
+  return pool;
+}
+
+static void pool_done(sa_fixture *f, sa_pool *pool, void *p) {
+  sa_assert_ok(sa_free(p, f->streams[0]));
+  sa_assert_ok(sa_pool_release(pool, f->streams[0]));
+}
+
+static void break_pool_live_bytes(sa_fixture *f, void *arg) {
+  (void)f;
+  sa_pool *pool = arg;
+  pthread_mutex_lock(&pool->lock);
+  pool->live_bytes += SA_POOL_ALIGN;
+  (void)sa__pool_check(pool);
+}
+
+static void pool_check_names_live_counts_that_disagree(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f);
+  void *p;
+  sa_pool *pool = pool_with_a_block(&f, &p);
+  expect_broken(&f, break_pool_live_bytes, pool, "pool", "the live counts are the live blocks'");
+  pool_done(&f, pool, p);
+  teardown(&f);
+}
+
+/* Two free neighbours that could be one: sa_trim's world check finds it. */
+static void break_pool_split_free_block(sa_fixture *f, void *arg) {
+  sa_pool *pool = arg;
+  pthread_mutex_lock(&pool->lock);
+  sa_pblock *rest = pool->segs->first->next; /* the free rest after the block */
+  sa_pblock *cut = sa__pool_carve(pool, rest, rest->base + SA_POOL_ALIGN, SA_POOL_ALIGN, 1,
+                                  f->streams[0]);
+  cut->state = SA_PBLOCK_FREE; /* freed without a merge: */
+  pool->nlive--;
+  pool->live_bytes -= cut->size;
+  pool->live_requested -= 1;
+  pthread_mutex_unlock(&pool->lock);
+  (void)sa_trim(f->arena, 0);
+}
+
+static void ordinary_calls_run_the_pool_validator(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f);
+  void *p;
+  sa_pool *pool = pool_with_a_block(&f, &p);
+  expect_broken(&f, break_pool_split_free_block, pool, "pool",
+                "no two neighbouring free blocks could merge");
+  pool_done(&f, pool, p);
+  teardown(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(superblock_check_names_a_free_index_whose_block_is_in_use),
@@ -559,6 +620,8 @@ int main(void) {
       cmocka_unit_test(stream_arena_check_names_pending_blocks_that_disagree),
       cmocka_unit_test(stream_arenas_check_names_an_owned_count_that_disagrees),
       cmocka_unit_test(ordinary_calls_run_the_span_validator),
+      cmocka_unit_test(pool_check_names_live_counts_that_disagree),
+      cmocka_unit_test(ordinary_calls_run_the_pool_validator),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
