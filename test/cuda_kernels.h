@@ -2,7 +2,7 @@
  * for their own libcuda calls. libcuda comes from the library's loader
  * (src/driver/cuda_loader.h: dlopen + cuGetProcAddress at the CUDA 12.0
  * ABI), so test binaries build and run where no driver exists (they skip).
- * Used by capture_test, gpu_torture_test, gpu_soak_test,
+ * Used by capture_test, gpu_pool_test, gpu_torture_test, gpu_soak_test,
  * driver_contract_test and gpu_multi_device_test.
  *
  *   if (sa_cu_load_all() != SA_OK) skip();

@@ -115,7 +115,10 @@ extern "C" {
   X(MemHostAlloc, v2020)              \
   X(MemHostGetDevicePointer, v3020)   \
   X(MemFreeHost, v2000)               \
-  X(MemsetD8Async, v3020)
+  X(MemsetD8Async, v3020)             \
+  X(GraphInstantiateWithFlags, v11040) \
+  X(GraphLaunch, v10000)              \
+  X(GraphExecDestroy, v10000)
 
 #define SA_CU_FIELD(name, ver) PFN_cu##name##_##ver name;
 
