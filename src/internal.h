@@ -62,6 +62,8 @@
  *   park        keep a batch on the stream that freed it until a named call
  *               gives it an event there (or a device sync makes it clean).
  *   peak        the highest live bytes so far.
+ *   pool        a graph pool (pool_block.h): segments of the arena that it
+ *               hands out as blocks, for graphs' captures.
  *   reap        free the stream arenas that are gone and hold nothing.
  *   record      sa_record_stream: a block is used by another stream too;
  *               recorded: its state byte and the side table say so.
@@ -71,6 +73,7 @@
  *               chunks where a growth needs them, instead of new memory.
  *   run         a contiguous mapped range of the reserved space, tiled by
  *               spans in address order.
+ *   segment     a graph pool's piece of the arena: one live span.
  *   settle      make something safe for a stream: wait for what it waits for
  *               (a free span's marks), or take in what completed.
  *   shed        hand a stream arena's empty superblocks to the global stack.

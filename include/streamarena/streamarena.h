@@ -41,7 +41,8 @@
  * CUDA graphs. Work captured into a graph (cuStreamBeginCapture) runs at
  * the graph's launches, which the allocator cannot follow: memory freed on
  * a stream while it is captured would be handed out again before the graph
- * runs. So allocate a graph's memory before its capture (or during it, on
+ * runs. So allocate a graph's memory from a graph pool ("Graph pools"
+ * below), which is made for it, or before its capture (or during it, on
  * a stream the thread used before the capture: a stream's first use on a
  * thread asks the driver for its id, which a capture refuses) and free it
  * after its last launch was enqueued, outside a capture. A call
@@ -443,10 +444,13 @@ sa_status sa_stream_release(sa_arena *arena, sa_stream stream);
  *     before the release, or release each use on the stream its graph was
  *     launched on. Blocks still live at the last release stay valid: the
  *     segments return when the last of them is freed, in the order of that
- *     free's stream.
+ *     free's stream (if that stream is being captured then, they stay the
+ *     pool's until the arena is destroyed).
  *   - Every function is thread-safe; several threads may allocate from and
  *     free into one pool concurrently (one lock per pool; the arena's fast
  *     paths never take it).
+ * The arena's statistics count a pool's segments as live large
+ * allocations; sa_pool_get_stats says how they are used.
  * A pool handle stays readable until its arena is destroyed: a call on a
  * pool after its last release is SA_ERR_INVALID_ARGUMENT, changing
  * nothing. sa_arena_destroy releases every pool of the arena (released or
