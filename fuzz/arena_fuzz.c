@@ -65,7 +65,11 @@
  *     capture ends intact. Work on the capturing stream goes into the graph
  *     and never runs: a block written there has no contents to check. No
  *     trim, destroy or allocation that could reach the out-of-memory path
- *     runs inside (their device-wide synchronize would invalidate it).
+ *     runs inside (their device-wide synchronize would invalidate it);
+ *   - a graph pool's episode (op value 0xef): allocations from a pool
+ *     during a capture and after it, frees, records and uses across
+ *     streams, no pool block overlapping another or the model's blocks,
+ *     then the pool released: its segments count as large allocations.
  *
  * Built with clang directly from the sources by fuzz/run.sh (Bazel here
  * builds with gcc). The first bytes choose the configuration.
@@ -931,6 +935,100 @@ static void op_capture(input *in) {
   expect(sa_host_stream_end_capture(m.streams[c]), SA_OK, "sa_host_stream_end_capture");
 }
 
+/* A graph pool's episode, whole within one operation: a pool, a capture
+ * of stream c (the mode from the input) that allocates from it, frees
+ * (reused later in the capture, by c only) and allocates from the arena,
+ * then use of the pool outside the capture on any streams (fill and
+ * check, frees across streams), every live pool block apart from the
+ * others and from the model's blocks, then every block freed and the
+ * pool released on a stream: its segments back in the arena, counted as
+ * large allocations and frees in the model. Not with a fault armed (a
+ * refused growth in a capture is pool_test's). */
+#define POOL_BLOCKS 16
+static void op_pool(input *in) {
+  if (m.faulting) return;
+  int c = pick_created(in);
+  sa_host_capture_mode mode = (sa_host_capture_mode)(u8(in) % 3);
+  int n = 1 + u8(in) % 12;
+  TRACE("pool episode: capture %d (mode %d), %d operations\n", c, (int)mode, n);
+  sa_pool *pool;
+  expect(sa_pool_create(m.arena, &pool), SA_OK, "sa_pool_create");
+  struct {
+    void *p;
+    size_t size;
+    int stream;
+  } b[POOL_BLOCKS];
+  int nb = 0;
+  expect(sa_host_stream_begin_capture(m.streams[c], mode), SA_OK, "sa_host_stream_begin_capture");
+  for (int k = 0; k < 2 * n; k++) {
+    bool capturing = k < n;
+    if (k == n)
+      expect(sa_host_stream_end_capture(m.streams[c]), SA_OK, "sa_host_stream_end_capture");
+    int s = capturing ? c : pick_stream(in);
+    uint8_t what = u8(in);
+    if (what % 3 != 0 && nb < POOL_BLOCKS) {
+      size_t size = 1 + (size_t)u16(in) * (what % 2 ? 1 : 32); /* up to 2 MiB */
+      void *p;
+      sa_status st = sa_pool_alloc(pool, &p, size, m.streams[s]);
+      TRACE("pool alloc %zu on %d -> %s %p\n", size, s, sa_status_string(st), p);
+      if (st == SA_ERR_OUT_OF_MEMORY) continue; /* the cap */
+      expect(st, SA_OK, "sa_pool_alloc");
+      if (((uintptr_t)p & 511) != 0) die("pool block %p not 512-aligned", p);
+      for (int i = 0; i < nb; i++)
+        if ((uintptr_t)p < (uintptr_t)b[i].p + b[i].size && (uintptr_t)b[i].p < (uintptr_t)p + size)
+          die("pool block %p+%zu overlaps %p+%zu", p, size, b[i].p, b[i].size);
+      for (int i = 0; i < m.nlive; i++)
+        if ((uintptr_t)p < (uintptr_t)m.live[i].p + m.live[i].size &&
+            (uintptr_t)m.live[i].p < (uintptr_t)p + size)
+          die("pool block %p+%zu overlaps the arena's block %p+%zu", p, size, m.live[i].p,
+              m.live[i].size);
+      if (!capturing) { /* a graph's kernels never run here: only outside */
+        uint32_t tag = ++m.next_tag;
+        size_t h = size & ~(size_t)3;
+        if (h > 0) {
+          expect(sa_host_fill(m.streams[s], p, h, tag), SA_OK, "sa_host_fill");
+          expect(sa_host_check(m.streams[s], p, h, tag, &m.mismatches), SA_OK, "sa_host_check");
+          if (s < NSTREAMS) m.dirty[s] = true;
+        }
+      }
+      b[nb].p = p;
+      b[nb].size = size;
+      b[nb].stream = s;
+      nb++;
+    } else if (nb > 0) {
+      int i = u8(in) % nb;
+      int t = capturing ? c : pick_stream(in);
+      if (t != b[i].stream) /* its user's work on that stream is ordered before reuse */
+        expect(sa_record_stream(b[i].p, m.streams[b[i].stream]), SA_OK, "sa_record_stream");
+      expect(sa_free(b[i].p, m.streams[t]), SA_OK, "sa_free of a pool block");
+      if (t < NSTREAMS) m.dirty[t] = true;
+      b[i] = b[--nb];
+    }
+  }
+  while (nb > 0) {
+    int t = pick_stream(in);
+    if (t != b[nb - 1].stream)
+      expect(sa_record_stream(b[nb - 1].p, m.streams[b[nb - 1].stream]), SA_OK,
+             "sa_record_stream");
+    expect(sa_free(b[nb - 1].p, m.streams[t]), SA_OK, "sa_free of a pool block");
+    if (t < NSTREAMS) m.dirty[t] = true;
+    nb--;
+  }
+  sa_pool_stats ps;
+  expect(sa_pool_get_stats(pool, &ps), SA_OK, "sa_pool_get_stats");
+  if (ps.live_blocks != 0 || ps.live_bytes != 0 || ps.free_bytes > ps.reserved_bytes)
+    die("pool: %zu live blocks, %zu of %zu bytes free", ps.live_blocks, ps.free_bytes,
+        ps.reserved_bytes);
+  int r = pick_stream(in);
+  expect(sa_pool_release(pool, m.streams[r]), SA_OK, "sa_pool_release");
+  if (r < NSTREAMS) m.dirty[r] = true;
+  m.allocs += ps.segments; /* each a large allocation, freed by the release */
+  m.frees += ps.segments;
+  m.large_allocs += ps.segments;
+  expect(sa_pool_get_stats(pool, &ps), SA_OK, "sa_pool_get_stats");
+  if (ps.reserved_bytes != 0 || ps.uses != 0) die("pool released with %zu bytes", ps.reserved_bytes);
+}
+
 /* ---- worker threads --------------------------------------------------------
  * Operations run on the thread m.exec names; a worker runs one while the
  * main thread waits, so the model needs no lock and a run is reproducible. */
@@ -1221,6 +1319,13 @@ static void run_op(uint8_t op, input *in) {
       case 4: op_sweep(in); break;
       case 5: case 8: op_burst(in); break;
       case 6: op_snapshot(); break;
+      case 7: /* 47 only (0xef), so that the corpus's 7 to 37 keep their meaning */
+        if ((op & 0x3f) == 47) {
+          op_pool(in);
+          break;
+        }
+        op_bad_tune(in);
+        break;
       default: op_bad_tune(in); break;
     }
   } else if (op & 0x80) { /* the extended operations */

@@ -17,6 +17,10 @@ CAPTURE = 0xC9  # a capture episode: stream, mode, count - 1, then its sub-opera
 # destroyed, 3: destroyed undrained) and that operation's arguments.
 FAULT_AT_END = 0xF9
 CLEAR = 0x83  # the extended operation that clears a fault
+# A graph pool's episode: stream, mode, count - 1, then 2 * count steps
+# (those after the capture led by a stream), the streams of the final
+# frees and the release's stream.
+POOL = 0xEF
 FN_EVENT_QUERY, FN_STREAM_ID = 10, 16
 EP_ALLOC, EP_FREE, EP_USE = 0, 1, 2  # its sub-operations, each followed by its arguments
 NO_BUDGET, OOM_CALLBACK, EXTENDED = 0x20, 0x40, 0x80
@@ -105,6 +109,20 @@ seeds = {
     + bytes([EP_FREE, 2, 1]) + bytes([EP_FREE, 0, 1]) + bytes([EP_USE, 1, 1])
     + bytes([EP_USE, 0, 3])
     + free(0, 1) + step(1, 8) + step(2, 8) + op(VERIFY),
+    # a graph pool: stream 1 captured (global mode) allocates 3000 and 64000
+    # bytes, frees the first and allocates 3000 again (reused in capture
+    # order); after the capture blocks are allocated on streams 2 and 0
+    # (filled, checked), freed across streams (recorded first), and the pool
+    # is released on stream 1
+    "pool_episode": bytes([0x03])
+    + alloc(1, 0, 300) + alloc(2, 2, 9000)
+    + op(POOL, 0, 0, 3)
+    + bytes([1]) + struct.pack("<H", 3000) + bytes([2]) + struct.pack("<H", 2000)
+    + bytes([0, 0]) + bytes([1]) + struct.pack("<H", 3000)
+    + bytes([2, 1]) + struct.pack("<H", 500) + bytes([3, 0, 0, 2])
+    + bytes([0, 4]) + struct.pack("<H", 100) + bytes([1, 0, 1, 3])
+    + bytes([2, 3]) + bytes([1])
+    + free(0, 1) + op(VERIFY),
     # a worker exits with cached blocks and an open batch while stream id
     # queries fail (sticky); stream 3 is destroyed while event queries
     # fail, and the next call naming it meets a new stream with its handle

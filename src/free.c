@@ -224,7 +224,7 @@ sa_status sa__pool_give_back(sa_arena *a, sa_pool *pool, sa_stream s) {
    * live block). */
   while (st == SA_OK && pool->segs != NULL) {
     sa_pool_seg *seg = pool->segs;
-    st = sa__free_slow((void *)seg->base, s, SA_FREE_TRACED);
+    st = sa__free_slow((void *)seg->span, s, SA_FREE_TRACED);
     if (st != SA_OK) break;
     pthread_mutex_lock(&pool->lock);
     sa__pool_seg_remove(pool, seg);

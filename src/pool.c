@@ -108,11 +108,13 @@ sa_status sa_pool_release(sa_pool *pool, sa_stream s) {
   return st;
 }
 
-/* A new segment for a request of size bytes: a large allocation of the
- * arena on the pools' stream, clean once that stream's work completed,
- * in the registry and the pool. Pool lock not held. */
-static sa_status grow(sa_pool *pool, size_t size) {
+/* A new segment for a request of request bytes (a multiple of
+ * SA_POOL_ALIGN): a large allocation of the arena on the pools' stream,
+ * clean once that stream's work completed, in the registry and the pool.
+ * Pool lock not held. */
+static sa_status grow(sa_pool *pool, size_t request) {
   sa_arena *a = pool->arena;
+  size_t size = request;
   size_t gran = (size_t)1 << a->gran_shift;
   /* At least a granule, and above the arena's large threshold: a span of
    * its own, never a small block. */
@@ -130,11 +132,19 @@ static sa_status grow(sa_pool *pool, size_t size) {
   sa_stream grower = a->pools.stream; /* set once, with the first pool */
   void *p;
   sa_status st = sa__alloc_unsynced(a, &p, size, grower);
+  if (st == SA_OK && (uintptr_t)p % SA_POOL_ALIGN != 0 && size - SA_POOL_ALIGN < request) {
+    /* Carved in a free span at SA_ALIGNMENT: one unit more holds it. */
+    (void)sa__free_slow(p, grower, SA_FREE_TRACED);
+    st = size <= SIZE_MAX - SA_POOL_ALIGN ? sa__alloc_unsynced(a, &p, size + SA_POOL_ALIGN, grower)
+                                          : SA_ERR_OUT_OF_MEMORY;
+    if (st == SA_OK) size += SA_POOL_ALIGN;
+  }
   if (st == SA_OK && (st = a->drv->ops->stream_synchronize(a->drv, grower)) != SA_OK)
     (void)sa__free_slow(p, grower, SA_FREE_TRACED);
   if (st == SA_OK) {
-    seg->base = (uintptr_t)p;
-    seg->size = size;
+    seg->span = (uintptr_t)p;
+    seg->base = ((uintptr_t)p + SA_POOL_ALIGN - 1) & ~(SA_POOL_ALIGN - 1);
+    seg->size = (size - (seg->base - seg->span)) & ~(SA_POOL_ALIGN - 1);
     seg->pool = pool;
     st = sa__pools_register(a, seg);
     if (st != SA_OK) (void)sa__free_slow(p, grower, SA_FREE_TRACED);

@@ -894,6 +894,8 @@ size_t sa__pool_check(const sa_pool *pool) {
     nsegs++;
     reserved += seg->size;
     SA_CHECK(POOL, seg->pool == pool, "a segment names its pool");
+    SA_CHECK(POOL, seg->base % SA_POOL_ALIGN == 0 && seg->base - seg->span < SA_POOL_ALIGN,
+             "a segment starts at its span's first SA_POOL_ALIGN boundary");
     uintptr_t at = seg->base;
     const sa_pblock *before = NULL;
     for (const sa_pblock *b = seg->first; b != NULL; before = b, b = b->next, visited++) {

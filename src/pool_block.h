@@ -83,8 +83,10 @@ typedef struct sa_pblock_s {
 } sa_pblock;
 
 struct sa_pool_seg_s {
-  uintptr_t base;
-  size_t size;
+  uintptr_t span;                    /* the arena's allocation, freed at the end */
+  uintptr_t base;                    /* span rounded up to SA_POOL_ALIGN (a span
+                                        carved in a free one is SA_ALIGNMENT's) */
+  size_t size;                       /* what of the span the blocks tile */
   sa_pool *pool;
   sa_pblock *first;                  /* its blocks tile it, address order */
   sa_pool_seg *next;                 /* the pool's segments */
