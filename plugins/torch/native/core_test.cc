@@ -60,6 +60,10 @@ class HostPlatform final : public Platform {
     sa_host_exchange_capture_mode(&m);
     return r;
   }
+  sa_status synchronize(int) override {
+    synchronized++;
+    return sa_host_drain_all();
+  }
   void memory_info(int, size_t *free_bytes, size_t *total_bytes) override {
     *free_bytes = free;
     *total_bytes = total;
@@ -72,7 +76,7 @@ class HostPlatform final : public Platform {
   int64_t now() override { return ++clock; }
 
   size_t total = size_t{16} << 30, free = size_t{8} << 30;
-  int switched = 0, relaxed_calls = 0, callbacks = 0;
+  int switched = 0, relaxed_calls = 0, callbacks = 0, synchronized = 0;
   int64_t clock = 0;
 };
 
@@ -345,8 +349,7 @@ void a_mem_pool_serves_its_thread_and_goes_when_released(void **state) {
   b.create_or_incref_pool(0, id, nullptr);
   assert_int_equal(b.pool_use_count(0, id), 1);
   std::thread::id me = std::this_thread::get_id();
-  b.begin_allocate_to_pool(0, id, [me](sa_stream) { return std::this_thread::get_id() == me; },
-                           f.stream);
+  b.begin_allocate_to_pool(0, id, [me](sa_stream) { return std::this_thread::get_id() == me; });
   assert_int_equal(b.pool_use_count(0, id), 2);
   void *in_pool = b.alloc(0, 3 * MiB, f.stream);
   void *elsewhere = nullptr;
@@ -385,12 +388,12 @@ void a_pool_that_allows_it_serves_what_the_device_refused(void **state) {
   // The pool gets memory first, then the default arena fills the cap.
   b.create_or_incref_pool(0, id, nullptr);
   b.set_use_on_oom(0, id, true);
-  b.begin_allocate_to_pool(0, id, [](sa_stream) { return true; }, f.stream);
+  b.begin_allocate_to_pool(0, id, [](sa_stream) { return true; });
   void *warm = b.alloc(0, 24 * MiB, f.stream);
   b.end_allocate_to_pool(0, id);
-  b.free(warm);  // cached in the pool's arena
-  void *big = b.alloc(0, 50 * MiB, f.stream);
-  // The device's arena cannot grow past 64 MiB: the pool's cached memory serves.
+  b.free(warm);  // free in the pool, whose segment the device's arena holds
+  void *big = b.alloc(0, 36 * MiB, f.stream);
+  // The device's arena cannot grow past 64 MiB: the pool's free memory serves.
   void *p = b.alloc(0, 20 * MiB, f.stream);
   assert_true(b.check_pool_live(0, id, {p}));
   b.free(p);
@@ -398,59 +401,85 @@ void a_pool_that_allows_it_serves_what_the_device_refused(void **state) {
   b.release_pool(0, id);
 }
 
-// A capture into a pool: the thread's stream is readied before it begins;
-// a span's free during it is kept (its memory reused by nothing) and made
-// when the capture's routing ends; another thread's allocation is refused
-// with a message, never answered with NULL.
-void a_capture_keeps_refused_frees_until_it_ends(void **state) {
+// A capture into a private pool (a graph pool of the library): the
+// capturing thread's and another thread's allocations (autograd's backward
+// pass) are served with no driver call on the captured stream, so the
+// capture stays intact; a block freed during the capture is reused later in
+// it (capture order); after the capture, memory the graph baked in is
+// handed to nothing outside the pool; the pool's memory goes back to the
+// device's arena only when PyTorch lets go of it, after the device's work.
+void a_capture_into_a_graph_pool_reuses_in_capture_order(void **state) {
   Fixture &f = fx(state);
   Backend &b = *f.backend;
   PoolId id{3, 0};
   sa_stream s = f.stream;
   b.history().configure(true, nullptr, 1000, When::kNever, true, 0);
-  b.begin_allocate_to_pool(0, id, [&](sa_stream x) { return f.platform.capturing(x); }, s);
+  void *before = b.alloc(0, 2 * MiB, s);  // the device's arena exists before
+  b.begin_allocate_to_pool(0, id, [&](sa_stream x) { return f.platform.capturing(x); });
   assert_int_equal(sa_host_stream_begin_capture(s, SA_HOST_CAPTURE_GLOBAL), SA_OK);
   void *a = b.alloc(0, 2 * MiB, s);
   void *small = b.alloc(0, 512, s);
   b.free(a);
   void *c = b.alloc(0, 2 * MiB, s);
-  assert_ptr_not_equal(a, c);  // a is kept back, not handed out again
-  b.free(small);
-  std::string msg;
-  bool refused = false;
-  std::thread([&] {
-    try {
-      b.alloc(0, 4 * MiB, s);
-    } catch (const Failure &e) {
-      msg = e.what();
-      refused = e.kind() == Failure::Kind::kCapture;
-    }
-  }).join();
-  assert_true(refused);
-  assert_true(contains(msg, "captured into a CUDA graph"));
-  assert_true(f.platform.relaxed_calls > 0);
-  // The kept block is no allocation of PyTorch's in the pool's snapshot.
-  for (const SegmentView &seg : b.segments(id)) {
-    size_t at = seg.address;
-    for (const BlockView &blk : seg.blocks) {
-      if (at == reinterpret_cast<uintptr_t>(a)) assert_true(blk.state == BlockState::kPendingFree);
-      if (at == reinterpret_cast<uintptr_t>(c)) assert_true(blk.state == BlockState::kLive);
-      at += blk.size;
-    }
-  }
-  assert_true(b.check_pool_live(0, id, {c}));
+  assert_ptr_equal(a, c);  // freed in the capture: reused in capture order
+  void *other = nullptr;
+  std::thread([&] { other = b.alloc(0, 4 * MiB, s); }).join();
+  assert_non_null(other);
+  b.free(before);  // a default-pool span: kept until the capture's routing ends
+  assert_true(b.check_pool_live(0, id, {c, small, other}));
   assert_int_equal(sa_host_stream_end_capture(s), SA_OK);  // intact
+  b.end_allocate_to_pool(0, id);
+  assert_true(f.platform.relaxed_calls > 0);
+  // The kept free was made when the routing ended.
   size_t completed = 0;
   for (const TraceRecord &r : b.history().entries(0))
-    if (r.action == Action::kFreeCompleted && r.addr == reinterpret_cast<uintptr_t>(a)) completed++;
-  assert_int_equal(completed, 0);
-  b.end_allocate_to_pool(0, id);
-  for (const TraceRecord &r : b.history().entries(0))
-    if (r.action == Action::kFreeCompleted && r.addr == reinterpret_cast<uintptr_t>(a)) completed++;
+    if (r.action == Action::kFreeCompleted && r.addr == reinterpret_cast<uintptr_t>(before))
+      completed++;
   assert_int_equal(completed, 1);
+
+  // After the capture: the default pool's allocations stay outside every
+  // block the graph uses, also once the graph's tensors are freed.
   b.free(c);
+  b.free(small);
+  b.free(other);
+  auto inside = [&](void *p, size_t n) {
+    uintptr_t x = reinterpret_cast<uintptr_t>(p);
+    for (auto blk : {std::make_pair(c, 2 * MiB), std::make_pair(small, size_t{512}),
+                     std::make_pair(other, 4 * MiB)}) {
+      uintptr_t lo = reinterpret_cast<uintptr_t>(blk.first);
+      if (x < lo + blk.second && lo < x + n) return true;
+    }
+    return false;
+  };
+  std::vector<void *> later;
+  for (size_t n : {size_t{512}, 2 * MiB, 4 * MiB, 2 * MiB}) {
+    later.push_back(b.alloc(0, n, s));
+    assert_false(inside(later.back(), n));
+  }
+  for (void *p : later) b.free(p);
+  // PyTorch's last reference: the device's work first, then the release.
+  int synced = f.platform.synchronized;
   b.release_pool(0, id);
+  assert_int_equal(f.platform.synchronized, synced + 1);
+  assert_int_equal(b.pool_use_count(0, id), 0);
   assert_int_equal(b.errors(), 0);
+}
+
+// A capture the backend does not route (one PyTorch did not begin): the
+// device's arena refuses it with a message, never with a null pointer.
+void an_unrouted_capture_is_refused_with_a_message(void **state) {
+  Fixture &f = fx(state);
+  Backend &b = *f.backend;
+  sa_stream s = nullptr;
+  assert_int_equal(sa_host_stream_create(SA_HOST_AUTO, &s), SA_OK);
+  assert_int_equal(sa_host_stream_begin_capture(s, SA_HOST_CAPTURE_GLOBAL), SA_OK);
+  std::string msg;
+  assert_true(failure_of([&] { b.alloc(0, 4 * MiB, s); }, &msg) == Failure::Kind::kCapture);
+  assert_true(contains(msg, "captured into a CUDA graph"));
+  // The refusal may have invalidated the capture, as on CUDA; it ends.
+  sa_status end = sa_host_stream_end_capture(s);
+  assert_true(end == SA_OK || end == SA_ERR_STREAM_CAPTURING);
+  assert_int_equal(sa_host_stream_destroy(s), SA_OK);
 }
 
 // --- history and snapshots ----------------------------------------------------
@@ -533,7 +562,7 @@ void record_stream_refused_in_a_capture_is_made_at_the_free(void **state) {
   assert_int_equal(sa_host_stream_create(SA_HOST_AUTO, &other), SA_OK);
   void *p = b.alloc(0, 2 * MiB, f.stream);
   PoolId id{5, 0};
-  b.begin_allocate_to_pool(0, id, [&](sa_stream x) { return f.platform.capturing(x); }, other);
+  b.begin_allocate_to_pool(0, id, [&](sa_stream x) { return f.platform.capturing(x); });
   assert_int_equal(sa_host_stream_begin_capture(other, SA_HOST_CAPTURE_GLOBAL), SA_OK);
   b.record_stream(p, other, 0);  // refused by the capture: kept with the block
   assert_int_equal(sa_host_stream_end_capture(other), SA_OK);
@@ -567,7 +596,9 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(a_pool_that_allows_it_serves_what_the_device_refused,
                                       setup_small, teardown),
-      cmocka_unit_test_setup_teardown(a_capture_keeps_refused_frees_until_it_ends, setup,
+      cmocka_unit_test_setup_teardown(an_unrouted_capture_is_refused_with_a_message, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_capture_into_a_graph_pool_reuses_in_capture_order, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(history_records_allocations_with_their_stacks, setup,
                                       teardown),

@@ -103,9 +103,13 @@ std::unique_ptr<PoolBackend> Backend::make_arena_pool(int dev) {
   return std::make_unique<ArenaPool>(platform_, c, false);
 }
 
+std::unique_ptr<PoolBackend> Backend::make_graph_pool(int dev) {
+  return std::make_unique<GraphPool>(platform_, default_arena(dev), dev);
+}
+
 Backend::Factory Backend::factory_for(int dev, Factory given) {
   if (given) return given;
-  return [this, dev] { return make_arena_pool(dev); };
+  return [this, dev] { return make_graph_pool(dev); };
 }
 
 PoolEntry &Backend::default_pool(Device &d) {
@@ -274,13 +278,10 @@ void Backend::refuse(Device &d, PoolEntry &pool, size_t size, sa_stream stream, 
     throw Failure(
         Failure::Kind::kCapture,
         "streamarena: cannot allocate " + std::to_string(size) + " bytes on " + where +
-            " while it is captured into a CUDA graph: the library would have to ask the "
-            "driver about the stream or wait for an event recorded outside the capture, which "
-            "a capture refuses. A pool's arena serves a capture only on a thread and stream "
-            "it served before the capture began (PyTorch readies the capturing thread's "
-            "stream; torch.compile(mode=\"reduce-overhead\") warms up in the pool first); an "
-            "allocation from another thread during the capture (autograd's backward pass) is "
-            "refused. docs/TORCH.md, \"CUDA graphs\", says what works today");
+            " while it is captured into a CUDA graph outside PyTorch's graph pools: the "
+            "device's arena would have to ask the driver about the stream, which a capture "
+            "refuses. Capture with torch.cuda.graph (or torch.compile's CUDA graphs), whose "
+            "allocations go to a graph pool; docs/TORCH.md, \"CUDA graphs\"");
   if (st != SA_ERR_OUT_OF_MEMORY)
     throw Failure(Failure::Kind::kLibrary, "streamarena: allocating " + std::to_string(size) +
                                                " bytes on " + where + ": " + status_text(st));
@@ -564,12 +565,8 @@ void Backend::create_or_incref_pool(int dev, PoolId id, Factory factory) {
   device(dev).pools.create_or_incref(id, factory_for(dev, std::move(factory)));
 }
 
-void Backend::begin_allocate_to_pool(int dev, PoolId id, PoolTable::Filter filter,
-                                     sa_stream current) {
-  Device &d = device(dev);
-  PoolEntry *e = d.pools.begin_allocate(id, factory_for(dev, nullptr), std::move(filter));
-  // Best effort: where it fails, the capture's own allocation says why.
-  (void)e->backend->prepare_capture(current);
+void Backend::begin_allocate_to_pool(int dev, PoolId id, PoolTable::Filter filter) {
+  device(dev).pools.begin_allocate(id, factory_for(dev, nullptr), std::move(filter));
 }
 
 void Backend::end_allocate_to_pool(int dev, PoolId id) {

@@ -4,7 +4,8 @@
 // these calls; the tests drive the same class on the host simulator.
 //
 // Per device: a default pool (an arena of STREAMARENA_CONF's configuration,
-// made at the device's first allocation), the private pools (pool.h), the
+// made at the device's first allocation), the private pools (pool.h: graph
+// pools of the library over the default pool's arena), the
 // statistics (counters.h), a memory cap (set_memory_fraction) and the frees
 // a capture kept back. Across devices: the live blocks (live_map.h), the
 // history (history.h) and the out-of-memory observers.
@@ -30,7 +31,8 @@
 //
 // A free goes to the library on the allocation's stream, stream 0 with the
 // allocation's device current. A free the library refuses because a stream
-// is being captured (a span's free records an event) is kept back, with
+// is being captured (a default-pool span's free records an event) is kept
+// back, with
 // record_stream calls refused the same way, and made when no pool of the
 // device is routed to: in the meantime its memory stays as it is, reused
 // by nothing. PyTorch defers the events of such frees the same way.
@@ -134,12 +136,10 @@ class Backend {
   void reset_peak(int device);
   void reset_accumulated(int device);
 
-  // Pools (pool.h). factory: null for an arena of the backend's
-  // configuration. current: the calling thread's current stream, readied
-  // for a capture that is about to begin on it.
+  // Pools (pool.h). factory: null for a graph pool over the device's arena.
   using Factory = PoolTable::Factory;
   void create_or_incref_pool(int device, PoolId id, Factory factory);
-  void begin_allocate_to_pool(int device, PoolId id, PoolTable::Filter filter, sa_stream current);
+  void begin_allocate_to_pool(int device, PoolId id, PoolTable::Filter filter);
   void end_allocate_to_pool(int device, PoolId id);
   void release_pool(int device, PoolId id);
   int pool_use_count(int device, PoolId id);
@@ -177,6 +177,8 @@ class Backend {
   Device &device(int device);
   PoolEntry &default_pool(Device &d);
   std::unique_ptr<PoolBackend> make_arena_pool(int device);
+  // A private pool: a graph pool over the device's arena.
+  std::unique_ptr<PoolBackend> make_graph_pool(int device);
   Factory factory_for(int device, Factory given);
 
   sa_status attempt(Device &d, PoolEntry &pool, size_t size, sa_stream stream, bool capturing,

@@ -32,6 +32,9 @@ class Platform {
   // may have to grow while it is captured.
   virtual sa_status relaxed(const std::function<sa_status()> &call) = 0;
 
+  // Waits for all work of device (cudaDeviceSynchronize); its status.
+  virtual sa_status synchronize(int device) = 0;
+
   // The device's free and total bytes (cudaMemGetInfo).
   virtual void memory_info(int device, size_t *free_bytes, size_t *total_bytes) = 0;
 

@@ -15,6 +15,13 @@ std::string pool_name(PoolId id) {
   return "(" + std::to_string(id.first) + ", " + std::to_string(id.second) + ")";
 }
 
+// call, with device current where stream is NULL: the library takes NULL
+// as the legacy stream of the current device (platform.h, on_device).
+sa_status on_stream(Platform &platform, int device, sa_stream stream,
+                    const std::function<sa_status()> &call) {
+  return stream != nullptr ? call() : platform.on_device(device, call);
+}
+
 }  // namespace
 
 ArenaPool::ArenaPool(Platform &platform, const sa_config &config, bool allow_host)
@@ -64,36 +71,86 @@ ArenaPool::~ArenaPool() {
 }
 
 sa_status ArenaPool::alloc(size_t size, sa_stream stream, void **out) {
-  if (stream != nullptr) return sa_alloc(arena_, out, size, stream);
-  return platform_.on_device(device_, [&] { return sa_alloc(arena_, out, size, stream); });
+  return on_stream(platform_, device_, stream, [&] { return sa_alloc(arena_, out, size, stream); });
 }
 
 sa_status ArenaPool::free(void *p, sa_stream stream) {
-  if (stream != nullptr) return sa_free(p, stream);
-  return platform_.on_device(device_, [&] { return sa_free(p, stream); });
+  return on_stream(platform_, device_, stream, [&] { return sa_free(p, stream); });
 }
 
 sa_status ArenaPool::record(void *p, sa_stream stream, int stream_device) {
-  if (stream != nullptr) return sa_record_stream(p, stream);
-  return platform_.on_device(stream_device, [&] { return sa_record_stream(p, stream); });
+  return on_stream(platform_, stream_device, stream, [&] { return sa_record_stream(p, stream); });
 }
 
 sa_status ArenaPool::trim() { return sa_trim(arena_, 0); }
-
-sa_status ArenaPool::prepare_capture(sa_stream stream) {
-  // The thread's first use of the stream, made now: an allocation and its
-  // free, which the thread's cache keeps for the capture to reuse.
-  void *p = nullptr;
-  sa_status st = alloc(1, stream, &p);
-  if (st == SA_OK && p != nullptr) st = free(p, stream);
-  return st;
-}
 
 size_t ArenaPool::block_size(size_t request) const {
   return sa_native::block_size(request, large_threshold_);
 }
 
 bool ArenaPool::large(size_t request) const { return is_large(request, large_threshold_); }
+
+// --- GraphPool -----------------------------------------------------------
+
+namespace {
+
+// A graph pool's blocks are multiples of this (streamarena.h, sa_pool_alloc).
+constexpr size_t kGraphPoolUnit = 512;
+// PyTorch's small pool holds requests up to this (kSmallSize): its
+// statistics split a private pool's blocks by it too.
+constexpr size_t kTorchSmallSize = size_t{1} << 20;
+
+}  // namespace
+
+GraphPool::GraphPool(Platform &platform, sa_arena *parent, int device)
+    : platform_(platform), device_(device) {
+  sa_status st = sa_pool_create(parent, &pool_);
+  if (st != SA_OK) {
+    pool_ = nullptr;
+    const char *drv = "";
+    int code = sa_last_driver_error(&drv);
+    std::string why = sa_status_string(st);
+    if (st == SA_ERR_DRIVER) why += " (driver error " + std::to_string(code) + ", " + drv + ")";
+    throw Failure(st == SA_ERR_OUT_OF_MEMORY ? Failure::Kind::kOutOfMemory
+                                             : Failure::Kind::kLibrary,
+                  "streamarena: cannot create a graph pool on device " + std::to_string(device) +
+                      ": " + why);
+  }
+}
+
+GraphPool::~GraphPool() {
+  if (pool_ == nullptr) return;
+  // The pool's graphs may still run on any stream: the device's work first,
+  // then the release, whose stream is then any (the device's legacy one).
+  sa_status st = platform_.synchronize(device_);
+  if (st == SA_OK)
+    st = platform_.on_device(device_, [&] { return sa_pool_release(pool_, nullptr); });
+  if (st != SA_OK)
+    fprintf(stderr,
+            "streamarena torch: releasing a graph pool on device %d: %s (its memory stays "
+            "reserved until the arena goes)\n",
+            device_, sa_status_string(st));
+}
+
+sa_status GraphPool::alloc(size_t size, sa_stream stream, void **out) {
+  return on_stream(platform_, device_, stream,
+                   [&] { return sa_pool_alloc(pool_, out, size, stream); });
+}
+
+// A pool's block is freed and recorded as any block: sa_free finds its pool.
+sa_status GraphPool::free(void *p, sa_stream stream) {
+  return on_stream(platform_, device_, stream, [&] { return sa_free(p, stream); });
+}
+
+sa_status GraphPool::record(void *p, sa_stream stream, int stream_device) {
+  return on_stream(platform_, stream_device, stream, [&] { return sa_record_stream(p, stream); });
+}
+
+size_t GraphPool::block_size(size_t request) const {
+  return (request + kGraphPoolUnit - 1) / kGraphPoolUnit * kGraphPoolUnit;
+}
+
+bool GraphPool::large(size_t request) const { return request > kTorchSmallSize; }
 
 // --- PoolTable -----------------------------------------------------------
 

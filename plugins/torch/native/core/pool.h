@@ -16,26 +16,22 @@
 // bookkeeping and where the memory comes from:
 //   - ArenaPool (below): an arena of its own, made with the public API
 //     (sa_arena_create with the device's configuration); sa_free finds a
-//     block's arena by its address. The first implementation, and what the
-//     default pool is too.
+//     block's arena by its address. The device's default pool.
+//   - GraphPool (below): a graph pool of the library (streamarena.h, "Graph
+//     pools") over the device's arena, for every private pool PyTorch
+//     makes (torch.cuda.graph, CUDA graph trees, MemPool()). It serves a
+//     capture from any thread with no driver call on the captured stream,
+//     reuses a block freed during the capture in capture order, and keeps
+//     every address it handed out the pool's until the pool goes: a graph
+//     replays into memory that nothing else gets, and that no trim, reshape
+//     or remapping of the arena touches (its segments are live spans there).
 //   - the torch layer's foreign pool: MemPool(allocator=...), a PyTorch
 //     allocator's raw_alloc and raw_delete (torch/allocator.cc).
-//   - later: a pool of the library's graph-pool C API (docs/TORCH.md lists
-//     the calls it needs), whose prepare_capture and release stream-order
-//     what an arena of its own cannot.
 //
-// What an ArenaPool cannot do during a capture today (streamarena.h, "CUDA
-// graphs"): a stream's first use on a thread asks the driver for its id,
-// which a capture refuses (prepare_capture makes that first use before the
-// capture, on the capturing thread and stream; a capture that allocates
-// from another thread, an autograd worker say, is refused with a message);
-// a span's free records an event on the stream, which a capture refuses
-// (the backend keeps such a free until no capture is underway: the pool is
-// the graph's, so its memory stays reserved for the replays meanwhile);
-// a reuse that must wait for an event recorded outside the capture is
-// refused too. A refused allocation raises, naming the rule; it never
-// returns NULL, and a block freed during a capture is reused by nothing
-// outside its pool.
+// What the default pool (an ArenaPool) cannot do during a capture: a
+// span's free records an event on the stream, which a capture refuses (the
+// backend keeps such a free until no capture is underway); that is a free
+// of memory allocated before the capture, which PyTorch defers the same way.
 #ifndef SA_NATIVE_CORE_POOL_H
 #define SA_NATIVE_CORE_POOL_H
 
@@ -69,9 +65,6 @@ class PoolBackend {
   virtual sa_status record(void *p, sa_stream stream, int stream_device) = 0;
   // Give cached memory back to the driver (after the device's work).
   virtual sa_status trim() = 0;
-  // Allocations from the calling thread on stream are about to be captured
-  // into a CUDA graph: make what the capture would refuse now.
-  virtual sa_status prepare_capture(sa_stream stream) = 0;
   // The arena behind it, for statistics and snapshots; null where the
   // memory is not streamarena's.
   virtual sa_arena *arena() const = 0;
@@ -94,7 +87,6 @@ class ArenaPool final : public PoolBackend {
   sa_status free(void *p, sa_stream stream) override;
   sa_status record(void *p, sa_stream stream, int stream_device) override;
   sa_status trim() override;
-  sa_status prepare_capture(sa_stream stream) override;
   sa_arena *arena() const override { return arena_; }
   size_t block_size(size_t request) const override;
   bool large(size_t request) const override;
@@ -104,6 +96,37 @@ class ArenaPool final : public PoolBackend {
   int device_;
   sa_arena *arena_ = nullptr;
   size_t large_threshold_ = 0;
+};
+
+// A private pool: a graph pool of the library over the device's arena
+// (parent, which outlives it). Its memory is counted in parent's statistics
+// (its segments are live spans there), so arena() is null: the figures
+// would count it twice. Destroyed only when PyTorch holds no reference, no
+// block and no kept free, and no capture is routed (PoolTable::take_unused):
+// the destructor waits for the device, as PyTorch's cudaFree of a private
+// pool's segments does, and returns the segments to parent.
+class GraphPool final : public PoolBackend {
+ public:
+  GraphPool(Platform &platform, sa_arena *parent, int device);
+  ~GraphPool() override;
+  GraphPool(const GraphPool &) = delete;
+  GraphPool &operator=(const GraphPool &) = delete;
+
+  sa_status alloc(size_t size, sa_stream stream, void **out) override;
+  sa_status free(void *p, sa_stream stream) override;
+  sa_status record(void *p, sa_stream stream, int stream_device) override;
+  // A private pool's memory is its graphs' while it lives: as PyTorch's
+  // emptyCache, a trim leaves it.
+  sa_status trim() override { return SA_OK; }
+  sa_arena *arena() const override { return nullptr; }
+  size_t block_size(size_t request) const override;
+  bool large(size_t request) const override;
+  sa_pool *pool() const { return pool_; }
+
+ private:
+  Platform &platform_;
+  int device_;
+  sa_pool *pool_ = nullptr;
 };
 
 // A pool and PyTorch's references to it.

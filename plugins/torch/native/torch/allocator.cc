@@ -129,6 +129,10 @@ class TorchPlatform final : public Platform {
     return result;
   }
 
+  sa_status synchronize(int device) override {
+    return on_device(device, [] { return cuda_status(cudaDeviceSynchronize()); });
+  }
+
   void memory_info(int device, size_t *free_bytes, size_t *total_bytes) override {
     *free_bytes = *total_bytes = 0;
     sa_status st = on_device(device, [&] { return cuda_status(cudaMemGetInfo(free_bytes, total_bytes)); });
@@ -218,7 +222,6 @@ class ForeignPool final : public PoolBackend {
   }
 
   sa_status trim() override { return SA_OK; }  // nothing is cached here
-  sa_status prepare_capture(sa_stream) override { return SA_OK; }
   sa_arena *arena() const override { return nullptr; }
   size_t block_size(size_t request) const override { return request; }
   bool large(size_t request) const override { return request > (size_t{1} << 20); }
@@ -462,12 +465,10 @@ class StreamArenaAllocator final : public cca::CUDAAllocator {
 
   void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
                            std::function<bool(cudaStream_t)> filter) override {
-    cudaStream_t current = c10::cuda::getCurrentCUDAStream(device).stream();
     call([&] {
       backend_.begin_allocate_to_pool(
           device, PoolId{mempool_id.first, mempool_id.second},
-          [f = std::move(filter)](sa_stream s) { return f(static_cast<cudaStream_t>(s)); },
-          current);
+          [f = std::move(filter)](sa_stream s) { return f(static_cast<cudaStream_t>(s)); });
     });
   }
 
