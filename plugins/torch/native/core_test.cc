@@ -577,6 +577,74 @@ void record_stream_refused_in_a_capture_is_made_at_the_free(void **state) {
   b.record_stream(&x, f.stream, 0);
 }
 
+
+// PyTorch's test_graph_two_successive, without kernels: two captures of
+// temporaries, each into a pool of its own, or sharing one (g0.pool(), a
+// graph_pool_handle()); sharing saves one segment, and empty_cache gives
+// every pool's memory back once PyTorch let go of it, also where the pool's
+// last block was freed after its last release (then empty_cache reaps it
+// before it trims).
+void sharing_a_graph_pool_saves_a_segment_and_empty_cache_returns_it(void **state) {
+  Fixture &f = fx(state);
+  Backend &b = *f.backend;
+  sa_stream s = nullptr;
+  assert_int_equal(sa_host_stream_create(SA_HOST_AUTO, &s), SA_OK);
+  const size_t n = 4000;  // 1000 floats
+  auto reserved = [&] { return b.stats(0).reserved_bytes[kAggregate].current; };
+  // func_with_temps: two clones and two sums, the clones freed; the input freed.
+  auto temps = [&](void *in, sa_stream on) {
+    void *c1 = b.alloc(0, n, on), *x = b.alloc(0, n, on);
+    b.free(c1);
+    void *c2 = b.alloc(0, n, on), *y = b.alloc(0, n, on);
+    b.free(c2);
+    void *r = b.alloc(0, n, on);
+    b.free(x);
+    b.free(y);
+    b.free(in);
+    return r;
+  };
+  auto capture = [&](PoolId id, void *in) {
+    b.begin_allocate_to_pool(0, id, [&](sa_stream x) { return f.platform.capturing(x); });
+    assert_int_equal(sa_host_stream_begin_capture(s, SA_HOST_CAPTURE_GLOBAL), SA_OK);
+    void *cur = in != nullptr ? in : b.alloc(0, n, s);
+    for (int i = 0; i < 5; i++) cur = temps(cur, s);
+    assert_int_equal(sa_host_stream_end_capture(s), SA_OK);
+    b.end_allocate_to_pool(0, id);
+    return cur;
+  };
+  int64_t apart = 0;
+  for (int shared = 0; shared < 2; shared++) {
+    PoolId g0{40 + shared, 0}, g1 = shared ? g0 : PoolId{50, 0};
+    void *a = b.alloc(0, n, nullptr);
+    void *out = capture(g0, nullptr);
+    out = capture(g1, out);
+    void *c = b.alloc(0, n, nullptr);
+    for (int i = 0; i < 6; i++) c = temps(c, nullptr);
+    if (!shared) {
+      apart = reserved();
+    } else {
+      assert_int_equal(apart - reserved(), 2 * MiB);  // one granule less
+    }
+    b.free(a);
+    b.free(c);
+    if (shared) {
+      // The graphs go before their output: the pool goes at empty_cache.
+      b.release_pool(0, g0);
+      b.release_pool(0, g1);
+      b.free(out);
+    } else {
+      b.free(out);
+      b.release_pool(0, g0);
+      b.release_pool(0, g1);
+    }
+    sa_host_drain_all();
+    b.empty_cache(kDefaultPool);
+    assert_int_equal(reserved(), 0);
+  }
+  assert_int_equal(b.errors(), 0);
+  assert_int_equal(sa_host_stream_destroy(s), SA_OK);
+}
+
 }  // namespace
 
 int main(void) {
@@ -604,6 +672,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(cache_info_counts_what_the_arena_holds_free, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(
+          sharing_a_graph_pool_saves_a_segment_and_empty_cache_returns_it, setup, teardown),
       cmocka_unit_test_setup_teardown(record_stream_refused_in_a_capture_is_made_at_the_free,
                                       setup, teardown),
   };

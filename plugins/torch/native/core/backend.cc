@@ -492,13 +492,15 @@ void Backend::empty_cache(PoolId id) {
     Device &d = device(i);
     if (d.pools.routing()) continue;  // a capture or use_mem_pool is underway there
     settle(d);
+    // Pools PyTorch let go of first: their segments go back to the device's
+    // arena, which the trim then gives back to the driver.
+    reap(d);
     if (id == kDefaultPool) {
       trim_device(d, true);
     } else if (PoolEntry *e = d.pools.find(id)) {
       sa_status st = e->backend->trim();
       if (st != SA_OK) report("empty_cache", nullptr, i, st);
     }
-    reap(d);
   }
 }
 

@@ -774,6 +774,13 @@ __attribute__((visibility("default"))) int sa_torch_native_install(char *err, si
     const char *conf = std::getenv("STREAMARENA_CONF");
     auto a = std::make_shared<sa_native::StreamArenaAllocator>(conf != nullptr ? conf : "");
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(a);
+    // PyTorch's allocator registry too (c10::GetAllocator and
+    // c10::getDeviceAllocator for CUDA, which torch.accelerator's memory
+    // calls ask): changeCurrentAllocator sets only the CUDA allocator's own
+    // pointer, and the registry would go on naming PyTorch's uninitialized
+    // allocator (torch.accelerator.memory_stats() returned nothing).
+    // Priority 1: above the 0 PyTorch registers its own with.
+    c10::SetAllocator(c10::DeviceType::CUDA, a.get(), 1);
     // A reference never dropped: the allocator outlives every static
     // destructor that may still free a tensor (PyTorch's own reference goes
     // with its static).
