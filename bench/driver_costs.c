@@ -62,16 +62,6 @@ static double now_us(void) {
     (slot) = now_us() - t0_; \
   } while (0)
 
-static int by_value(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return a < b ? -1 : a > b;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, by_value);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static CUmemAllocationProp prop(void) {
   CUmemAllocationProp p;
   memset(&p, 0, sizeof p);
@@ -114,7 +104,7 @@ static void one_size(CUdeviceptr va, size_t size, int reps) {
     TIMED(t[C_FREE][r], sa_cu.MemFree(d));
   }
   printf("| %zu MiB |", size / MiB);
-  for (int c = 0; c < NCOLS; c++) printf(" %.1f |", median(t[c], reps));
+  for (int c = 0; c < NCOLS; c++) printf(" %.1f |", sa_median(t[c], reps));
   printf("\n");
 }
 
@@ -254,7 +244,7 @@ static int run_schedule(const char *path, long ops, int rounds) {
       lo = t[w][r] < lo ? t[w][r] : lo;
       hi = t[w][r] > hi ? t[w][r] : hi;
     }
-    double med = median(t[w], rounds);
+    double med = sa_median(t[w], rounds);
     printf("| %s | %d | %.2f (%.2f-%.2f) | %.3f |\n", way[w], calls[w], med / 1e3, lo / 1e3,
            hi / 1e3, med / (double)ops);
   }

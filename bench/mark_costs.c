@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "bench/cuda_device.h"
+#include "test/util.h"
 
 #define REPS 7
 #define EVENTS 64
@@ -49,11 +50,6 @@ static double now_ns(void) {
       exit(1);                                                                         \
     }                                                                                  \
   } while (0)
-
-static int by_value(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return a < b ? -1 : a > b;
-}
 
 enum { M_RECORD, M_QUERY_DONE, M_QUERY_BUSY, M_WAIT_EVENT, M_WRITE, M_WAIT_VALUE, M_SQUERY, NM };
 static const char *const mark_name[NM] = {"record",      "query done", "query busy",
@@ -106,8 +102,7 @@ static double median_of(rig *r, int m, int n, int busy) {
     if (m == M_QUERY_BUSY) CHECK(sa_cu.EventRecord(r->ev[0], r->s)); /* behind the work */
     t[k] = time_mark(r, m, n);
   }
-  qsort(t, REPS, sizeof *t, by_value);
-  return t[REPS / 2];
+  return sa_median(t, REPS);
 }
 
 int main(int argc, char **argv) {

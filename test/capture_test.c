@@ -339,6 +339,33 @@ static void another_threads_global_capture_stays_intact(sa_backend backend) {
   bench_close(&b);
 }
 
+/* What call_on_stream runs, counting its runs. */
+static sa_status counted_call(void *arg) {
+  ++*(int *)arg;
+  return SA_ERR_NOT_READY; /* handed back as it is */
+}
+
+/* The driver's call_on_stream (a framework hook's whole path to the
+ * library) runs nothing on a capturing stream, without harm to the
+ * capture, and runs the call on any other stream, NULL included. */
+static void call_on_stream_runs_nothing_on_a_capturing_stream(sa_backend backend) {
+  static bench b; /* outlives a failed case: the teardown reads it */
+  bench_open(&b, backend);
+  sa_driver *d = b.drv;
+  int runs = 0;
+  begin(&b, b.s1);
+  sa_assert_status(d->ops->call_on_stream(d, b.s1, counted_call, &runs),
+                   SA_ERR_STREAM_CAPTURING);
+  assert_int_equal(runs, 0);
+  sa_assert_status(d->ops->call_on_stream(d, b.s2, counted_call, &runs), SA_ERR_NOT_READY);
+  sa_assert_status(d->ops->call_on_stream(d, NULL, counted_call, &runs), SA_ERR_NOT_READY);
+  assert_int_equal(runs, 2);
+  end_intact(&b, b.s1);
+  sa_assert_status(d->ops->call_on_stream(d, b.s1, counted_call, &runs), SA_ERR_NOT_READY);
+  assert_int_equal(runs, 3);
+  bench_close(&b);
+}
+
 /* CUDA only (the simulator has no blocking streams): work on the legacy
  * stream while a blocking stream is captured would join the capture and
  * invalidate it (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT at the record). */
@@ -358,6 +385,10 @@ static void the_legacy_stream_during_a_blocking_streams_capture(void **state) {
   sa_assert_ok(sa_alloc(b.arena, &p, SPAN, NULL));
   sa_assert_ok(b.drv->ops->stream_begin_capture(b.drv, (sa_stream)blocking, GLOBAL));
   sa_assert_status(sa_free(p, NULL), SA_ERR_STREAM_CAPTURING);
+  int runs = 0; /* a hook's path refuses NULL too, running nothing */
+  sa_assert_status(b.drv->ops->call_on_stream(b.drv, NULL, counted_call, &runs),
+                   SA_ERR_STREAM_CAPTURING);
+  assert_int_equal(runs, 0);
   sa_assert_ok(b.drv->ops->stream_end_capture(b.drv, (sa_stream)blocking));
   sa_assert_ok(sa_free(p, NULL));
   SA_CU_OK(sa_cu.StreamDestroy(blocking));
@@ -557,6 +588,7 @@ ON_BOTH(out_of_memory_during_a_capture)
 ON_BOTH(out_of_memory_during_a_capture_asks_the_callback)
 ON_BOTH(small_alloc_after_an_oom_during_a_capture)
 ON_BOTH(captures_while_threads_allocate)
+ON_BOTH(call_on_stream_runs_nothing_on_a_capturing_stream)
 
 /* The simulator's own rules, which the cases above rely on to fail where
  * the allocator broke a capture: called below the backend (driver/host.c),
@@ -676,6 +708,7 @@ int main(void) {
       BOTH_CASES(out_of_memory_during_a_capture_asks_the_callback),
       BOTH_CASES(small_alloc_after_an_oom_during_a_capture),
       BOTH_CASES(captures_while_threads_allocate),
+      BOTH_CASES(call_on_stream_runs_nothing_on_a_capturing_stream),
       cmocka_unit_test_teardown(the_legacy_stream_during_a_blocking_streams_capture,
                                 end_open_captures),
       cmocka_unit_test(the_simulator_applies_the_drivers_rules),

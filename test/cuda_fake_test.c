@@ -188,8 +188,8 @@ static void null_with_another_devices_context_current_is_refused(void **state) {
   assert_int_equal(sa_driver_open(SA_BACKEND_CUDA, 0, &d0), SA_OK);
   assert_int_equal(sa_driver_open(SA_BACKEND_CUDA, 1, &d1), SA_OK);
   null_calls c = {.a1 = a1, .d1 = d1};
-  assert_int_equal(d1->ops->call_in_context(d1, allocate_on_null, &c), SA_OK);
-  assert_int_equal(d0->ops->call_in_context(d0, call_on_null, &c), SA_OK);
+  assert_int_equal(d1->ops->call_on_stream(d1, NULL, allocate_on_null, &c), SA_OK);
+  assert_int_equal(d0->ops->call_on_stream(d0, NULL, call_on_null, &c), SA_OK);
   assert_int_equal(fake_current_device(), -1); /* put back: none */
   assert_int_equal(c.alloc_small, SA_ERR_UNKNOWN_STREAM);
   assert_int_equal(c.alloc_span, SA_ERR_UNKNOWN_STREAM);

@@ -417,13 +417,13 @@ static void peer_reads_and_writes_memory_of_device_0(void **state) {
 }
 
 /* What a thread saw of NULL: with no device current, and then inside
- * d0's call_in_context. */
+ * d0's call_on_stream on NULL. */
 typedef struct legacy_probe_s {
   sa_driver *d0, *d1;
   sa_status none0, none1;     /* stream_validate(NULL), no device current */
   sa_status own, other, check, check_explicit, legacy; /* device 0 current */
   char why[256];              /* the refusal's description */
-  sa_status called, after1;   /* call_in_context's status; d1's NULL after it */
+  sa_status called, after1;   /* call_on_stream's status; d1's NULL after it */
   sa_stream s1;
 } legacy_probe;
 
@@ -446,7 +446,7 @@ static void *probe_thread(void *arg) {
   legacy_probe *p = arg;
   p->none0 = p->d0->ops->stream_validate(p->d0, NULL);
   p->none1 = p->d1->ops->stream_validate(p->d1, NULL);
-  p->called = p->d0->ops->call_in_context(p->d0, probe_with_device_0_current, p);
+  p->called = p->d0->ops->call_on_stream(p->d0, NULL, probe_with_device_0_current, p);
   p->after1 = p->d1->ops->stream_validate(p->d1, NULL);
   return NULL;
 }
@@ -455,7 +455,7 @@ static void *probe_thread(void *arg) {
  * the simulator: device): a driver takes it where its own device or none is
  * current, and refuses it where another device is, naming both (an arena
  * would order its frees after a stream the user's work is not on); an
- * explicit stream needs no current context. call_in_context makes the
+ * explicit stream needs no current context. call_on_stream on NULL makes the
  * driver's device current for one call, hands back its status and then
  * puts back what was current: here, none. */
 static void null_names_the_legacy_stream_of_the_current_device(void **state) {

@@ -16,6 +16,8 @@
  * is the id of the stream the last one was enqueued on.
  * fake_cuda_user_context(dev) is a context of device dev that is not its
  * primary one (cuCtxCreate's, which the fake lacks), for cuCtxSetCurrent.
+ * fake_cuda_calls(name) counts the calling thread's calls of an entry
+ * point (NULL: of all), so a test can pin down what a path costs.
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -95,28 +97,101 @@ static fstream *resolve(CUstream s) {
   return (fstream *)s;
 }
 
+/* Every entry point the fake has, for its table and its call counters. */
+#define FAKE_ENTRY_POINTS(X)                                                                  \
+  X(GetErrorName) X(Init) X(DeviceGet) X(DeviceGetCount) X(DeviceGetAttribute)               \
+  X(DeviceTotalMem) X(DeviceCanAccessPeer) X(DevicePrimaryCtxRetain)                         \
+  X(DevicePrimaryCtxRelease) X(CtxGetCurrent) X(CtxSetCurrent) X(CtxGetDevice)               \
+  X(CtxSynchronize) X(CtxPushCurrent) X(CtxPopCurrent) X(MemGetAllocationGranularity)        \
+  X(MemAddressReserve) X(MemAddressFree) X(MemCreate) X(MemRelease) X(MemMap) X(MemUnmap)    \
+  X(MemSetAccess) X(EventCreate) X(EventDestroy) X(EventRecord) X(EventQuery)                \
+  X(EventSynchronize) X(StreamWaitEvent) X(StreamSynchronize) X(StreamGetCtx)                \
+  X(StreamGetId) X(StreamIsCapturing) X(ThreadExchangeStreamCaptureMode) X(StreamCreate)     \
+  X(StreamDestroy) X(MemsetD32Async) X(MemcpyDtoH) X(StreamBeginCapture) X(StreamEndCapture) \
+  X(GraphDestroy)
+
+#define FN_ENUM(name) FN_##name,
+enum { FAKE_ENTRY_POINTS(FN_ENUM) FN_COUNT };
+#undef FN_ENUM
+
+/* Calls of each entry point made by the calling thread (thread-local: a
+ * test counts its own calls, whatever other threads do, and a benchmark
+ * pays no atomic for it). */
+static _Thread_local unsigned long long tl_calls[FN_COUNT];
+#define CALLED(name) (tl_calls[FN_##name]++)
+
+#define FN_NAME(name) "cu" #name,
+static const char *const fn_names[FN_COUNT] = {FAKE_ENTRY_POINTS(FN_NAME)};
+#undef FN_NAME
+
+unsigned long long fake_cuda_calls(const char *name);
+
+/* The calling thread's calls of entry point name ("cuCtxGetCurrent"), or
+ * of every entry point for NULL; cuGetProcAddress itself is not counted. */
+unsigned long long fake_cuda_calls(const char *name) {
+  unsigned long long n = 0;
+  for (int i = 0; i < FN_COUNT; i++)
+    if (name == NULL || strcmp(name, fn_names[i]) == 0) n += tl_calls[i];
+  return n;
+}
+
 static CUresult f_GetErrorName(CUresult r, const char **name) {
+  CALLED(GetErrorName);
   *name = r == CUDA_SUCCESS ? "CUDA_SUCCESS" : "CUDA_ERROR_FAKE";
   return CUDA_SUCCESS;
 }
-static CUresult f_Init(unsigned flags) { (void)flags; return CUDA_SUCCESS; }
+static CUresult f_Init(unsigned flags) {
+  CALLED(Init);
+  (void)flags;
+  return CUDA_SUCCESS;
+}
 static CUresult f_DeviceGet(CUdevice *d, int ordinal) {
+  CALLED(DeviceGet);
   if (ordinal < 0 || ordinal >= NDEV) return CUDA_ERROR_INVALID_DEVICE;
   *d = ordinal;
   return CUDA_SUCCESS;
 }
-static CUresult f_DeviceGetCount(int *n) { *n = NDEV; return CUDA_SUCCESS; }
+static CUresult f_DeviceGetCount(int *n) {
+  CALLED(DeviceGetCount);
+  *n = NDEV;
+  return CUDA_SUCCESS;
+}
 static CUresult f_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
+  CALLED(DeviceGetAttribute);
   (void)a; (void)d;
   *v = 1;
   return CUDA_SUCCESS;
 }
-static CUresult f_DeviceTotalMem(size_t *b, CUdevice d) { (void)d; *b = (size_t)16 << 30; return CUDA_SUCCESS; }
-static CUresult f_DeviceCanAccessPeer(int *can, CUdevice d, CUdevice p) { (void)d; (void)p; *can = 1; return CUDA_SUCCESS; }
-static CUresult f_DevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = (CUcontext)&ctxs[d]; return CUDA_SUCCESS; }
-static CUresult f_DevicePrimaryCtxRelease(CUdevice d) { (void)d; return CUDA_SUCCESS; }
-static CUresult f_CtxGetCurrent(CUcontext *c) { *c = (CUcontext)cur(); return CUDA_SUCCESS; }
+static CUresult f_DeviceTotalMem(size_t *b, CUdevice d) {
+  CALLED(DeviceTotalMem);
+  (void)d;
+  *b = (size_t)16 << 30;
+  return CUDA_SUCCESS;
+}
+static CUresult f_DeviceCanAccessPeer(int *can, CUdevice d, CUdevice p) {
+  CALLED(DeviceCanAccessPeer);
+  (void)d;
+  (void)p;
+  *can = 1;
+  return CUDA_SUCCESS;
+}
+static CUresult f_DevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
+  CALLED(DevicePrimaryCtxRetain);
+  *c = (CUcontext)&ctxs[d];
+  return CUDA_SUCCESS;
+}
+static CUresult f_DevicePrimaryCtxRelease(CUdevice d) {
+  CALLED(DevicePrimaryCtxRelease);
+  (void)d;
+  return CUDA_SUCCESS;
+}
+static CUresult f_CtxGetCurrent(CUcontext *c) {
+  CALLED(CtxGetCurrent);
+  *c = (CUcontext)cur();
+  return CUDA_SUCCESS;
+}
 static CUresult f_CtxSetCurrent(CUcontext c) {
+  CALLED(CtxSetCurrent);
   if (c == NULL) {
     if (tl_depth > 0) tl_depth--;
     return CUDA_SUCCESS;
@@ -126,21 +201,25 @@ static CUresult f_CtxSetCurrent(CUcontext c) {
   return CUDA_SUCCESS;
 }
 static CUresult f_CtxGetDevice(CUdevice *d) {
+  CALLED(CtxGetDevice);
   if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
   *d = cur()->dev;
   return CUDA_SUCCESS;
 }
 static CUresult f_CtxSynchronize(void) {
+  CALLED(CtxSynchronize);
   if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
   atomic_store(&synced_upto, atomic_load(&next_seq));
   return CUDA_SUCCESS;
 }
 static CUresult f_CtxPushCurrent(CUcontext c) {
+  CALLED(CtxPushCurrent);
   if (tl_depth == 8) return CUDA_ERROR_UNKNOWN;
   tl_stack[tl_depth++] = (fctx *)c;
   return CUDA_SUCCESS;
 }
 static CUresult f_CtxPopCurrent(CUcontext *c) {
+  CALLED(CtxPopCurrent);
   if (tl_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (c) *c = (CUcontext)tl_stack[tl_depth - 1];
   tl_depth--;
@@ -149,12 +228,14 @@ static CUresult f_CtxPopCurrent(CUcontext *c) {
 
 static CUresult f_MemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p,
                                               CUmemAllocationGranularity_flags f) {
+  CALLED(MemGetAllocationGranularity);
   (void)p; (void)f;
   *g = GRAN;
   return CUDA_SUCCESS;
 }
 static CUresult f_MemAddressReserve(CUdeviceptr *out, size_t size, size_t align, CUdeviceptr addr,
                                     unsigned long long flags) {
+  CALLED(MemAddressReserve);
   (void)addr; (void)flags;
   if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
   if (align < GRAN) align = GRAN;
@@ -167,20 +248,27 @@ static CUresult f_MemAddressReserve(CUdeviceptr *out, size_t size, size_t align,
   return CUDA_SUCCESS;
 }
 static CUresult f_MemAddressFree(CUdeviceptr p, size_t size) {
+  CALLED(MemAddressFree);
   if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
   munmap((void *)(uintptr_t)p, size);
   return CUDA_SUCCESS;
 }
 static CUresult f_MemCreate(CUmemGenericAllocationHandle *h, size_t size,
                             const CUmemAllocationProp *p, unsigned long long flags) {
+  CALLED(MemCreate);
   (void)size; (void)p; (void)flags;
   if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
   *h = atomic_fetch_add(&next_handle, 1);
   return CUDA_SUCCESS;
 }
-static CUresult f_MemRelease(CUmemGenericAllocationHandle h) { (void)h; return CUDA_SUCCESS; }
+static CUresult f_MemRelease(CUmemGenericAllocationHandle h) {
+  CALLED(MemRelease);
+  (void)h;
+  return CUDA_SUCCESS;
+}
 static CUresult f_MemMap(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
                          unsigned long long flags) {
+  CALLED(MemMap);
   (void)off; (void)h; (void)flags;
   if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
   if (mmap((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE,
@@ -189,18 +277,21 @@ static CUresult f_MemMap(CUdeviceptr p, size_t size, size_t off, CUmemGenericAll
   return CUDA_SUCCESS;
 }
 static CUresult f_MemUnmap(CUdeviceptr p, size_t size) {
+  CALLED(MemUnmap);
   if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
   mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
        -1, 0);
   return CUDA_SUCCESS;
 }
 static CUresult f_MemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t n) {
+  CALLED(MemSetAccess);
   (void)p; (void)size; (void)d; (void)n;
   if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
   return CUDA_SUCCESS;
 }
 
 static CUresult f_EventCreate(CUevent *e, unsigned flags) {
+  CALLED(EventCreate);
   (void)flags;
   if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
   fevent *ev = calloc(1, sizeof *ev);
@@ -208,8 +299,13 @@ static CUresult f_EventCreate(CUevent *e, unsigned flags) {
   *e = (CUevent)ev;
   return CUDA_SUCCESS;
 }
-static CUresult f_EventDestroy(CUevent e) { free(e); return CUDA_SUCCESS; }
+static CUresult f_EventDestroy(CUevent e) {
+  CALLED(EventDestroy);
+  free(e);
+  return CUDA_SUCCESS;
+}
 static CUresult f_EventRecord(CUevent e, CUstream s) {
+  CALLED(EventRecord);
   fstream *st = resolve(s);
   if (st == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   fevent *ev = (fevent *)e;
@@ -219,11 +315,17 @@ static CUresult f_EventRecord(CUevent e, CUstream s) {
   return CUDA_SUCCESS;
 }
 static CUresult f_EventQuery(CUevent e) {
+  CALLED(EventQuery);
   fevent *ev = (fevent *)e;
   return !ev->recorded || ev->seq < atomic_load(&synced_upto) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
-static CUresult f_EventSynchronize(CUevent e) { ((fevent *)e)->recorded = 0; return CUDA_SUCCESS; }
+static CUresult f_EventSynchronize(CUevent e) {
+  CALLED(EventSynchronize);
+  ((fevent *)e)->recorded = 0;
+  return CUDA_SUCCESS;
+}
 static CUresult f_StreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
+  CALLED(StreamWaitEvent);
   (void)e; (void)flags;
   fstream *st = resolve(s);
   if (st == NULL) return CUDA_ERROR_INVALID_CONTEXT;
@@ -232,43 +334,55 @@ static CUresult f_StreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
   return CUDA_SUCCESS;
 }
 static CUresult f_StreamSynchronize(CUstream s) {
+  CALLED(StreamSynchronize);
   if (resolve(s) == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   return CUDA_SUCCESS; /* events recorded on it stay "not ready": conservative */
 }
 static CUresult f_StreamGetCtx(CUstream s, CUcontext *c) {
+  CALLED(StreamGetCtx);
   fstream *st = resolve(s);
   if (st == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   *c = (CUcontext)st->ctx;
   return CUDA_SUCCESS;
 }
 static CUresult f_StreamGetId(CUstream s, unsigned long long *id) {
+  CALLED(StreamGetId);
   fstream *st = resolve(s);
   if (st == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   *id = st->id;
   return CUDA_SUCCESS;
 }
 static CUresult f_StreamIsCapturing(CUstream s, CUstreamCaptureStatus *status) {
+  CALLED(StreamIsCapturing);
   if (resolve(s) == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   *status = CU_STREAM_CAPTURE_STATUS_NONE; /* the fake captures nothing */
   return CUDA_SUCCESS;
 }
 static _Thread_local CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 static CUresult f_ThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+  CALLED(ThreadExchangeStreamCaptureMode);
   CUstreamCaptureMode old = capture_mode;
   capture_mode = *mode;
   *mode = old;
   return CUDA_SUCCESS;
 }
 static CUresult f_StreamBeginCapture(CUstream s, CUstreamCaptureMode mode) {
+  CALLED(StreamBeginCapture);
   (void)s; (void)mode;
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 static CUresult f_StreamEndCapture(CUstream s, CUgraph *g) {
+  CALLED(StreamEndCapture);
   (void)s; *g = NULL;
   return CUDA_ERROR_ILLEGAL_STATE;
 }
-static CUresult f_GraphDestroy(CUgraph g) { (void)g; return CUDA_SUCCESS; }
+static CUresult f_GraphDestroy(CUgraph g) {
+  CALLED(GraphDestroy);
+  (void)g;
+  return CUDA_SUCCESS;
+}
 static CUresult f_StreamCreate(CUstream *s, unsigned flags) {
+  CALLED(StreamCreate);
   (void)flags;
   if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
   fstream *st = calloc(1, sizeof *st);
@@ -277,34 +391,30 @@ static CUresult f_StreamCreate(CUstream *s, unsigned flags) {
   *s = (CUstream)st;
   return CUDA_SUCCESS;
 }
-static CUresult f_StreamDestroy(CUstream s) { free(s); return CUDA_SUCCESS; }
+static CUresult f_StreamDestroy(CUstream s) {
+  CALLED(StreamDestroy);
+  free(s);
+  return CUDA_SUCCESS;
+}
 static CUresult f_MemsetD32Async(CUdeviceptr p, unsigned v, size_t n, CUstream s) {
+  CALLED(MemsetD32Async);
   if (resolve(s) == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   for (size_t i = 0; i < n; i++) ((unsigned *)(uintptr_t)p)[i] = v;
   return CUDA_SUCCESS;
 }
 static CUresult f_MemcpyDtoH(void *dst, CUdeviceptr src, size_t n) {
+  CALLED(MemcpyDtoH);
   if (!cur()) return CUDA_ERROR_INVALID_CONTEXT;
   memcpy(dst, (void *)(uintptr_t)src, n);
   return CUDA_SUCCESS;
 }
 
-#define E(name) {"cu" #name, (void *)f_##name}
+#define E(name) {"cu" #name, (void *)f_##name},
 static const struct {
   const char *name;
   void *fn;
-} table[] = {
-    E(GetErrorName), E(Init), E(DeviceGet), E(DeviceGetCount), E(DeviceGetAttribute),
-    E(DeviceTotalMem), E(DeviceCanAccessPeer), E(DevicePrimaryCtxRetain),
-    E(DevicePrimaryCtxRelease), E(CtxGetCurrent), E(CtxSetCurrent), E(CtxGetDevice),
-    E(CtxSynchronize), E(CtxPushCurrent), E(CtxPopCurrent), E(MemGetAllocationGranularity),
-    E(MemAddressReserve), E(MemAddressFree), E(MemCreate), E(MemRelease), E(MemMap), E(MemUnmap),
-    E(MemSetAccess), E(EventCreate), E(EventDestroy), E(EventRecord), E(EventQuery),
-    E(EventSynchronize), E(StreamWaitEvent), E(StreamSynchronize), E(StreamGetCtx),
-    E(StreamGetId), E(StreamIsCapturing), E(ThreadExchangeStreamCaptureMode), E(StreamCreate),
-    E(StreamDestroy), E(MemsetD32Async), E(MemcpyDtoH),
-    E(StreamBeginCapture), E(StreamEndCapture), E(GraphDestroy),
-};
+} table[] = {FAKE_ENTRY_POINTS(E)};
+#undef E
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status) {

@@ -1,6 +1,7 @@
-/* Sizes and reproducible random numbers for the tests, the benchmarks and
- * the fuzz target (C and C++): the one place KiB, MiB and GiB and the
- * project's two generators are written.
+/* Sizes, reproducible random numbers and a median for the tests, the
+ * benchmarks and the fuzz target (C and C++): the one place KiB, MiB and
+ * GiB, the project's two generators and the benchmarks' median are
+ * written.
  *
  *   #include "test/util.h"        Bazel: deps = ["//test:util"]
  *
@@ -9,7 +10,7 @@
  *   x = sa_xorshift64(x);
  *   size_t size = sa_log_uniform_size(x, 20);
  *
- * Owns nothing; calls nothing. A test whose outcome depends on its
+ * Owns nothing; calls nothing but qsort. A test whose outcome depends on its
  * sequence keeps its generator and seed: the sequences are part of what
  * the tests and the published benchmark figures were measured with. */
 #ifndef SA_TEST_UTIL_H
@@ -17,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -47,6 +49,19 @@ static inline uint64_t sa_xorshift64s(uint64_t *x) {
 static inline size_t sa_log_uniform_size(uint64_t r, unsigned max_bits) {
   size_t lo = (size_t)1 << (8 + r % (max_bits - 8));
   return lo + (size_t)((r >> 16) % lo) + 1;
+}
+
+/* Doubles in increasing order, for qsort. */
+static inline int sa_double_order(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* The median of v[0] .. v[n - 1] (n >= 1), which it sorts: a benchmark's
+ * figure over its repetitions. */
+static inline double sa_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, sa_double_order);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 #endif /* SA_TEST_UTIL_H */

@@ -67,12 +67,11 @@ static sa_status free_call(void *arg) {
   return c->st = sa_free(c->p, c->stream);
 }
 
-/* The call, on NULL with the arena's device made current (hook.h, on
- * sa_hook_alloc). */
+/* The call, refused on a capturing stream, on NULL with the arena's device
+ * made current (hook.h, on sa_hook_alloc): one driver op does both. */
 static sa_status on_device(sa_hook *h, int dev, const char *what, hook_call *c,
                            sa_status (*call)(void *)) {
-  if (sa_likely(!sa_driver_stream_is_legacy(c->stream))) return call(c);
-  sa_status st = c->a->drv->ops->call_in_context(c->a->drv, call, c);
+  sa_status st = c->a->drv->ops->call_on_stream(c->a->drv, c->stream, call, c);
   if (!c->ran) return st;
   if (st != c->st) sa_hook_report(h, dev, what, c->p, c->size, st);
   return c->st;

@@ -102,16 +102,18 @@ sa_status sa_hook_refuse_capturing(sa_arena *a, sa_stream stream);
 int sa_hook_device_of(const void *p);
 
 /* sa_alloc(a, out, size, stream) and sa_free(ptr, stream) of a hook told its
- * device. A framework's stream 0 of device dev is dev's legacy stream, but
- * its hooks may run with another device current (a deleter runs where the
- * array dies), and the library takes NULL as the legacy stream of the
- * current device, refusing another device's (streamarena.h, on sa_stream).
- * So on NULL (or CU_STREAM_LEGACY) the call runs with a's device made
- * current (the driver's call_in_context), and the caller's device is put
- * back. Where only putting it back failed, the call did its work: that is
- * reported under what on dev, and the call's own status returned. The
- * free's a is the block's arena (sa_hook_arena_of); with NULL it is a plain
- * sa_free, which refuses the pointer. */
+ * device, refused with SA_ERR_STREAM_CAPTURING (nothing done) where stream
+ * is being captured (sa_hook_refuse_capturing's rule). A framework's stream
+ * 0 of device dev is dev's legacy stream, but its hooks may run with
+ * another device current (a deleter runs where the array dies), and the
+ * library takes NULL as the legacy stream of the current device, refusing
+ * another device's (streamarena.h, on sa_stream). So on NULL (or
+ * CU_STREAM_LEGACY) the call runs with a's device made current, and the
+ * caller's device is put back: the driver's call_on_stream does that and
+ * the capture check in one. Where only putting it back failed, the call
+ * did its work: that is reported under what on dev, and the call's own
+ * status returned. The free's a is the block's arena (sa_hook_arena_of);
+ * with NULL it is a plain sa_free, which refuses the pointer. */
 sa_status sa_hook_alloc(sa_hook *h, int dev, const char *what, sa_arena *a, void **out,
                         size_t size, sa_stream stream);
 sa_status sa_hook_free(sa_hook *h, int dev, const char *what, sa_arena *a, void *ptr,

@@ -44,7 +44,6 @@ static sa_status py_alloc(const char *what, int dev, size_t size, sa_stream stre
   *out = NULL;
   sa_arena *a;
   sa_status st = sa_hook_arena(&py_hook, dev, &a);
-  if (st == SA_OK) st = sa_hook_refuse_capturing(a, stream);
   if (st == SA_OK) st = sa_hook_alloc(&py_hook, dev, what, a, out, size, stream);
   if (st == SA_OK && *out != NULL) sa_hook_allocated(&py_hook, dev, size);
   return st;
@@ -57,8 +56,7 @@ static sa_status py_free(const char *what, int dev, void *ptr, size_t size, sa_s
    * ours) is refused. */
   sa_arena *a = sa_hook_arena_of(ptr);
   if (a == NULL) return SA_ERR_INVALID_POINTER;
-  sa_status st = sa_hook_refuse_capturing(a, stream);
-  if (st == SA_OK) st = sa_hook_free(&py_hook, dev, what, a, ptr, size, stream);
+  sa_status st = sa_hook_free(&py_hook, dev, what, a, ptr, size, stream);
   if (st == SA_OK) sa_hook_freed(&py_hook, dev, size);
   return st;
 }

@@ -80,6 +80,10 @@ static sa_status wait_for(filler *f, sa_stream s) {
 
 sa_status sa__torch_check_fill(int dev, void *ptr, size_t size, sa_stream stream) {
   if (!atomic_load_explicit(&xenabled, memory_order_relaxed)) return SA_OK;
+  /* A capturing stream keeps its block (the free refuses it): nothing of it
+   * is recorded or filled. */
+  sa_arena *a = sa_hook_arena_of(ptr);
+  if (a != NULL && sa_hook_refuse_capturing(a, stream) != SA_OK) return SA_ERR_STREAM_CAPTURING;
   pthread_mutex_lock(&lock);
   filler *f = NULL;
   sa_status st = filler_get(dev, &f);

@@ -39,13 +39,13 @@ static _Atomic int xwarned_fraction;
  * a graph must stay reserved for its replays, which PyTorch's own graph
  * pools do and streamarena cannot: a block allocated or freed during the
  * capture would go to other tensors while the graph still writes it. So
- * both hooks refuse a capturing stream (cuStreamIsCapturing, 15 ns), and
- * the message says to capture with PyTorch's own allocator. */
+ * both hooks refuse a capturing stream (sa_hook_alloc and sa_hook_free
+ * ask the driver; See Note [Capture checks] for the cost), and the
+ * message says to capture with PyTorch's own allocator. */
 void *sa_torch_malloc(size_t size, int dev, sa_stream stream) {
   sa_arena *a;
   void *p = NULL;
   sa_status st = sa_hook_arena(&sa__torch_hook, dev, &a);
-  if (st == SA_OK) st = sa_hook_refuse_capturing(a, stream);
   if (st == SA_OK) st = sa_hook_alloc(&sa__torch_hook, dev, "malloc", a, &p, size, stream);
   if (sa_unlikely(st != SA_OK)) {
     sa_hook_report(&sa__torch_hook, dev, "malloc", NULL, size, st);
@@ -64,15 +64,13 @@ void sa_torch_free(void *ptr, size_t size, int dev, sa_stream stream) {
   /* The block's arena: a free creates none. NULL for a pointer of no live
    * arena (a destroyed one's, or not ours), which sa_free refuses. */
   sa_arena *a = sa_hook_arena_of(ptr);
-  if (a != NULL && sa_unlikely(sa_hook_refuse_capturing(a, stream) != SA_OK)) {
-    /* Kept: the graph may use it. */
-    sa_hook_report(&sa__torch_hook, at, "free", ptr, size, SA_ERR_STREAM_CAPTURING);
-    return;
-  }
   sa_status fill = sa__torch_check_fill(at, ptr, size, stream);
   /* Freed whether the fill worked or not, on NULL with the block's device
-   * (its arena's, the hook's) current. */
-  sa_status st = sa_hook_free(&sa__torch_hook, at, "free", a, ptr, size, stream);
+   * (its arena's, the hook's) current; a capturing stream's block is kept
+   * (the graph may use it), by the fill and the free alike. */
+  sa_status st = fill == SA_ERR_STREAM_CAPTURING
+                     ? fill
+                     : sa_hook_free(&sa__torch_hook, at, "free", a, ptr, size, stream);
   if (sa_unlikely(st != SA_OK)) {
     /* One failed hook: the fill's failure was the same. */
     sa_hook_report(&sa__torch_hook, at, "free", ptr, size, st);

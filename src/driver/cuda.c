@@ -235,13 +235,6 @@ static sa_status cuda_device_synchronize(sa_driver *d) {
   CU_IN_CTX(as_cuda(d), sa_cu.CtxSynchronize());
 }
 
-static sa_status cuda_call_in_context(sa_driver *d, sa_status (*fn)(void *arg), void *arg) {
-  sa_cuda_ctx_saved saved;
-  sa_status st = sa_cuda_ctx_enter(as_cuda(d), &saved);
-  if (st != SA_OK) return st;
-  return sa_cuda_ctx_leave(saved, fn(arg));
-}
-
 static sa_status cuda_stream_create(sa_driver *d, sa_stream *out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   CUstream s = NULL;
@@ -317,7 +310,7 @@ static const sa_driver_ops cuda_ops = {
     .legacy_stream_check = sa_cuda_legacy_stream_check,
     .stream_id = cuda_stream_id,
     .device_synchronize = cuda_device_synchronize,
-    .call_in_context = cuda_call_in_context,
+    .call_on_stream = sa_cuda_call_on_stream,
     .set_peer_access = cuda_set_peer_access,
     .check_handout = NULL, /* no shadow state of device work on a real GPU */
     .stream_create = cuda_stream_create,

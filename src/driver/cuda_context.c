@@ -3,8 +3,8 @@
  *
  * Owns no state: the driver object (cuda_context.h) belongs to cuda.c.
  * Calls the loader's table (cuda_loader.h) and driver.c's error record;
- * called by cuda.c's ops, two of which (legacy_stream_check,
- * stream_validate) are defined here.
+ * called by cuda.c's ops, three of which (legacy_stream_check,
+ * stream_validate, call_on_stream) are defined here.
  *
  * Contexts. A driver works in its device's primary context, the one the CUDA
  * runtime uses, so memory, events and the NULL stream are shared with
@@ -93,20 +93,11 @@ static bool names_no_stream(CUresult r) {
  * captured would join it: cuStreamIsCapturing says
  * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT then, without harm to the capture
  * (measured), and it is refused the same way. */
-sa_status sa_cuda_refused_while_capturing(cuda_driver *cd, sa_stream stream) {
-  if ((CUstream)stream == CU_STREAM_PER_THREAD) return SA_OK; /* refused as unknown */
+/* The capture answer of stream in the context current now (nothing made
+ * current): sa_cuda_refused_while_capturing's, without its switch. */
+static sa_status capture_answer(sa_stream stream) {
   CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUresult r;
-  if (stream_is_implicit(stream)) {
-    sa_cuda_ctx_saved saved;
-    sa_status st = sa_cuda_ctx_enter(cd, &saved);
-    if (st != SA_OK) return st;
-    r = sa_cu.StreamIsCapturing((CUstream)stream, &cs);
-    st = sa_cuda_ctx_leave(saved, SA_OK);
-    if (st != SA_OK) return st;
-  } else {
-    r = sa_cu.StreamIsCapturing((CUstream)stream, &cs);
-  }
+  CUresult r = sa_cu.StreamIsCapturing((CUstream)stream, &cs);
   if (names_no_stream(r)) {
     (void)sa_cu_fail(r);
     return SA_ERR_UNKNOWN_STREAM;
@@ -116,6 +107,35 @@ sa_status sa_cuda_refused_while_capturing(cuda_driver *cd, sa_stream stream) {
   sa_driver_set_error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
                       "the stream is being captured into a graph");
   return SA_ERR_STREAM_CAPTURING;
+}
+
+sa_status sa_cuda_refused_while_capturing(cuda_driver *cd, sa_stream stream) {
+  if ((CUstream)stream == CU_STREAM_PER_THREAD) return SA_OK; /* refused as unknown */
+  if (!stream_is_implicit(stream)) return capture_answer(stream);
+  sa_cuda_ctx_saved saved;
+  sa_status st = sa_cuda_ctx_enter(cd, &saved);
+  if (st != SA_OK) return st;
+  sa_status answer = capture_answer(stream);
+  st = sa_cuda_ctx_leave(saved, SA_OK);
+  return st != SA_OK ? st : answer;
+}
+
+/* The op call_on_stream (driver.h): on a legacy handle the capture query
+ * runs inside the switch fn needs anyway, so where ours is current the
+ * whole call costs one cuCtxGetCurrent and one cuStreamIsCapturing beside
+ * fn's own. */
+sa_status sa_cuda_call_on_stream(sa_driver *d, sa_stream stream, sa_status (*fn)(void *arg),
+                                 void *arg) {
+  cuda_driver *cd = as_cuda(d);
+  if (!sa_driver_stream_is_legacy(stream))
+    return sa_cuda_refused_while_capturing(cd, stream) == SA_ERR_STREAM_CAPTURING
+               ? SA_ERR_STREAM_CAPTURING
+               : fn(arg);
+  sa_cuda_ctx_saved saved;
+  sa_status st = sa_cuda_ctx_enter(cd, &saved);
+  if (st != SA_OK) return st;
+  st = capture_answer(stream) == SA_ERR_STREAM_CAPTURING ? SA_ERR_STREAM_CAPTURING : fn(arg);
+  return sa_cuda_ctx_leave(saved, st);
 }
 
 /* Host waits and queries are "potentially unsafe" during a capture in the

@@ -55,9 +55,12 @@ sa_status sa_cuda_refused_while_capturing(cuda_driver *cd, sa_stream stream);
 CUstreamCaptureMode sa_cuda_relaxed_begin(void);
 void sa_cuda_relaxed_end(CUstreamCaptureMode m);
 
-/* The ops legacy_stream_check and stream_validate (driver.h). */
+/* The ops legacy_stream_check, stream_validate and call_on_stream
+ * (driver.h). */
 sa_status sa_cuda_legacy_stream_check(sa_driver *d, sa_stream stream);
 sa_status sa_cuda_stream_validate(sa_driver *d, sa_stream stream);
+sa_status sa_cuda_call_on_stream(sa_driver *d, sa_stream stream, sa_status (*fn)(void *arg),
+                                 void *arg);
 
 /* Return the failure of a CUDA call as a status (sa_cu_fail). */
 #define CU_CHECK(call)                                                 \

@@ -98,12 +98,20 @@ typedef struct sa_driver_ops_s {
   /* Wait for all work of the device's context, on every stream, destroyed
    * ones included (cuCtxSynchronize): the one wait that names no stream. */
   sa_status (*device_synchronize)(sa_driver *drv);
-  /* Run fn(arg) with this device's primary context current on the calling
-   * thread (host: the simulator's current device), then make current again
-   * what was (none included): for a caller that knows which device a
-   * legacy handle means while another may be current. fn's status, or the
-   * switch's failure (fn not run), or the restore's (after fn's SA_OK). */
-  sa_status (*call_in_context)(sa_driver *drv, sa_status (*fn)(void *arg), void *arg);
+  /* Run fn(arg), a call of the library that names stream (a framework
+   * hook's sa_alloc or sa_free), where it may act on stream: not at all
+   * while stream is being captured into a graph (SA_ERR_STREAM_CAPTURING,
+   * fn not run: stream_capture_check's answer; any other answer runs fn,
+   * which validates the stream itself); and on a legacy handle with this
+   * device's primary context current on the calling thread (host: the
+   * simulator's current device), what was current (none included) made
+   * current again after, for a caller that knows which device a legacy
+   * handle means while another may be current. fn's status, or the
+   * switch's failure (fn not run), or the restore's (after fn's SA_OK).
+   * Where this device's context is current already, the legacy handle
+   * costs one read of it beside the capture query. */
+  sa_status (*call_on_stream)(sa_driver *drv, sa_stream stream, sa_status (*fn)(void *arg),
+                              void *arg);
 
   /* Optional (NULL when the backend cannot check): the stream-order checker.
    * Called when [p, p + size) is handed to work on stream; returns

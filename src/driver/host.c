@@ -217,7 +217,11 @@ static sa_status host_device_synchronize(sa_driver *drv) {
 }
 
 /* The thread-local current device stands for the current context. */
-static sa_status host_call_in_context(sa_driver *drv, sa_status (*fn)(void *arg), void *arg) {
+static sa_status host_call_on_stream(sa_driver *drv, sa_stream stream, sa_status (*fn)(void *arg),
+                                     void *arg) {
+  if (host_stream_capture_check(drv, stream) == SA_ERR_STREAM_CAPTURING)
+    return SA_ERR_STREAM_CAPTURING;
+  if (!sa_driver_stream_is_legacy(stream)) return fn(arg);
   int saved = sa_sim_current_device();
   sa_sim_set_current_device(drv->device);
   sa_status st = fn(arg);
@@ -339,7 +343,7 @@ static const sa_driver_ops host_ops = {
     .legacy_stream_check = host_legacy_stream_check,
     .stream_id = host_stream_id,
     .device_synchronize = host_device_synchronize,
-    .call_in_context = host_call_in_context,
+    .call_on_stream = host_call_on_stream,
     .set_peer_access = host_set_peer_access,
     .check_handout = host_check_handout,
     .stream_create = host_stream_create,
