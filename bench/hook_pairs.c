@@ -18,7 +18,9 @@
  * driver whose calls cost almost nothing, and adds the driver calls per
  * pair that the fake counted.
  *
- *   hook_pairs [--pairs=200000] [--reps=7] [--fake-libcuda=PATH]
+ *   hook_pairs [--pairs=200000] [--reps=7] [--fake-libcuda=PATH] [--only=PATH]
+ *
+ * --only=cupy (library, ctypes) runs that path alone, for a profiler.
  *
  * Prints "skipped" and exits 0 where CUDA does not open.
  */
@@ -134,7 +136,7 @@ static double time_calls(int which, sa_stream s, long n, int reps) {
 int main(int argc, char **argv) {
   long n = 200000;
   int reps = 7;
-  const char *fake = NULL;
+  const char *fake = NULL, *only = NULL;
   for (int i = 1; i < argc; i++) {
     if (strncmp(argv[i], "--pairs=", 8) == 0) {
       n = atol(argv[i] + 8);
@@ -142,8 +144,11 @@ int main(int argc, char **argv) {
       reps = atoi(argv[i] + 7);
     } else if (strncmp(argv[i], "--fake-libcuda=", 15) == 0) {
       fake = argv[i] + 15;
+    } else if (strncmp(argv[i], "--only=", 7) == 0) {
+      only = argv[i] + 7;
     } else {
-      fprintf(stderr, "usage: hook_pairs [--pairs=N] [--reps=R] [--fake-libcuda=PATH]\n");
+      fprintf(stderr, "usage: hook_pairs [--pairs=N] [--reps=R] [--fake-libcuda=PATH] "
+                      "[--only=PATH]\n");
       return 2;
     }
   }
@@ -191,6 +196,7 @@ int main(int argc, char **argv) {
       sa_stream s = legacy ? NULL : (sa_stream)named;
       double base = 0;
       for (path p = LIBRARY; p < PATHS; p++) {
+        if (only != NULL && strcmp(only, path_names[p]) != 0) continue;
         double t = time_pairs(p, sizes[k], s, n, reps);
         if (p == LIBRARY) base = t;
         printf("%-8s %-7s %-6zu %9.1f %9.1f %11.2f %14.2f\n", path_names[p],

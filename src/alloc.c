@@ -300,6 +300,11 @@ SA_NOINLINE static sa_status alloc_legacy(sa_arena *a, void **out, size_t size, 
   return alloc_fast(a, out, size, s);
 }
 
+sa_status sa__alloc_on_device(sa_arena *a, void **out, size_t size, sa_stream s) {
+  if (sa_unlikely(out == NULL)) return SA_ERR_INVALID_ARGUMENT; /* a NULL: alloc_generic */
+  return alloc_fast(a, out, size, s);
+}
+
 sa_status sa_alloc(sa_arena *a, void **out, size_t size, sa_stream s) {
   if (sa_unlikely(out == NULL)) return SA_ERR_INVALID_ARGUMENT; /* a NULL: alloc_generic */
   if (sa_unlikely(sa_driver_stream_is_legacy(s))) return alloc_legacy(a, out, size, s);

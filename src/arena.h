@@ -119,4 +119,12 @@ static inline sa_status sa__legacy_stream_check(sa_arena *a, sa_stream s) {
   return a->drv->ops->legacy_stream_check(a->drv, s);
 }
 
+/* sa_alloc and sa_free (alloc.c, free.c) for a caller that runs inside the
+ * driver's call_on_stream for a's device (a framework hook): it made that
+ * device's context current, so on a legacy handle the fast paths skip the
+ * check above, which would only read back what the caller made current.
+ * Their slow paths check as ever. */
+sa_status sa__alloc_on_device(sa_arena *a, void **out, size_t size, sa_stream s);
+sa_status sa__free_on_device(void *ptr, sa_stream s);
+
 #endif /* SA_ARENA_H */

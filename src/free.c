@@ -361,6 +361,8 @@ SA_NOINLINE static sa_status free_legacy(void *ptr, sa_stream s) {
   return free_fast(ptr, s);
 }
 
+sa_status sa__free_on_device(void *ptr, sa_stream s) { return free_fast(ptr, s); }
+
 sa_status sa_free(void *ptr, sa_stream s) { /* NULL: free_generic */
   if (sa_unlikely(sa_driver_stream_is_legacy(s))) return free_legacy(ptr, s);
   return free_fast(ptr, s);

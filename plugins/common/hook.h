@@ -47,17 +47,44 @@
 /* Full messages for a framework's first failures; later ones are counted. */
 #define SA_HOOK_REPORT_LIMIT 8
 
+/* The figures of one device that threads share. Counts and byte totals
+ * live in each thread's sa_hook_thread instead: a hook's call writes only
+ * its own thread's (no atomic read-modify-write on a line every thread
+ * writes), and the statistics add them up. */
 typedef struct sa_hook_device_s {
-  _Alignas(64) _Atomic int64_t xrequested, xrequested_peak;
-  _Atomic uint64_t xrequested_total, xfreed_total; /* bytes, ever */
-  _Atomic uint64_t xallocs, xfrees, xrecords, xerrors;
+  /* Requested bytes as threads published them: never less than what is
+   * held, which is this minus the frees threads have not published yet
+   * (sa_hook_thread.unpublished). The peak is the most it reached. */
+  _Alignas(64) _Atomic int64_t xpublished, xrequested_peak;
+  _Atomic uint64_t xrecords, xerrors;
+  /* The counts of threads that exited, or that had no sa_hook_thread
+   * (hook.c's lock). */
+  uint64_t gone_allocs, gone_frees, gone_requested_total, gone_freed_total;
 } sa_hook_device;
+
+/* One thread's counts on one device: written by that thread alone, read by
+ * the statistics under hook.c's lock. */
+typedef struct sa_hook_counts_s {
+  _Atomic uint64_t xallocs, xfrees;
+  _Atomic uint64_t xrequested_total, xfreed_total; /* bytes, ever */
+  int64_t unpublished; /* bytes freed, not yet taken off xpublished (<= 0) */
+} sa_hook_counts;
+
+/* A thread's counts of one hook, all devices: made at its first counted
+ * call, folded into the hook's at its exit. */
+typedef struct sa_hook_thread_s {
+  struct sa_hook_s *hook;
+  struct sa_hook_thread_s *next, *prev; /* the hook's threads (hook.c's lock) */
+  struct sa_hook_thread_s *next_own;    /* the thread's other hooks' */
+  sa_hook_counts counts[SA_HOOK_MAX_DEVICES];
+} sa_hook_thread;
 
 typedef struct sa_hook_s {
   const char *name;         /* in messages: "streamarena <name>: ..." */
   const char *capture_hint; /* what to do instead of capturing, in the message */
   sa_hook_device devices[SA_HOOK_MAX_DEVICES];
-  _Atomic bool xstarted; /* an allocation got an arena */
+  sa_hook_thread *threads; /* hook.c's lock */
+  _Atomic bool xstarted;   /* an allocation got an arena */
   _Atomic uint64_t xreported;
 } sa_hook;
 
@@ -119,10 +146,21 @@ sa_status sa_hook_alloc(sa_hook *h, int dev, const char *what, sa_arena *a, void
 sa_status sa_hook_free(sa_hook *h, int dev, const char *what, sa_arena *a, void *ptr,
                        size_t size, sa_stream stream);
 
-/* Count an allocation, a free or a record of size bytes on dev. */
+/* Count an allocation, a free or a record of size bytes on dev. An
+ * allocation and a free touch only the calling thread's counts, except
+ * where the allocation may make a new peak: where the thread's unpublished
+ * frees do not cover it. A free is published past
+ * SA_HOOK_UNPUBLISHED_BYTES. So the peak is exact for one thread, and with
+ * several may overstate the true one by that much per other thread, never
+ * understate it. (A thread whose counts could not be made, for lack of
+ * memory, counts under hook.c's lock instead.) */
 void sa_hook_allocated(sa_hook *h, int dev, size_t size);
 void sa_hook_freed(sa_hook *h, int dev, size_t size);
 void sa_hook_recorded(sa_hook *h, int dev);
+
+/* A thread's frees not yet taken off the published requested bytes, at
+ * most (See sa_hook_allocated). */
+#define SA_HOOK_UNPUBLISHED_BYTES ((int64_t)1 << 20)
 
 /* Count a failed call on dev (on 0 when dev is out of range) and, for the
  * first SA_HOOK_REPORT_LIMIT, write "streamarena <name>: what(ptr, size
@@ -140,7 +178,8 @@ void sa_hook_trim(sa_hook *h);
  * error. */
 sa_status sa_hook_get_stats(sa_hook *h, int dev, sa_hook_stats *out);
 
-/* The requested-bytes peak starts again from what is held now. */
+/* The requested-bytes peak starts again from what is held now (with
+ * other threads' unpublished frees: See sa_hook_allocated). */
 sa_status sa_hook_reset_peak(sa_hook *h, int dev);
 
 /* Failed calls so far, all devices together. */

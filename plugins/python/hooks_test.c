@@ -422,6 +422,66 @@ static void threads_on_their_own_streams_leave_nothing_behind(void **state) {
   assert_int_equal(violations(), 0);
 }
 
+typedef struct counted_s {
+  int pairs;
+  size_t size;
+} counted;
+
+static void *counted_pairs(void *arg) {
+  counted *c = arg;
+  for (int i = 0; i < c->pairs; i++) {
+    void *p;
+    sa_assert_ok(sa_py_alloc(0, c->size, NULL, &p));
+    sa_assert_ok(sa_py_free(0, p, c->size, NULL));
+  }
+  return NULL;
+}
+
+/* Each thread counts its own calls (no shared read-modify-write per call);
+ * the figures add up every thread's, those of threads that exited
+ * included. The peak is exact for one thread: an allocation its own
+ * unpublished frees do not cover is published; frees are published late,
+ * which may overstate it with several threads, never understate it. */
+static void figures_add_up_every_threads_and_the_peak_is_exact_for_one(void **state) {
+  (void)state;
+  sa_assert_ok(sa_py_reset_peak(0));
+  sa_hook_stats before = figures();
+  assert_int_equal(before.requested_bytes_peak, before.requested_bytes);
+  counted one = {.pairs = 50, .size = 1000};
+  counted_pairs(&one); /* pairs of one size: none published but the first */
+  assert_int_equal(figures().requested_bytes_peak, before.requested_bytes + 1000);
+  void *big, *small;
+  sa_assert_ok(sa_py_alloc(0, 3000, NULL, &big)); /* covered in part by the frees */
+  assert_int_equal(figures().requested_bytes_peak, before.requested_bytes + 3000);
+  sa_assert_ok(sa_py_alloc(0, 500, NULL, &small));
+  assert_int_equal(figures().requested_bytes_peak, before.requested_bytes + 3500);
+  sa_assert_ok(sa_py_free(0, big, 3000, NULL));
+  sa_assert_ok(sa_py_free(0, small, 500, NULL));
+  sa_hook_stats mid = figures();
+  assert_int_equal(mid.requested_bytes, before.requested_bytes);
+  assert_int_equal(mid.requested_bytes_peak, before.requested_bytes + 3500);
+  enum { THREADS = 4 };
+  pthread_t t[THREADS];
+  counted each[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    each[i] = (counted){.pairs = 1000, .size = 256 << i};
+    assert_int_equal(pthread_create(&t[i], NULL, counted_pairs, &each[i]), 0);
+  }
+  for (int i = 0; i < THREADS; i++) assert_int_equal(pthread_join(t[i], NULL), 0);
+  sa_hook_stats after = figures(); /* the threads exited: their counts are the hook's */
+  uint64_t bytes = 0;
+  for (int i = 0; i < THREADS; i++) bytes += (uint64_t)each[i].pairs * each[i].size;
+  assert_int_equal(after.alloc_count, mid.alloc_count + THREADS * 1000);
+  assert_int_equal(after.free_count, mid.free_count + THREADS * 1000);
+  assert_int_equal(after.requested_bytes_total, mid.requested_bytes_total + bytes);
+  assert_int_equal(after.freed_bytes_total, mid.freed_bytes_total + bytes);
+  assert_int_equal(after.requested_bytes, before.requested_bytes);
+  assert_true(after.requested_bytes_peak >= before.requested_bytes + (256 << (THREADS - 1)));
+  assert_true(after.requested_bytes_peak <= before.requested_bytes + 3500 + 256 * 15);
+  sa_assert_ok(sa_py_reset_peak(0)); /* what is held now, all threads' frees published */
+  assert_int_equal(figures().requested_bytes_peak, before.requested_bytes);
+}
+
 /* CuPy's stream 0 of device 1 is device 1's legacy stream, and CuPy frees
  * an array wherever it dies, with whatever device is current. The library
  * alone refuses NULL from a thread with another device current (it names
@@ -566,6 +626,7 @@ int main(void) {
       cmocka_unit_test_setup(trim_gives_cached_memory_back, reset),
       cmocka_unit_test_setup(the_table_keeps_every_entry_through_collisions_and_growth, reset),
       cmocka_unit_test_setup(threads_on_their_own_streams_leave_nothing_behind, reset),
+      cmocka_unit_test_setup(figures_add_up_every_threads_and_the_peak_is_exact_for_one, reset),
       cmocka_unit_test_setup(stream_0_is_the_legacy_stream_of_the_hooks_device, reset),
       cmocka_unit_test_setup(hooks_after_default_arenas_shutdown_touch_no_freed_arena, reset),
   };
