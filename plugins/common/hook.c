@@ -193,16 +193,14 @@ SA_NOINLINE static sa_hook_thread *thread_make(sa_hook *h) {
   return t;
 }
 
-static inline sa_hook_thread *thread_of(sa_hook *h) {
+/* Count an allocation (delta > 0) or a free (delta < 0) of |delta| bytes
+ * where the fast paths below do not: the thread's first call, another
+ * hook's thread, a device out of range (counted on 0), a publication. */
+SA_NOINLINE static void count(sa_hook *h, int dev, int64_t delta) {
+  sa_hook_device *d = device_at(h, dev);
   sa_hook_thread *t = tl_threads;
   while (t != NULL && t->hook != h) t = t->next_own;
-  return sa_likely(t != NULL) ? t : thread_make(h);
-}
-
-/* Count an allocation (delta > 0) or a free (delta < 0) of |delta| bytes. */
-static void count(sa_hook *h, int dev, int64_t delta) {
-  sa_hook_device *d = device_at(h, dev);
-  sa_hook_thread *t = thread_of(h);
+  if (t == NULL) t = thread_make(h);
   uint64_t bytes = (uint64_t)(delta > 0 ? delta : -delta);
   if (sa_unlikely(t == NULL)) {
     pthread_mutex_lock(&threads_lock);
@@ -225,9 +223,41 @@ static void count(sa_hook *h, int dev, int64_t delta) {
   c->unpublished = pending;
 }
 
-void sa_hook_allocated(sa_hook *h, int dev, size_t size) { count(h, dev, (int64_t)size); }
+/* The calling thread's counts of dev where they need no more than plain
+ * adds: its first hook's, a device in range. */
+static inline sa_hook_counts *own_counts(sa_hook *h, int dev) {
+  sa_hook_thread *t = tl_threads;
+  return sa_likely(t != NULL && t->hook == h && sa_hook_valid_device(dev)) ? &t->counts[dev]
+                                                                            : NULL;
+}
 
-void sa_hook_freed(sa_hook *h, int dev, size_t size) { count(h, dev, -(int64_t)size); }
+void sa_hook_allocated(sa_hook *h, int dev, size_t size) {
+  sa_hook_counts *c = own_counts(h, dev);
+  if (sa_likely(c != NULL)) {
+    int64_t pending = c->unpublished + (int64_t)size;
+    if (sa_likely(pending <= 0)) { /* covered by its frees: no new peak */
+      add(&c->xallocs, 1);
+      add(&c->xrequested_total, size);
+      c->unpublished = pending;
+      return;
+    }
+  }
+  count(h, dev, (int64_t)size);
+}
+
+void sa_hook_freed(sa_hook *h, int dev, size_t size) {
+  sa_hook_counts *c = own_counts(h, dev);
+  if (sa_likely(c != NULL)) {
+    int64_t pending = c->unpublished - (int64_t)size;
+    if (sa_likely(pending >= -SA_HOOK_UNPUBLISHED_BYTES)) {
+      add(&c->xfrees, 1);
+      add(&c->xfreed_total, size);
+      c->unpublished = pending;
+      return;
+    }
+  }
+  count(h, dev, -(int64_t)size);
+}
 
 void sa_hook_recorded(sa_hook *h, int dev) {
   atomic_fetch_add_explicit(&device_at(h, dev)->xrecords, 1, memory_order_relaxed);
