@@ -193,6 +193,16 @@ SA_NOINLINE static sa_hook_thread *thread_make(sa_hook *h) {
   return t;
 }
 
+/* An allocation (delta > 0) or a free (delta < 0) of |delta| bytes on the
+ * calling thread's c, whose unpublished frees are pending after it. */
+static inline void tally(sa_hook_counts *c, int64_t delta, int64_t pending) {
+  SA_ASSERT(pending <= 0 && pending >= -SA_HOOK_UNPUBLISHED_BYTES);
+  add(delta > 0 ? &c->xallocs : &c->xfrees, 1);
+  add(delta > 0 ? &c->xrequested_total : &c->xfreed_total,
+      (uint64_t)(delta > 0 ? delta : -delta));
+  c->unpublished = pending;
+}
+
 /* Count an allocation (delta > 0) or a free (delta < 0) of |delta| bytes
  * where the fast paths below do not: the thread's first call, another
  * hook's thread, a device out of range (counted on 0), a publication. */
@@ -211,8 +221,6 @@ SA_NOINLINE static void count(sa_hook *h, int dev, int64_t delta) {
     return;
   }
   sa_hook_counts *c = &t->counts[sa_hook_valid_device(dev) ? dev : 0];
-  add(delta > 0 ? &c->xallocs : &c->xfrees, 1);
-  add(delta > 0 ? &c->xrequested_total : &c->xfreed_total, bytes);
   /* What the thread holds now never exceeds what it published: a new peak
    * needs an allocation its unpublished frees do not cover. */
   int64_t pending = c->unpublished + delta;
@@ -220,7 +228,7 @@ SA_NOINLINE static void count(sa_hook *h, int dev, int64_t delta) {
     publish(d, pending);
     pending = 0;
   }
-  c->unpublished = pending;
+  tally(c, delta, pending);
 }
 
 /* The calling thread's counts of dev where they need no more than plain
@@ -236,9 +244,7 @@ void sa_hook_allocated(sa_hook *h, int dev, size_t size) {
   if (sa_likely(c != NULL)) {
     int64_t pending = c->unpublished + (int64_t)size;
     if (sa_likely(pending <= 0)) { /* covered by its frees: no new peak */
-      add(&c->xallocs, 1);
-      add(&c->xrequested_total, size);
-      c->unpublished = pending;
+      tally(c, (int64_t)size, pending);
       return;
     }
   }
@@ -250,9 +256,7 @@ void sa_hook_freed(sa_hook *h, int dev, size_t size) {
   if (sa_likely(c != NULL)) {
     int64_t pending = c->unpublished - (int64_t)size;
     if (sa_likely(pending >= -SA_HOOK_UNPUBLISHED_BYTES)) {
-      add(&c->xfrees, 1);
-      add(&c->xfreed_total, size);
-      c->unpublished = pending;
+      tally(c, -(int64_t)size, pending);
       return;
     }
   }

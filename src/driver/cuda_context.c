@@ -82,17 +82,6 @@ static bool names_no_stream(CUresult r) {
          r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED;
 }
 
-/* Stream capture. Work enqueued on a capturing stream goes into the user's
- * graph and runs at its launches, which the allocator cannot follow; and
- * the driver refuses an id query, a synchronize, or a wait for an outside
- * event on it, invalidating the user's capture. So no op enqueues on or
- * asks about a capturing stream: SA_ERR_STREAM_CAPTURING, nothing changed,
- * the capture intact (cuStreamIsCapturing is cheap: See Note [Capture
- * checks]). The legacy
- * stream is never captured, but work on it while a blocking stream is
- * captured would join it: cuStreamIsCapturing says
- * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT then, without harm to the capture
- * (measured), and it is refused the same way. */
 /* The capture answer of stream in the context current now (nothing made
  * current): sa_cuda_refused_while_capturing's, without its switch. */
 static sa_status capture_answer(sa_stream stream) {
@@ -109,6 +98,17 @@ static sa_status capture_answer(sa_stream stream) {
   return SA_ERR_STREAM_CAPTURING;
 }
 
+/* Stream capture. Work enqueued on a capturing stream goes into the user's
+ * graph and runs at its launches, which the allocator cannot follow; and
+ * the driver refuses an id query, a synchronize, or a wait for an outside
+ * event on it, invalidating the user's capture. So no op enqueues on or
+ * asks about a capturing stream: SA_ERR_STREAM_CAPTURING, nothing changed,
+ * the capture intact (cuStreamIsCapturing is cheap: See Note [Capture
+ * checks]). The legacy
+ * stream is never captured, but work on it while a blocking stream is
+ * captured would join it: cuStreamIsCapturing says
+ * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT then, without harm to the capture
+ * (measured), and it is refused the same way. */
 sa_status sa_cuda_refused_while_capturing(cuda_driver *cd, sa_stream stream) {
   if ((CUstream)stream == CU_STREAM_PER_THREAD) return SA_OK; /* refused as unknown */
   if (!stream_is_implicit(stream)) return capture_answer(stream);
