@@ -6,7 +6,9 @@
  * only return NULL, a free that returns nothing), so each framework keeps
  * one sa_hook, a static of its plugin, holding per device:
  *   - the bytes the framework asked for, now, at peak and in total, and
- *     counts of its calls;
+ *     counts of its calls, each thread counting its own (sa_hook_thread)
+ *     and the statistics adding them up, so that a call writes no line
+ *     other threads write;
  *   - failed calls, counted, the first few written to stderr in full.
  * The hooks serve the default arenas as a framework may use them: CUDA
  * memory, never the host simulator standing in for a missing driver
@@ -25,8 +27,10 @@
  * the free of one of its blocks is refused (SA_ERR_INVALID_POINTER,
  * reported), and the next allocation creates a fresh default arena.
  *
- * Calls the public API, the default arenas, the registry (a block's arena)
- * and the driver interface of an arena; called by the plugins only.
+ * Calls the public API, the default arenas, the registry (a block's arena),
+ * the fast paths for a caller inside the driver's call_on_stream
+ * (sa__alloc_on_device, sa__free_on_device) and the driver interface of an
+ * arena; called by the plugins only.
  */
 #ifndef SA_PLUGINS_COMMON_HOOK_H
 #define SA_PLUGINS_COMMON_HOOK_H
