@@ -149,7 +149,7 @@ static struct {
 /* Totals over the whole run, printed at exit. */
 static uint64_t t_inputs, t_ops, t_allocs, t_frees, t_bad, t_oom, t_checks, t_faults, t_failed,
     t_destroys, t_threads, t_empty_trims, t_unbudgeted, t_worker_ops, t_undrained, t_sweeps,
-    t_callbacks, t_snapshots, t_abandoned, t_captures, t_refused, t_faults_at_ends;
+    t_callbacks, t_snapshots, t_abandoned, t_captures, t_refused, t_faults_at_ends, t_pools;
 
 static void report(void) {
   printf("fuzz: inputs %llu, operations %llu (allocs %llu, frees %llu, bad inputs %llu, out of "
@@ -157,7 +157,8 @@ static void report(void) {
          "destroyed %llu, exiting threads %llu, empty trims %llu, inputs without a budget %llu, "
          "operations on workers %llu, destroyed undrained %llu, sweeps %llu, oom callbacks "
          "%llu, snapshots %llu, arenas abandoned %llu, captures %llu, calls refused while "
-         "capturing %llu, faults at thread or stream ends %llu), threads %d, streams %d, "
+         "capturing %llu, faults at thread or stream ends %llu, pool episodes %llu), threads %d, "
+         "streams %d, "
          "failures 0\n",
          (unsigned long long)t_inputs, (unsigned long long)t_ops, (unsigned long long)t_allocs,
          (unsigned long long)t_frees, (unsigned long long)t_bad, (unsigned long long)t_oom,
@@ -168,7 +169,7 @@ static void report(void) {
          (unsigned long long)t_sweeps, (unsigned long long)t_callbacks,
          (unsigned long long)t_snapshots, (unsigned long long)t_abandoned,
          (unsigned long long)t_captures, (unsigned long long)t_refused,
-         (unsigned long long)t_faults_at_ends, NTHREADS,
+         (unsigned long long)t_faults_at_ends, (unsigned long long)t_pools, NTHREADS,
          NSTREAMS + NEXTRA);
   fflush(stdout);
 }
@@ -951,6 +952,7 @@ static void op_pool(input *in) {
   sa_host_capture_mode mode = (sa_host_capture_mode)(u8(in) % 3);
   int n = 1 + u8(in) % 12;
   TRACE("pool episode: capture %d (mode %d), %d operations\n", c, (int)mode, n);
+  t_pools++;
   sa_pool *pool;
   expect(sa_pool_create(m.arena, &pool), SA_OK, "sa_pool_create");
   struct {
