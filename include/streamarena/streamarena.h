@@ -422,10 +422,12 @@ sa_status sa_stream_release(sa_arena *arena, sa_stream stream);
  *     gets that memory meanwhile, live or freed. So an address that a
  *     capture baked into a graph stays the graph's for every replay.
  *   - sa_pool_alloc works while stream is being captured into a graph, in
- *     any capture mode, on a stream the arena never saw: it makes no driver
- *     call on stream (the pool grows on a stream of its own, which no
- *     capture names, and waits for that stream's work on the host; it never
- *     synchronizes the device). It works outside captures too.
+ *     any capture mode, on a stream the arena never saw: it asks the driver
+ *     only whether stream is being captured (cuStreamIsCapturing), nothing
+ *     that a capture refuses (the pool grows on a stream of its own, which
+ *     no capture names, and waits for that stream's work on the host; it
+ *     never synchronizes the device). It works outside captures too, where
+ *     it may make stream wait for an event on the device (below).
  *   - sa_free(p, s) of a pool's block gives it back to its pool, never to
  *     the arena. Freed while s is captured, the block is reused only by
  *     later sa_pool_alloc calls on s (capture order: the graph's own work
