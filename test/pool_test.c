@@ -316,6 +316,54 @@ static void the_last_release_with_live_blocks_waits_for_their_free(void **state)
   sa_assert_ok(sa_free(q, next));
 }
 
+/* A block recorded on another stream (sa_record_stream) is reused only
+ * after that stream's work at its free completed: until then it is free
+ * for no one, not even its own stream (each block here a whole segment,
+ * so that nothing else fits). */
+static void a_recorded_block_waits_for_its_recorded_stream(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s = f->streams[0], t = f->streams[1];
+  sa_pool *pool;
+  sa_assert_ok(sa_pool_create(f->arena, &pool));
+  void *x, *y, *z;
+  sa_assert_ok(sa_pool_alloc(pool, &x, 2 * MiB, s));
+  sa_assert_ok(sa_host_fill(t, x, 2 * MiB, 0x3C3C3C3Cu)); /* queued on t */
+  sa_assert_ok(sa_record_stream(x, t));
+  sa_assert_ok(sa_free(x, s));
+  sa_assert_ok(sa_pool_alloc(pool, &y, 2 * MiB, s)); /* a segment of its own */
+  assert_false(overlap(y, 2 * MiB, x, 2 * MiB));
+  sa_assert_ok(sa_host_stream_drain(t));
+  sa_assert_ok(sa_host_stream_drain(s));
+  sa_assert_ok(sa_pool_alloc(pool, &z, 2 * MiB, s)); /* now it is free */
+  assert_ptr_equal(z, x);
+  assert_int_equal(pool_stats(pool).segments, 2);
+  sa_assert_ok(sa_free(y, s));
+  sa_assert_ok(sa_free(z, s));
+  sa_assert_ok(sa_pool_release(pool, s));
+}
+
+/* The last block of a released pool freed during a capture: the free
+ * works and leaves the capture intact; the segments cannot go back then
+ * (that needs an event on the captured stream), so they stay the pool's
+ * until the arena is destroyed, with no leak (the fixture's teardown). */
+static void a_released_pools_last_free_in_a_capture_keeps_its_memory(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s = f->streams[0], c = fresh_stream();
+  sa_pool *pool;
+  sa_assert_ok(sa_pool_create(f->arena, &pool));
+  void *x;
+  sa_assert_ok(sa_pool_alloc(pool, &x, 4096, s));
+  sa_assert_ok(sa_pool_release(pool, s));
+  sa_assert_ok(sa_host_stream_begin_capture(c, SA_HOST_CAPTURE_GLOBAL));
+  sa_assert_ok(sa_free(x, c));
+  assert_capture_intact(c);
+  sa_assert_ok(sa_host_stream_end_capture(c));
+  sa_pool_stats ps = pool_stats(pool);
+  assert_int_equal(ps.live_blocks, 0);
+  assert_int_equal(ps.reserved_bytes, 2 * MiB);
+  drop_stream(f->arena, c);
+}
+
 /* ---- bad input ----------------------------------------------------------- */
 
 static void bad_input_is_refused_and_changes_nothing(void **state) {
@@ -576,6 +624,8 @@ int main(void) {
       T(a_free_outside_a_capture_is_reused_behind_its_event),
       T(the_last_release_waits_for_the_last_launch),
       T(the_last_release_with_live_blocks_waits_for_their_free),
+      T(a_recorded_block_waits_for_its_recorded_stream),
+      T(a_released_pools_last_free_in_a_capture_keeps_its_memory),
       T(bad_input_is_refused_and_changes_nothing),
       cmocka_unit_test(arena_destroy_releases_pools_left),
       T(two_threads_share_one_pool),
