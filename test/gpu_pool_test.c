@@ -245,9 +245,14 @@ static void the_last_release_waits_for_the_last_launch(void **state) {
   void *q;
   sa_assert_ok(sa_alloc(g.arena, &q, seg, (sa_stream)next));
   bool same = overlap(q, seg, x, 2 * MiB);
-  fill(next, q, seg, 0xDEADu); /* runs only after the launch, if q is x's memory */
+  fill(next, q, seg, 0xDEADu); /* must run after the launch, if q is x's memory */
   g.host[0] = 1; /* the gate opens */
   SA_CU_OK(sa_cu.StreamSynchronize(launch));
+  SA_CU_OK(sa_cu.StreamSynchronize(next));
+  assert_int_equal(g.host[1], 0); /* the graph's check saw its own fill */
+  /* next's fill came last: had it run at once, before the gate opened,
+   * the launch's fill would have overwritten it. */
+  check(next, q, seg, 0xDEADu);
   SA_CU_OK(sa_cu.StreamSynchronize(next));
   assert_int_equal(g.host[1], 0);
   if (!same) printf("gpu_pool_test: the arena handed other memory; the order went untested\n");
