@@ -2,8 +2,8 @@
  * pool's growth from its arena.
  *
  * A pool grows by one segment at a time: a large allocation of the arena
- * (sa__alloc_unsynced, never a device-wide synchronize) on the pools' own
- * stream, which no capture names, so the growth makes no driver call on
+ * (sa__alloc_unsynced, never a device-wide synchronize), in the relaxed
+ * capture mode, on the pools' own stream, which no capture names, so the growth makes no driver call on
  * the stream the caller allocates on, and works while that stream is
  * captured, on a stream the arena never saw. The new segment's memory may
  * have been ordered after other streams' frees on the device (a wait
@@ -108,6 +108,28 @@ sa_status sa_pool_release(sa_pool *pool, sa_stream s) {
   return st;
 }
 
+/* sa__alloc_unsynced's arguments, for the driver's call_relaxed. */
+typedef struct growth_s {
+  sa_arena *arena;
+  void **out;
+  size_t size;
+  sa_stream stream;
+} growth;
+
+static sa_status alloc_growth(void *arg) {
+  growth *g = arg;
+  return sa__alloc_unsynced(g->arena, g->out, g->size, g->stream);
+}
+
+/* A large allocation of the arena on the pools' stream, in the relaxed
+ * capture mode: a capture in the global mode (any thread's) could refuse
+ * its chunk creation and mapping as potentially unsafe calls, and
+ * invalidate itself. */
+static sa_status alloc_relaxed(sa_arena *a, void **out, size_t size) {
+  growth g = {a, out, size, a->pools.stream}; /* set once, with the first pool */
+  return a->drv->ops->call_relaxed(a->drv, alloc_growth, &g);
+}
+
 /* A new segment for a request of request bytes (a multiple of
  * SA_POOL_ALIGN): a large allocation of the arena on the pools' stream,
  * clean once that stream's work completed, in the registry and the pool.
@@ -131,11 +153,11 @@ static sa_status grow(sa_pool *pool, size_t request) {
   }
   sa_stream grower = a->pools.stream; /* set once, with the first pool */
   void *p;
-  sa_status st = sa__alloc_unsynced(a, &p, size, grower);
+  sa_status st = alloc_relaxed(a, &p, size);
   if (st == SA_OK && (uintptr_t)p % SA_POOL_ALIGN != 0 && size - SA_POOL_ALIGN < request) {
     /* Carved in a free span at SA_ALIGNMENT: one unit more holds it. */
     (void)sa__free_slow(p, grower, SA_FREE_TRACED);
-    st = size <= SIZE_MAX - SA_POOL_ALIGN ? sa__alloc_unsynced(a, &p, size + SA_POOL_ALIGN, grower)
+    st = size <= SIZE_MAX - SA_POOL_ALIGN ? alloc_relaxed(a, &p, size + SA_POOL_ALIGN)
                                           : SA_ERR_OUT_OF_MEMORY;
     if (st == SA_OK) size += SA_POOL_ALIGN;
   }

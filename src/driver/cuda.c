@@ -235,6 +235,14 @@ static sa_status cuda_device_synchronize(sa_driver *d) {
   CU_IN_CTX(as_cuda(d), sa_cu.CtxSynchronize());
 }
 
+static sa_status cuda_call_relaxed(sa_driver *d, sa_status (*fn)(void *arg), void *arg) {
+  (void)d;
+  CUstreamCaptureMode saved = sa_cuda_relaxed_begin();
+  sa_status st = fn(arg);
+  sa_cuda_relaxed_end(saved);
+  return st;
+}
+
 static sa_status cuda_stream_create(sa_driver *d, sa_stream *out) {
   if (out == NULL) return SA_ERR_INVALID_ARGUMENT;
   CUstream s = NULL;
@@ -311,6 +319,7 @@ static const sa_driver_ops cuda_ops = {
     .stream_id = cuda_stream_id,
     .device_synchronize = cuda_device_synchronize,
     .call_on_stream = sa_cuda_call_on_stream,
+    .call_relaxed = cuda_call_relaxed,
     .set_peer_access = cuda_set_peer_access,
     .check_handout = NULL, /* no shadow state of device work on a real GPU */
     .stream_create = cuda_stream_create,

@@ -112,6 +112,12 @@ typedef struct sa_driver_ops_s {
    * costs one read of it beside the capture query. */
   sa_status (*call_on_stream)(sa_driver *drv, sa_stream stream, sa_status (*fn)(void *arg),
                               void *arg);
+  /* Run fn(arg) with the calling thread's capture mode relaxed
+   * (cuThreadExchangeStreamCaptureMode), then restore it: for a graph
+   * pool's growth during a capture, whose chunk creation and mapping a
+   * capture in the global mode could refuse as potentially unsafe calls
+   * (PyTorch makes its cudaMalloc so during a capture). fn's status. */
+  sa_status (*call_relaxed)(sa_driver *drv, sa_status (*fn)(void *arg), void *arg);
 
   /* Optional (NULL when the backend cannot check): the stream-order checker.
    * Called when [p, p + size) is handed to work on stream; returns

@@ -216,6 +216,14 @@ static sa_status host_device_synchronize(sa_driver *drv) {
               : (sa_sim_device_synchronize(drv->device), SA_OK));
 }
 
+static sa_status host_call_relaxed(sa_driver *drv, sa_status (*fn)(void *arg), void *arg) {
+  (void)drv;
+  sa_host_capture_mode saved = relaxed_begin();
+  sa_status st = fn(arg);
+  relaxed_end(saved);
+  return st;
+}
+
 /* The thread-local current device stands for the current context. */
 static sa_status host_call_on_stream(sa_driver *drv, sa_stream stream, sa_status (*fn)(void *arg),
                                      void *arg) {
@@ -344,6 +352,7 @@ static const sa_driver_ops host_ops = {
     .stream_id = host_stream_id,
     .device_synchronize = host_device_synchronize,
     .call_on_stream = host_call_on_stream,
+    .call_relaxed = host_call_relaxed,
     .set_peer_access = host_set_peer_access,
     .check_handout = host_check_handout,
     .stream_create = host_stream_create,
