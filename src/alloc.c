@@ -105,7 +105,9 @@ static void give_back_cached(sa_arena *a, sa_tentry *e, sa_stream s) {
  *   6. after the user's callback, which may free memory (from step 1).
  * When the soft limit is max_physical, step 3 is skipped, and step 4 when
  * step 2 did the same; step 5 while s is being captured into a graph, and
- * always for SA_DEVICE_SYNC_NEVER (a graph pool's growth: alloc.h). */
+ * steps 5 and 6 always for SA_DEVICE_SYNC_NEVER (a graph pool's growth,
+ * alloc.h: it may serve a capture on another stream, which a synchronize,
+ * or a trim in the user's callback, would end). */
 static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_stream s,
                                   sa_device_sync sync, void **out) {
   bool large = size > sa__large_threshold(a);
@@ -145,8 +147,8 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
       if (sync == SA_DEVICE_SYNC_NEVER || capturing(a, s)) continue;
       sa__tentry_flush_own(a, e->sarena, SA_FLUSH_ALL);
       sa__reclaim(a, need, SA_WAIT, SA_RECLAIM_ALL);
-    } else if (a->cfg.oom_callback != NULL && callbacks++ < 8 &&
-               a->cfg.oom_callback(a, size, s, a->cfg.oom_user_data)) {
+    } else if (a->cfg.oom_callback != NULL && sync != SA_DEVICE_SYNC_NEVER &&
+               callbacks++ < 8 && a->cfg.oom_callback(a, size, s, a->cfg.oom_user_data)) {
       /* Its frees on other streams may have evicted e: look it up again. */
       st = sa__tentry_get(a, s, &e);
       if (st != SA_OK) break;

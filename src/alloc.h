@@ -8,9 +8,10 @@
 typedef enum sa_device_sync_e { SA_DEVICE_SYNC_ALLOWED = 0, SA_DEVICE_SYNC_NEVER = 1 } sa_device_sync;
 
 /* sa_alloc on the slow path, its out-of-memory loop without the step that
- * synchronizes the device (alloc.c's step 5): a graph pool grows while any
- * stream may be captured, and CUDA fails a device-wide synchronize during
- * any capture of the process, invalidating it. Nothing else differs. */
+ * synchronizes the device and without the user's oom_callback (alloc.c's
+ * steps 5 and 6): a graph pool grows while any stream may be captured, and
+ * CUDA fails a device-wide synchronize during any capture of the process,
+ * invalidating it, as a callback's sa_trim would. Nothing else differs. */
 sa_status sa__alloc_unsynced(sa_arena *a, void **out, size_t size, sa_stream s);
 
 #endif /* SA_ALLOC_H */

@@ -614,6 +614,53 @@ static void a_failed_last_release_keeps_the_use(void **state) {
   }
 }
 
+/* The oom_callback a program gives its arena may trim, which waits for the
+ * device: a pool's growth, which may serve a capture, never calls it (the
+ * capture would end), while sa_alloc does. Found by the fuzzer:
+ * fuzz/corpus/pool-growth-oom-callback-in-capture. */
+static int trimming_callback(sa_arena *a, size_t size, sa_stream s, void *user) {
+  (void)size;
+  (void)s;
+  (*(int *)user)++;
+  (void)sa_trim(a, 0);
+  return 0;
+}
+
+static void a_pools_growth_calls_no_oom_callback(void **state) {
+  (void)state;
+  sa_config cfg;
+  sa_config_init(&cfg);
+  sa_assert_ok(sa_config_parse(&cfg, "backend=host,max_physical=8MiB", NULL, 0));
+  int calls = 0;
+  cfg.oom_callback = trimming_callback;
+  cfg.oom_user_data = &calls;
+  sa_arena *a;
+  sa_assert_ok(sa_arena_create(&cfg, &a));
+  sa_pool *pool;
+  sa_assert_ok(sa_pool_create(a, &pool));
+  sa_stream s = fresh_stream();
+  sa_assert_ok(sa_host_stream_begin_capture(s, SA_HOST_CAPTURE_GLOBAL));
+  void *p;
+  sa_assert_ok(sa_pool_alloc(pool, &p, 6 * MiB, s));
+  void *more = (void *)1;
+  sa_assert_status(sa_pool_alloc(pool, &more, 6 * MiB, s), SA_ERR_OUT_OF_MEMORY);
+  assert_null(more);
+  assert_int_equal(calls, 0);
+  assert_capture_intact(s);
+  sa_assert_ok(sa_host_stream_end_capture(s));
+  /* An ordinary allocation out of memory (the pool holds 6 of 8 MiB)
+   * calls it. */
+  void *big = (void *)1;
+  sa_assert_status(sa_alloc(a, &big, 4 * MiB, s), SA_ERR_OUT_OF_MEMORY);
+  assert_null(big);
+  assert_true(calls > 0);
+  sa_assert_ok(sa_free(p, s));
+  sa_assert_ok(sa_pool_release(pool, s));
+  sa_assert_ok(sa_host_stream_drain(s));
+  drop_stream(a, s);
+  sa_assert_ok(sa_arena_destroy(a));
+}
+
 int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -631,6 +678,7 @@ int main(void) {
       T(two_threads_share_one_pool),
       T(a_driver_fault_during_growth_leaves_the_pool_whole),
       T(a_failed_last_release_keeps_the_use),
+      cmocka_unit_test(a_pools_growth_calls_no_oom_callback),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -493,7 +493,10 @@ sa_status sa_pool_release(sa_pool *pool, sa_stream stream);
  * SA_ERR_OUT_OF_MEMORY (also for sizes no device can hold),
  * SA_ERR_UNKNOWN_STREAM, SA_ERR_DRIVER, SA_ERR_STREAM_ORDER (checker). On
  * error *out is NULL and nothing changed (but segments the pool grew by
- * stay the pool's, free). */
+ * stay the pool's, free). Out of memory, the pool's growth reclaims what
+ * the arena can without waiting for the device and never calls the
+ * arena's oom_callback: a capture may be underway, which a device-wide
+ * wait, or an sa_trim in the callback, would end. */
 sa_status sa_pool_alloc(sa_pool *pool, void **out, size_t size, sa_stream stream);
 
 /* Call fn once for each live block of pool (PyTorch's
