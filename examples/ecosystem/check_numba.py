@@ -40,8 +40,8 @@ from streamarena._library import StreamarenaError  # noqa: E402
 
 @cuda.jit
 def fill(a, value):
-    i = cuda.grid(1)
-    if i < a.size:
+    # Grid-stride: the launch caps its blocks, and an array may be larger.
+    for i in range(cuda.grid(1), a.size, cuda.gridsize(1)):
         a[i] = value
 
 
