@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -32,6 +33,7 @@ void sa_config_init(sa_config *config) {
   config->va_reserve_bytes = 0;        /* 0 = 4 times the device memory */
   config->max_physical_bytes = 0;      /* 0 = the whole device */
   config->reserve_limit_bytes = 0;     /* 0 = the footprint target (alloc.c) */
+  config->footprint_target = 0;        /* 0 = SA_FOOTPRINT_TIGHT */
   config->release_threshold_bytes = 0;
   config->large_threshold = 0;         /* 0 = superblock_size / 2 */
   config->chunk_size = 0;              /* 0 = the growth, a granule under a budget */
@@ -132,7 +134,8 @@ typedef enum key_kind_e {
   KEY_BACKEND,
   KEY_PEERS,
   KEY_FLAG,
-  KEY_PATH
+  KEY_PATH,
+  KEY_FOOTPRINT
 } key_kind;
 
 /* One row per key: how to parse it and where it goes. */
@@ -151,6 +154,7 @@ static const key_desc keys[] = {
     {"va_reserve", KEY_SIZE, offsetof(sa_config, va_reserve_bytes), 0},
     {"max_physical", KEY_SIZE, offsetof(sa_config, max_physical_bytes), 0},
     {"reserve_limit", KEY_SIZE, offsetof(sa_config, reserve_limit_bytes), 0},
+    {"footprint_target", KEY_FOOTPRINT, 0, 0},
     {"release_threshold", KEY_SIZE, offsetof(sa_config, release_threshold_bytes), 0},
     {"large_threshold", KEY_SIZE, offsetof(sa_config, large_threshold), 0},
     {"chunk_size", KEY_SIZE, offsetof(sa_config, chunk_size), 0},
@@ -185,6 +189,40 @@ static bool parse_peers(span value, uint64_t *out) {
     rest.begin = plus + 1;
   }
   *out = peers;
+  return true;
+}
+
+/* footprint_target's value: a named point, or a plain decimal number
+ * ("1.5", "3"; no sign, exponent, hex, inf or nan) from 1 to
+ * SA_FOOTPRINT_MAX. */
+static bool parse_footprint(span value, double *out) {
+  static const struct {
+    const char *name;
+    double target;
+  } points[] = {
+      {"tight", SA_FOOTPRINT_TIGHT},
+      {"balanced", SA_FOOTPRINT_BALANCED},
+      {"fast", SA_FOOTPRINT_FAST},
+  };
+  for (size_t i = 0; i < sizeof points / sizeof points[0]; i++) {
+    if (span_is(value, points[i].name)) {
+      *out = points[i].target;
+      return true;
+    }
+  }
+  char text[32];
+  size_t n = span_len(value), dots = 0;
+  if (n == 0 || n >= sizeof text || value.begin[0] == '.') return false;
+  for (size_t i = 0; i < n; i++) {
+    char ch = value.begin[i];
+    if (ch == '.') dots++;
+    if ((ch != '.' && !isdigit((unsigned char)ch)) || dots > 1) return false;
+  }
+  memcpy(text, value.begin, n);
+  text[n] = '\0';
+  double v = strtod(text, NULL);
+  if (!(v >= 1.0 && v <= SA_FOOTPRINT_MAX)) return false;
+  *out = v;
   return true;
 }
 
@@ -254,6 +292,13 @@ static bool apply(sa_config *c, const key_desc *k, span value, char *err, size_t
         return false;
       }
       return true;
+    case KEY_FOOTPRINT:
+      if (parse_footprint(value, &c->footprint_target)) return true;
+      set_error(err, err_size,
+                "bad value '%.*s' for key 'footprint_target': expected tight, balanced, fast "
+                "or a number from 1 to %g (peak reserved over peak live, e.g. 1.5)",
+                vlen, value.begin, SA_FOOTPRINT_MAX);
+      return false;
     case KEY_PATH:
       if (span_len(value) >= sizeof c->trace_path) {
         set_error(err, err_size, "value for key '%s' is longer than %zu bytes", k->name,
@@ -314,7 +359,7 @@ static void unknown_key_error(span key, char *err, size_t err_size) {
     if (w < 0) break;
     used += (size_t)w;
   }
-  set_error(err, err_size, "unknown key '%.*s'; the keys are %s", klen, key.begin, list);
+  set_error(err, err_size, "unknown key '%.*s'; keys: %s", klen, key.begin, list);
 }
 
 /* One "key=value" item (already trimmed, not empty). */
@@ -448,6 +493,21 @@ sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_r
               size_text(x, sizeof x, SA_CHUNK_MAX));
     return SA_ERR_BAD_CONFIG;
   }
+  double ft = c->footprint_target;
+  if (ft != 0 && !(ft >= 1.0 && ft <= SA_FOOTPRINT_MAX)) {
+    set_error(err, err_size,
+              "footprint_target=%g: must be 0 (the default, %g) or from 1 to %g, times the "
+              "highest live bytes so far",
+              ft, SA_FOOTPRINT_TIGHT, SA_FOOTPRINT_MAX);
+    return SA_ERR_BAD_CONFIG;
+  }
+  if (ft != 0 && c->reserve_limit_bytes != 0) {
+    set_error(err, err_size,
+              "footprint_target=%g: reserve_limit=%s is set too; a budget replaces the "
+              "footprint target, so give one of them",
+              ft, size_text(v, sizeof v, c->reserve_limit_bytes));
+    return SA_ERR_BAD_CONFIG;
+  }
   size_t cap = c->max_physical_bytes != 0 ? c->max_physical_bytes : total;
   if (cap < sb) {
     if (c->max_physical_bytes != 0)
@@ -507,6 +567,7 @@ sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_r
     return SA_ERR_BAD_CONFIG;
   }
   r->superblock_size = sb;
+  r->target_excess = (size_t)(((ft != 0 ? ft : SA_FOOTPRINT_TIGHT) - 1.0) * SA_TARGET_UNIT + 0.5);
   r->large_threshold = lt;
   r->physical_cap = cap;
   r->va_size = (va + gran - 1) / gran * gran;

@@ -12,6 +12,7 @@
 /* A configuration resolved against its device. */
 typedef struct sa_resolved_s {
   size_t superblock_size, large_threshold, physical_cap, va_size;
+  size_t target_excess; /* footprint_target - 1, in 1/SA_TARGET_UNIT */
   bool large_threshold_explicit;
 } sa_resolved;
 /* Resolve c's zeros against a device of granularity gran and total bytes

@@ -4,6 +4,7 @@
  * device gets the status sa_arena_create gives it and a message naming the
  * key, the value and the rule; the granularity is public. */
 #include <limits.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,6 +45,7 @@ static void defaults_are_documented(void **state) {
   assert_int_equal(c.max_physical_bytes, 0);
   assert_int_equal(c.release_threshold_bytes, 0);
   assert_int_equal(c.large_threshold, 0);
+  assert_true(c.footprint_target == 0);
   assert_int_equal(c.flags, 0);
   assert_string_equal(c.trace_path, "");
   assert_null(c.oom_callback);
@@ -63,7 +65,8 @@ static void every_key_sets_its_field(void **state) {
                          "device=3,backend=host,superblock_size=4MiB,va_reserve=1TiB,"
                          "max_physical=8GiB,release_threshold=1GiB,large_threshold=512KiB,"
                          "check_stream_order=1,oom_report=1,trace=/tmp/sa.trace,peer_access=1+2,"
-                         "chunk_size=8MiB,exact_growth=1,initial_physical=3GiB",
+                         "chunk_size=8MiB,exact_growth=1,initial_physical=3GiB,"
+                         "footprint_target=1.5",
                          err, sizeof err),
                    SA_OK);
   assert_string_equal(err, "");
@@ -77,6 +80,7 @@ static void every_key_sets_its_field(void **state) {
   assert_int_equal(c.large_threshold, (size_t)512 << 10);
   assert_int_equal(c.chunk_size, (size_t)8 << 20);
   assert_int_equal(c.initial_physical_bytes, (size_t)3 << 30);
+  assert_true(c.footprint_target == 1.5);
   assert_int_equal(c.flags, SA_FLAG_CHECK_STREAM_ORDER | SA_FLAG_OOM_REPORT | SA_FLAG_EXACT_GROWTH);
   assert_string_equal(c.trace_path, "/tmp/sa.trace");
 }
@@ -102,6 +106,29 @@ static void peer_access_values(void **state) {
   assert_true(c.peer_access == SA_PEER_ACCESS_ALL);
   assert_int_equal(parse(&c, "peer_access=all,peer_access=none", NULL, 0), SA_OK);
   assert_int_equal(c.peer_access, 0);
+}
+
+/* Named points and plain decimals; the last item wins. */
+static void footprint_target_values(void **state) {
+  (void)state;
+  sa_config c;
+  static const struct {
+    const char *spec;
+    double target;
+  } ok[] = {
+      {"footprint_target=tight", SA_FOOTPRINT_TIGHT},
+      {"footprint_target=balanced", SA_FOOTPRINT_BALANCED},
+      {"footprint_target=fast", SA_FOOTPRINT_FAST},
+      {"footprint_target=1", 1.0},
+      {"footprint_target=1.25", 1.25},
+      {"footprint_target= 8 ", 8.0},
+      {"footprint_target=fast,footprint_target=2.", 2.0},
+  };
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    if (parse(&c, ok[i].spec, NULL, 0) != SA_OK) fail_msg("'%s' refused", ok[i].spec);
+    if (c.footprint_target != ok[i].target)
+      fail_msg("'%s' gave %g, expected %g", ok[i].spec, c.footprint_target, ok[i].target);
+  }
 }
 
 static void flags_turn_off_again(void **state) {
@@ -186,7 +213,7 @@ static void unknown_key(void **state) {
   expect_bad("superblok_size=4MiB",
              "unknown key 'superblok_size' (did you mean 'superblock_size'?)");
   expect_bad("BACKEND=host", "(did you mean 'backend'?)");
-  expect_bad("nope=1", "unknown key 'nope'; the keys are device, backend, peer_access,");
+  expect_bad("nope=1", "unknown key 'nope'; keys: device, backend, peer_access,");
   expect_bad("nope=1", ", oom_report, exact_growth, trace");
 }
 
@@ -212,6 +239,18 @@ static void bad_numbers(void **state) {
   expect_bad("peer_access=-1", "peer_access");
   expect_bad("peer_access=ALL", "peer_access");
   expect_bad("peer_access=1x", "1x");
+  /* The footprint target: a named point or a number from 1 to 8, no more. */
+  expect_bad("footprint_target=0.99", "footprint_target");
+  expect_bad("footprint_target=0", "from 1 to 8");
+  expect_bad("footprint_target=8.01", "8.01");
+  expect_bad("footprint_target=-1.5", "-1.5");
+  expect_bad("footprint_target=1e1", "1e1");
+  expect_bad("footprint_target=inf", "inf");
+  expect_bad("footprint_target=nan", "nan");
+  expect_bad("footprint_target=.5", ".5");
+  expect_bad("footprint_target=1.2.3", "1.2.3");
+  expect_bad("footprint_target=Fast", "tight, balanced, fast");
+  expect_bad("footprint_target=1.5MiB", "1.5MiB");
   /* ',' separates items: "0,1" is peer_access=0 and an item "1". */
   expect_bad("peer_access=0,1", "missing '='");
 }
@@ -343,6 +382,9 @@ static void check_names_key_value_and_rule(void **state) {
               "trace=/nonexistent-dir/trace.csv", "No such file", NULL);
   expect_rule("trace=/", SA_ERR_BAD_CONFIG, "trace=/", "directory", NULL);
   expect_rule("device=7", SA_ERR_NO_DEVICE, "device=7", "host", NULL);
+  /* A budget replaces the footprint target: one or the other. */
+  expect_rule("footprint_target=1.5,reserve_limit=1GiB", SA_ERR_BAD_CONFIG,
+              "footprint_target=1.5", "reserve_limit=1GiB", "one of them");
 }
 
 /* initial_physical is mapped in whole granules: 3 MiB maps 4 MiB, which a
@@ -368,6 +410,31 @@ static void initial_physical_is_checked_after_rounding(void **state) {
   sa_arena *a;
   assert_int_equal(sa_arena_create(&c, &a), SA_OK);
   assert_int_equal(sa_arena_destroy(a), SA_OK);
+}
+
+/* A footprint target set in the structure, not parsed, meets the same rule
+ * at sa_config_check and sa_arena_create: a number from 1 to 8, or 0. */
+static void check_names_a_bad_footprint_target(void **state) {
+  (void)state;
+  const double bad[] = {0.5, 8.5, -1, NAN, INFINITY};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    sa_config c;
+    sa_config_init(&c);
+    c.backend = SA_BACKEND_HOST;
+    c.footprint_target = bad[i];
+    char err[256] = "";
+    assert_int_equal(sa_config_check(&c, err, sizeof err), SA_ERR_BAD_CONFIG);
+    if (strstr(err, "footprint_target=") == NULL || strstr(err, "from 1 to 8") == NULL)
+      fail_msg("%g: '%s'", bad[i], err);
+    sa_arena *a = NULL;
+    assert_int_equal(sa_arena_create(&c, &a), SA_ERR_BAD_CONFIG);
+    assert_null(a);
+  }
+  sa_config c;
+  sa_config_init(&c);
+  c.backend = SA_BACKEND_HOST;
+  c.footprint_target = SA_FOOTPRINT_FAST;
+  assert_int_equal(sa_config_check(&c, NULL, 0), SA_OK);
 }
 
 static void check_accepts_what_create_accepts(void **state) {
@@ -428,6 +495,7 @@ int main(void) {
       cmocka_unit_test(defaults_are_documented),
       cmocka_unit_test(check_names_key_value_and_rule),
       cmocka_unit_test(check_accepts_what_create_accepts),
+      cmocka_unit_test(check_names_a_bad_footprint_target),
       cmocka_unit_test(initial_physical_is_checked_after_rounding),
       cmocka_unit_test(granularity_is_public),
       cmocka_unit_test(check_names_a_bad_backend_variable),
@@ -435,6 +503,7 @@ int main(void) {
       cmocka_unit_test(every_key_sets_its_field),
       cmocka_unit_test(backend_values),
       cmocka_unit_test(peer_access_values),
+      cmocka_unit_test(footprint_target_values),
       cmocka_unit_test(flags_turn_off_again),
       cmocka_unit_test(size_suffixes),
       cmocka_unit_test(largest_sizes_fit),

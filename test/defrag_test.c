@@ -384,6 +384,9 @@ static void a_growth_is_one_chunk_unless_chunk_size_is_set(void **state) {
  * stays within the target. Nothing is mapped for a request below the peak. */
 #define GROWTHS_AHEAD 6
 #define GROWTHS_EXACT 10
+#define CLIMB_GROWTHS_TIGHT 48
+#define CLIMB_GROWTHS_BALANCED 10
+#define CLIMB_GROWTHS_FAST 5
 static void a_climb_maps_ahead_up_to_the_footprint_target(void **state) {
   (void)state;
   const char *specs[2] = {"check_stream_order=1", "exact_growth=1,check_stream_order=1"};
@@ -436,6 +439,38 @@ static void a_climb_maps_ahead_exactly_to_the_footprint_target(void **state) {
   sa_assert_ok(sa_free(p, s));
   sa_assert_ok(sa_free(big, s));
   teardown(&f);
+}
+
+/* The footprint target is the user's trade: a larger one holds more
+ * memory for fewer driver calls. A climb of 48 spans of 24 MiB + 64 KiB
+ * (a training step's first forward pass) grows fewer times at 1.5 and
+ * fewer again at 3, mapping up to the target ahead, and the footprint stays
+ * within each target (its peak times the target, plus 16 MiB). */
+static void a_larger_footprint_target_climbs_in_fewer_growths(void **state) {
+  (void)state;
+  const char *specs[3] = {"check_stream_order=1", "footprint_target=balanced,check_stream_order=1",
+                          "footprint_target=3,check_stream_order=1"};
+  const double targets[3] = {SA_FOOTPRINT_TIGHT, SA_FOOTPRINT_BALANCED, SA_FOOTPRINT_FAST};
+  const uint64_t growths[3] = {CLIMB_GROWTHS_TIGHT, CLIMB_GROWTHS_BALANCED, CLIMB_GROWTHS_FAST};
+  const size_t size = 24 * MiB + 64 * KiB;
+  enum { N = 48 };
+  for (int k = 0; k < 3; k++) {
+    sa_fixture f;
+    setup(&f, specs[k], 1, SA_HOST_AUTO);
+    sa_stream s = f.streams[0];
+    uint64_t creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
+    void *p[N];
+    for (int i = 0; i < N; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], size, s));
+    uint64_t made = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE) - creates;
+    if (made != growths[k]) fail_msg("%s: %llu growths", specs[k], (unsigned long long)made);
+    sa_stats st = stats(f.arena);
+    size_t peak = N * size, target = (size_t)((double)peak * targets[k]) + 16 * MiB;
+    if (st.reserved_bytes_peak < peak || st.reserved_bytes_peak > target)
+      fail_msg("%s: %zu bytes held for %zu live, target %zu", specs[k], st.reserved_bytes_peak,
+               peak, target);
+    for (int i = 0; i < N; i++) sa_assert_ok(sa_free(p[i], s));
+    teardown(&f);
+  }
 }
 
 /* Mapping ahead is for a climb past the highest live bytes so far, not for
@@ -1474,6 +1509,7 @@ int main(void) {
       cmocka_unit_test(a_climb_maps_ahead_up_to_the_footprint_target),
       cmocka_unit_test(a_climb_maps_ahead_exactly_to_the_footprint_target),
       cmocka_unit_test(a_return_to_the_peak_maps_nothing_ahead),
+      cmocka_unit_test(a_larger_footprint_target_climbs_in_fewer_growths),
       cmocka_unit_test(initial_physical_is_a_pool_mapped_up_front),
       cmocka_unit_test(soft_budget_gives_way_while_work_is_pending),
       cmocka_unit_test(remap_preserves_contents),

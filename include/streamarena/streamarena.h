@@ -183,6 +183,13 @@ const char *sa_backend_name(sa_backend backend);
                                            misses: nothing ahead on a climb to
                                            a new live peak (docs/DEFRAG.md) */
 
+/* sa_config.footprint_target's named points (sa_config_parse:
+ * footprint_target=tight|balanced|fast). */
+#define SA_FOOTPRINT_TIGHT 1.015625 /* 1 + 1/64: the default */
+#define SA_FOOTPRINT_BALANCED 1.5
+#define SA_FOOTPRINT_FAST 3.0
+#define SA_FOOTPRINT_MAX 8.0
+
 /* sa_config.peer_access: every device of the backend. */
 #define SA_PEER_ACCESS_ALL UINT64_MAX
 
@@ -220,6 +227,21 @@ typedef struct sa_config_s {
                                      0 = the footprint target, 1/64 above
                                      the highest live bytes so far (plus
                                      16 MiB), remapping within a ledger */
+  double footprint_target;        /* the footprint/speed trade without a
+                                     reserve_limit: the physical bytes held
+                                     stay within this many times the highest
+                                     live bytes so far (plus 16 MiB) before
+                                     the arena reshapes, and a climb to a new
+                                     live peak maps ahead in proportion, so
+                                     a larger target buys fewer growths and
+                                     remaps. From 1 to 8; SA_FOOTPRINT_TIGHT
+                                     (1 + 1/64, the default), _BALANCED (1.5,
+                                     about RMM's pool's footprint on a
+                                     training trace), _FAST (3, about
+                                     PyTorch's default caching allocator's);
+                                     0 = the default. Not with a
+                                     reserve_limit; under max_physical the
+                                     budget's rules apply (docs/DEFRAG.md) */
   size_t release_threshold_bytes; /* unmapped physical bytes sa_defragment keeps
                                      cached (sa_trim: its keep_bytes); default 0 */
   size_t large_threshold;         /* larger requests get their own span;
@@ -258,7 +280,8 @@ void sa_config_init(sa_config *config);
  * "backend=host,superblock_size=4MiB,release_threshold=1GiB".
  * Keys: device, backend (auto|cuda|host), peer_access (all|none|devices
  * joined by '+', e.g. 1+2), superblock_size, va_reserve, max_physical,
- * reserve_limit, release_threshold, large_threshold, chunk_size,
+ * reserve_limit, footprint_target (a number from 1 to 8 such as 1.5, or
+ * tight, balanced, fast), release_threshold, large_threshold, chunk_size,
  * initial_physical, check_stream_order (0|1), oom_report (0|1),
  * exact_growth (0|1), trace (a file path).
  * Sizes take an optional suffix: B, KiB, MiB, GiB, TiB (also K, M, G, T).
@@ -284,6 +307,8 @@ sa_status sa_config_parse(sa_config *config, const char *spec, char *err,
  *                     64 MiB, the largest size class;
  *   chunk_size        a multiple of the granularity, at most 2 GiB (0: the
  *                     default);
+ *   footprint_target  0 (the default) or a number from 1 to 8, and not
+ *                     with reserve_limit (a budget replaces the target);
  *   max_physical      (or the device's memory) at least superblock_size;
  *   initial_physical  in whole granules, at most max_physical and the
  *                     device's memory, and at most reserve_limit when that

@@ -270,9 +270,10 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
  * each costs a chunk whatever its size (physical.c), so memory mapped
  * ahead serves the next requests of the climb without a driver call. What
  * the last growth of a climb maps ahead may stay unused at the peak, so it
- * is at most 1/SA_AHEAD_SHARE of what is held (at least a granule) and
- * within the target, which keeps the peak where it is with none mapped
- * ahead (See Note [Mapping ahead]). Not under a budget or a reserve_limit,
+ * is at most a share of what is held (sa__physical_ahead_share: 1/512 at
+ * the default footprint target, more for a larger one; at least a
+ * granule) and within the target, which keeps the default's peak where it
+ * is with none mapped ahead (See Note [Mapping ahead]). Not under a budget or a reserve_limit,
  * which are limits the user set, not targets to fill, nor with
  * SA_FLAG_EXACT_GROWTH. */
 static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
@@ -284,7 +285,8 @@ static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
     return 0;
   size_t held = a->physical.bytes + missing, target = sa__physical_soft_limit(a);
   if (held >= target) return 0;
-  size_t most = held / SA_AHEAD_SHARE > a->gran ? held / SA_AHEAD_SHARE : a->gran;
+  size_t most = sa__physical_ahead_share(a, held);
+  if (most < a->gran) most = a->gran;
   size_t ahead = target - held < most ? target - held : most;
   return ahead & ~(a->gran - 1);
 }

@@ -82,8 +82,6 @@ typedef struct sa_run_s {
  * byte takes 1 MiB + 256 bytes, not two granules). */
 #define SA_SPAN_QUANTUM ((size_t)SA_ALIGNMENT)
 
-#define SA_AHEAD_SHARE 512 /* a climb maps ahead 1/512 of what is held */
-
 /* The arena's spans (arena lock). */
 typedef struct sa_spans_s {
   sa_run *runs;                 /* mapped runs of spans, address order */

@@ -176,7 +176,10 @@ static uint32_t slab_slots(const sa_arena *a, size_t size) {
   size_t mapped = atomic_load_explicit(&a->small.xsuperblocks_active, memory_order_relaxed) +
                   atomic_load_explicit(&a->small.xsuperblocks_empty, memory_order_relaxed);
   uint32_t k = 1;
-  while (k * 2 <= SA_SLAB_MAX && k * 2 <= mapped / SA_SLAB_SHARE &&
+  /* A larger footprint_target takes more: See Note [Footprint target]. */
+  size_t share = mapped / SA_SLAB_SHARE, ahead = sa__physical_ahead_share(a, mapped);
+  if (ahead > share) share = ahead;
+  while (k * 2 <= SA_SLAB_MAX && k * 2 <= share &&
          (size_t)k * 2 * size <= SA_CHUNK_MAX)
     k *= 2;
   return k > least ? k : least;

@@ -314,13 +314,22 @@ sa_status sa__physical_unmap(sa_arena *a, sa_desc *desc) {
   return SA_OK;
 }
 
+/* bytes times the footprint target's excess (footprint_target - 1). */
+static size_t target_excess_of(const sa_arena *a, size_t bytes) {
+  size_t x = a->physical.target_excess;
+  return bytes / SA_TARGET_UNIT * x + bytes % SA_TARGET_UNIT * x / SA_TARGET_UNIT;
+}
+
 /* The soft limit on physical bytes, past which an allocation reshapes
  * free memory before it grows: reserve_limit when the user set one, else
- * the footprint target, the highest live bytes so far times (1 +
- * 1/SA_TARGET_SLACK) plus SA_TARGET_FLOOR granules (below the peak's own rounding and
- * the threads' unpublished live bytes, the floor keeps a small arena from
- * reshaping at every growth). The arena cannot know a run's peak in
- * advance; the peak so far is what it has proved it needs. */
+ * the footprint target, the highest live bytes so far times
+ * footprint_target (by default 1 + 1/64, the peak's own rounding, a
+ * granule here and there) plus SA_TARGET_FLOOR granules (below the threads'
+ * unpublished live bytes, the floor keeps a small arena from reshaping at
+ * every growth). The arena cannot know a run's peak in advance; the peak
+ * so far is what it has proved it needs, and the user's footprint_target
+ * says how much more memory a run may hold to make fewer driver calls.
+ * See Note [Footprint target]. */
 size_t sa__physical_soft_limit(const sa_arena *a) {
   if (a->cfg.reserve_limit_bytes != 0) return a->physical.reserve_limit;
   int64_t peak = atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed);
@@ -329,8 +338,22 @@ size_t sa__physical_soft_limit(const sa_arena *a) {
    * arena neither reshapes it away nor grows past it by more than the
    * target's slack. */
   if (p < a->cfg.initial_physical_bytes) p = a->cfg.initial_physical_bytes;
-  size_t target = p + p / SA_TARGET_SLACK + SA_TARGET_FLOOR * a->gran;
+  size_t target = p + target_excess_of(a, p) + SA_TARGET_FLOOR * a->gran;
+  if (target < p) target = SIZE_MAX; /* wrapped */
   return target < a->physical.reserve_limit ? target : a->physical.reserve_limit;
+}
+
+/* Memory mapped ahead serves the next requests without a driver call, but
+ * what the last growth of a climb maps ahead may stay unused at the peak.
+ * At the default target (1/64 over the peak) the share is 1/512 of what
+ * is held, which keeps the peak where it is with none mapped ahead; the
+ * user who sets a larger footprint_target accepts memory held unused to
+ * make fewer growths, so the share grows with the square of the target's
+ * excess and from 1.125 up a growth maps up to the target (run.c caps it
+ * there): a climb then grows a few times. See Note [Footprint target]. */
+size_t sa__physical_ahead_share(const sa_arena *a, size_t n) {
+  size_t once = target_excess_of(a, n), twice = target_excess_of(a, once);
+  return twice <= SIZE_MAX / 8 ? twice * 8 : SIZE_MAX;
 }
 
 /* The remapping ledger. A reshape remaps memory to avoid a growth, and a

@@ -39,6 +39,8 @@ typedef struct sa_physical_s {
   size_t reserve_limit;         /* the user's soft budget, else cap */
   bool budgeted;                /* max_physical or reserve_limit configured:
                                    spans near whole granules take whole ones */
+  size_t target_excess;         /* the footprint target over the peak, in
+                                   1/SA_TARGET_UNIT (footprint_target - 1) */
   sa_phys *all;                 /* every chunk */
   sa_chunk *cache;              /* unmapped chunks, no pending work */
   size_t cache_bytes;
@@ -53,8 +55,8 @@ typedef struct sa_physical_s {
 #endif
 } sa_physical;
 
-#define SA_TARGET_SLACK 64 /* footprint target: the peak times (1 + 1/64) */
-#define SA_TARGET_FLOOR 8  /* ... plus 8 granules */
+#define SA_TARGET_UNIT 4096 /* footprint target: the peak times (1 + excess/4096) */
+#define SA_TARGET_FLOOR 8    /* ... plus 8 granules */
 #define SA_CHUNK_MAX ((size_t)2 << 30) /* bytes per chunk created, at most */
 #define SA_REMAP_SHARE 8   /* remap at most 1/8 of the bytes created */
 #define SA_REMAP_TRICKLE 1024 /* ... plus a granule per 1024 span allocations */
@@ -84,6 +86,11 @@ sa_status sa__physical_unmap(sa_arena *a, sa_desc *desc); /* chunks to the cache
 /* The physical bytes past which an allocation reshapes before it grows:
  * reserve_limit when the user set one, else the footprint target. */
 size_t sa__physical_soft_limit(const sa_arena *a);
+/* n times the share of what is held that a growth on a climb maps ahead
+ * (run.c), and of the superblocks mapped that a slab holds (superblock.c),
+ * for the footprint target: 8 x (footprint_target - 1)^2, which is 1/512
+ * at the default and the whole excess from 1.125 up. */
+size_t sa__physical_ahead_share(const sa_arena *a, size_t n);
 /* Release cached chunks until at most keep_bytes stay cached. */
 size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes);
 /* Destroy: forget every chunk left (the driver refused to release it). */
