@@ -58,11 +58,19 @@ for r in res:
     if r["backend"] == "test-count" and r["workload"] == "trace":
         assert r["reserved_peak"] == r["peak_live"], r
 pt = [r for r in res if r["workload"] == "trace" and r["case"] == "pt.csv.gz"]
-assert len(pt) == 4 and all(r["format"] == "pytorch" and r["ops"] == 8 for r in pt), pt
+# streamarena (default, torch, prefill, four curve points) and test-count
+assert len(pt) == 8 and all(r["format"] == "pytorch" and r["ops"] == 8 for r in pt), pt
 # streamarena-torch: the same library with the configuration TORCH.md gives PyTorch
 about = {r["backend"]: r["about"] for r in rows if r["type"] == "backend"}
 assert "large_threshold=1KiB" in about["streamarena-torch"], about
 assert any(r["backend"] == "streamarena-torch" for r in pt), pt
+# streamarena's footprint curve: each point says its footprint_target and
+# replays every trace.
+curve = ("streamarena", "streamarena-ft1.2", "streamarena-ft1.5", "streamarena-ft2",
+         "streamarena-ft3")
+for b in curve[1:]:
+    assert "footprint_target=" + b[len("streamarena-ft"):] in about[b], about[b]
+    assert len([r for r in res if r["backend"] == b and r["workload"] == "trace"]) == ntraces, b
 rnd = {(r["backend"], r["case"]): r for r in res if r["workload"] == "random"}
 for case in ("random-1MiB", "random-4GiB"):
     a, b = rnd[("streamarena", case)], rnd[("test-count", case)]
@@ -122,7 +130,9 @@ PY
 
 python3 "$plot" --no-plots --out "$out/md" "$json" > "$out/plot.log"
 for want in "ns per alloc+free pair" "trace replay" "streamarena" "test-count" "pt.csv.gz" \
-  "cold, with construction"; do
+  "cold, with construction" "streamarena's footprint curve" \
+  "| transformer.csv | streamarena-ft1.5 | 1.500 |" "| transformer.csv | streamarena | 1.016 |" \
+  "each peer against streamarena's fastest curve point" "| transformer.csv | test-count |"; do
   grep -qF -- "$want" "$out/md/RESULTS.md" || { echo "RESULTS.md lacks: $want"; exit 1; }
 done
 echo PASS

@@ -7,17 +7,40 @@ Reads every file given (bench/peers/run.sh writes one results.jsonl for all
 backends) and writes DIR/RESULTS.md (default DIR: bench/) with the machine,
 date, commit, command and a table per workload, and, with matplotlib,
 DIR/peers_pairs.png (ns per pair by size), DIR/peers_threads.png (Mpairs/s
-by threads) and DIR/peers_traces.png (trace us/op against peak reserved
-over peak live). Also prints the tables. Nothing in RESULTS.md is written
-by hand: regenerate it from the raw output.
+by threads) and DIR/peers_traces.png (per trace, us/op against peak
+reserved over peak live: each peer a point, streamarena's footprint curve,
+the default and its streamarena-ft<target> points, joined). Also prints the
+tables. Nothing in RESULTS.md is written by hand: regenerate it from the
+raw output.
 """
 import argparse
 import json
 import os
 import sys
 
-ORDER = ["streamarena", "cudaMallocAsync", "rmm-pool", "rmm-arena", "rmm-async",
+ORDER = ["streamarena", "streamarena-ft1.2", "streamarena-ft1.5", "streamarena-ft2",
+         "streamarena-ft3", "cudaMallocAsync", "rmm-pool", "rmm-arena", "rmm-async",
          "rmm-streamarena", "torch", "torch-expandable"]
+DEFAULT_TARGET = 1 + 1 / 64  # footprint_target's default (SA_FOOTPRINT_TIGHT)
+CURVE_PREFIX = "streamarena-ft"
+
+
+def curve_target(backend):
+    """The footprint_target of a point of streamarena's curve (the default
+    configuration is one), None for any other backend."""
+    if backend == "streamarena":
+        return DEFAULT_TARGET
+    if backend.startswith(CURVE_PREFIX):
+        try:
+            return float(backend[len(CURVE_PREFIX):])
+        except ValueError:
+            return None
+    return None
+
+
+def is_peer(backend):
+    """Another allocator: not streamarena in any configuration."""
+    return "streamarena" not in backend
 PAIR_CASES = ["256B", "1KiB", "4KiB", "16KiB", "64KiB", "256KiB", "1MiB", "4MiB", "16MiB",
               "mixed", "mixed-16MiB"]
 PAIR_BYTES = {c: 256 << (2 * i) for i, c in enumerate(PAIR_CASES[:9])}
@@ -185,6 +208,9 @@ def sections(rows):
                     "both; the best of a row in bold)",
                     table(["trace", "ops", "peak live GiB"] + bks, body), "peers_traces.png"))
 
+    if traces:
+        out += curve_section(res, bks, traces)
+
     fails = [r for r in rows if r.get("type") == "error"]
     skips = [r for r in rows if r.get("type") == "skip"]
     if fails or skips:
@@ -192,6 +218,53 @@ def sections(rows):
         body += [[r["backend"], r["workload"], "skipped: " + r["why"]] for r in skips]
         out.append(("failures and skips", table(["backend", "workload", "what"], body, text=True),
                     None))
+    return out
+
+
+def curve_points(res, bks, trace):
+    """streamarena's curve on one trace: (target, backend, summary), by
+    target."""
+    pts = []
+    for b in bks:
+        t, r = curve_target(b), trace_summary(res, b, trace)
+        if t is not None and r:
+            pts.append((t, b, r))
+    return sorted(pts, key=lambda p: p[0])
+
+
+def curve_section(res, bks, traces):
+    """Per trace: streamarena's curve (a row per point), then per peer the
+    fastest point at that peer's footprint or below, against the peer."""
+    body, versus = [], []
+    for t in traces:
+        pts = curve_points(res, bks, t)
+        for target, b, r in pts:
+            body.append([t, b, f"{target:.3f}", f"{r['us']:.2f}", f"{r['ratio']:.3f}",
+                         r["ooms"]])
+        for p in (b for b in bks if is_peer(b)):
+            pr = trace_summary(res, p, t)
+            if not pr or not pts:
+                continue
+            fit = [x for x in pts if x[2]["ratio"] <= pr["ratio"]]
+            if not fit:
+                versus.append([t, p, f"{pr['us']:.2f} / {pr['ratio']:.3f}", "none", "–"])
+                continue
+            target, b, r = min(fit, key=lambda x: x[2]["us"])
+            verdict = "faster" if r["us"] < pr["us"] else "level" if r["us"] == pr["us"] \
+                else f"slower ({r['us'] / pr['us']:.2f}x)"
+            versus.append([t, p, f"{pr['us']:.2f} / {pr['ratio']:.3f}",
+                           f"{b}: {r['us']:.2f} / {r['ratio']:.3f}", verdict])
+    out = []
+    if body:
+        out.append(("streamarena's footprint curve (footprint_target; the default is "
+                    f"{DEFAULT_TARGET:.3f}): median us per op / peak reserved over peak live",
+                    table(["trace", "curve point", "footprint_target", "us/op",
+                           "peak reserved / peak live", "OOM"], body), None))
+    if versus:
+        out.append(("each peer against streamarena's fastest curve point at the peer's footprint "
+                    "or below (us per op / peak reserved over peak live)",
+                    table(["trace", "peer", "peer", "streamarena at that footprint or below",
+                           "streamarena is"], versus, text=True), None))
     return out
 
 
@@ -277,28 +350,47 @@ def plots(rows, out_dir):
 
     tr = [r for r in res if r["workload"] == "trace"]
     if tr:
+        # One panel per trace: each peer a point, streamarena's curve points
+        # (the default and streamarena-ft<target>) joined by a line.
         traces = list(dict.fromkeys(r["case"] for r in tr))
-        markers = "osD^v<>ph*"
-        fig, ax = plt.subplots(figsize=(7.5, 5))
-        colors = {b: f"C{i}" for i, b in enumerate(bks)}
-        for b in bks:
-            for t in traces:
+        cols = min(3, len(traces))
+        rows_n = (len(traces) + cols - 1) // cols
+        fig, axes = plt.subplots(rows_n, cols, figsize=(5.5 * cols, 4.2 * rows_n),
+                                 squeeze=False)
+        others = [b for b in bks if curve_target(b) is None]
+        colors = {b: f"C{(i + 1) % 10}" for i, b in enumerate(others)}
+        markers = "osD^v<>ph*X"
+        for ax, t in zip(axes.flat, traces):
+            pts = curve_points(res, bks, t)
+            if pts:
+                ax.plot([p[2]["ratio"] for p in pts], [p[2]["us"] for p in pts], color="C0",
+                        marker="o", lw=2, label="streamarena (footprint_target curve)")
+                for target, _, r in pts:
+                    label = "default" if target == DEFAULT_TARGET else f"{target:g}"
+                    ax.annotate(label, (r["ratio"], r["us"]), fontsize=7,
+                                textcoords="offset points", xytext=(4, 4), color="C0")
+            for i, b in enumerate(others):
                 r = trace_summary(res, b, t)
                 if r:
-                    ax.scatter(r["ratio"], r["us"], color=colors[b],
-                               marker=markers[traces.index(t) % len(markers)], s=40)
-        for b in bks:
-            ax.scatter([], [], color=colors[b], marker="s", label=b)
-        for i, t in enumerate(traces):
-            ax.scatter([], [], color="gray", marker=markers[i % len(markers)], label=t)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("peak reserved / peak live (footprint)")
-        ax.set_ylabel("us per operation")
-        ax.set_title("trace replay: time against footprint (lower left is better)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
-        fig.tight_layout()
+                    ax.scatter(r["ratio"], r["us"], color=colors[b], s=45,
+                               marker=markers[i % len(markers)], label=b)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("peak reserved / peak live (footprint)")
+            ax.set_ylabel("us per operation")
+            ax.set_title(t, fontsize=10)
+            ax.grid(True, which="both", alpha=0.3)
+        for ax in list(axes.flat)[len(traces):]:
+            ax.axis("off")
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        seen = dict(zip(labels, handles))
+        for ax in axes.flat:
+            for h, l in zip(*ax.get_legend_handles_labels()):
+                seen.setdefault(l, h)
+        fig.legend(list(seen.values()), list(seen.keys()), fontsize=7, loc="lower center",
+                   ncol=min(4, len(seen)))
+        fig.suptitle("trace replay: time against footprint (lower left is better)")
+        fig.tight_layout(rect=(0, 0.08, 1, 0.96))
         fig.savefig(os.path.join(out_dir, "peers_traces.png"), dpi=120)
         made.append("peers_traces.png")
         plt.close(fig)

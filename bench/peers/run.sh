@@ -3,18 +3,23 @@
 # g++; no Bazel), from what bench/peers/build.sh staged. Staged as
 # .gpu/peers/run.sh; run from anywhere:
 #
-#   bash .gpu/peers/run.sh [--quick] [--backends=a,b] [--no-record] [--steps=N]
-#                          [--per-backend-s=S] [--trace-rounds=R] [--deadline-s=S]
-#                          [TRACE...]
+#   bash .gpu/peers/run.sh [--quick] [--backends=a,b] [--only=traces] [--no-record]
+#                          [--steps=N] [--per-backend-s=S] [--trace-rounds=R]
+#                          [--deadline-s=S] [TRACE...]
 #   --quick          small counts (a smoke run, not figures to report)
 #   --backends       default: streamarena,streamarena-torch,
-#                    streamarena-prefill,cudaMallocAsync,rmm-pool,rmm-arena,
-#                    rmm-async,rmm-streamarena,torch,torch-expandable
+#                    streamarena-prefill,streamarena-ft1.2,streamarena-ft1.5,
+#                    streamarena-ft2,streamarena-ft3,cudaMallocAsync,rmm-pool,
+#                    rmm-arena,rmm-async,rmm-streamarena,torch,torch-expandable
 #                    (rmm-streamarena: streamarena through RMM's resource
-#                    interface; streamarena-torch: the
-#                    trace replays only; streamarena-prefill: the random
+#                    interface; streamarena-torch and the points of
+#                    streamarena's footprint curve, streamarena-ft<target>:
+#                    the trace replays only; streamarena-prefill: the random
 #                    allocations, with half the free device memory mapped up
 #                    front, the size RMM's arena takes)
+#   --only=traces    the trace replays only (no pairs, threads, random or
+#                    prodcons): the curve beside each peer's point, e.g.
+#                      run.sh --only=traces --no-record --trace-rounds=2
 #   --no-record      do not record a PyTorch trace (it is replayed with the
 #                    shipped traces and any TRACE given)
 #   --steps          training steps of the recorded trace (default 30; 8 quick)
@@ -39,13 +44,15 @@ mkdir -p "$FINAL"
 OUT=$(mktemp -d /tmp/peers-run.XXXXXX) # the work folder; bundled at the end
 
 start=$(date +%s)
-quick=0 record=1 steps="" per_s="" deadline="" trace_rounds="" backends="streamarena,streamarena-torch,streamarena-prefill,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,rmm-streamarena,torch,torch-expandable"
+quick=0 record=1 only="" steps="" per_s="" deadline="" trace_rounds="" backends="streamarena,streamarena-torch,streamarena-prefill,streamarena-ft1.2,streamarena-ft1.5,streamarena-ft2,streamarena-ft3,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,rmm-streamarena,torch,torch-expandable"
 extra=()
 for a in "$@"; do
   case "$a" in
     --quick) quick=1 ;;
     --no-record) record=0 ;;
     --backends=*) backends=${a#*=} ;;
+    --only=traces) only=traces ;;
+    --only=*) echo "run.sh: --only takes traces" >&2; exit 2 ;;
     --steps=*) steps=${a#*=} ;;
     --per-backend-s=*) per_s=${a#*=} ;;
     --deadline-s=*) deadline=${a#*=} ;;
@@ -184,8 +191,9 @@ run_backend() { # backend, workloads (peer_bench --workloads), round (0: not the
   [ $r -eq 0 ] || tail -n 15 "$OUT/peer_bench-$b.log"
 }
 for b in "${list[@]}"; do
+  [ "$only" = traces ] && break
   case "$b" in
-    streamarena-torch) ;;                      # the traces only
+    streamarena-torch|streamarena-ft*) ;;      # the traces only
     streamarena-prefill) run_backend "$b" random 0 ;; # the random allocations only
     *) run_backend "$b" pairs,threads,random,prodcons 0 ;;
   esac

@@ -1,10 +1,13 @@
 // streamarena as a peer backend (builtin.h): sa_alloc/sa_free on an arena of
 // its own per instance; sa_stream_release before the program destroys a
-// stream, as a user of the library does. Three entries: the default
+// stream, as a user of the library does. The entries: the default
 // configuration; the one docs/TORCH.md gives PyTorch (examples/torch), as
-// torch-expandable is PyTorch's allocator with its VMM setting; and a pool
+// torch-expandable is PyTorch's allocator with its VMM setting; a pool
 // mapped up front (initial_physical, which run.sh sets with --sa-conf to
-// half the free device memory, the size RMM's arena takes).
+// half the free device memory, the size RMM's arena takes); and the points
+// of the footprint/speed curve, streamarena-ft<target> (footprint_target),
+// which plot.py joins with the default's into a curve beside each peer's
+// point.
 #include <cstdio>
 #include <initializer_list>
 
@@ -108,6 +111,12 @@ int sa_create_torch(const peer_env *env, void **self, char *err, size_t err_size
   return create_with(TORCH_CONF, env, self, err, err_size);
 }
 
+// A curve point's create: the default configuration with conf.
+template <const char *conf>
+int sa_create_point(const peer_env *env, void **self, char *err, size_t err_size) {
+  return create_with(conf, env, self, err, err_size);
+}
+
 // The entries differ in name, text and configuration only.
 constexpr peer_backend entry(const char *name, const char *about,
                              int (*create)(const peer_env *, void **, char *, size_t)) {
@@ -136,7 +145,25 @@ const peer_backend torch_backend =
           "gives PyTorch (large_threshold=1KiB: PyTorch's small requests get spans too)",
           sa_create_torch);
 
+// The curve: footprint targets from the default's 1 + 1/64 up to about
+// PyTorch's default allocator's footprint on a training trace (3).
+constexpr char FT_1_2[] = "footprint_target=1.2", FT_1_5[] = "footprint_target=1.5",
+               FT_2[] = "footprint_target=2", FT_3[] = "footprint_target=3";
+#define SA_POINT_ABOUT(conf) \
+  "streamarena " SA_VERSION_TEXT ": as streamarena, with " conf " (a point of its curve)"
+const peer_backend curve_backends[] = {
+    entry("streamarena-ft1.2", SA_POINT_ABOUT("footprint_target=1.2"), sa_create_point<FT_1_2>),
+    entry("streamarena-ft1.5", SA_POINT_ABOUT("footprint_target=1.5"), sa_create_point<FT_1_5>),
+    entry("streamarena-ft2", SA_POINT_ABOUT("footprint_target=2"), sa_create_point<FT_2>),
+    entry("streamarena-ft3", SA_POINT_ABOUT("footprint_target=3"), sa_create_point<FT_3>),
+};
+#undef SA_POINT_ABOUT
+
 }  // namespace
+
+const peer_backend *streamarena_curve_backend(size_t i) {
+  return i < sizeof curve_backends / sizeof curve_backends[0] ? &curve_backends[i] : nullptr;
+}
 
 const peer_backend *streamarena_backend() { return &backend; }
 
