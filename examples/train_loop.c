@@ -127,6 +127,8 @@ static void help(void) {
          "  max_physical=SIZE        physical memory cap (the whole device)\n"
          "  reserve_limit=SIZE       soft budget: remap free memory before growing past it\n"
          "                           (the footprint target, 1/64 above the live peak)\n"
+         "  footprint_target=F       the footprint target: F x the live peak, 1 to 8,\n"
+         "                           or tight|balanced|fast (tight: 1 + 1/64)\n"
          "  release_threshold=SIZE   physical bytes sa_defragment keeps cached (0)\n"
          "  large_threshold=SIZE     larger requests get their own span (superblock/2,\n"
          "                           at most 64 MiB)\n"

@@ -41,8 +41,9 @@
  *   fence       one event recorded on a stream, inside a call that names it,
  *               for everything there that waits for one (unfenced: waiting).
  *   footprint   physical bytes held.
- *   footprint target  a little above the peak, past which the arena
- *               reshapes before it grows (physical.c's soft limit).
+ *   footprint target  footprint_target times the peak (by default 1/64
+ *               above it), past which the arena reshapes before it grows
+ *               (physical.c's soft limit).
  *   gone        a stream arena whose stream was released or found destroyed:
  *               never looked up or driven again, freed once unreferenced.
  *   granule     the driver's allocation granularity (2 MiB on an H200).
