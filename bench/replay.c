@@ -63,6 +63,7 @@
 #include <streamarena/host.h>
 #include <streamarena/streamarena.h>
 
+#include "driver_model.h"
 #include "first_fit.h"
 #include "trace_read.h"
 #include "user_path.h"
@@ -192,14 +193,7 @@ static sa_status run_streamarena(const trace *t, size_t capacity, const options 
   }
   r->seconds = now_s() - t0;
   sa_host_get_totals(&w1);
-  for (int f = 0; f < SA_HOST_FN_COUNT; f++) r->work.calls[f] = w1.calls[f] - w0.calls[f];
-  r->work.bytes_created = w1.bytes_created - w0.bytes_created;
-  r->work.bytes_released = w1.bytes_released - w0.bytes_released;
-  r->work.bytes_mapped = w1.bytes_mapped - w0.bytes_mapped;
-  r->work.bytes_unmapped = w1.bytes_unmapped - w0.bytes_unmapped;
-  r->work.bytes_access = w1.bytes_access - w0.bytes_access;
-  r->work.chunks_unmapped = w1.chunks_unmapped - w0.chunks_unmapped;
-  r->work.chunks_access = w1.chunks_access - w0.chunks_access;
+  driver_work_between(&w0, &w1, &r->work);
 
   sa_stats stats;
   sa_status s = report("sa_get_stats", sa_get_stats(a, &stats));
@@ -251,49 +245,18 @@ static sa_status run_first_fit(const trace *t, size_t capacity, result *r) {
 }
 
 /* Driver calls of r per 1000 operations: virtual-memory ones, or all. */
-static uint64_t vmm_calls(const result *r) {
-  const uint64_t *c = r->work.calls;
-  return c[SA_HOST_FN_VA_RESERVE] + c[SA_HOST_FN_VA_RELEASE] + c[SA_HOST_FN_CHUNK_CREATE] +
-         c[SA_HOST_FN_CHUNK_RELEASE] + c[SA_HOST_FN_MAP] + c[SA_HOST_FN_UNMAP] +
-         c[SA_HOST_FN_SET_ACCESS];
-}
+static uint64_t vmm_calls(const result *r) { return driver_vmm_calls(&r->work); }
 
-/* The driver's time on an H200 (driver 580), modelled from what the
- * simulator counted, with the costs bench/driver_costs measured there
- * (docs/DEFRAG.md): creating a chunk costs about the same at 2 MiB as at
- * 256 MiB, setting access and unmapping cost per chunk in the range; only
- * releasing memory costs mostly per byte, the rest a little above 256 MiB. A model to compare policies by,
- * not a measurement. */
+/* The driver's time on an H200 per operation (driver_model.h). */
 static double h200_us_per_op(const result *r) {
-  static const double per_call[SA_HOST_FN_COUNT] = {
-      [SA_HOST_FN_VA_RESERVE] = 21,  [SA_HOST_FN_CHUNK_CREATE] = 12, [SA_HOST_FN_CHUNK_RELEASE] = 13,
-      [SA_HOST_FN_MAP] = 1,          [SA_HOST_FN_SET_ACCESS] = 20,
-      [SA_HOST_FN_EVENT_CREATE] = 0.45, [SA_HOST_FN_EVENT_RECORD] = 0.18,
-      [SA_HOST_FN_EVENT_QUERY] = 0.18,  [SA_HOST_FN_STREAM_WAIT_EVENT] = 0.13,
-  };
-  const double per_chunk_access = 30, per_chunk_unmap = 25;
-  const double per_mib_created = 0.075, per_mib_released = 0.5;
-  const double per_mib_access = 0.04, per_mib_unmapped = 0.01; /* large chunks */
-  double total = 0;
-  for (int f = 0; f < SA_HOST_FN_COUNT; f++) total += per_call[f] * (double)r->work.calls[f];
-  total += per_chunk_access * (double)r->work.chunks_access +
-           per_chunk_unmap * (double)r->work.chunks_unmapped +
-           per_mib_created * (double)r->work.bytes_created / MiB +
-           per_mib_access * (double)r->work.bytes_access / MiB +
-           per_mib_unmapped * (double)r->work.bytes_unmapped / MiB +
-           per_mib_released * (double)r->work.bytes_released / MiB;
-  return total / (double)(r->t->nops ? r->t->nops : 1);
+  return driver_model_us(&r->work) / (double)(r->t->nops ? r->t->nops : 1);
 }
 
 static double per_kop(const result *r, uint64_t calls) {
   return (double)calls * 1000.0 / (double)(r->t->nops ? r->t->nops : 1);
 }
 
-static uint64_t all_calls(const result *r) {
-  uint64_t n = 0;
-  for (int f = 0; f < SA_HOST_FN_COUNT; f++) n += r->work.calls[f];
-  return n;
-}
+static uint64_t all_calls(const result *r) { return driver_all_calls(&r->work); }
 
 static double remapped_mib(const result *r) {
   uint64_t mapped = r->work.bytes_mapped, created = r->work.bytes_created;
