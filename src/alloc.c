@@ -89,6 +89,18 @@ static void give_back_cached(sa_arena *a, sa_tentry *e, sa_stream s) {
   sa__tentry_flush_own(a, e->sarena, capturing(a, s) ? SA_FLUSH_BUT_NAMED : SA_FLUSH_ALL);
 }
 
+/* Are the empty superblocks worth unmapping for a large request of size
+ * bytes past the footprint target? Their chunks are what its growth maps
+ * again, at most SA_STITCH_MAX of them (physical.c): so while few, or for
+ * a request a few of them cover. Many, unmapped for a request they cannot
+ * serve, would be stitched into the next growths or released, a driver
+ * call each (See Note [Stitching bound]). */
+static bool superblocks_serve(const sa_arena *a, size_t size) {
+  size_t most = sa__physical_stitch_limit(a);
+  return atomic_load_explicit(&a->small.xsuperblocks_empty, memory_order_relaxed) <= most ||
+         size / most <= a->cfg.superblock_size;
+}
+
 /* Allocate; past a limit, get memory back and try again:
  *   1. within the soft limit (sa__physical_soft_limit); a span that would grow past it
  *      first reshapes free span memory (run.c), as much as the remapping
@@ -128,7 +140,7 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
         all_reclaimed = true;
       } else if (!large && allowance >= need) {
         sa__reclaim(a, need, SA_QUERY, SA_RECLAIM_SPANS);
-      } else if (large && allowance >= a->gran) {
+      } else if (large && allowance >= a->gran && superblocks_serve(a, size)) {
         give_back_cached(a, e, s);
         sa__reclaim(a, need, SA_QUERY, SA_RECLAIM_SUPERBLOCKS);
       }

@@ -311,6 +311,9 @@ static void growth_keeps(const growth *g, uintptr_t *lo, uintptr_t *hi) {
   *lo = *hi = 0;
 }
 
+static size_t unmap_free_chunks(sa_arena *a, size_t bytes, size_t chunks, uintptr_t keep_lo,
+                                uintptr_t keep_hi, sa_wait wait);
+
 sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_stream_arena *sarena,
                        sa_span **out) {
   growth g = plan_growth(a, w, sarena);
@@ -323,7 +326,8 @@ sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_stream_arena *sa
     if (sarena != NULL) (void)sa__timeline_record_pending(a, sarena);
     uintptr_t keep_lo, keep_hi;
     growth_keeps(&g, &keep_lo, &keep_hi);
-    if (sa__run_unmap_free(a, u, keep_lo, keep_hi, SA_QUERY) < u)
+    size_t most = sa__physical_stitch_limit(a); /* See Note [Stitching bound] */
+    if (unmap_free_chunks(a, u, most, keep_lo, keep_hi, SA_QUERY) < u)
       a->spans.reshape_futile = a->spans.frees + 1; /* none again until a span is freed */
   }
   size_t ahead = w.exact ? 0 : map_ahead(a, w.need, g.size);
@@ -483,32 +487,46 @@ static bool cut(sa_arena *a, sa_run *r, sa_span *f, uintptr_t lo, uintptr_t hi) 
 }
 
 /* The chunks (each mapped whole: physical.c) wholly inside the free span
- * sp: the highest of them that hold at least bytes, or all; false if none. */
-static bool whole_chunks(const sa_span *sp, size_t bytes, uintptr_t *lo, uintptr_t *hi) {
+ * sp: the highest of them that hold at least bytes, or all, and no more
+ * than most of them; how many (0: none). */
+static size_t whole_chunks(const sa_span *sp, size_t bytes, size_t most, uintptr_t *lo,
+                           uintptr_t *hi) {
   uintptr_t end = sp->base + sp->size, at = sp->run->hdr.base;
   const sa_chunk *c = sp->run->hdr.chunks;
   for (; c != NULL && at < sp->base; c = c->next) at += c->size; /* not wholly inside */
   const sa_chunk *first = c;
+  size_t n = 0;
   *lo = at;
-  for (; c != NULL && at + c->size <= end; c = c->next) at += c->size;
+  for (; c != NULL && at + c->size <= end; c = c->next, n++) at += c->size;
   *hi = at;
-  if (*hi == *lo) return false;
-  /* From the top: drop chunks at the bottom while the rest holds bytes. */
-  for (c = first; *lo + c->size < *hi && *hi - (*lo + c->size) >= bytes; c = c->next)
+  /* From the top: drop chunks at the bottom while the rest holds bytes,
+   * and while they are more than most. */
+  for (c = first; n > 1 && (*hi - (*lo + c->size) >= bytes || n > most); c = c->next, n--)
     *lo += c->size;
-  return true;
+  return n;
+}
+
+/* sa__run_unmap_free, unmapping at most chunks chunks. */
+static size_t unmap_free_chunks(sa_arena *a, size_t bytes, size_t chunks, uintptr_t keep_lo,
+                                uintptr_t keep_hi, sa_wait wait) {
+  size_t unmapped = 0;
+  sa_span *next;
+  for (sa_span *sp = sa__fit_ceiling(a, a->gran, 0); sp != NULL && unmapped < bytes && chunks > 0;
+       sp = next) {
+    next = sa__fit_ceiling(a, sp->size, sp->base + 1); /* before sp changes */
+    if (sp->base < keep_hi && keep_lo < sp->base + sp->size) continue;
+    uintptr_t lo, hi;
+    size_t n = whole_chunks(sp, bytes - unmapped, chunks, &lo, &hi);
+    if (n == 0 || !sa__marks_reached(a, sp, wait)) continue;
+    if (cut(a, sp->run, sp, lo, hi)) {
+      unmapped += hi - lo;
+      chunks -= n;
+    }
+  }
+  return unmapped;
 }
 
 size_t sa__run_unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t keep_hi,
                           sa_wait wait) {
-  size_t unmapped = 0;
-  sa_span *next;
-  for (sa_span *sp = sa__fit_ceiling(a, a->gran, 0); sp != NULL && unmapped < bytes; sp = next) {
-    next = sa__fit_ceiling(a, sp->size, sp->base + 1); /* before sp changes */
-    if (sp->base < keep_hi && keep_lo < sp->base + sp->size) continue;
-    uintptr_t lo, hi;
-    if (!whole_chunks(sp, bytes - unmapped, &lo, &hi) || !sa__marks_reached(a, sp, wait)) continue;
-    if (cut(a, sp->run, sp, lo, hi)) unmapped += hi - lo;
-  }
-  return unmapped;
+  return unmap_free_chunks(a, bytes, SIZE_MAX, keep_lo, keep_hi, wait);
 }

@@ -74,11 +74,15 @@ static int larger_first(const void *x, const void *y) {
   return a < b ? 1 : a > b ? -1 : 0;
 }
 
-/* Release cached chunks, largest first, until at most
- * keep_bytes stay cached. A chunk the driver refuses stays (a later trim may
- * succeed); the others are still released, so that arena destroy leaks only
- * the refused ones. */
-size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
+static int smaller_first(const void *x, const void *y) { return larger_first(y, x); }
+
+typedef int (*chunk_order)(const void *, const void *);
+
+/* Release cached chunks in the given order until at most keep_bytes stay
+ * cached. A chunk the driver refuses stays (a later trim may succeed); the
+ * others are still released, so that arena destroy leaks only the refused
+ * ones. */
+static size_t release_cached_in(sa_arena *a, size_t keep_bytes, chunk_order order_by) {
   if (a->physical.cache_bytes <= keep_bytes) return 0;
   size_t n = 0, released = 0;
   for (sa_phys *ph = a->physical.all; ph != NULL; ph = ph->next) n += ph->cached == ph->size;
@@ -86,7 +90,7 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
   size_t k = 0;
   for (sa_phys *ph = a->physical.all; ph != NULL && order != NULL; ph = ph->next)
     if (ph->cached == ph->size) order[k++] = ph;
-  if (order != NULL) qsort(order, n, sizeof *order, larger_first);
+  if (order != NULL) qsort(order, n, sizeof *order, order_by);
   sa_phys *next = a->physical.all;
   for (size_t i = 0; a->physical.cache_bytes - released > keep_bytes; i++) {
     sa_phys *ph;
@@ -126,6 +130,11 @@ size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
   return released;
 }
 
+/* Largest first: a trim gives back the most in the fewest calls. */
+size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes) {
+  return release_cached_in(a, keep_bytes, larger_first);
+}
+
 /* The chunk-size policy: the size of the chunks new memory is created in,
  * the unit a reshape can later unmap. A chunk costs about the same to
  * create, map and give access to at any size up to hundreds of MiB, so by
@@ -163,6 +172,21 @@ static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_chunk **
   return SA_OK;
 }
 
+/* The most cached chunks a growth maps again: SA_STITCH_MAX where a growth
+ * is one chunk (the default), none fewer than it takes where the user asked
+ * for small chunks or a budget (remapping is the point there). */
+size_t sa__physical_stitch_limit(const sa_arena *a) {
+  return a->cfg.chunk_size == 0 && !a->physical.budgeted ? SA_STITCH_MAX : SIZE_MAX;
+}
+
+/* The largest cached chunk of at most hi bytes, NULL if none. */
+static sa_chunk **cached_largest_within(sa_arena *a, size_t hi) {
+  sa_chunk **best = NULL;
+  for (sa_chunk **pp = &a->physical.cache; *pp != NULL; pp = &(*pp)->next)
+    if ((*pp)->size <= hi && (best == NULL || (*pp)->size > (*best)->size)) best = pp;
+  return best;
+}
+
 /* The smallest cached chunk of lo to hi bytes, NULL if none. */
 static sa_chunk **cached_between(sa_arena *a, size_t lo, size_t hi) {
   sa_chunk **best = NULL;
@@ -184,30 +208,42 @@ static size_t take_cached(sa_arena *a, sa_chunk **pp, sa_chunk ***tail) {
 sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t most, size_t limit,
                               sa_chunk **out, size_t *got) {
   sa_chunk *head = NULL, **tail = &head;
-  size_t have = 0;
+  size_t have = 0, stitch = sa__physical_stitch_limit(a);
   /* Memory held already is mapped again rather than new memory created
    * beside it: cached chunks that fit what is missing, then the smallest
    * that covers the rest if the place has room for it (the bytes beyond
    * the request stay free there; new memory would cost a chunk and
-   * footprint). */
-  for (sa_chunk **pp = &a->physical.cache; have < need && *pp != NULL;) {
-    if ((*pp)->size > need - have)
-      pp = &(*pp)->next;
-    else
+   * footprint). Where a growth is one chunk, at most SA_STITCH_MAX of
+   * them, largest first: each costs about what a new chunk does to map
+   * and unmap, so the rest is created as one chunk, small cached chunks
+   * giving way below (See Note [Stitching bound]). */
+  if (stitch == SIZE_MAX) {
+    for (sa_chunk **pp = &a->physical.cache; have < need && *pp != NULL;) {
+      if ((*pp)->size > need - have)
+        pp = &(*pp)->next;
+      else
+        have += take_cached(a, pp, &tail);
+    }
+  } else {
+    sa_chunk **pp;
+    for (size_t k = 0; have < need && k < stitch; k++) {
+      if ((pp = cached_largest_within(a, need - have)) == NULL) break;
       have += take_cached(a, pp, &tail);
+    }
   }
   sa_chunk **cover = have < need ? cached_between(a, need - have, most - have) : NULL;
   if (cover != NULL) have += take_cached(a, cover, &tail);
   size_t remapped = have;
   /* The rest is created, all of it within limit or none: cached chunks
-   * too large for what is missing are given back first if that makes room
-   * (they stay cached otherwise, for a later growth). The bytes ahead too
-   * where they fit under limit. */
+   * this growth does not map are given back first if that makes room, the
+   * smallest first, no more than it needs (the others stay cached, for a
+   * later growth). The bytes ahead too where they fit under limit. */
   sa_status st = SA_OK;
   size_t missing = have < need ? need - have : 0;
   if (missing > 0 && a->physical.bytes + missing > limit) {
-    if (a->physical.bytes - a->physical.cache_bytes + missing <= limit)
-      (void)sa__physical_release_cached(a, 0);
+    size_t over = a->physical.bytes + missing - limit;
+    if (over <= a->physical.cache_bytes)
+      (void)release_cached_in(a, a->physical.cache_bytes - over, smaller_first);
     if (a->physical.bytes + missing > limit) st = SA_ERR_OUT_OF_MEMORY;
   }
   if (st == SA_OK && missing > 0 && a->physical.bytes + missing + ahead <= limit)

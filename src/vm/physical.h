@@ -60,6 +60,7 @@ typedef struct sa_physical_s {
 #define SA_CHUNK_MAX ((size_t)2 << 30) /* bytes per chunk created, at most */
 #define SA_REMAP_SHARE 8   /* remap at most 1/8 of the bytes created */
 #define SA_REMAP_TRICKLE 1024 /* ... plus a granule per 1024 span allocations */
+#define SA_STITCH_MAX 10 /* cached chunks a growth maps again, at most (by default) */
 
 /* All with the arena lock held, but sa__physical_remap_allowance. */
 /* Chunks for need bytes (a granule multiple), *got bytes in all, at most
@@ -91,6 +92,10 @@ size_t sa__physical_soft_limit(const sa_arena *a);
  * for the footprint target: 8 x (footprint_target - 1)^2, which is 1/512
  * at the default and the whole excess from 1.125 up. */
 size_t sa__physical_ahead_share(const sa_arena *a, size_t n);
+/* The most chunks a growth maps again (cached ones, or free span memory
+ * a reshape unmaps for it): SA_STITCH_MAX where a growth is one chunk,
+ * SIZE_MAX where the user asked for small chunks or a budget. */
+size_t sa__physical_stitch_limit(const sa_arena *a);
 /* Release cached chunks until at most keep_bytes stay cached. */
 size_t sa__physical_release_cached(sa_arena *a, size_t keep_bytes);
 /* Destroy: forget every chunk left (the driver refused to release it). */
