@@ -3,6 +3,7 @@
 // own stream, all started together (4 KiB and mixed). Measured with
 // team.h's calibrated repetitions.
 #include <cstdio>
+#include <thread>
 
 #include "bench/peers/team.h"
 #include "bench/peers/workload.h"
@@ -103,6 +104,47 @@ bool one_case(Ctx &c, Instance &in, const char *workload, const Case &k, unsigne
 }
 
 }  // namespace
+
+bool pairs_and_threads_on(const Ctx &c, Instance &in, uint64_t pairs, std::string *err) {
+  for (const Case &k : pair_cases) {
+    Streams streams(c.dev, in);
+    std::vector<size_t> sizes = table_of(k);
+    bool ok = streams.create(1, err) && pair_loop(in, streams[0], sizes, 0, pairs, err);
+    std::string e;
+    if (!streams.finish(&e) && ok) {
+      ok = false;
+      *err = e;
+    }
+    if (!ok) return false;
+  }
+  for (const Case &k : thread_cases) {
+    for (unsigned t : c.opt.threads) {
+      Streams streams(c.dev, in);
+      std::vector<size_t> sizes = table_of(k);
+      bool ok = streams.create(t, err);
+      if (ok) {
+        std::vector<std::string> errs(t);
+        std::vector<char> oks(t, 1);
+        std::vector<std::thread> team;
+        for (unsigned i = 0; i < t; i++)
+          team.emplace_back([&, i] { oks[i] = pair_loop(in, streams[i], sizes, i, pairs, &errs[i]); });
+        for (std::thread &th : team) th.join();
+        for (unsigned i = 0; i < t && ok; i++)
+          if (!oks[i]) {
+            ok = false;
+            *err = errs[i];
+          }
+      } // the threads end here, before their streams
+      std::string e;
+      if (!streams.finish(&e) && ok) {
+        ok = false;
+        *err = e;
+      }
+      if (!ok) return false;
+    }
+  }
+  return true;
+}
 
 bool run_pairs(Ctx &c) {
   Instance in(c);

@@ -16,6 +16,9 @@
 //   prodcons  allocated on one thread and stream, freed on another
 //   trace     each trace replayed on a fresh instance: us per op, peak
 //             reserved over peak live
+//   after     one instance replays the traces, runs the pairs' and threads'
+//             cases untimed, then RMM's random allocations up to 4 GiB
+//             (case random-4GiB-after): what earlier work leaves behind
 //
 // Output: a line per result as it comes, JSON lines with --json=FILE (what
 // bench/peers/plot.py reads), a table of everything last. Exit status 1 if
@@ -45,7 +48,7 @@ const char usage_text[] =
     "usage: peer_bench [options] [TRACE...]\n"
     "  --backends=a,b      backends to run (default: all; --list names them)\n"
     "  --plugin=PATH       load a plug-in's backends (repeatable)\n"
-    "  --workloads=a,b     pairs,threads,random,prodcons,trace (default: all)\n"
+    "  --workloads=a,b     pairs,threads,random,prodcons,trace,after (default: all)\n"
     "  --threads=1,4,16    thread counts of the threads workload\n"
     "  --reps=N            repetitions of a timed case (default 5)\n"
     "  --rep-ms=MS         length of a repetition (default 50)\n"
@@ -255,7 +258,8 @@ int main(int argc, char **argv) {
     if (p == 2) std::fputs(usage_text, stderr);
     return p == 1 ? 0 : 2;
   }
-  static const char *const all_workloads[] = {"pairs", "threads", "random", "prodcons", "trace"};
+  static const char *const all_workloads[] = {"pairs", "threads", "random",
+                                              "prodcons", "trace", "after"};
   for (const std::string &w : a.workloads) {
     bool known = false;
     for (const char *k : all_workloads) known = known || w == k;
@@ -298,7 +302,8 @@ int main(int argc, char **argv) {
   header(dev, a, report, argc, argv);
 
   typedef bool (*workload_fn)(Ctx &);
-  static const workload_fn fns[] = {run_pairs, run_threads, run_random, run_prodcons, run_trace};
+  static const workload_fn fns[] = {run_pairs,    run_threads, run_random,
+                                     run_prodcons, run_trace,   run_after};
   for (const Registry::Entry &e : reg.all()) {
     const peer_backend *b = e.backend;
     if (!wanted(a.backends, b->name)) continue;

@@ -45,7 +45,7 @@ for b in ("streamarena", "test-count"):
     count = lambda w: len([r for r in mine if r["workload"] == w])
     assert count("pairs") == 11, (b, count("pairs"))
     assert count("threads") == 4, (b, count("threads"))
-    assert count("random") == 2, (b, count("random"))
+    assert count("random") == 3, (b, count("random"))  # and random-4GiB-after
     assert count("prodcons") == 1, (b, count("prodcons"))
     assert count("trace") == ntraces, (b, count("trace"), ntraces)
     for r in mine:
@@ -72,6 +72,11 @@ for b in curve[1:]:
     assert "footprint_target=" + b[len("streamarena-ft"):] in about[b], about[b]
     assert len([r for r in res if r["backend"] == b and r["workload"] == "trace"]) == ntraces, b
 rnd = {(r["backend"], r["case"]): r for r in res if r["workload"] == "random"}
+# The same random case on an instance that first replayed the traces and ran
+# the pairs and threads (workload after), with the same sequence.
+for b in ("streamarena", "test-count"):
+    a, f = rnd[(b, "random-4GiB-after")], rnd[(b, "random-4GiB")]
+    assert a["allocs"] == f["allocs"] > 0 and a["failed"] == 0, (a, f)
 for case in ("random-1MiB", "random-4GiB"):
     a, b = rnd[("streamarena", case)], rnd[("test-count", case)]
     assert a["failed"] == b["failed"] == 0 and a["allocs"] == b["allocs"] > 0, (a, b)
@@ -132,7 +137,8 @@ python3 "$plot" --no-plots --out "$out/md" "$json" > "$out/plot.log"
 for want in "ns per alloc+free pair" "trace replay" "streamarena" "test-count" "pt.csv.gz" \
   "cold, with construction" "streamarena's footprint curve" \
   "| transformer.csv | streamarena-ft1.5 | 1.500 |" "| transformer.csv | streamarena | 1.016 |" \
-  "each peer against streamarena's fastest curve point" "| transformer.csv | test-count |"; do
+  "each peer against streamarena's fastest curve point" "| transformer.csv | test-count |" \
+  "| random-4GiB-after | first after other work |"; do
   grep -qF -- "$want" "$out/md/RESULTS.md" || { echo "RESULTS.md lacks: $want"; exit 1; }
 done
 echo PASS

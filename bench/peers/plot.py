@@ -153,11 +153,16 @@ def sections(rows):
                 if ok and r.get("truncated"):  # the same part of the run as the cold row
                     cell += f" (stopped after {r['allocs']} allocs)"
                 both.append(cell)
-            body.append([c, "cold" if run == 1 else f"warm ({run})"] + cells)
-            if run == 1:
+            after = c.endswith("-after")  # the instance ran other work first
+            label = ("first after other work" if after else "cold") if run == 1 else \
+                f"warm ({run})"
+            body.append([c, label] + cells)
+            if run == 1 and not after:
                 body.append([c, "cold, with construction"] + both)
         out.append(("RMM's random allocations (N=100000 up to 1 MiB, N=1000 up to 4 GiB, live "
-                    "capped at 16000 MiB): us per allocation (lower is better)",
+                    "capped at 16000 MiB; random-4GiB-after: on an instance that first replayed "
+                    "the traces and ran the pairs and threads): us per allocation (lower is "
+                    "better)",
                     table(["case", "run"] + bks, body), None))
 
     pc = [result(res, b, "prodcons", "mixed") for b in bks]

@@ -94,15 +94,53 @@ bool one_run(const Ctx &c, Instance &in, void *s, size_t n, size_t max_size, Run
   return ok;
 }
 
+constexpr size_t MAX_SIZES[2] = {MiB, 4 * GiB};
+
 }  // namespace
 
+bool random_runs(const Ctx &c, Instance &in, void *s, int k, const char *name, double create_s,
+                 std::string *err) {
+  size_t n = c.opt.random_n[k];
+  bool ok = true;
+  for (unsigned run = 1; ok && run <= c.opt.random_runs; run++) {
+    Run r;
+    ok = one_run(c, in, s, n, MAX_SIZES[k], &r, err);
+    peer_stats st;
+    if (ok) ok = in.stats(&st, err);
+    if (!ok) break;
+    double us = r.seconds * 1e6 / static_cast<double>(r.allocs ? r.allocs : 1);
+    char row[256];
+    std::snprintf(row, sizeof row, "%-20s %-13s %3u %8llu %7llu %10.2f %7.2f %s", c.b->name,
+                  name, run, static_cast<unsigned long long>(r.allocs),
+                  static_cast<unsigned long long>(r.failed), us, r.seconds,
+                  r.truncated ? "yes" : "no");
+    c.report.result("random", Json()
+                                  .str("backend", c.b->name)
+                                  .str("workload", "random")
+                                  .str("case", name)
+                                  .count("n", n)
+                                  .count("max_size", MAX_SIZES[k])
+                                  .count("live_cap", LIVE_CAP)
+                                  .count("run", run)
+                                  .count("allocs", r.allocs)
+                                  .count("frees", r.frees)
+                                  .count("failed", r.failed)
+                                  .num("seconds", r.seconds)
+                                  .num("create_seconds", create_s)
+                                  .num("us_per_alloc", us)
+                                  .flag("truncated", r.truncated)
+                                  .count("peak_live", r.peak_live)
+                                  .count("reserved_peak", st.reserved_peak),
+                    row);
+  }
+  return ok;
+}
+
 bool run_random(Ctx &c) {
-  static const size_t max_sizes[2] = {MiB, 4 * GiB};
   static const char *const names[2] = {"random-1MiB", "random-4GiB"};
   bool all_ok = true;
   for (int k = 0; k < 2; k++) {
-    size_t n = c.opt.random_n[k];
-    if (n == 0) continue;
+    if (c.opt.random_n[k] == 0) continue;
     std::string err;
     Instance in(c);
     Streams streams(c.dev, in);
@@ -110,37 +148,7 @@ bool run_random(Ctx &c) {
     bool ok = in.create(&err);
     const double create_s = static_cast<double>(now_ns() - c0) * 1e-9;
     ok = ok && streams.create(1, &err);
-    for (unsigned run = 1; ok && run <= c.opt.random_runs; run++) {
-      Run r;
-      ok = one_run(c, in, streams[0], n, max_sizes[k], &r, &err);
-      peer_stats st;
-      if (ok) ok = in.stats(&st, &err);
-      if (!ok) break;
-      double us = r.seconds * 1e6 / static_cast<double>(r.allocs ? r.allocs : 1);
-      char row[256];
-      std::snprintf(row, sizeof row, "%-20s %-13s %3u %8llu %7llu %10.2f %7.2f %s", c.b->name,
-                    names[k], run, static_cast<unsigned long long>(r.allocs),
-                    static_cast<unsigned long long>(r.failed), us, r.seconds,
-                    r.truncated ? "yes" : "no");
-      c.report.result("random", Json()
-                                    .str("backend", c.b->name)
-                                    .str("workload", "random")
-                                    .str("case", names[k])
-                                    .count("n", n)
-                                    .count("max_size", max_sizes[k])
-                                    .count("live_cap", LIVE_CAP)
-                                    .count("run", run)
-                                    .count("allocs", r.allocs)
-                                    .count("frees", r.frees)
-                                    .count("failed", r.failed)
-                                    .num("seconds", r.seconds)
-                                    .num("create_seconds", create_s)
-                                    .num("us_per_alloc", us)
-                                    .flag("truncated", r.truncated)
-                                    .count("peak_live", r.peak_live)
-                                    .count("reserved_peak", st.reserved_peak),
-                      row);
-    }
+    ok = ok && random_runs(c, in, streams[0], k, names[k], create_s, &err);
     ok = wind_up(streams, in, ok, &err);
     if (!ok) {
       c.report.error(c.b->name, "random", std::string(names[k]) + ": " + err);

@@ -3,7 +3,7 @@
 # g++; no Bazel), from what bench/peers/build.sh staged. Staged as
 # .gpu/peers/run.sh; run from anywhere:
 #
-#   bash .gpu/peers/run.sh [--quick] [--backends=a,b] [--only=traces] [--no-record]
+#   bash .gpu/peers/run.sh [--quick] [--backends=a,b] [--only=traces|after] [--no-record]
 #                          [--steps=N] [--per-backend-s=S] [--trace-rounds=R]
 #                          [--deadline-s=S] [TRACE...]
 #   --quick          small counts (a smoke run, not figures to report)
@@ -20,6 +20,11 @@
 #   --only=traces    the trace replays only (no pairs, threads, random or
 #                    prodcons): the curve beside each peer's point, e.g.
 #                      run.sh --only=traces --no-record --trace-rounds=2
+#   --only=after     RMM's random allocations up to 4 GiB on a fresh
+#                    instance and on one that first replayed the traces and
+#                    ran the pairs and threads (peer_bench --workloads=after),
+#                    each backend but the curve's points, streamarena-torch
+#                    and streamarena-prefill
 #   --no-record      do not record a PyTorch trace (it is replayed with the
 #                    shipped traces and any TRACE given)
 #   --steps          training steps of the recorded trace (default 30; 8 quick)
@@ -51,8 +56,8 @@ for a in "$@"; do
     --quick) quick=1 ;;
     --no-record) record=0 ;;
     --backends=*) backends=${a#*=} ;;
-    --only=traces) only=traces ;;
-    --only=*) echo "run.sh: --only takes traces" >&2; exit 2 ;;
+    --only=traces|--only=after) only=${a#*=} ;;
+    --only=*) echo "run.sh: --only takes traces or after" >&2; exit 2 ;;
     --steps=*) steps=${a#*=} ;;
     --per-backend-s=*) per_s=${a#*=} ;;
     --deadline-s=*) deadline=${a#*=} ;;
@@ -69,6 +74,7 @@ done
 case "$trace_rounds" in ''|*[!0-9]*) echo "run.sh: --trace-rounds needs a number" >&2; exit 2 ;; esac
 bench_args=(--require-gpu)
 [ $quick -eq 1 ] && bench_args+=(--quick) || bench_args+=(--random-max-s=15)
+[ "$only" = after ] && bench_args+=(--random-n=0,1000) # the case up to 4 GiB alone
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 results=$FINAL/results.jsonl # written as results come: a run cut short keeps them
 rm -f "$results" "$FINAL/RESULTS.md" "$FINAL/peers.tar.gz"
@@ -192,6 +198,13 @@ run_backend() { # backend, workloads (peer_bench --workloads), round (0: not the
 }
 for b in "${list[@]}"; do
   [ "$only" = traces ] && break
+  if [ "$only" = after ]; then
+    case "$b" in
+      streamarena-torch|streamarena-ft*|streamarena-prefill) ;;
+      *) run_backend "$b" random,after 0 ;;
+    esac
+    continue
+  fi
   case "$b" in
     streamarena-torch|streamarena-ft*) ;;      # the traces only
     streamarena-prefill) run_backend "$b" random 0 ;; # the random allocations only
@@ -199,6 +212,7 @@ for b in "${list[@]}"; do
   esac
 done
 replayers=()
+[ "$only" = after ] && list=() # no trace rounds
 for b in "${list[@]}"; do [ "$b" = streamarena-prefill ] || replayers+=("$b"); done
 n=${#replayers[@]}
 for ((round = 1; round <= trace_rounds && n > 0; round++)); do

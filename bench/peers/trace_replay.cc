@@ -35,12 +35,9 @@ struct Replay {
   peer_stats stats{};
 };
 
-bool replay(const Ctx &c, const trace &t, Replay *r, std::string *err) {
-  Instance in(c);
+// t on in, on streams of its own, ended after.
+bool replay_on(const Ctx &c, Instance &in, const trace &t, Replay *r, std::string *err) {
   Streams streams(c.dev, in);
-  const uint64_t c0 = now_ns();
-  if (!in.create(err)) return false;
-  r->create_seconds = static_cast<double>(now_ns() - c0) * 1e-9;
   if (!streams.create(static_cast<unsigned>(t.nstreams), err)) return false;
   std::vector<void *> ptrs(t.nslots, nullptr);
   std::vector<uint16_t> alloc_stream(t.nslots, 0);
@@ -85,10 +82,46 @@ bool replay(const Ctx &c, const trace &t, Replay *r, std::string *err) {
   }
   // The figures before the streams end: a user's program ends them last.
   if (ok) ok = in.stats(&r->stats, err);
-  return wind_up(streams, in, ok, err);
+  std::string e;
+  if (!streams.finish(&e) && ok) {
+    ok = false;
+    *err = e;
+  }
+  return ok;
+}
+
+// t on a fresh instance, destroyed after.
+bool replay(const Ctx &c, const trace &t, Replay *r, std::string *err) {
+  Instance in(c);
+  const uint64_t c0 = now_ns();
+  if (!in.create(err)) return false;
+  r->create_seconds = static_cast<double>(now_ns() - c0) * 1e-9;
+  bool ok = replay_on(c, in, t, r, err);
+  std::string e;
+  if (!in.destroy(&e) && ok) {
+    ok = false;
+    *err = e;
+  }
+  return ok;
 }
 
 }  // namespace
+
+bool replay_traces_on(const Ctx &c, Instance &in, std::string *err) {
+  for (const std::string &path : c.opt.traces) {
+    trace t;
+    char why[1024];
+    if (trace_load(path.c_str(), &t, why, sizeof why) != SA_OK) {
+      *err = why;
+      return false;
+    }
+    Replay r;
+    bool ok = replay_on(c, in, t, &r, err);
+    trace_free(&t);
+    if (!ok) return false;
+  }
+  return true;
+}
 
 bool run_trace(Ctx &c) {
   bool all_ok = true;

@@ -103,6 +103,19 @@ bool run_threads(Ctx &c);  // pairs.cc
 bool run_random(Ctx &c);   // random.cc
 bool run_prodcons(Ctx &c); // prodcons.cc
 bool run_trace(Ctx &c);    // trace_replay.cc
+bool run_after(Ctx &c);    // after.cc
+
+// The pieces run_after puts together on one instance, false with a message
+// in err on a failure:
+// every trace of c.opt.traces replayed on in, untimed (trace_replay.cc);
+bool replay_traces_on(const Ctx &c, Instance &in, std::string *err);
+// the pairs' cases on one thread and the threads' cases on each count of
+// c.opt.threads, pairs pairs each, untimed (pairs.cc);
+bool pairs_and_threads_on(const Ctx &c, Instance &in, uint64_t pairs, std::string *err);
+// the random case k (0: up to 1 MiB, 1: up to 4 GiB) run c.opt.random_runs
+// times on in and stream s, each run reported as case name (random.cc).
+bool random_runs(const Ctx &c, Instance &in, void *s, int k, const char *name, double create_s,
+                 std::string *err);
 
 }  // namespace peers
 
