@@ -16,7 +16,8 @@
  * Extended operations (an op byte with the top bit set) and configurations
  * (a configuration byte with the top bit set, then two more bytes):
  *   - configurations: reserve_limit, chunk_size, initial_physical,
- *     release_threshold, exact_growth, more large thresholds;
+ *     release_threshold, exact_growth, footprint_target, more large
+ *     thresholds;
  *   - two SA_HOST_AUTO streams beside the three hand-stepped ones;
  *   - streams synchronized and destroyed without sa_stream_release (not
  *     while a live block is recorded on them: the contract's rules), and
@@ -1212,6 +1213,11 @@ static void setup(input *in) {
                   (e1 >> 7) ? 4 * MiB : 0, va[(e2 >> 3) & 3]);
   }
   if (extended && (e2 & 0x20)) n += snprintf(spec + n, sizeof spec - (size_t)n, ",trace=/dev/null");
+  /* A larger footprint target: more mapped ahead, larger slabs (refused
+   * beside a reserve_limit: then the base spec, as for any refused one). */
+  static const char *const targets[] = {"", ",footprint_target=1.5", ",footprint_target=fast",
+                                        ",footprint_target=8"};
+  if (extended) n += snprintf(spec + n, sizeof spec - (size_t)n, "%s", targets[e2 >> 6]);
   sa_config cfg;
   sa_config_init(&cfg);
   char err[256];

@@ -172,9 +172,9 @@ static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_chunk **
   return SA_OK;
 }
 
-/* The most cached chunks a growth maps again: SA_STITCH_MAX where a growth
- * is one chunk (the default), none fewer than it takes where the user asked
- * for small chunks or a budget (remapping is the point there). */
+/* The most chunks a growth maps again: SA_STITCH_MAX where a growth is one
+ * chunk (the default); no bound where the user asked for small chunks or a
+ * budget, where remapping them is the point. */
 size_t sa__physical_stitch_limit(const sa_arena *a) {
   return a->cfg.chunk_size == 0 && !a->physical.budgeted ? SA_STITCH_MAX : SIZE_MAX;
 }
