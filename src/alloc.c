@@ -102,7 +102,9 @@ static bool superblocks_serve(const sa_arena *a, size_t size) {
 }
 
 /* Allocate; past a limit, get memory back and try again:
- *   1. within the soft limit (sa__physical_soft_limit); a span that would grow past it
+ *   1. within the soft limit (sa__physical_soft_limit_with: a request that
+ *      takes live bytes past their highest so far counts in the peak, as
+ *      the target rises with a climb); a span that would grow past it
  *      first reshapes free span memory (run.c), as much as the remapping
  *      ledger allows under the footprint target (physical.c);
  *   2. after unmapping free memory whose work completed, still within it;
@@ -123,7 +125,7 @@ static bool superblocks_serve(const sa_arena *a, size_t size) {
 static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_stream s,
                                   sa_device_sync sync, void **out) {
   bool large = size > sa__large_threshold(a);
-  size_t soft = sa__physical_soft_limit(a), hard = a->physical.cap;
+  size_t soft = sa__physical_soft_limit_with(a, size), hard = a->physical.cap;
   sa_status st = try_alloc(a, e, size, soft, out);
   bool all_reclaimed = false; /* step 2 took everything free already */
   for (int step = 2, callbacks = 0; st == SA_ERR_OUT_OF_MEMORY; step++) {

@@ -366,10 +366,14 @@ static size_t target_excess_of(const sa_arena *a, size_t bytes) {
  * so far is what it has proved it needs, and the user's footprint_target
  * says how much more memory a run may hold to make fewer driver calls.
  * See Note [Footprint target]. */
-size_t sa__physical_soft_limit(const sa_arena *a) {
+size_t sa__physical_soft_limit(const sa_arena *a) { return sa__physical_soft_limit_with(a, 0); }
+
+size_t sa__physical_soft_limit_with(const sa_arena *a, size_t request) {
   if (a->cfg.reserve_limit_bytes != 0) return a->physical.reserve_limit;
   int64_t peak = atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed);
-  size_t p = peak > 0 ? (size_t)peak : 0;
+  int64_t live = atomic_load_explicit(&a->stats.xlive_bytes, memory_order_relaxed);
+  size_t p = peak > 0 ? (size_t)peak : 0, after = live > 0 ? (size_t)live + request : request;
+  if (after > p) p = after; /* a climb: the target rises with it */
   /* What the user mapped up front (initial_physical) counts as live: the
    * arena neither reshapes it away nor grows past it by more than the
    * target's slack. */

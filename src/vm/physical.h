@@ -87,6 +87,9 @@ sa_status sa__physical_unmap(sa_arena *a, sa_desc *desc); /* chunks to the cache
 /* The physical bytes past which an allocation reshapes before it grows:
  * reserve_limit when the user set one, else the footprint target. */
 size_t sa__physical_soft_limit(const sa_arena *a);
+/* The same once request bytes more are live: a climb past the highest
+ * live bytes so far raises the target with it. */
+size_t sa__physical_soft_limit_with(const sa_arena *a, size_t request);
 /* n times the share of what is held that a growth on a climb maps ahead
  * (run.c), and of the superblocks mapped that a slab holds (superblock.c),
  * for the footprint target: 8 x (footprint_target - 1)^2, which is 1/512
