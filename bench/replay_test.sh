@@ -19,13 +19,13 @@ shift 2
 # highest live bytes so far), which reshapes free memory before it grows,
 # within the remapping ledger. Peak reserved / peak live within 1.02 on the
 # transformer traces (1.010, and 1.016 on PyTorch's own), 1.25 on dataframe
-# (1.246: superblocks past the target carved in free spans cost no driver
+# (1.249: superblocks past the target carved in free spans cost no driver
 # call, where remapping them held 1.155 at 3 x the driver time) and 1.57 on
 # fragmentation (1.553; 1.02 takes 13 x its peak live remapped,
 # docs/DEFRAG.md). Driver time at the H200's measured costs (a model,
-# bench/driver_costs): at most 2.5 us per operation (0.14-1.82; with
+# bench/driver_costs): at most 2.5 us per operation (0.12-1.70; with
 # chunk_size=2MiB 1.73-11.8), and at most 100 virtual-memory calls per 1000
-# operations (3-80).
+# operations (2-75).
 for trace in "$@"; do
   case "$(basename "$trace")" in
     dataframe.csv) ratio=1.25 ;;
@@ -35,7 +35,7 @@ for trace in "$@"; do
   "$replay" --no-budget --headroom=4 --check-ratio="$ratio" --check-vmm-calls=100 \
     --check-driver-us=2.5 "$trace"
   # Smaller chunks trade driver time for footprint where shapes vary:
-  # chunk_size=8MiB keeps dataframe within 1.07 (1.060, at 4.5 us/op).
+  # chunk_size=8MiB keeps dataframe within 1.07 (1.063, at 4.4 us/op).
   if [ "$(basename "$trace")" = dataframe.csv ]; then
     "$replay" --no-budget --headroom=4 --conf=chunk_size=8MiB --check-ratio=1.07 "$trace"
   fi
