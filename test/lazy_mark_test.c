@@ -277,10 +277,11 @@ static void a_thread_exits_after_an_unrecorded_free(void **state) {
   taken_after_a_call_on_its_stream(f, w.p, A, B, 0xB8B8B8B8u);
 }
 
-/* A span recorded on K and freed on A, unrecorded there: B's reuse waits
- * for A's event (recorded at A's next call) and K's (recorded at the
- * free), both streams' fills queued and run after B's. */
-static void a_recorded_span_freed_unrecorded_waits_for_both(void **state) {
+/* A span recorded on K and freed on A records A's event at once, beside
+ * K's: a span with another stream's mark is never left pending (it could
+ * not merge with a pending neighbour). B's reuse waits for both streams'
+ * fills, queued and run after B's. */
+static void a_recorded_span_is_freed_with_both_events(void **state) {
   sa_fixture *f = *state;
   sa_stream A = f->streams[0], B = f->streams[1], K = f->streams[2];
   void *p = retaken(f->arena, SPAN, A);
@@ -289,13 +290,10 @@ static void a_recorded_span_freed_unrecorded_waits_for_both(void **state) {
   sa_assert_ok(sa_host_fill(A, p, 4096, 0xA9A9A9A9u));
   uint64_t r0 = records();
   sa_assert_ok(sa_free(p, A));
-  assert_int_equal(records() - r0, 1); /* K's event only */
-  void *q, *r, *small;
-  sa_assert_ok(sa_alloc(f->arena, &q, SPAN, B));
-  assert_ptr_not_equal(q, p);
-  sa_assert_ok(sa_alloc(f->arena, &small, 4096, A));
+  assert_int_equal(records() - r0, 2); /* K's event and A's */
+  void *r;
   sa_assert_ok(sa_alloc(f->arena, &r, SPAN, B));
-  assert_ptr_equal(r, p);
+  assert_ptr_equal(r, p); /* behind waits for both */
   /* K's fill is the last to run. */
   uint64_t mism = 0, v0 = violations();
   sa_assert_ok(sa_host_fill(B, r, 4096, 0xB9B9B9B9u));
@@ -307,9 +305,34 @@ static void a_recorded_span_freed_unrecorded_waits_for_both(void **state) {
   sa_assert_ok(sa_host_drain_all());
   assert_int_equal(violations(), v0);
   assert_int_equal(mism, 0);
-  sa_assert_ok(sa_free(small, A));
-  sa_assert_ok(sa_free(q, B));
   sa_assert_ok(sa_free(r, B));
+}
+
+/* Stream 0 leaves its span pair's free pending and makes no call again; a
+ * second stream's pairs beside it neither merge into that pending span
+ * (where they would wait for an event nobody records) nor grow at each
+ * pair: the second stream retakes its own span. Before the pending span
+ * was kept apart, every pair of the second stream grew the arena by the
+ * span's size. */
+static void a_pending_span_absorbs_no_other_streams_free(void **state) {
+  sa_fixture *f = *state;
+  sa_stream A = f->streams[0], B = f->streams[1];
+  sa_assert_ok(sa_host_drain_all());
+  void *p = retaken(f->arena, SPAN, A);
+  sa_assert_ok(sa_free(p, A)); /* pending, and A calls no more */
+  void *q;
+  sa_assert_ok(sa_alloc(f->arena, &q, SPAN, B)); /* B cannot take A's pending span */
+  sa_assert_ok(sa_free(q, B));
+  sa_stats before, after;
+  sa_assert_ok(sa_get_stats(f->arena, &before));
+  for (int i = 0; i < 50; i++) {
+    sa_assert_ok(sa_alloc(f->arena, &q, SPAN, B));
+    sa_assert_ok(sa_free(q, B));
+  }
+  sa_assert_ok(sa_get_stats(f->arena, &after));
+  assert_int_equal(after.reserved_bytes, before.reserved_bytes);
+  assert_true(after.reserved_bytes <= 2 * SPAN + 2 * MiB);
+  sa_assert_ok(sa_host_drain_all());
 }
 
 int main(void) {
@@ -327,7 +350,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_recycled_handle_after_an_unrecorded_free, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(a_thread_exits_after_an_unrecorded_free, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_recorded_span_freed_unrecorded_waits_for_both, setup,
+      cmocka_unit_test_setup_teardown(a_pending_span_absorbs_no_other_streams_free, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_recorded_span_is_freed_with_both_events, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -106,20 +106,27 @@ static bool absorb(sa_arena *a, sa_span *left, sa_span *right, sa_newer newer) {
   return true;
 }
 
-/* May sp merge with its free neighbour n, for whom? */
-static bool joins(const sa_span *n, const sa_stream_arena *usable_for) {
-  return n != NULL && sa__span_is_free(n) &&
-         (usable_for == NULL || sa__marks_waitable_for(n, usable_for));
+/* May sp merge with its free neighbour n, for whom? Not across another
+ * stream's pending mark (sa__marks_pending_apart): then the arena notes
+ * that free neighbours are left apart, for sa__free_rejoin. */
+static bool joins(sa_arena *a, const sa_span *sp, const sa_span *n,
+                  const sa_stream_arena *usable_for) {
+  if (n == NULL || !sa__span_is_free(n)) return false;
+  if (sa__marks_pending_apart(sp, n)) {
+    a->spans.apart = true;
+    return false;
+  }
+  return usable_for == NULL || sa__marks_waitable_for(n, usable_for);
 }
 
 sa_span *sa__free_coalesce(sa_arena *a, sa_span *sp, const sa_stream_arena *usable_for) {
   sa_span *n = sp->next;
-  if (joins(n, usable_for)) {
+  if (joins(a, sp, n, usable_for)) {
     sa__free_remove(a, n);
     if (!absorb(a, sp, n, SA_DST_NEWER)) sa__free_insert(a, n);
   }
   sa_span *p = sp->prev;
-  if (joins(p, usable_for)) {
+  if (joins(a, sp, p, usable_for)) {
     sa__free_remove(a, p);
     if (absorb(a, p, sp, SA_SRC_NEWER)) {
       p->owner = sp->owner; /* the last freer */
@@ -129,6 +136,30 @@ sa_span *sa__free_coalesce(sa_arena *a, sa_span *sp, const sa_stream_arena *usab
     }
   }
   return sp;
+}
+
+void sa__free_rejoin(sa_arena *a) {
+  if (!a->spans.apart) return;
+  a->spans.apart = false; /* joins sets it again for a pair still apart */
+  for (sa_run *r = a->spans.runs; r != NULL; r = r->next) {
+    sa_span *sp = r->first;
+    while (sp != NULL) {
+      sa_span *n = sp->next;
+      if (sa__span_is_free(sp) && joins(a, sp, n, NULL)) {
+        sa__free_remove(a, sp);
+        sa__free_remove(a, n);
+        bool merged = absorb(a, sp, n, SA_SRC_NEWER);
+        sa__free_insert(a, sp);
+        if (!merged) {
+          sa__free_insert(a, n);
+          a->spans.apart = true; /* no memory for their marks: later */
+          sp = n;
+        }
+        continue; /* sp again, with its new neighbour */
+      }
+      sp = n;
+    }
+  }
 }
 
 sa_want sa__free_placement(const sa_arena *a, size_t size) {

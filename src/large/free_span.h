@@ -32,6 +32,11 @@ void sa__free_remove(sa_arena *a, sa_span *sp);
  * usable_for's stream can use (a growth for it must not take on another
  * stream's pending mark: sa__marks_waitable_for); NULL: with all. */
 sa_span *sa__free_coalesce(sa_arena *a, sa_span *sp, const sa_stream_arena *usable_for);
+/* Merge the free neighbours that a pending mark kept apart and that may
+ * join now (its event recorded, or a device sync completed it): before an
+ * unmap, which takes only whole chunks of one free span. Walks the runs
+ * only while some were kept apart (spans.apart). */
+void sa__free_rejoin(sa_arena *a);
 /* The placement policy. Packed at SA_SPAN_QUANTUM, except with a budget
  * configured: then a span that loses at most 1/32 of itself to rounding up
  * to whole granules (all of 64 MiB and more, and those just below a

@@ -154,6 +154,29 @@ bool sa__marks_carry_pending(const sa_span *sp, const sa_stream_arena *sarena) {
   return false;
 }
 
+/* The stream whose pending mark sp carries, or NULL. */
+static const sa_stream_arena *pending_stream(const sa_span *sp) {
+  for (unsigned i = 0; i < sp->nmarks; i++) {
+    const sa_mark *m = &sp->marks[i];
+    if (m->recorded == NULL && m->stream != NULL && m->ticket != 0 &&
+        m->ticket == m->stream->timeline.pending && !sa__mark_known_done(m))
+      return m->stream;
+  }
+  return NULL;
+}
+
+/* Does sp carry a mark of a stream other than s (a recorded one counts)? */
+static bool marked_by_other(const sa_span *sp, const sa_stream_arena *s) {
+  for (unsigned i = 0; i < sp->nmarks; i++)
+    if (sp->marks[i].recorded != NULL || sp->marks[i].stream != s) return true;
+  return false;
+}
+
+bool sa__marks_pending_apart(const sa_span *x, const sa_span *y) {
+  const sa_stream_arena *px = pending_stream(x), *py = pending_stream(y);
+  return (px != NULL && marked_by_other(y, px)) || (py != NULL && marked_by_other(x, py));
+}
+
 bool sa__marks_reached(sa_arena *a, sa_span *sp, sa_wait wait) {
   unsigned kept = 0;
   for (unsigned i = 0; i < sp->nmarks; i++) {

@@ -509,6 +509,7 @@ static size_t whole_chunks(const sa_span *sp, size_t bytes, size_t most, uintptr
 /* sa__run_unmap_free, unmapping at most chunks chunks. */
 static size_t unmap_free_chunks(sa_arena *a, size_t bytes, size_t chunks, uintptr_t keep_lo,
                                 uintptr_t keep_hi, sa_wait wait) {
+  sa__free_rejoin(a);
   size_t unmapped = 0;
   sa_span *next;
   for (sa_span *sp = sa__fit_ceiling(a, a->gran, 0); sp != NULL && unmapped < bytes && chunks > 0;

@@ -268,13 +268,17 @@ static size_t merged_size(const sa_span *sp) {
  * on freer's stream (a span handed from stream to stream records at once),
  * the stream is seen retaking what it frees (a loop of pairs, a step that
  * frees a temporary and allocates the next) and no one waits for its
- * pending span, and the merged span holds at most SA_LAZY_MARK_MAX. Then
+ * pending span, no other stream was recorded on sp, and the merged span
+ * holds at most SA_LAZY_MARK_MAX. Then
  * yes if nothing is pending there, or if sp merges into the pending span
  * (one span still carries the later ticket). See Note [Lazy free marks]. */
 static bool free_lazily(sa_arena *a, sa_span *sp, sa_stream_arena *freer, unsigned nmarks) {
   sa_timeline *tl = &freer->timeline;
   size_t merged = merged_size(sp);
-  if (sp->owner != freer || !tl->retaking ||
+  /* Not with other streams' marks (sa_record_stream's): they keep a
+   * pending span apart from its neighbours (sa__marks_pending_apart), so
+   * a second free beside it could not merge into it. */
+  if (nmarks != 1 || sp->owner != freer || !tl->retaking ||
       atomic_load_explicit(&tl->xwanted, memory_order_relaxed) || merged > SA_LAZY_MARK_MAX)
     return false;
   /* Another stream that uses spans may grow in its place, and a reshape

@@ -95,6 +95,8 @@ typedef struct sa_spans_s {
   uint64_t frees;               /* spans freed so far */
   uint64_t reshape_futile;      /* frees + 1 when the last reshape found too
                                    little (span.c): none again until a free */
+  bool apart;                   /* free neighbours a pending mark kept apart
+                                   may be left (free_span.c, rejoin) */
 #if SA_INVARIANTS
   sa_check_pace pace;           /* its validator's */
 #endif
