@@ -123,7 +123,10 @@ sa_span *sa__free_coalesce(sa_arena *a, sa_span *sp, const sa_stream_arena *usab
   sa_span *n = sp->next;
   if (joins(a, sp, n, usable_for)) {
     sa__free_remove(a, n);
-    if (!absorb(a, sp, n, SA_DST_NEWER)) sa__free_insert(a, n);
+    if (!absorb(a, sp, n, SA_DST_NEWER)) {
+      sa__free_insert(a, n);
+      a->spans.apart = true; /* no memory for their marks: rejoined later */
+    }
   }
   sa_span *p = sp->prev;
   if (joins(a, sp, p, usable_for)) {
@@ -133,6 +136,7 @@ sa_span *sa__free_coalesce(sa_arena *a, sa_span *sp, const sa_stream_arena *usab
       sp = p;
     } else {
       sa__free_insert(a, p);
+      a->spans.apart = true;
     }
   }
   return sp;

@@ -394,6 +394,8 @@ static void span_check_one(const sa_arena *a, const sa_run *r, const sa_span *sp
            "a span's size is a positive multiple of SA_SPAN_QUANTUM");
   if (sa__span_is_free(sp)) {
     SA_CHECK(SPAN, sp->holder == NULL, "a free span holds no superblock");
+    SA_CHECK(SPAN, a->spans.apart || prev == NULL || !sa__span_is_free(prev),
+             "free neighbours are merged, but where spans.apart says some are kept apart");
     SA_CHECK(SPAN, sa__fit_ceiling(a, sp->size, sp->base) == sp,
              "a free span is in the fit index");
     SA_CHECK(SPAN, sa__pagemap_get(&a->range, sp->base) == &r->hdr,

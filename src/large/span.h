@@ -95,8 +95,9 @@ typedef struct sa_spans_s {
   uint64_t frees;               /* spans freed so far */
   uint64_t reshape_futile;      /* frees + 1 when the last reshape found too
                                    little (span.c): none again until a free */
-  bool apart;                   /* free neighbours a pending mark kept apart
-                                   may be left (free_span.c, rejoin) */
+  bool apart;                   /* free neighbours may be left apart (a
+                                   pending mark, or no memory to join their
+                                   marks): free_span.c rejoins them */
 #if SA_INVARIANTS
   sa_check_pace pace;           /* its validator's */
 #endif
