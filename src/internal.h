@@ -126,6 +126,7 @@
  *   base/device_sync.c    device-wide synchronize: what it makes clean
  *   base/hook.c           test hooks (pause points on slow paths)
  *   base/chain_table.c    chained hash tables (record.c's, the live stream arenas')
+ *   base/treap.c          treaps (the free-span and pool-block fit indexes)
  *   driver/driver.h       the device (src/driver/), the simulator behind it (src/sim/)
  *
  * Naming: sa_ is public, sa__ is internal across files, static functions
@@ -165,6 +166,7 @@
 #include "base/event_pool.h"
 #include "base/hook.h"
 #include "base/record.h"
+#include "base/treap.h"
 #include "config.h"
 #include "default_arena.h"
 #include "driver/driver.h"

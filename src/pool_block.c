@@ -2,15 +2,15 @@
  * block waits for, frees and records routed from sa_free and
  * sa_record_stream, and the arena's registry of pool segments.
  *
- * A pool's free blocks sit in one treap keyed by (tag, size, base): a
- * stream's best fit is a ceiling search among its own blocks and one among
- * the clean ones, O(log n), with no driver call. Blocks of other streams
- * are looked at only when neither fits: their events are queried (a block
- * whose event completed turns clean) and, failing that, the best of them
- * is taken behind a wait of the allocating stream on the device, which the
- * driver refuses for a stream being captured. The treap's priorities come
- * from a hash of a block's base, so its shape depends on the addresses
- * only, never on a random state.
+ * A pool's free blocks sit in one treap (base/treap.h) keyed by (tag,
+ * size, base): a stream's best fit is a ceiling search among its own
+ * blocks and one among the clean ones, O(log n), with no driver call.
+ * Blocks of other streams are looked at only when neither fits: their
+ * events are queried (a block whose event completed turns clean) and,
+ * failing that, the best of them is taken behind a wait of the allocating
+ * stream on the device, which the driver refuses for a stream being
+ * captured. The treap's priorities come from a hash of a block's base, so
+ * its shape depends on the addresses only, never on a random state.
  *
  * Every function runs with the pool's lock held unless pool_block.h says
  * otherwise. Called by pool.c, free.c (sa_free's and sa_record_stream's
@@ -39,65 +39,19 @@ static int key_cmp(const sa_pblock *b, uint64_t tag, size_t size, uintptr_t base
   return 0;
 }
 
-static sa_pblock *rotate_right(sa_pblock *t) {
-  sa_pblock *l = t->left;
-  t->left = l->right;
-  l->right = t;
-  return l;
-}
+static sa_pblock *block_of(const sa_treap_node *n) { return SA_TREAP_OWNER(n, sa_pblock, fit); }
 
-static sa_pblock *rotate_left(sa_pblock *t) {
-  sa_pblock *r = t->right;
-  t->right = r->left;
-  r->left = t;
-  return r;
-}
-
-static sa_pblock *treap_insert(sa_pblock *t, sa_pblock *n) {
-  if (t == NULL) return n;
-  if (key_cmp(n, t->tag, t->size, t->base) < 0) {
-    t->left = treap_insert(t->left, n);
-    if (t->left->prio > t->prio) t = rotate_right(t);
-  } else {
-    t->right = treap_insert(t->right, n);
-    if (t->right->prio > t->prio) t = rotate_left(t);
-  }
-  return t;
-}
-
-static sa_pblock *treap_join(sa_pblock *l, sa_pblock *r) {
-  if (l == NULL) return r;
-  if (r == NULL) return l;
-  if (l->prio > r->prio) {
-    l->right = treap_join(l->right, r);
-    return l;
-  }
-  r->left = treap_join(l, r->left);
-  return r;
-}
-
-static sa_pblock *treap_remove(sa_pblock *t, const sa_pblock *n) {
-  if (t == n) return treap_join(t->left, t->right);
-  SA_ASSERT(t != NULL);
-  if (key_cmp(n, t->tag, t->size, t->base) < 0)
-    t->left = treap_remove(t->left, n);
-  else
-    t->right = treap_remove(t->right, n);
-  return t;
-}
-
-/* The free block with b's key, or NULL. */
-static const sa_pblock *treap_find(const sa_pblock *t, const sa_pblock *b) {
-  while (t != NULL && t != b) t = key_cmp(b, t->tag, t->size, t->base) < 0 ? t->left : t->right;
-  return t;
+static bool block_before(const sa_treap_node *x, const sa_treap_node *y) {
+  const sa_pblock *by = block_of(y);
+  return key_cmp(block_of(x), by->tag, by->size, by->base) < 0;
 }
 
 /* The smallest free block of tag holding at least size bytes. */
-static sa_pblock *treap_ceiling(sa_pblock *t, uint64_t tag, size_t size) {
+static sa_pblock *treap_ceiling(const sa_treap_node *t, uint64_t tag, size_t size) {
   sa_pblock *best = NULL;
   while (t != NULL) {
-    if (key_cmp(t, tag, size, 0) >= 0) {
-      best = t;
+    if (key_cmp(block_of(t), tag, size, 0) >= 0) {
+      best = block_of(t);
       t = t->left;
     } else {
       t = t->right;
@@ -114,8 +68,7 @@ static bool evented_block(const sa_pblock *b) { return b->event != NULL && !b->s
  * until fit_del. */
 static void fit_add(sa_pool *pool, sa_pblock *b) {
   b->state = SA_PBLOCK_FREE;
-  b->left = b->right = NULL;
-  pool->fit_root = treap_insert(pool->fit_root, b);
+  sa__treap_insert(&pool->fit_root, &b->fit, block_before);
   pool->nfree++;
   pool->free_bytes += b->size;
   if (evented_block(b)) pool->nevented++;
@@ -123,7 +76,7 @@ static void fit_add(sa_pool *pool, sa_pblock *b) {
 
 static void fit_del(sa_pool *pool, sa_pblock *b) {
   SA_ASSERT(b->state == SA_PBLOCK_FREE);
-  pool->fit_root = treap_remove(pool->fit_root, b);
+  sa__treap_remove(&pool->fit_root, &b->fit, block_before);
   pool->nfree--;
   pool->free_bytes -= b->size;
   if (evented_block(b)) pool->nevented--;
@@ -131,11 +84,12 @@ static void fit_del(sa_pool *pool, sa_pblock *b) {
 
 /* The free blocks in key order into out (at most cap of them, those with
  * an event only where evented); returns how many there are. */
-static size_t treap_collect(sa_pblock *t, bool evented, sa_pblock **out, size_t cap, size_t n) {
+static size_t treap_collect(const sa_treap_node *t, bool evented, sa_pblock **out, size_t cap,
+                            size_t n) {
   if (t == NULL) return n;
   n = treap_collect(t->left, evented, out, cap, n);
-  if (!evented || evented_block(t)) {
-    if (n < cap) out[n] = t;
+  if (!evented || evented_block(block_of(t))) {
+    if (n < cap) out[n] = block_of(t);
     n++;
   }
   return treap_collect(t->right, evented, out, cap, n);
@@ -178,7 +132,7 @@ static void pblock_put(sa_pool *pool, sa_pblock *b) {
 /* b (base set) into the table of blocks by base. */
 static void table_add(sa_pool *pool, sa_pblock *b) {
   b->by_base.key = b->base;
-  b->prio = prio_of(b->base);
+  b->fit.prio = prio_of(b->base);
   sa__chain_push(&pool->blocks, &b->by_base);
   if (pool->blocks.n > 2 * sa__chain_buckets(&pool->blocks))
     (void)sa__chain_double(&pool->blocks); /* else chains get longer */
@@ -872,22 +826,16 @@ sa_status sa__pools_fini(sa_arena *a) {
 
 static const char POOL[] = "pool";
 
-/* The fit index: keys strictly increasing in order, each node's priority
- * at most its parent's; returns the nodes. */
-static size_t treap_check(const sa_pblock *t, const sa_pblock **prev, uint64_t parent_prio) {
-  if (t == NULL) return 0;
-  SA_CHECK(POOL, t->prio <= parent_prio, "the fit index is a heap by priority");
-  SA_CHECK(POOL, t->state == SA_PBLOCK_FREE, "the fit index holds free blocks only");
-  size_t n = treap_check(t->left, prev, t->prio);
-  SA_CHECK(POOL, *prev == NULL || key_cmp(*prev, t->tag, t->size, t->base) < 0,
-           "the fit index is in (tag, size, base) order");
-  *prev = t;
-  return n + 1 + treap_check(t->right, prev, t->prio);
+/* The fit index's own rule of a node (treap.c checks the order, the heap
+ * and the depth). */
+static void fit_check_block(const sa_treap_node *n) {
+  SA_CHECK(POOL, block_of(n)->state == SA_PBLOCK_FREE, "the fit index holds free blocks only");
+  SA_CHECK(POOL, n->prio == prio_of(block_of(n)->base), "a block's priority is its base's hash");
 }
 
 size_t sa__pool_check(const sa_pool *pool) {
-  const sa_pblock *prev = NULL;
-  size_t indexed = treap_check(pool->fit_root, &prev, UINT64_MAX), visited = indexed;
+  size_t indexed = sa__treap_check(POOL, pool->fit_root, block_before, fit_check_block);
+  size_t visited = indexed;
   size_t nsegs = 0, reserved = 0, nlive = 0, live_bytes = 0, requested = 0;
   size_t nfree = 0, free_bytes = 0, nevented = 0, npending = 0;
   for (const sa_pool_seg *seg = pool->segs; seg != NULL; seg = seg->next) {
@@ -922,7 +870,8 @@ size_t sa__pool_check(const sa_pool *pool) {
         continue;
       }
       SA_CHECK(POOL, b->state == SA_PBLOCK_FREE, "a block is free, live or pending");
-      SA_CHECK(POOL, treap_find(pool->fit_root, b) == b, "a free block is in the fit index");
+      SA_CHECK(POOL, sa__treap_has(pool->fit_root, &b->fit, block_before),
+               "a free block is in the fit index");
       SA_CHECK(POOL, b->next == NULL || !mergeable(b, b->next),
                "no two neighbouring free blocks could merge");
       nfree++;

@@ -42,6 +42,7 @@
 
 #include "base/base.h"
 #include "base/chain_table.h"
+#include "base/treap.h"
 #include "driver/driver.h"
 
 /* Blocks start and end at multiples of this (PyTorch's kMinBlockSize). */
@@ -62,8 +63,7 @@ typedef struct sa_pblock_s {
   size_t size;                       /* a multiple of SA_POOL_ALIGN */
   sa_pool_seg *seg;
   struct sa_pblock_s *prev, *next;   /* neighbours in the segment, address order */
-  struct sa_pblock_s *left, *right;  /* free: the fit index */
-  uint64_t prio;
+  sa_treap_node fit;                 /* free: the fit index */
   uint8_t state;                     /* SA_PBLOCK_* */
   /* Live: the stream it was allocated on. Free or pending: the stream of
    * its tag (tag nonzero). */
@@ -102,7 +102,7 @@ struct sa_pool_s {
   sa_event *ends;                    /* recorded by the releases of earlier uses */
   unsigned nends, ends_cap;
   sa_pool_seg *segs;
-  sa_pblock *fit_root;               /* free blocks by (tag, size, base) */
+  sa_treap_node *fit_root;           /* free blocks by (tag, size, base) */
   sa_chain_table blocks;             /* every block by base */
   sa_pblock *pending;
   sa_pblock *spare;                  /* descriptors for reuse (linked by next) */

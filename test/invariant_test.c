@@ -244,8 +244,8 @@ static void span_check_names_a_recorded_mark_without_refs(void **state) {
 static void break_heap_order(sa_fixture *f, void *arg) {
   (void)arg;
   pthread_mutex_lock(&f->arena->lock);
-  sa_span *root = f->arena->spans.fit_root;
-  sa_span *child = root->left != NULL ? root->left : root->right;
+  sa_treap_node *root = f->arena->spans.fit_root;
+  sa_treap_node *child = root->left != NULL ? root->left : root->right;
   child->prio = UINT64_MAX; /* above its parent's (a hash, never all ones here) */
   (void)sa__fit_check(f->arena);
 }
@@ -288,7 +288,7 @@ static void free_span_treap_check_names_a_treap_too_deep(void **state) {
     sa__fit_insert(a, &sp[i]); /* sets its priority */
     sa__fit_remove(a, &sp[i]);
     size_t k = i; /* insertion sort, highest priority first */
-    while (k > 0 && by_prio[k - 1]->prio < sp[i].prio) {
+    while (k > 0 && by_prio[k - 1]->fit.prio < sp[i].fit.prio) {
       by_prio[k] = by_prio[k - 1];
       k--;
     }

@@ -32,7 +32,8 @@ sa_span *sa__span_new(sa_arena *a) {
     a->spans.all_spans = sp;
   }
   SA_ASSERT(sp->nmarks == 0); /* span_put dropped them */
-  sp->prev = sp->next = sp->left = sp->right = NULL;
+  sp->prev = sp->next = NULL;
+  sp->fit.left = sp->fit.right = NULL;
   sp->nstarts = 0;
   sp->owner = NULL;
   sp->request = 0;

@@ -485,7 +485,8 @@ sa_status sa__span_fini(sa_arena *a) {
     free(sp);
   }
   a->spans.runs = a->spans.spare_runs = NULL;
-  a->spans.spare_spans = a->spans.fit_root = NULL;
+  a->spans.spare_spans = NULL;
+  a->spans.fit_root = NULL;
   sa__live_fini(a);
   return first;
 }

@@ -26,6 +26,7 @@
 #define SA_LARGE_SPAN_H
 
 #include "../base/base.h"
+#include "../base/treap.h"
 #include "../driver/driver.h"
 #include "../vm/va_space.h"
 #include "span_index.h"
@@ -58,8 +59,7 @@ typedef struct sa_span_s {
   size_t size;                      /* a multiple of SA_SPAN_QUANTUM */
   struct sa_run_s *run;
   struct sa_span_s *prev, *next;    /* neighbours in the run, address order */
-  struct sa_span_s *left, *right;   /* free: the fit index (span_index.c) */
-  uint64_t prio;
+  sa_treap_node fit;                /* free: the fit index (span_index.c) */
   sa_mark *marks;                   /* free: reuse waits for these */
   unsigned nmarks, marks_cap;       /* the array stays with the descriptor */
   uintptr_t starts[SA_SPAN_STARTS]; /* free: starts of spans freed into it, */
@@ -87,7 +87,7 @@ typedef struct sa_spans_s {
   sa_run *runs;                 /* mapped runs of spans, address order */
   sa_run *all_runs, *spare_runs;
   sa_span *all_spans, *spare_spans; /* span descriptors */
-  sa_span *fit_root;            /* free spans by size (span_index.c) */
+  sa_treap_node *fit_root;      /* free spans by size (span_index.c) */
   sa_live_map live_map;         /* live spans by base (span_index.c) */
   size_t free_bytes;            /* in free spans */
   size_t nlive;                 /* live spans */

@@ -1,7 +1,7 @@
 /* The two indexes over spans (span.c): free spans by size, for best fit,
  * and live spans by address, for sa_free.
  *
- * Free spans: a treap keyed by (size, base). The smallest span of at least
+ * Free spans: a treap (base/treap.h) keyed by (size, base). The smallest span of at least
  * a size is found in O(log n) expected, the lowest address first among
  * equal sizes (low addresses first keeps the high ones free for longer).
  * Priorities are a hash of the base address, so the shape does not depend
@@ -12,13 +12,15 @@
  * where spans share a granule the page map cannot tell them apart.
  *
  * Owns no memory but the table's slot array; every function runs with the
- * arena lock held. Calls nothing of the allocator.
+ * arena lock held. Calls nothing of the allocator but the treap's
+ * validator.
  */
 #include <stdlib.h>
 
 #include "span_index.h"
 #include "../arena.h"
 #include "../base/base.h"
+#include "../base/treap.h"
 #include "span.h"
 
 /* ------------------------------------------------------------------------
@@ -38,117 +40,48 @@ static bool before(const sa_span *x, size_t size, uintptr_t base) {
   return x->size < size || (x->size == size && x->base < base);
 }
 
-static sa_span *rotate_right(sa_span *t) {
-  sa_span *l = t->left;
-  t->left = l->right;
-  l->right = t;
-  return l;
-}
+static sa_span *span_of(const sa_treap_node *n) { return SA_TREAP_OWNER(n, sa_span, fit); }
 
-static sa_span *rotate_left(sa_span *t) {
-  sa_span *r = t->right;
-  t->right = r->left;
-  r->left = t;
-  return r;
-}
-
-static sa_span *insert(sa_span *t, sa_span *n) {
-  if (t == NULL) return n;
-  if (before(n, t->size, t->base)) {
-    t->left = insert(t->left, n);
-    if (t->left->prio > t->prio) t = rotate_right(t);
-  } else {
-    t->right = insert(t->right, n);
-    if (t->right->prio > t->prio) t = rotate_left(t);
-  }
-  return t;
-}
-
-/* Remove n (a member) from the subtree t. */
-static sa_span *remove_node(sa_span *t, sa_span *n) {
-  if (t == n) {
-    if (t->left == NULL) return t->right;
-    if (t->right == NULL) return t->left;
-    if (t->left->prio > t->right->prio) {
-      t = rotate_right(t);
-      t->right = remove_node(t->right, n);
-    } else {
-      t = rotate_left(t);
-      t->left = remove_node(t->left, n);
-    }
-    return t;
-  }
-  if (before(n, t->size, t->base))
-    t->left = remove_node(t->left, n);
-  else
-    t->right = remove_node(t->right, n);
-  return t;
+static bool span_before(const sa_treap_node *x, const sa_treap_node *y) {
+  const sa_span *sy = span_of(y);
+  return before(span_of(x), sy->size, sy->base);
 }
 
 void sa__fit_insert(sa_arena *a, sa_span *sp) {
-  sp->left = sp->right = NULL;
-  sp->prio = priority(sp->base);
-  a->spans.fit_root = insert(a->spans.fit_root, sp);
+  sp->fit.prio = priority(sp->base);
+  sa__treap_insert(&a->spans.fit_root, &sp->fit, span_before);
 }
 
 void sa__fit_remove(sa_arena *a, sa_span *sp) {
-  a->spans.fit_root = remove_node(a->spans.fit_root, sp);
-  sp->left = sp->right = NULL;
+  sa__treap_remove(&a->spans.fit_root, &sp->fit, span_before);
 }
 
 sa_span *sa__fit_ceiling(const sa_arena *a, size_t size, uintptr_t base) {
   sa_span *best = NULL;
-  for (sa_span *t = a->spans.fit_root; t != NULL;) {
-    if (before(t, size, base)) {
+  for (const sa_treap_node *t = a->spans.fit_root; t != NULL;) {
+    if (before(span_of(t), size, base)) {
       t = t->right;
     } else {
-      best = t;
+      best = span_of(t);
       t = t->left;
     }
   }
   return best;
 }
 
-/* The fit index's rules, checked by an in-order walk: (size, base) order,
- * every node's priority the hash of its base and at least its children's,
- * and so a depth that stays logarithmic whatever order spans come and go
- * in. With priorities a hash of distinct addresses, a treap of n nodes
- * deeper than 4 log2 n is vanishingly rare, while one whose priorities were
- * ignored is as deep as its insertion order makes it (n, in address
- * order). The walk gives up past SA_FIT_DEPTH_MAX, deeper than any such
- * bound, so a cycle fails instead of recursing without end. */
-#define SA_FIT_DEPTH_MAX 256
-typedef struct fit_walk_s {
-  const sa_span *last; /* in order */
-  size_t nodes;
-  unsigned depth;      /* the deepest node's, the root's 1 */
-} fit_walk;
-
+/* The fit index's own rules of a node: only free spans, each priority the
+ * hash of its base (treap.c checks the order, the heap and the depth). */
 static const char TREAP[] = "free-span treap";
 
-static void fit_walk_node(const sa_span *t, unsigned depth, fit_walk *w) {
-  if (t == NULL) return;
-  SA_CHECK(TREAP, depth <= SA_FIT_DEPTH_MAX, "depth at most 4 log2 n");
-  if (depth > w->depth) w->depth = depth;
-  SA_CHECK(TREAP, atomic_load_explicit(&t->xstate, memory_order_relaxed) == SA_BLOCK_FREE,
+static void fit_check_span(const sa_treap_node *n) {
+  const sa_span *sp = span_of(n);
+  SA_CHECK(TREAP, atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_FREE,
            "only free spans");
-  SA_CHECK(TREAP, t->prio == priority(t->base), "prio is the hash of base");
-  SA_CHECK(TREAP, t->left == NULL || t->left->prio <= t->prio, "heap order on prio");
-  SA_CHECK(TREAP, t->right == NULL || t->right->prio <= t->prio, "heap order on prio");
-  fit_walk_node(t->left, depth + 1, w);
-  SA_CHECK(TREAP, w->last == NULL || before(w->last, t->size, t->base), "(size, base) order");
-  w->last = t;
-  w->nodes++;
-  fit_walk_node(t->right, depth + 1, w);
+  SA_CHECK(TREAP, n->prio == priority(sp->base), "prio is the hash of base");
 }
 
 size_t sa__fit_check(const sa_arena *a) {
-  fit_walk w = {NULL, 0, 0};
-  fit_walk_node(a->spans.fit_root, 1, &w);
-  unsigned log2n = 1;
-  while (((size_t)1 << log2n) < w.nodes) log2n++;
-  SA_CHECK(TREAP, w.depth <= 4 * log2n, "depth at most 4 log2 n");
-  return w.nodes;
+  return sa__treap_check(TREAP, a->spans.fit_root, span_before, fit_check_span);
 }
 
 /* ------------------------------------------------------------------------
