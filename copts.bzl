@@ -32,10 +32,8 @@ SA_TEST_COPTS = SA_DEFAULT_COPTS + ["-Wno-missing-prototypes"]
 # Examples, benchmarks and tools: same as tests.
 SA_EXAMPLE_COPTS = SA_TEST_COPTS
 
-# The peer benchmark (bench/peers) is C++20: it calls RMM's and PyTorch's C++
-# allocators through plug-ins and shares their interface header.
-SA_BENCH_CXX_COPTS = [
-    "-std=c++20",
+# What the project's C++ is compiled with, whichever standard it needs.
+_SA_CXX_WARNINGS = [
     "-D_GNU_SOURCE",
     "-Wall",
     "-Wextra",
@@ -48,18 +46,10 @@ SA_BENCH_CXX_COPTS = [
     "-Wno-unused-parameter",
 ]
 
+# The peer benchmark (bench/peers) is C++20: it calls RMM's and PyTorch's C++
+# allocators through plug-ins and shares their interface header.
+SA_BENCH_CXX_COPTS = ["-std=c++20"] + _SA_CXX_WARNINGS
+
 # The PyTorch native backend's core (plugins/torch/native/core): C++17, the
 # standard PyTorch 2.x extensions are built with.
-SA_NATIVE_CXX_COPTS = [
-    "-std=c++17",
-    "-D_GNU_SOURCE",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-Wshadow",
-    "-Wpointer-arith",
-    "-Wundef",
-    "-Wvla",
-    "-Wimplicit-fallthrough",
-    "-Wno-unused-parameter",
-]
+SA_NATIVE_CXX_COPTS = ["-std=c++17"] + _SA_CXX_WARNINGS
