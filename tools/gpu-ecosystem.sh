@@ -37,6 +37,9 @@
 #       $OUT (default /tmp/eco-out): summary.txt (the table, printed last),
 #       logs.tar.gz (each part's log and results), bench.json.
 set -uo pipefail
+# The parts runner (want, part, parts_table), beside this script here and
+# where it is staged.
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/gpu-parts.sh"
 
 SUBSAMPLE_SEED=20261202 # the same subsample of CuPy's tests in both runs
 RMM_WHEELS="librmm-cu13==26.10.0 rmm-cu13==26.10.0 rapids-logger==0.3.0"
@@ -122,7 +125,7 @@ stage() {
     tests/cupy_tests/__init__.py tests/cupy_tests/cuda_tests/__init__.py $SUITES |
     tar -x -C "$dest/cupy"
 
-  cp tools/gpu-ecosystem.sh "$dest/gpu-ecosystem.sh"
+  cp tools/gpu-ecosystem.sh tools/gpu-parts.sh "$dest/"
   {
     echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+dirty') ($(git rev-parse --abbrev-ref HEAD))"
     echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), glibc $(ldd --version | head -1 | awk '{print $NF}')"
@@ -158,7 +161,7 @@ print("staged package: allocates and frees on the simulator through", k.path)'
     { echo "gpu-ecosystem.sh: the staged peer_bench has no rmm-streamarena" >&2; exit 1; }
   python3 -m py_compile "$dest"/examples/*.py "$dest"/python/streamarena/*.py
   find "$dest" -name __pycache__ -type d -prune -exec rm -rf {} +
-  bash -n "$dest/gpu-ecosystem.sh"
+  bash -n "$dest/gpu-ecosystem.sh" && bash -n "$dest/gpu-parts.sh"
   echo "self-check here: passed"
 }
 
@@ -236,36 +239,8 @@ save() {
   [ -f "$LOGS/bench_cupy.json" ] && cp "$LOGS/bench_cupy.json" "$OUT/bench.json"
   {
     echo "streamarena ecosystem on $gpu, $(($(date +%s) - START)) s ($(head -1 "$E/MANIFEST"))"
-    printf '%-11s %-9s %s\n' part result detail
-    local p
-    for p in "${PARTS[@]}"; do printf '%-11s %-9s %s\n' "$p" "${RESULT[$p]}" "${DETAIL[$p]}"; done
+    parts_table 11
   } > "$OUT/summary.txt"
-}
-
-want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
-
-# One part: its command under a time limit, its log, a row: PASS, FAIL(rc)
-# or TIMEOUT, and the detail (the log's last "N passed, M failed" or
-# "result:" line).
-part() {
-  local name=$1 limit=$2
-  shift 2
-  want "$name" || return 0
-  PARTS+=("$name")
-  echo "== $name (at most $limit s)"
-  local t0=$(date +%s)
-  # A function of this script runs in a bash of its own, under the limit.
-  if declare -F "$1" > /dev/null; then set -- bash -c "$(declare -f "$1"); $1"; fi
-  timeout -k 10 "$limit" "$@" > "$LOGS/$name.log" 2>&1
-  local rc=$?
-  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then RESULT[$name]=TIMEOUT
-  elif [ $rc -ne 0 ]; then RESULT[$name]="FAIL($rc)"
-  else RESULT[$name]=PASS
-  fi
-  DETAIL[$name]="$(grep -E '^(result: |[A-Za-z_-]+: [0-9]+ passed, [0-9]+ failed)' "$LOGS/$name.log" | tail -1 | sed 's/^result: //') ($(($(date +%s) - t0)) s)"
-  echo "$name: ${RESULT[$name]} ${DETAIL[$name]}"
-  [ "${RESULT[$name]}" = PASS ] || tail -n 25 "$LOGS/$name.log"
-  save
 }
 
 setup_rmm() {

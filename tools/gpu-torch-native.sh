@@ -43,6 +43,9 @@
 #       each part: summary.txt (the table, printed last), logs.tar.gz,
 #       rows.json.
 set -uo pipefail
+# The parts runner (want, part, parts_table), beside this script here and
+# where it is staged.
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/gpu-parts.sh"
 
 TORCH_VERSION=2.11.0
 # PyTorch's allocator tests in test_cuda.py (pytest -k).
@@ -101,7 +104,7 @@ stage() {
   else
     echo "gpu-torch-native.sh: no $tests: the test-cuda part will be skipped" >&2
   fi
-  cp tools/gpu-torch-native.sh "$dest/gpu-torch-native.sh"
+  cp tools/gpu-torch-native.sh tools/gpu-parts.sh "$dest/"
   {
     echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+dirty') ($(git rev-parse --abbrev-ref HEAD))"
     echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), glibc $(ldd --version | head -1 | awk '{print $NF}')"
@@ -137,7 +140,7 @@ self_check() {
     "$dest"/python/streamarena/*.py
   [ ! -f "$dest/tests/test_cuda.py" ] || python3 -m py_compile "$dest/tests/test_cuda.py"
   find "$dest" -name __pycache__ -type d -prune -exec rm -rf {} +
-  bash -n "$dest/gpu-torch-native.sh"
+  bash -n "$dest/gpu-torch-native.sh" && bash -n "$dest/gpu-parts.sh"
   echo "self-check here: passed"
 }
 
@@ -214,36 +217,8 @@ save() {
   [ -f "$LOGS/rows.json" ] && cp "$LOGS/rows.json" "$OUT/rows.json"
   {
     echo "streamarena native backend on $gpu, $(($(date +%s) - START)) s ($(head -1 "$E/MANIFEST"))"
-    printf '%-10s %-9s %s\n' part result detail
-    local p
-    for p in "${PARTS[@]}"; do printf '%-10s %-9s %s\n' "$p" "${RESULT[$p]}" "${DETAIL[$p]}"; done
+    parts_table 10
   } > "$OUT/summary.txt"
-}
-
-want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
-
-# One part: its command under a time limit, its log, a row: PASS, FAIL(rc),
-# SKIPPED (exit 3) or TIMEOUT, and the detail (the log's last "N passed, M
-# failed" or "result:" line).
-part() {
-  local name=$1 limit=$2
-  shift 2
-  want "$name" || return 0
-  PARTS+=("$name")
-  echo "== $name (at most $limit s)"
-  local t0=$(date +%s)
-  if declare -F "$1" > /dev/null; then set -- bash -c "$(declare -f "$1"); $1"; fi
-  timeout -k 10 "$limit" "$@" > "$LOGS/$name.log" 2>&1
-  local rc=$?
-  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then RESULT[$name]=TIMEOUT
-  elif [ $rc -eq 3 ]; then RESULT[$name]=SKIPPED
-  elif [ $rc -ne 0 ]; then RESULT[$name]="FAIL($rc)"
-  else RESULT[$name]=PASS
-  fi
-  DETAIL[$name]="$(grep -E '^(result: |[A-Za-z_-]+: [0-9]+ passed, [0-9]+ failed)' "$LOGS/$name.log" | tail -1 | sed 's/^result: //') ($(($(date +%s) - t0)) s)"
-  echo "$name: ${RESULT[$name]} ${DETAIL[$name]}"
-  [ "${RESULT[$name]}" = PASS ] || tail -n 30 "$LOGS/$name.log"
-  save
 }
 
 # The staged build where it matches this torch; else a build here.
