@@ -268,6 +268,12 @@ SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size,
   return alloc_slow(a, out, size, s, SA_DEVICE_SYNC_ALLOWED);
 }
 
+void sa__alloc_forget_large_pair(sa_arena *a) {
+  atomic_fetch_sub_explicit(&a->stats.xslow_allocs, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&a->stats.xlarge_allocs, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&a->stats.xslow_frees, 1, memory_order_relaxed);
+}
+
 sa_status sa__alloc_unsynced(sa_arena *a, void **out, size_t size, sa_stream s) {
   return alloc_slow(a, out, size, s, SA_DEVICE_SYNC_NEVER);
 }

@@ -14,4 +14,10 @@ typedef enum sa_device_sync_e { SA_DEVICE_SYNC_ALLOWED = 0, SA_DEVICE_SYNC_NEVER
  * invalidating it, as a callback's sa_trim would. Nothing else differs. */
 sa_status sa__alloc_unsynced(sa_arena *a, void **out, size_t size, sa_stream s);
 
+/* A large allocation and its free, both made inside the library and undone
+ * at once (a graph pool's growth that landed misaligned and asked again),
+ * taken back out of the arena's counts: its statistics count one
+ * allocation per segment a pool holds. */
+void sa__alloc_forget_large_pair(sa_arena *a);
+
 #endif /* SA_ALLOC_H */

@@ -155,8 +155,9 @@ static sa_status grow(sa_pool *pool, size_t request) {
   void *p;
   sa_status st = alloc_relaxed(a, &p, size);
   if (st == SA_OK && (uintptr_t)p % SA_POOL_ALIGN != 0 && size - SA_POOL_ALIGN < request) {
-    /* Carved in a free span at SA_ALIGNMENT: one unit more holds it. */
-    (void)sa__free_slow(p, grower, SA_FREE_TRACED);
+    /* Carved in a free span at SA_ALIGNMENT: one unit more holds it. The
+     * first try counts for nothing (one allocation per segment). */
+    if (sa__free_slow(p, grower, SA_FREE_TRACED) == SA_OK) sa__alloc_forget_large_pair(a);
     st = size <= SIZE_MAX - SA_POOL_ALIGN ? alloc_relaxed(a, &p, size + SA_POOL_ALIGN)
                                           : SA_ERR_OUT_OF_MEMORY;
     if (st == SA_OK) size += SA_POOL_ALIGN;
