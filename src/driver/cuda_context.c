@@ -98,6 +98,37 @@ static sa_status capture_answer(sa_stream stream) {
   return SA_ERR_STREAM_CAPTURING;
 }
 
+/* The stream that call_on_stream found usable, for the rest of its fn: not
+ * being captured, and, if legacy, meaning this driver's device (its context
+ * made current for fn). The library's own checks of that stream inside fn
+ * (the slow paths' legacy_stream_check, a lazy mark's capture check) would
+ * only ask the driver again what it answered a moment ago, on the same
+ * thread: a large pair through a hook made 8 driver calls instead of 4.
+ * Nothing fn calls can change the answers that matter: the hook chose the
+ * device that a legacy handle means, whatever a callback makes current, and
+ * a capture that began meanwhile on another thread would have raced the
+ * hook's own check all the same. */
+typedef struct checked_s {
+  const cuda_driver *cd;
+  sa_stream stream;
+} checked_stream;
+
+static _Thread_local checked_stream tl_checked;
+
+static bool checked_already(const cuda_driver *cd, sa_stream stream) {
+  return tl_checked.cd == cd && tl_checked.stream == stream;
+}
+
+/* fn(arg) with stream known usable (tl_checked); nests. */
+static sa_status call_checked(const cuda_driver *cd, sa_stream stream,
+                              sa_status (*fn)(void *arg), void *arg) {
+  checked_stream outer = tl_checked;
+  tl_checked = (checked_stream){cd, stream};
+  sa_status st = fn(arg);
+  tl_checked = outer;
+  return st;
+}
+
 /* Stream capture. Work enqueued on a capturing stream goes into the user's
  * graph and runs at its launches, which the allocator cannot follow; and
  * the driver refuses an id query, a synchronize, or a wait for an outside
@@ -111,6 +142,7 @@ static sa_status capture_answer(sa_stream stream) {
  * (measured), and it is refused the same way. */
 sa_status sa_cuda_refused_while_capturing(cuda_driver *cd, sa_stream stream) {
   if ((CUstream)stream == CU_STREAM_PER_THREAD) return SA_OK; /* refused as unknown */
+  if (checked_already(cd, stream)) return SA_OK;
   if (!stream_is_implicit(stream)) return capture_answer(stream);
   sa_cuda_ctx_saved saved;
   sa_status st = sa_cuda_ctx_enter(cd, &saved);
@@ -127,14 +159,20 @@ sa_status sa_cuda_refused_while_capturing(cuda_driver *cd, sa_stream stream) {
 sa_status sa_cuda_call_on_stream(sa_driver *d, sa_stream stream, sa_status (*fn)(void *arg),
                                  void *arg) {
   cuda_driver *cd = as_cuda(d);
-  if (!sa_driver_stream_is_legacy(stream))
-    return sa_cuda_refused_while_capturing(cd, stream) == SA_ERR_STREAM_CAPTURING
-               ? SA_ERR_STREAM_CAPTURING
-               : fn(arg);
+  sa_status answer;
+  if (!sa_driver_stream_is_legacy(stream)) {
+    answer = sa_cuda_refused_while_capturing(cd, stream);
+    if (answer == SA_ERR_STREAM_CAPTURING) return answer;
+    return answer == SA_OK ? call_checked(cd, stream, fn, arg) : fn(arg);
+  }
   sa_cuda_ctx_saved saved;
   sa_status st = sa_cuda_ctx_enter(cd, &saved);
   if (st != SA_OK) return st;
-  st = capture_answer(stream) == SA_ERR_STREAM_CAPTURING ? SA_ERR_STREAM_CAPTURING : fn(arg);
+  answer = capture_answer(stream);
+  if (answer == SA_ERR_STREAM_CAPTURING)
+    st = answer;
+  else
+    st = answer == SA_OK ? call_checked(cd, stream, fn, arg) : fn(arg);
   return sa_cuda_ctx_leave(saved, st);
 }
 
@@ -176,6 +214,7 @@ static const char *stream_owner(CUcontext ctx, CUdevice ours) {
 sa_status sa_cuda_legacy_stream_check(sa_driver *d, sa_stream stream) {
   if (stream != NULL && (CUstream)stream != CU_STREAM_LEGACY) return SA_OK;
   cuda_driver *cd = as_cuda(d);
+  if (checked_already(cd, stream)) return SA_OK;
   CUcontext cur = NULL;
   CU_CHECK(sa_cu.CtxGetCurrent(&cur));
   if (cur == NULL || cur == cd->ctx) return SA_OK;

@@ -109,7 +109,9 @@ typedef struct sa_driver_ops_s {
    * handle means while another may be current. fn's status, or the
    * switch's failure (fn not run), or the restore's (after fn's SA_OK).
    * Where this device's context is current already, the legacy handle
-   * costs one read of it beside the capture query. */
+   * costs one read of it beside the capture query. Inside fn, the driver's
+   * own checks of stream (capture, and which device a legacy handle means)
+   * answer as this call found, without asking again. */
   sa_status (*call_on_stream)(sa_driver *drv, sa_stream stream, sa_status (*fn)(void *arg),
                               void *arg);
   /* Run fn(arg) with the calling thread's capture mode relaxed
