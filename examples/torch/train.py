@@ -64,6 +64,9 @@ def parse_args(argv=None):
     p.add_argument("--memory-history", metavar="PICKLE",
                    help="default/expandable: save PyTorch's memory history snapshot "
                    "(tools/torch_trace.py turns it into a trace //bench:replay reads)")
+    p.add_argument("--snapshot", metavar="PICKLE",
+                   help="save torch.cuda.memory._snapshot() (segments and blocks) as it was "
+                   "at the end of the step with the most memory reserved")
     p.add_argument("--trace", metavar="CSV",
                    help="streamarena: write the arena's own allocation trace (docs/TRACE.md)")
     p.add_argument("--model", choices=("lm", "cnn"), default="lm",
@@ -219,6 +222,7 @@ def loop(args, model, device, show_progress=True):
         pending_sums.clear()
 
     pf = Prefetcher(args, device, cuda)
+    peak = PeakSnapshot(args.snapshot, device) if cuda and args.snapshot else None
     t_start = t_measured = t_window = None
     w_start = 0
     try:
@@ -260,6 +264,8 @@ def loop(args, model, device, show_progress=True):
                     t_window, w_start = now, step + 1
                 if bar is not None:
                     bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+            if peak is not None:
+                peak.step()
             if bar is not None:
                 bar.update(1)
     finally:
@@ -269,6 +275,8 @@ def loop(args, model, device, show_progress=True):
     if cuda:
         torch.cuda.synchronize(device)
     t_end = time.perf_counter()
+    if peak is not None:
+        peak.save()
     measured = args.steps - args.warmup
     step_s = (t_end - t_measured) / measured if t_measured is not None and measured > 0 else \
         (t_end - t_start) / max(1, args.steps)
@@ -279,6 +287,27 @@ def loop(args, model, device, show_progress=True):
             "final_loss": sum(losses[-10:]) / len(losses[-10:]), "first_loss": losses[0],
             "losses": losses, "check": args.check, "findings": findings,
             "conf": args.conf if args.allocator == "streamarena" else None}
+
+
+class PeakSnapshot:
+    """The allocator's segments and blocks at the end of the step that had
+    the most memory reserved, for --snapshot: taken again only when the
+    reserved bytes grew, so a steady loop takes none (timed steps included:
+    use it apart from timing runs)."""
+
+    def __init__(self, path, device):
+        self.path, self.device, self.reserved, self.snap = path, device, -1, None
+
+    def step(self):
+        import torch
+        reserved = torch.cuda.memory_reserved(self.device)
+        if reserved > self.reserved:
+            self.reserved, self.snap = reserved, torch.cuda.memory._snapshot()
+
+    def save(self):
+        import pickle
+        with open(self.path, "wb") as f:
+            pickle.dump(self.snap, f)
 
 
 def add_memory(result, plugin, device):
