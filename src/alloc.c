@@ -268,6 +268,24 @@ SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size,
   return alloc_slow(a, out, size, s, SA_DEVICE_SYNC_ALLOWED);
 }
 
+sa_status sa__alloc_extend(sa_arena *a, void *p, size_t size, size_t more, sa_stream s,
+                           size_t *added) {
+  *added = 0;
+  if (a->trace != NULL) return SA_ERR_NOT_SUPPORTED;
+  sa_tentry *e;
+  sa_status st = sa__legacy_stream_check(a, s);
+  if (st == SA_OK) st = sa__tentry_get(a, s, &e);
+  if (st != SA_OK) return st;
+  size_t soft = sa__physical_soft_limit_with(a, more);
+  st = sa__span_extend(a, e->sarena, (uintptr_t)p, size, more, soft, added);
+  if (st != SA_OK) return st;
+  sa__tentry_live_account(e, (int64_t)*added, 0);
+  /* The added memory is handed to s as an allocation's is (after_alloc). */
+  if ((a->cfg.flags & SA_FLAG_CHECK_STREAM_ORDER) && a->drv->ops->check_handout != NULL)
+    st = a->drv->ops->check_handout(a->drv, (uintptr_t)p + size, *added, s);
+  return st;
+}
+
 void sa__alloc_forget_large_pair(sa_arena *a) {
   atomic_fetch_sub_explicit(&a->stats.xslow_allocs, 1, memory_order_relaxed);
   atomic_fetch_sub_explicit(&a->stats.xlarge_allocs, 1, memory_order_relaxed);

@@ -14,6 +14,20 @@ typedef enum sa_device_sync_e { SA_DEVICE_SYNC_ALLOWED = 0, SA_DEVICE_SYNC_NEVER
  * invalidating it, as a callback's sa_trim would. Nothing else differs. */
 sa_status sa__alloc_unsynced(sa_arena *a, void **out, size_t size, sa_stream s);
 
+/* The large allocation at p, of size bytes, made on s by
+ * sa__alloc_unsynced, grows in place by at least more bytes (a multiple of
+ * the granularity) where the memory right above it is free or unmapped
+ * (span.c, sa__span_extend), within the arena's soft limit: *added, the
+ * bytes it grew by, count as allocated. SA_ERR_OUT_OF_MEMORY, nothing
+ * changed, where it cannot; SA_ERR_NOT_SUPPORTED while the arena traces
+ * (a trace has no line for a growth in place); SA_ERR_STREAM_ORDER where
+ * the stream-order checker refuses the added memory to s (the span keeps
+ * it, unused, until it is freed). A
+ * graph pool's growth: its blocks stay where a capture put them, and the
+ * free memory at a segment's top grows into what a request needs. */
+sa_status sa__alloc_extend(sa_arena *a, void *p, size_t size, size_t more, sa_stream s,
+                           size_t *added);
+
 /* A large allocation and its free, both made inside the library and undone
  * at once (a graph pool's growth that landed misaligned and asked again),
  * taken back out of the arena's counts: its statistics count one

@@ -166,6 +166,7 @@ static sa_status grow(sa_pool *pool, size_t request) {
     (void)sa__free_slow(p, grower, SA_FREE_TRACED);
   if (st == SA_OK) {
     seg->span = (uintptr_t)p;
+    seg->span_size = size;
     seg->base = ((uintptr_t)p + SA_POOL_ALIGN - 1) & ~(SA_POOL_ALIGN - 1);
     seg->size = (size - (seg->base - seg->span)) & ~(SA_POOL_ALIGN - 1);
     seg->pool = pool;
@@ -181,6 +182,64 @@ static sa_status grow(sa_pool *pool, size_t request) {
   sa__pool_seg_add(pool, seg, b);
   pthread_mutex_unlock(&pool->lock);
   return SA_OK;
+}
+
+/* sa__alloc_extend's arguments, for the driver's call_relaxed. */
+typedef struct extension_s {
+  sa_arena *arena;
+  uintptr_t span;
+  size_t size, more, added;
+} extension;
+
+static sa_status extend_growth(void *arg) {
+  extension *x = arg;
+  return sa__alloc_extend(x->arena, (void *)x->span, x->size, x->more, x->arena->pools.stream,
+                          &x->added);
+}
+
+/* The segment whose top a growth in place would extend for a request of
+ * size bytes on s: its last block free and s's to take, so that what the
+ * growth adds merges into it; of those, the one lacking least (*lack).
+ * NULL if none. Pool lock held. */
+static sa_pool_seg *extendable(sa_pool *pool, size_t size, sa_stream s, size_t *lack) {
+  sa_pool_seg *best = NULL;
+  for (sa_pool_seg *seg = pool->segs; seg != NULL; seg = seg->next) {
+    const sa_pblock *last = sa__pool_seg_last(seg);
+    if (last->state != SA_PBLOCK_FREE || !sa__pool_usable(last, s) || last->size >= size)
+      continue;
+    if (best == NULL || size - last->size < *lack) {
+      best = seg;
+      *lack = size - last->size;
+    }
+  }
+  return best;
+}
+
+/* seg (whose span was span_size bytes when the pool lock was let go)
+ * grows in place by at least lack bytes: the arena's span grows into the
+ * memory right above it (alloc.h, sa__alloc_extend), made clean as a new
+ * segment is. Where the arena cannot, SA_ERR_OUT_OF_MEMORY: a new segment
+ * instead. A pool that grows so keeps its free memory in one block where
+ * separate segments would leave pieces that no later request fits (a
+ * 1.5 GiB block freed, then 1.5 GiB and 1 MiB asked for, holds 3 GiB in
+ * two segments). Pool lock not held. */
+static sa_status grow_in_place(sa_pool *pool, sa_pool_seg *seg, uintptr_t span,
+                               size_t span_size, size_t lack) {
+  sa_arena *a = pool->arena;
+  size_t gran = (size_t)1 << a->gran_shift;
+  if (lack > SIZE_MAX - (gran - 1)) return SA_ERR_OUT_OF_MEMORY;
+  sa_pblock *b = sa__pblock_new(NULL);
+  if (b == NULL) return SA_ERR_OUT_OF_MEMORY;
+  extension x = {a, span, span_size, (lack + gran - 1) & ~(gran - 1), 0};
+  sa_status st = a->drv->ops->call_relaxed(a->drv, extend_growth, &x);
+  /* Grown, the span holds the memory whatever follows: a failed
+   * synchronize or a release that raced leaves it unused in the span,
+   * which goes back whole. */
+  if (st == SA_OK) st = a->drv->ops->stream_synchronize(a->drv, a->pools.stream);
+  if (st == SA_OK && !sa__pools_extend(a, pool, seg, span_size, span_size + x.added, b))
+    st = SA_ERR_OUT_OF_MEMORY;
+  if (st != SA_OK) free(b);
+  return st;
 }
 
 /* The free block a request of size bytes on s takes, in the order that
@@ -232,8 +291,14 @@ sa_status sa_pool_alloc(sa_pool *pool, void **out, size_t size, sa_stream s) {
       st = SA_ERR_OUT_OF_MEMORY;
       break;
     }
+    /* First in place, at a segment's free top, then a segment of its own. */
+    size_t lack = 0;
+    sa_pool_seg *seg = grown == 0 ? extendable(pool, rounded, s, &lack) : NULL;
+    uintptr_t span = seg != NULL ? seg->span : 0;
+    size_t span_size = seg != NULL ? seg->span_size : 0;
     pthread_mutex_unlock(&pool->lock); /* the arena's locks are never taken under it */
-    st = grow(pool, rounded);
+    st = seg != NULL ? grow_in_place(pool, seg, span, span_size, lack) : SA_ERR_OUT_OF_MEMORY;
+    if (st != SA_OK) st = grow(pool, rounded);
     pthread_mutex_lock(&pool->lock);
     if (st != SA_OK) break;
   }

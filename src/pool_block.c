@@ -167,6 +167,12 @@ void sa__pool_seg_add(sa_pool *pool, sa_pool_seg *seg, sa_pblock *b) {
   fit_add(pool, b); /* clean: the growth synchronized its stream */
 }
 
+sa_pblock *sa__pool_seg_last(const sa_pool_seg *seg) {
+  sa_pblock *b = seg->first;
+  while (b->next != NULL) b = b->next;
+  return b;
+}
+
 /* ------------------------------------------------------------------------
  * What a free block waits for
  * ---------------------------------------------------------------------- */
@@ -787,6 +793,46 @@ void sa__pools_restore(sa_arena *a, sa_pool *pool) {
   pthread_mutex_unlock(&ps->lock);
 }
 
+/* The memory a growth in place added to seg's span into its blocks: a
+ * block at its top that takes the last block's tag where that one is free,
+ * so that the two merge (the added memory needs no guard of its own: the
+ * growth synchronized the pools' stream), else a clean one. */
+static void seg_extend(sa_pool *pool, sa_pool_seg *seg, size_t span_size, sa_pblock *b) {
+  size_t size = (span_size - (seg->base - seg->span)) & ~(SA_POOL_ALIGN - 1);
+  SA_ASSERT(size > seg->size);
+  sa_pblock *last = sa__pool_seg_last(seg);
+  *b = (sa_pblock){.base = seg->base + seg->size, .size = size - seg->size};
+  if (last->state == SA_PBLOCK_FREE) {
+    b->tag = last->tag;
+    b->stream = last->stream;
+    b->stream_only = last->stream_only;
+    b->seq = last->seq;
+  }
+  link_after(last, b);
+  table_add(pool, b);
+  pool->reserved += size - seg->size;
+  seg->size = size;
+  seg->span_size = span_size;
+  make_free(pool, b);
+}
+
+bool sa__pools_extend(sa_arena *a, sa_pool *pool, sa_pool_seg *seg, size_t old_size,
+                      size_t span_size, sa_pblock *b) {
+  sa_pools *ps = &a->pools;
+  /* Both locks: sa_free's lookup reads a segment's size under the
+   * registry's. */
+  pthread_mutex_lock(&ps->lock);
+  pthread_mutex_lock(&pool->lock);
+  sa_pool_seg *s = pool->returning ? NULL : pool->segs;
+  while (s != NULL && s != seg) s = s->next;
+  bool ours = s != NULL && s->span_size == old_size;
+  if (ours) seg_extend(pool, seg, span_size, b);
+  SA_VALIDATE_PACED(&pool->pace, sa__pool_check(pool));
+  pthread_mutex_unlock(&pool->lock);
+  pthread_mutex_unlock(&ps->lock);
+  return ours;
+}
+
 void sa__pools_retire(sa_arena *a, sa_pool *pool) {
   sa_pools *ps = &a->pools;
   pthread_mutex_lock(&ps->lock);
@@ -844,6 +890,9 @@ size_t sa__pool_check(const sa_pool *pool) {
     SA_CHECK(POOL, seg->pool == pool, "a segment names its pool");
     SA_CHECK(POOL, seg->base % SA_POOL_ALIGN == 0 && seg->base - seg->span < SA_POOL_ALIGN,
              "a segment starts at its span's first SA_POOL_ALIGN boundary");
+    SA_CHECK(POOL,
+             seg->size == ((seg->span_size - (seg->base - seg->span)) & ~(SA_POOL_ALIGN - 1)),
+             "a segment's blocks tile its span's whole SA_POOL_ALIGN units");
     uintptr_t at = seg->base;
     const sa_pblock *before = NULL;
     for (const sa_pblock *b = seg->first; b != NULL; before = b, b = b->next, visited++) {

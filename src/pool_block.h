@@ -84,6 +84,7 @@ typedef struct sa_pblock_s {
 
 struct sa_pool_seg_s {
   uintptr_t span;                    /* the arena's allocation, freed at the end */
+  size_t span_size;                  /* its bytes (it may grow in place) */
   uintptr_t base;                    /* span rounded up to SA_POOL_ALIGN (a span
                                         carved in a free one is SA_ALIGNMENT's) */
   size_t size;                       /* what of the span the blocks tile */
@@ -147,6 +148,14 @@ sa_status sa__pools_add(sa_arena *a, sa_pool *pool);
 /* A segment into the registry, where sa_free finds it; SA_ERR_OUT_OF_MEMORY
  * (host). */
 sa_status sa__pools_register(sa_arena *a, sa_pool_seg *seg);
+/* seg, still pool's (not returning) and its span still of old_size bytes,
+ * grown in place to span_size bytes (pool.c: the arena's span grew): the
+ * memory added joins its last block if that is free, else is a clean free
+ * block, described by b (sa__pblock_new's). False, nothing changed, where
+ * the pool let seg go meanwhile (a release that raced the growth: the
+ * memory stays the span's, given back with it). */
+bool sa__pools_extend(sa_arena *a, sa_pool *pool, sa_pool_seg *seg, size_t old_size,
+                      size_t span_size, sa_pblock *b);
 /* A segment out of the registry (it stays the pool's). */
 void sa__pools_unregister(sa_arena *a, sa_pool_seg *seg);
 /* The pool whose segment holds p, returned with its lock held (and *seg);
@@ -183,6 +192,8 @@ sa_pblock *sa__pblock_new(sa_pool *pool);
 /* seg (base and size set) into the pool, its whole memory one clean free
  * block described by b (sa__pblock_new's). */
 void sa__pool_seg_add(sa_pool *pool, sa_pool_seg *seg, sa_pblock *b);
+/* seg's last block (any state). */
+sa_pblock *sa__pool_seg_last(const sa_pool_seg *seg);
 /* seg out of the pool, its blocks and their events gone, seg freed. */
 void sa__pool_seg_remove(sa_pool *pool, sa_pool_seg *seg);
 /* The best fit for size bytes (a multiple of SA_POOL_ALIGN) that stream

@@ -661,6 +661,79 @@ static void a_pools_growth_calls_no_oom_callback(void **state) {
   sa_assert_ok(sa_arena_destroy(a));
 }
 
+/* ---- growth in place --------------------------------------------------- */
+
+/* A capture frees a block at its segment's top and then asks for more than
+ * that block holds: the segment grows in place over the memory above it,
+ * so the free block and the growth are one block at the old block's
+ * address, and the pool holds what the larger request needs, not both (a
+ * segment of its own would hold 96 + 160 MiB here). The replays write and
+ * read all of it, and the arena counts the growth as allocated while the
+ * pool lives, and nothing once it went back. */
+static void a_growth_extends_a_segments_free_top_in_place(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s = fresh_stream(), launch = f->streams[0];
+  sa_pool *pool;
+  sa_assert_ok(sa_pool_create(f->arena, &pool));
+  sa_assert_ok(sa_host_stream_begin_capture(s, SA_HOST_CAPTURE_GLOBAL));
+  void *x, *y;
+  sa_assert_ok(sa_pool_alloc(pool, &x, 96 * MiB, s));
+  sa_assert_ok(sa_free(x, s)); /* in the capture: s's only */
+  sa_assert_ok(sa_pool_alloc(pool, &y, 160 * MiB, s));
+  assert_ptr_equal(y, x);
+  sa_pool_stats ps = pool_stats(pool);
+  assert_int_equal(ps.segments, 1);
+  assert_true(ps.reserved_bytes >= 160 * MiB && ps.reserved_bytes < 162 * MiB);
+  assert_capture_intact(s);
+  sa_assert_ok(sa_host_stream_end_capture(s));
+  for (uint32_t i = 0; i < 2; i++) {
+    uint64_t bad = 0;
+    sa_assert_ok(sa_host_fill(launch, y, 160 * MiB, 0xC0000000u + i));
+    sa_assert_ok(sa_host_check(launch, y, 160 * MiB, 0xC0000000u + i, &bad));
+    sa_assert_ok(sa_host_stream_drain(launch));
+    assert_int_equal(bad, 0);
+  }
+  sa_stats as;
+  sa_assert_ok(sa_get_stats(f->arena, &as));
+  assert_true(as.live_bytes >= ps.reserved_bytes);
+  sa_assert_ok(sa_free(y, launch));
+  sa_assert_ok(sa_pool_release(pool, launch));
+  sa_assert_ok(sa_host_stream_drain(launch));
+  sa_assert_ok(sa_get_stats(f->arena, &as));
+  assert_int_equal(as.live_bytes, 0);
+  drop_stream(f->arena, s);
+}
+
+/* Memory in use right above a segment's free top: the growth cannot be in
+ * place, and the pool takes a segment of its own; the block above is
+ * untouched and the two segments' blocks stay apart. */
+static void a_growth_past_memory_in_use_takes_a_segment_of_its_own(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s = f->streams[1];
+  sa_pool *pool;
+  sa_assert_ok(sa_pool_create(f->arena, &pool));
+  void *x, *above, *y;
+  sa_assert_ok(sa_pool_alloc(pool, &x, 8 * MiB, s));
+  pthread_mutex_lock(&pool->lock);
+  uintptr_t top = pool->segs->span + pool->segs->span_size;
+  pthread_mutex_unlock(&pool->lock);
+  /* The arena's next span lands right above the segment. */
+  sa_assert_ok(sa_alloc(f->arena, &above, 4 * MiB, s));
+  assert_int_equal((uintptr_t)above, top);
+  sa_assert_ok(sa_host_fill(s, above, 4 * MiB, 0x5A5A5A5Au));
+  sa_assert_ok(sa_free(x, s));
+  sa_assert_ok(sa_pool_alloc(pool, &y, 12 * MiB, s));
+  assert_false(overlap(y, 12 * MiB, above, 4 * MiB));
+  assert_int_equal(pool_stats(pool).segments, 2);
+  uint64_t bad = 0;
+  sa_assert_ok(sa_host_check(s, above, 4 * MiB, 0x5A5A5A5Au, &bad));
+  sa_assert_ok(sa_host_stream_drain(s));
+  assert_int_equal(bad, 0);
+  sa_assert_ok(sa_free(y, s));
+  sa_assert_ok(sa_free(above, s));
+  sa_assert_ok(sa_pool_release(pool, s));
+}
+
 int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -679,6 +752,8 @@ int main(void) {
       T(a_driver_fault_during_growth_leaves_the_pool_whole),
       T(a_failed_last_release_keeps_the_use),
       cmocka_unit_test(a_pools_growth_calls_no_oom_callback),
+      T(a_growth_extends_a_segments_free_top_in_place),
+      T(a_growth_past_memory_in_use_takes_a_segment_of_its_own),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

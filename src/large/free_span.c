@@ -77,6 +77,13 @@ static void span_unlink(sa_span *sp) {
   sp->prev = sp->next = NULL;
 }
 
+void sa__span_grow_into(sa_arena *a, sa_span *live, sa_span *taken) {
+  SA_ASSERT(live->next == taken && live->base + live->size == taken->base);
+  live->size += taken->size;
+  span_unlink(taken);
+  sa__span_put(a, taken);
+}
+
 /* ------------------------------------------------------------------------
  * Free spans: the fit index and coalescing
  * ---------------------------------------------------------------------- */

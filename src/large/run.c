@@ -314,6 +314,41 @@ static void growth_keeps(const growth *g, uintptr_t *lo, uintptr_t *hi) {
 static size_t unmap_free_chunks(sa_arena *a, size_t bytes, size_t chunks, uintptr_t keep_lo,
                                 uintptr_t keep_hi, sa_wait wait);
 
+/* Map g (ahead bytes more where the device has them) within limit; returns
+ * the free span that holds the new memory, merged with what sarena's
+ * stream can use beside it, out of the index. */
+static sa_status map_growth(sa_arena *a, const growth *g, size_t ahead, size_t limit,
+                            const sa_stream_arena *sarena, sa_span **out) {
+  size_t room = g->dir == GROW_FRESH ? SIZE_MAX : g->room;
+  size_t total;
+  sa_chunk *chunks;
+  sa_status st = sa__physical_gather(a, g->size, ahead, room, limit, &chunks, &total);
+  if (st == SA_ERR_OUT_OF_MEMORY && ahead > 0) /* the device had less: what is missing */
+    st = sa__physical_gather(a, g->size, 0, room, limit, &chunks, &total);
+  if (st != SA_OK) return st;
+  uintptr_t at = g->dir == GROW_DOWN ? g->edge - total : g->edge;
+  if (g->dir == GROW_FRESH)
+    st = sa__va_alloc_middle(a, total, &at);
+  else
+    st = sa__va_claim(a, at, total);
+  if (st != SA_OK) {
+    sa__physical_return(a, chunks);
+    return st;
+  }
+  return map_run(a, at, total, chunks, sarena, out);
+}
+
+sa_status sa__run_grow_above(sa_arena *a, sa_run *r, size_t need, size_t limit,
+                             sa_stream_arena *sarena, sa_span **out) {
+  uintptr_t hi = r->hdr.base + r->hdr.size;
+  sa_want w = {need, 0, true};
+  size_t m = missing(need, edge_use(a, r->last, w, sarena), a->gran);
+  size_t above = sa__va_free_above(a, hi);
+  if (m == SIZE_MAX || m > above) return SA_ERR_OUT_OF_MEMORY;
+  growth g = {GROW_UP, hi, m, above};
+  return map_growth(a, &g, 0, limit, sarena, out);
+}
+
 sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_stream_arena *sarena,
                        sa_span **out) {
   growth g = plan_growth(a, w, sarena);
@@ -334,26 +369,10 @@ sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_stream_arena *sa
   /* A fresh run maps ahead at most its request again: it lies apart from
    * the run the climb was extending, and what it maps ahead may never be
    * used (See Note [Mapping ahead]). */
-  size_t room = g.dir == GROW_FRESH ? SIZE_MAX : g.room;
-  size_t ahead_room = g.dir == GROW_FRESH ? g.size : room - g.size;
+  size_t ahead_room = g.dir == GROW_FRESH ? g.size : g.room - g.size;
   if (ahead > ahead_room) ahead = ahead_room & ~(a->gran - 1);
-  size_t total;
-  sa_chunk *chunks;
-  sa_status st = sa__physical_gather(a, g.size, ahead, room, limit, &chunks, &total);
-  if (st == SA_ERR_OUT_OF_MEMORY && ahead > 0) /* the device had less: what is missing */
-    st = sa__physical_gather(a, g.size, 0, room, limit, &chunks, &total);
-  if (st != SA_OK) return st;
-  uintptr_t at = g.dir == GROW_DOWN ? g.edge - total : g.edge;
-  if (g.dir == GROW_FRESH)
-    st = sa__va_alloc_middle(a, total, &at);
-  else
-    st = sa__va_claim(a, at, total);
-  if (st != SA_OK) {
-    sa__physical_return(a, chunks);
-    return st;
-  }
   sa_span *sp;
-  st = map_run(a, at, total, chunks, sarena, &sp);
+  sa_status st = map_growth(a, &g, ahead, limit, sarena, &sp);
   if (st != SA_OK) return st;
   if (sa__free_place(a, sp, w) == 0) { /* the join lacked memory for the marks */
     sa__free_insert(a, sp);

@@ -17,6 +17,13 @@
  * the call names its stream); returns it out of the index. */
 sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_stream_arena *sarena,
                        sa_span **out);
+/* Map need bytes (at least) right above run r, within limit physical
+ * bytes, where the reserved range is free there: the free span returned
+ * (out of the index) starts at r's free last span, if sarena's stream can
+ * use it, else at r's old end. SA_ERR_OUT_OF_MEMORY, nothing changed, if
+ * the range above is taken or limit would be passed. */
+sa_status sa__run_grow_above(sa_arena *a, sa_run *r, size_t need, size_t limit,
+                             sa_stream_arena *sarena, sa_span **out);
 /* Unmap up to bytes (SIZE_MAX: all) of free span memory whose work is done
  * (SA_WAIT: after waiting), none of a span that overlaps [keep_lo,
  * keep_hi): the whole chunks (each mapped whole: physical.c) inside free

@@ -174,6 +174,48 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size
   return st;
 }
 
+/* The free span just above live that sarena's stream may use, or NULL. */
+static sa_span *free_above(sa_span *live, const sa_stream_arena *sarena) {
+  sa_span *n = live->next;
+  return n != NULL && sa__span_is_free(n) && sa__marks_waitable_for(n, sarena) ? n : NULL;
+}
+
+sa_status sa__span_extend(sa_arena *a, sa_stream_arena *sarena, uintptr_t p, size_t size,
+                          size_t more, size_t limit, size_t *added) {
+  *added = 0;
+  sa_want w = {more, 0, true};
+  pthread_mutex_lock(&a->lock);
+  sa_span *sp = sa__live_find(a, p);
+  sa_status st = SA_ERR_OUT_OF_MEMORY; /* not here: the caller grows elsewhere */
+  if (sp == NULL || sp->size != size || sp->owner != sarena || sp->holder != NULL ||
+      atomic_load_explicit(&sp->xstate, memory_order_relaxed) != SA_BLOCK_LIVE) {
+    pthread_mutex_unlock(&a->lock);
+    return st;
+  }
+  sa_span *got = free_above(sp, sarena);
+  if (got != NULL && got->size >= more) {
+    sa__free_remove(a, got);
+    st = SA_OK;
+  } else if (got == sp->run->last || sp->next == NULL) {
+    /* Room above the run: a growth there joins the free span above. */
+    st = sa__run_grow_above(a, sp->run, more, limit, sarena, &got);
+    if (st == SA_OK && got->base != sp->base + sp->size) { /* its marks kept it apart */
+      sa__free_insert(a, got);
+      st = SA_ERR_OUT_OF_MEMORY;
+    }
+  }
+  if (st == SA_OK) st = take_settled(a, &got, sarena, w);
+  if (st == SA_OK) {
+    SA_ASSERT(got->base == sp->base + sp->size);
+    *added = got->size;
+    sp->request += got->size;
+    sa__span_grow_into(a, sp, got);
+  }
+  SA_VALIDATE_PACED(&a->spans.pace, sa__span_check(a));
+  pthread_mutex_unlock(&a->lock);
+  return st;
+}
+
 /* Descriptors, with room for nmarks marks, for carve's two splits. Without
  * one carve takes more than asked, from the free span's start: fine for a
  * span, but a superblock must start and end on a page (its pages name it,

@@ -110,6 +110,15 @@ void sa__span_record_wanted(sa_arena *a, sa_stream_arena *sarena);
 /* Sizes in bytes; limit: the physical bytes growth may reach. */
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size_t limit,
                          void **out);
+/* The live span at p, of size bytes, allocated on sarena's stream, grows
+ * in place by at least more bytes (a multiple of the granularity): from
+ * the free span right above it that sarena's stream can use, or by mapping
+ * right above its run, within limit physical bytes. *added: the bytes it
+ * grew by. SA_ERR_OUT_OF_MEMORY, nothing changed, where it cannot grow
+ * there (a span above in use, another stream's pending mark, the reserved
+ * range above taken, the limit); a failed wait's status. */
+sa_status sa__span_extend(sa_arena *a, sa_stream_arena *sarena, uintptr_t p, size_t size,
+                          size_t more, size_t limit, size_t *added);
 /* Map size bytes (rounded up to the granularity) as one free span
  * (initial_physical); takes the arena lock. */
 sa_status sa__span_prefill(sa_arena *a, size_t size);
