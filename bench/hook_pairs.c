@@ -7,7 +7,7 @@
  *   cupy     sa_cupy_malloc + sa_cupy_free, as CuPy's CFunctionAllocator
  *            calls them (the stream from the env's current_stream)
  *   ctypes   sa_py_alloc + sa_py_free, Numba's and RMM's Python path
- * for a 256 B and a 4 KiB block, freed at once. The thread has device 0's
+ * for a 256 B and a 4 KiB block and a 16 and a 256 MiB span, freed at once. The thread has device 0's
  * primary context current, as a CuPy thread has. Also the driver calls the
  * hook path makes per call (cuCtxGetCurrent, cuStreamIsCapturing) timed
  * alone, to weigh them.
@@ -197,7 +197,7 @@ int main(int argc, char **argv) {
          fake != NULL ? "fake libcuda" : "CUDA", n, reps);
   printf("%-8s %-7s %-6s %8s %8s %8s %10s %12s\n", "path", "stream", "size", "median", "least",
          "hook", "drv calls", "IsCapturing");
-  static const size_t sizes[] = {256, 4 * KiB};
+  static const size_t sizes[] = {256, 4 * KiB, 16 * MiB, 256 * MiB};
   for (unsigned k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
     for (int legacy = 0; legacy < 2; legacy++) {
       sa_stream s = legacy ? NULL : (sa_stream)named;
