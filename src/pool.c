@@ -334,6 +334,54 @@ sa_status sa_pool_live(sa_pool *pool, sa_pool_block_fn fn, void *user) {
   return SA_OK;
 }
 
+/* A segment in sa_pool_segments' copy: its blocks are blocks[first,
+ * first + n). */
+typedef struct seg_copy_s {
+  void *base;
+  size_t size, first, n;
+} seg_copy;
+
+static sa_pool_block_info block_info(const sa_pblock *b) {
+  sa_pool_block_info i = {(void *)b->base, b->size, 0, b->tag != 0 ? b->stream : NULL,
+                          SA_POOL_BLOCK_FREE};
+  if (b->state == SA_PBLOCK_LIVE) {
+    i.state = SA_POOL_BLOCK_LIVE;
+    i.request = b->request;
+    i.stream = b->stream;
+  } else if (b->state == SA_PBLOCK_PENDING) {
+    i.state = SA_POOL_BLOCK_PENDING;
+  }
+  return i;
+}
+
+sa_status sa_pool_segments(sa_pool *pool, sa_pool_segment_fn fn, void *user) {
+  if (pool == NULL || fn == NULL) return SA_ERR_INVALID_ARGUMENT;
+  pthread_mutex_lock(&pool->lock);
+  size_t nblocks = pool->blocks.n, nsegs = pool->nsegs;
+  sa_pool_block_info *blocks = nblocks > 0 ? malloc(nblocks * sizeof *blocks) : NULL;
+  seg_copy *segs = nsegs > 0 ? malloc(nsegs * sizeof *segs) : NULL;
+  if ((nblocks > 0 && blocks == NULL) || (nsegs > 0 && segs == NULL)) {
+    pthread_mutex_unlock(&pool->lock);
+    free(blocks);
+    free(segs);
+    return SA_ERR_OUT_OF_MEMORY;
+  }
+  size_t k = 0, got = 0;
+  for (sa_pool_seg *seg = pool->segs; seg != NULL; seg = seg->next, k++) {
+    segs[k] = (seg_copy){(void *)seg->base, seg->size, got, 0};
+    for (sa_pblock *b = seg->first; b != NULL; b = b->next, segs[k].n++) {
+      SA_ASSERT(got < nblocks);
+      blocks[got++] = block_info(b);
+    }
+  }
+  SA_ASSERT(k == nsegs && got == nblocks);
+  pthread_mutex_unlock(&pool->lock);
+  for (size_t i = 0; i < k; i++) fn(segs[i].base, segs[i].size, blocks + segs[i].first, segs[i].n, user);
+  free(blocks);
+  free(segs);
+  return SA_OK;
+}
+
 sa_status sa_pool_get_stats(sa_pool *pool, sa_pool_stats *out) {
   if (pool == NULL || out == NULL) return SA_ERR_INVALID_ARGUMENT;
   pthread_mutex_lock(&pool->lock);

@@ -734,6 +734,65 @@ static void a_growth_past_memory_in_use_takes_a_segment_of_its_own(void **state)
   sa_assert_ok(sa_pool_release(pool, s));
 }
 
+/* ---- segments ---------------------------------------------------------- */
+
+typedef struct segments_seen_s {
+  size_t segments, bytes, live, free, pending, requested;
+  bool tiled;
+} segments_seen;
+
+static void note_segment(void *base, size_t size, const sa_pool_block_info *blocks, size_t n,
+                         void *user) {
+  segments_seen *w = user;
+  w->segments++;
+  w->bytes += size;
+  uintptr_t at = (uintptr_t)base;
+  for (size_t i = 0; i < n; i++) {
+    if ((uintptr_t)blocks[i].p != at || blocks[i].size == 0) w->tiled = false;
+    at += blocks[i].size;
+    if (blocks[i].state == SA_POOL_BLOCK_LIVE) {
+      w->live++;
+      w->requested += blocks[i].request;
+    } else if (blocks[i].state == SA_POOL_BLOCK_FREE) {
+      w->free++;
+    } else {
+      w->pending++;
+    }
+  }
+  if (at != (uintptr_t)base + size) w->tiled = false;
+}
+
+/* sa_pool_segments: the segments' blocks tile them, in the states the
+ * pool's counts give, a recorded block pending until its stream's work. */
+static void segments_report_every_block_in_its_state(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s = f->streams[1], other = f->streams[2];
+  sa_pool *pool;
+  sa_assert_ok(sa_pool_create(f->arena, &pool));
+  void *x, *y, *z;
+  sa_assert_ok(sa_pool_alloc(pool, &x, 1000, s));
+  sa_assert_ok(sa_pool_alloc(pool, &y, 5 * MiB, s));
+  sa_assert_ok(sa_pool_alloc(pool, &z, 3000, s));
+  sa_assert_ok(sa_record_stream(z, other));
+  sa_assert_ok(sa_free(x, s));
+  sa_assert_ok(sa_free(z, s)); /* pending: other's work may still use it */
+  segments_seen w = {.tiled = true};
+  sa_assert_ok(sa_pool_segments(pool, note_segment, &w));
+  sa_pool_stats ps = pool_stats(pool);
+  assert_true(w.tiled);
+  assert_int_equal(w.segments, ps.segments);
+  assert_int_equal(w.bytes, ps.reserved_bytes);
+  assert_int_equal(w.live, 1);
+  assert_int_equal(w.requested, 5 * MiB);
+  assert_int_equal(w.pending, 1);
+  assert_int_equal(w.free, ps.free_blocks);
+  assert_int_equal(sa_pool_segments(NULL, note_segment, &w), SA_ERR_INVALID_ARGUMENT);
+  assert_int_equal(sa_pool_segments(pool, NULL, &w), SA_ERR_INVALID_ARGUMENT);
+  sa_assert_ok(sa_host_stream_drain(other));
+  sa_assert_ok(sa_free(y, s));
+  sa_assert_ok(sa_pool_release(pool, s));
+}
+
 int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -754,6 +813,7 @@ int main(void) {
       cmocka_unit_test(a_pools_growth_calls_no_oom_callback),
       T(a_growth_extends_a_segments_free_top_in_place),
       T(a_growth_past_memory_in_use_takes_a_segment_of_its_own),
+      T(segments_report_every_block_in_its_state),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

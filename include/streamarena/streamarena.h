@@ -441,7 +441,11 @@ sa_status sa_stream_release(sa_arena *arena, sa_stream stream);
  * (PyTorch's private pools, MempoolId_t).
  *
  * A pool takes segments from its arena (whole granules, held as live large
- * allocations of the arena) and hands out blocks of them. What is promised:
+ * allocations of the arena) and hands out blocks of them. Where a segment's
+ * last block is free and the memory right above the segment is free or
+ * unmapped in the arena, a growth extends that segment in place, so that
+ * the free top and the growth are one block (an arena that traces takes a
+ * new segment instead). What is promised:
  *   - A block's address is the pool's until the pool's last release: no
  *     other pool, no sa_alloc of the arena and no other block of the pool
  *     gets that memory meanwhile, live or freed. So an address that a
@@ -531,6 +535,33 @@ sa_status sa_pool_alloc(sa_pool *pool, void **out, size_t size, sa_stream stream
  * fn), SA_ERR_OUT_OF_MEMORY (host). */
 typedef void (*sa_pool_block_fn)(void *p, size_t size, sa_stream stream, void *user);
 sa_status sa_pool_live(sa_pool *pool, sa_pool_block_fn fn, void *user);
+
+/* A block of a pool's segment, as sa_pool_segments reports it. */
+typedef enum sa_pool_block_state_e {
+  SA_POOL_BLOCK_FREE = 0,    /* free for the pool's next allocations */
+  SA_POOL_BLOCK_LIVE = 1,    /* handed out */
+  SA_POOL_BLOCK_PENDING = 2  /* freed, waiting for work on streams that
+                                sa_record_stream named */
+} sa_pool_block_state;
+
+typedef struct sa_pool_block_info_s {
+  void *p;
+  size_t size;               /* a multiple of 512 */
+  size_t request;            /* live: the size asked for, else 0 */
+  sa_stream stream;          /* live: allocated on; free or pending: the stream
+                                that may take it at once, NULL for any */
+  sa_pool_block_state state;
+} sa_pool_block_info;
+
+/* Call fn once for each segment of pool, in no particular order: where it
+ * starts, its bytes, and its blocks in address order, which tile it (a
+ * snapshot, PyTorch's memory_snapshot). fn runs after the pool's lock was
+ * let go, on a copy valid during the call: it may call any function.
+ * Errors: SA_ERR_INVALID_ARGUMENT (NULL pool or fn), SA_ERR_OUT_OF_MEMORY
+ * (host). */
+typedef void (*sa_pool_segment_fn)(void *base, size_t size, const sa_pool_block_info *blocks,
+                                   size_t nblocks, void *user);
+sa_status sa_pool_segments(sa_pool *pool, sa_pool_segment_fn fn, void *user);
 
 typedef struct sa_pool_stats_s {
   size_t reserved_bytes;   /* the segments' bytes */
