@@ -645,6 +645,65 @@ void sharing_a_graph_pool_saves_a_segment_and_empty_cache_returns_it(void **stat
   assert_int_equal(sa_host_stream_destroy(s), SA_OK);
 }
 
+// A snapshot shows a private pool's memory as the pool's own segments,
+// free blocks included, and the arena's layout leaves those out: every
+// byte once, as PyTorch's snapshot shows a private pool's segments.
+void a_snapshot_shows_a_graph_pools_segments_under_the_pool(void **state) {
+  Fixture &f = fx(state);
+  Backend &b = *f.backend;
+  PoolId id{0, 11};
+  b.create_or_incref_pool(0, id, nullptr);
+  std::thread::id me = std::this_thread::get_id();
+  b.begin_allocate_to_pool(0, id, [me](sa_stream) { return std::this_thread::get_id() == me; });
+  void *kept = b.alloc(0, 3 * MiB, f.stream);
+  void *gone = b.alloc(0, 1 * MiB, f.stream);
+  b.end_allocate_to_pool(0, id);
+  b.free(gone);
+  void *outside = b.alloc(0, 5 * MiB, f.stream);
+  size_t pool_bytes = 0, pool_free = 0, seen_kept = 0, seen_outside = 0;
+  for (const SegmentView &s : b.segments(kDefaultPool)) {
+    size_t at = s.address, sum = 0;
+    for (const BlockView &blk : s.blocks) {
+      if (at == reinterpret_cast<uintptr_t>(kept)) {
+        seen_kept++;
+        assert_true(s.pool == id && blk.state == BlockState::kLive);
+        assert_int_equal(blk.requested, 3 * MiB);
+      }
+      if (at == reinterpret_cast<uintptr_t>(outside)) {
+        seen_outside++;
+        assert_true(s.pool == kDefaultPool && blk.state == BlockState::kLive);
+      }
+      // No block of the arena's covers a pool's block: the pool's segment
+      // is not also shown as a live span of the arena's.
+      if (s.pool == kDefaultPool)
+        assert_false(at < reinterpret_cast<uintptr_t>(kept) &&
+                     reinterpret_cast<uintptr_t>(kept) < at + blk.size);
+      if (s.pool == id) {
+        pool_bytes += blk.size;
+        if (blk.state == BlockState::kFree) pool_free += blk.size;
+      }
+      sum += blk.size;
+      at += blk.size;
+    }
+    assert_int_equal(sum, s.total);
+  }
+  assert_int_equal(seen_kept, 1);
+  assert_int_equal(seen_outside, 1);
+  assert_true(pool_free >= 1 * MiB);
+  assert_true(pool_bytes >= 4 * MiB);
+  // The pool alone shows the same segments.
+  size_t alone = 0;
+  for (const SegmentView &s : b.segments(id)) {
+    assert_true(s.pool == id);
+    alone += s.total;
+  }
+  assert_int_equal(alone, pool_bytes);
+  b.free(kept);
+  b.free(outside);
+  b.release_pool(0, id);
+  assert_int_equal(b.errors(), 0);
+}
+
 }  // namespace
 
 int main(void) {
@@ -675,6 +734,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(
           sharing_a_graph_pool_saves_a_segment_and_empty_cache_returns_it, setup, teardown),
       cmocka_unit_test_setup_teardown(record_stream_refused_in_a_capture_is_made_at_the_free,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(a_snapshot_shows_a_graph_pools_segments_under_the_pool,
                                       setup, teardown),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);

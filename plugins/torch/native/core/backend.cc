@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <utility>
 
 #include "plugins/torch/native/core/failure.h"
@@ -623,12 +624,106 @@ void Backend::attach_oom_observer(OomObserver o) {
 
 // --- snapshot ---------------------------------------------------------------
 
+namespace {
+
+// A graph pool's segments as sa_pool_segments reports them.
+struct PoolSegment {
+  uintptr_t address = 0;
+  size_t size = 0;
+  std::vector<sa_pool_block_info> blocks;
+};
+
+void note_pool_segment(void *base, size_t size, const sa_pool_block_info *blocks, size_t n,
+                       void *user) {
+  auto *out = static_cast<std::vector<PoolSegment> *>(user);
+  out->push_back(PoolSegment{reinterpret_cast<uintptr_t>(base), size,
+                             std::vector<sa_pool_block_info>(blocks, blocks + n)});
+}
+
+BlockState pool_block_state(sa_pool_block_state s) {
+  switch (s) {
+    case SA_POOL_BLOCK_LIVE:
+      return BlockState::kLive;
+    case SA_POOL_BLOCK_PENDING:
+      return BlockState::kPendingFree;
+    case SA_POOL_BLOCK_FREE:
+      break;
+  }
+  return BlockState::kFree;
+}
+
+// Does [address, address + size) hold the start of one of the segments
+// (sorted by address)? The arena holds each as a live span of its own,
+// which starts at most 511 bytes below it.
+bool holds_a_segment(const std::vector<PoolSegment> &segs, uintptr_t address, size_t size) {
+  auto it = std::lower_bound(segs.begin(), segs.end(), address,
+                             [](const PoolSegment &s, uintptr_t a) { return s.address < a; });
+  return it != segs.end() && it->address - address < size;
+}
+
+}  // namespace
+
 std::vector<SegmentView> Backend::segments(PoolId id) {
   std::vector<SegmentView> out;
   int n = device_count();
   for (int i = 0; i < n; i++) {
     Device &d = device(i);
+    // The device's graph pools' segments, by address: shown under their
+    // pools, and left out of the arena's layout, where they are live spans.
+    std::map<const PoolEntry *, std::vector<PoolSegment>> by_pool;
+    std::vector<PoolSegment> pool_segs;
+    d.pools.each([&](PoolEntry &e) {
+      sa_pool *gp = e.backend->graph_pool();
+      if (gp == nullptr) return;
+      std::vector<PoolSegment> &mine = by_pool[&e];
+      sa_status st = sa_pool_segments(gp, note_pool_segment, &mine);
+      if (st != SA_OK) report("snapshot", nullptr, i, st);
+      pool_segs.insert(pool_segs.end(), mine.begin(), mine.end());
+    });
+    std::sort(pool_segs.begin(), pool_segs.end(),
+              [](const PoolSegment &x, const PoolSegment &y) { return x.address < y.address; });
+    // A live block of PyTorch's: its request and stack into bv, counted in
+    // v. A block live in the library but freed by PyTorch is a free kept
+    // back during a capture, whose reuse waits (CUDA graph trees check that
+    // a pool's allocated blocks are their live tensors).
+    auto add_live = [&](SegmentView &v, BlockView &bv, uintptr_t address, size_t size) {
+      bool ours = live_.with(reinterpret_cast<void *>(address), [&](Allocation &x) {
+        bv.requested = x.requested;
+        bv.context = x.context;
+      });
+      if (!ours) {
+        bv.state = BlockState::kPendingFree;
+        bv.requested = 0;
+        return;
+      }
+      if (bv.requested == 0) bv.requested = size;
+      v.allocated += size;
+      v.requested += bv.requested;
+    };
+    auto add_block = [&](SegmentView &v, BlockView bv, uintptr_t address, size_t size) {
+      if (bv.state == BlockState::kLive) add_live(v, bv, address, size);
+      if (bv.state != BlockState::kFree) v.active += size;
+      v.total += size;
+      v.blocks.push_back(std::move(bv));
+    };
     auto add = [&](PoolEntry &e) {
+      if (e.backend->graph_pool() != nullptr) {
+        for (const PoolSegment &ps : by_pool[&e]) {
+          SegmentView v;
+          v.device = i;
+          v.address = ps.address;
+          v.large = true;
+          v.pool = e.id;
+          for (const sa_pool_block_info &b : ps.blocks) {
+            if (b.state == SA_POOL_BLOCK_LIVE && v.stream == 0)
+              v.stream = reinterpret_cast<uintptr_t>(b.stream);
+            add_block(v, BlockView{b.size, b.request, pool_block_state(b.state), nullptr},
+                      reinterpret_cast<uintptr_t>(b.p), b.size);
+          }
+          out.push_back(std::move(v));
+        }
+        return;
+      }
       sa_arena *a = e.backend->arena();
       if (a == nullptr) {
         // Memory of another allocator (MemPool(allocator=...)): each live
@@ -648,38 +743,29 @@ std::vector<SegmentView> Backend::segments(PoolId id) {
         });
         return;
       }
+      // The arena's layout, cut where a graph pool's segment lies: those
+      // show under their pools.
       ArenaLayout layout = read_layout(a);
       for (const LayoutSegment &s : layout.segments) {
         SegmentView v;
-        v.device = i;
-        v.address = s.address;
-        v.total = s.size;
-        v.stream = s.stream;
-        v.large = s.large;
-        v.pool = e.id;
+        auto start = [&](uintptr_t address) {
+          v = SegmentView{};
+          v.device = i;
+          v.address = address;
+          v.stream = s.stream;
+          v.large = s.large;
+          v.pool = e.id;
+        };
+        start(s.address);
         for (const LayoutBlock &b : s.blocks) {
-          BlockView bv{b.size, b.request != 0 ? b.request : 0, b.state, nullptr};
-          if (b.state == BlockState::kLive) {
-            bool ours = live_.with(reinterpret_cast<void *>(b.address), [&](Allocation &x) {
-              bv.requested = x.requested;
-              bv.context = x.context;
-            });
-            if (!ours) {
-              // Live in the library but freed by PyTorch: a free kept back
-              // during a capture, whose reuse waits (CUDA graph trees check
-              // that a pool's allocated blocks are their live tensors).
-              bv.state = BlockState::kPendingFree;
-              bv.requested = 0;
-            } else {
-              if (bv.requested == 0) bv.requested = b.size;
-              v.allocated += b.size;
-              v.requested += bv.requested;
-            }
+          if (b.state == BlockState::kLive && holds_a_segment(pool_segs, b.address, b.size)) {
+            if (!v.blocks.empty()) out.push_back(std::move(v));
+            start(b.address + b.size);
+            continue;
           }
-          if (bv.state != BlockState::kFree) v.active += b.size;
-          v.blocks.push_back(std::move(bv));
+          add_block(v, BlockView{b.size, b.request, b.state, nullptr}, b.address, b.size);
         }
-        out.push_back(std::move(v));
+        if (!v.blocks.empty()) out.push_back(std::move(v));
       }
     };
     if (id == kDefaultPool) {

@@ -72,6 +72,9 @@ class PoolBackend {
   // pool (a span) or small pool.
   virtual size_t block_size(size_t request) const = 0;
   virtual bool large(size_t request) const = 0;
+  // The library's graph pool behind it, whose segments a snapshot shows
+  // (sa_pool_segments); null for the others.
+  virtual sa_pool *graph_pool() const { return nullptr; }
 };
 
 // A pool with an arena of its own. Throws Failure where the arena cannot
@@ -121,7 +124,7 @@ class GraphPool final : public PoolBackend {
   sa_arena *arena() const override { return nullptr; }
   size_t block_size(size_t request) const override;
   bool large(size_t request) const override;
-  sa_pool *pool() const { return pool_; }
+  sa_pool *graph_pool() const override { return pool_; }
 
  private:
   Platform &platform_;
