@@ -243,13 +243,16 @@ static sa_status grow_in_place(sa_pool *pool, sa_pool_seg *seg, uintptr_t span,
 }
 
 /* The free block a request of size bytes on s takes, in the order that
- * costs least: its own or a clean one, one that became clean, one of
- * another stream behind a wait on the device. NULL: the pool must grow. */
+ * costs least: its own or a clean one, one that became clean, neighbours
+ * of those joined, one of another stream behind a wait on the device.
+ * NULL: the pool must grow. */
 static sa_pblock *find_fit(sa_pool *pool, size_t size, sa_stream s) {
   sa_pblock *b = sa__pool_fit(pool, size, s);
   if (b != NULL) return b;
   sa__pool_settle(pool);
   b = sa__pool_fit(pool, size, s);
+  if (b != NULL) return b;
+  b = sa__pool_fit_joined(pool, size, s);
   if (b != NULL) return b;
   return sa__pool_fit_waiting(pool, size, s);
 }

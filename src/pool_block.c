@@ -343,6 +343,64 @@ sa_pblock *sa__pool_fit_waiting(sa_pool *pool, size_t size, sa_stream stream) {
   return best;
 }
 
+/* y (free, out of the index, right after x) into x (free, out of the
+ * index), both usable by the same stream: a tagged part's tag and guard go
+ * to the whole (the later event of its stream), and the whole is that
+ * stream's only where either part was. */
+static void join_usable(sa_pool *pool, sa_pblock *x, sa_pblock *y) {
+  if (y->tag != 0 && x->tag == 0) {
+    x->tag = y->tag;
+    x->stream = y->stream;
+    x->stream_only = y->stream_only;
+    x->event = y->event;
+    x->seq = y->seq;
+    y->event = NULL;
+  } else if (y->tag != 0) {
+    SA_ASSERT(x->tag == y->tag);
+    bool only = x->stream_only || y->stream_only;
+    x->stream_only = y->stream_only = false; /* join_guard's rule: equal flags */
+    join_guard(pool->arena, x, y);
+    x->stream_only = only;
+  }
+  x->size += y->size;
+  unlink_block(y);
+  pblock_put(pool, y);
+}
+
+sa_pblock *sa__pool_fit_joined(sa_pool *pool, size_t size, sa_stream stream) {
+  sa_pblock *best = NULL;
+  size_t best_bytes = 0;
+  for (sa_pool_seg *seg = pool->segs; seg != NULL; seg = seg->next) {
+    sa_pblock *first = NULL;
+    size_t bytes = 0;
+    for (sa_pblock *b = seg->first;; b = b->next) {
+      bool usable = b != NULL && b->state == SA_PBLOCK_FREE && sa__pool_usable(b, stream);
+      if (usable) {
+        if (first == NULL) first = b, bytes = 0;
+        bytes += b->size;
+        continue;
+      }
+      /* A run of two or more ends here: the smallest that holds size. */
+      if (first != NULL && first->next != b && bytes >= size &&
+          (best == NULL || bytes < best_bytes))
+        best = first, best_bytes = bytes;
+      first = NULL;
+      if (b == NULL) break;
+    }
+  }
+  if (best == NULL) return NULL;
+  fit_del(pool, best);
+  while (best->next != NULL && best->next->state == SA_PBLOCK_FREE &&
+         sa__pool_usable(best->next, stream)) {
+    sa_pblock *n = best->next;
+    fit_del(pool, n);
+    join_usable(pool, best, n);
+  }
+  fit_add(pool, best);
+  SA_ASSERT(best->size == best_bytes);
+  return best;
+}
+
 /* ------------------------------------------------------------------------
  * Carving
  * ---------------------------------------------------------------------- */

@@ -203,6 +203,13 @@ sa_pblock *sa__pool_fit(sa_pool *pool, size_t size, sa_stream stream);
  * blocks whose event completed (not stream_only) become clean (event queries, which the
  * driver makes in the relaxed capture mode: they disturb no capture). */
 void sa__pool_settle(sa_pool *pool);
+/* Where no free block holds size bytes for stream: neighbouring free
+ * blocks that stream may take (clean ones and its own), joined into one
+ * that holds it, the smallest such run; NULL if none. The joined block is
+ * the stream's where any part was (a clean part waits with it for the
+ * stream's event, or is the stream's only): so only on demand, when it
+ * saves a growth. No driver call. */
+sa_pblock *sa__pool_fit_joined(sa_pool *pool, size_t size, sa_stream stream);
 /* The best fit among free blocks of other streams that carry an event
  * (not stream_only),
  * once stream waits for that event on the device: NULL if none fits, or

@@ -734,6 +734,38 @@ static void a_growth_past_memory_in_use_takes_a_segment_of_its_own(void **state)
   sa_assert_ok(sa_pool_release(pool, s));
 }
 
+/* A clean free block and the stream's own free block beside it (freed in
+ * a capture: the stream's only) do not merge, so that clean memory stays
+ * any stream's; but where together they hold a request of that stream that
+ * no single block does, they are joined instead of the pool growing. */
+static void a_streams_own_and_clean_neighbours_join_before_a_growth(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s = fresh_stream();
+  sa_pool *pool;
+  sa_assert_ok(sa_pool_create(f->arena, &pool));
+  void *c, *a, *b, *y;
+  sa_assert_ok(sa_pool_alloc(pool, &c, 8 * MiB, s));
+  sa_assert_ok(sa_free(c, s));
+  sa_assert_ok(sa_pool_alloc(pool, &a, 4 * MiB, s));
+  sa_assert_ok(sa_pool_alloc(pool, &b, 4 * MiB, s));
+  assert_ptr_equal(a, c);
+  assert_ptr_equal((char *)b, (char *)a + 4 * MiB);
+  size_t reserved = pool_stats(pool).reserved_bytes;
+  sa_assert_ok(sa_free(a, s));
+  sa_assert_ok(sa_host_stream_drain(s)); /* a's event completes: clean at the next look */
+  sa_assert_ok(sa_host_stream_begin_capture(s, SA_HOST_CAPTURE_GLOBAL));
+  sa_assert_ok(sa_free(b, s)); /* s's only */
+  assert_int_equal(pool_stats(pool).free_blocks, 2);
+  sa_assert_ok(sa_pool_alloc(pool, &y, 8 * MiB, s));
+  assert_ptr_equal(y, a);
+  assert_int_equal(pool_stats(pool).reserved_bytes, reserved);
+  assert_capture_intact(s);
+  sa_assert_ok(sa_free(y, s));
+  sa_assert_ok(sa_host_stream_end_capture(s));
+  sa_assert_ok(sa_pool_release(pool, s));
+  drop_stream(f->arena, s);
+}
+
 /* ---- segments ---------------------------------------------------------- */
 
 typedef struct segments_seen_s {
@@ -814,6 +846,7 @@ int main(void) {
       T(a_growth_extends_a_segments_free_top_in_place),
       T(a_growth_past_memory_in_use_takes_a_segment_of_its_own),
       T(segments_report_every_block_in_its_state),
+      T(a_streams_own_and_clean_neighbours_join_before_a_growth),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
