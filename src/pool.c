@@ -310,6 +310,32 @@ sa_status sa_pool_alloc(sa_pool *pool, void **out, size_t size, sa_stream s) {
   return st;
 }
 
+sa_status sa_pool_alloc_at(sa_pool *pool, void *p, size_t size, sa_stream s) {
+  if (pool == NULL || p == NULL || (uintptr_t)p % SA_POOL_ALIGN != 0 || size == 0 ||
+      size > SIZE_MAX - (SA_POOL_ALIGN - 1))
+    return SA_ERR_INVALID_ARGUMENT;
+  size_t rounded = (size + SA_POOL_ALIGN - 1) & ~(SA_POOL_ALIGN - 1);
+  if ((uintptr_t)p > UINTPTR_MAX - rounded) return SA_ERR_INVALID_ARGUMENT;
+  sa_status st = stream_check(pool->arena, s);
+  if (st != SA_OK) return st;
+  pthread_mutex_lock(&pool->lock);
+  st = SA_ERR_INVALID_ARGUMENT;
+  if (pool->uses > 0 && !pool->returning) {
+    sa_pblock *b = sa__pool_free_at(pool, (uintptr_t)p, rounded, s);
+    if (b == NULL) { /* its event may have completed: clean now */
+      sa__pool_settle(pool);
+      b = sa__pool_free_at(pool, (uintptr_t)p, rounded, s);
+    }
+    if (b != NULL) {
+      sa_pblock *live = sa__pool_carve(pool, b, (uintptr_t)p, rounded, size, s);
+      st = live == NULL ? SA_ERR_OUT_OF_MEMORY : check_handout(pool, live, s);
+    }
+  }
+  SA_VALIDATE_PACED(&pool->pace, sa__pool_check(pool));
+  pthread_mutex_unlock(&pool->lock);
+  return st;
+}
+
 typedef struct live_copy_s {
   void *p;
   size_t size;

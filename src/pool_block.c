@@ -401,6 +401,27 @@ sa_pblock *sa__pool_fit_joined(sa_pool *pool, size_t size, sa_stream stream) {
   return best;
 }
 
+sa_pblock *sa__pool_free_at(sa_pool *pool, uintptr_t at, size_t size, sa_stream stream) {
+  sa_pblock *b = sa__pool_block_at(pool, at);
+  if (b == NULL || b->state != SA_PBLOCK_FREE || !sa__pool_usable(b, stream)) return NULL;
+  /* Enough of the neighbours that stream may take to cover the range. */
+  uintptr_t end = at + size;
+  sa_pblock *n = b;
+  while (n->base + n->size < end) {
+    n = n->next;
+    if (n == NULL || n->state != SA_PBLOCK_FREE || !sa__pool_usable(n, stream)) return NULL;
+  }
+  if (n == b) return b;
+  fit_del(pool, b);
+  while (b->base + b->size < end) {
+    sa_pblock *next = b->next;
+    fit_del(pool, next);
+    join_usable(pool, b, next);
+  }
+  fit_add(pool, b);
+  return b;
+}
+
 /* ------------------------------------------------------------------------
  * Carving
  * ---------------------------------------------------------------------- */

@@ -210,6 +210,10 @@ void sa__pool_settle(sa_pool *pool);
  * stream's event, or is the stream's only): so only on demand, when it
  * saves a growth. No driver call. */
 sa_pblock *sa__pool_fit_joined(sa_pool *pool, size_t size, sa_stream stream);
+/* The free block that holds [at, at + size) for stream (clean or its
+ * own), joining such neighbours where the range crosses into them; NULL if
+ * a byte of the range is in use, outside the pool, or another stream's. */
+sa_pblock *sa__pool_free_at(sa_pool *pool, uintptr_t at, size_t size, sa_stream stream);
 /* The best fit among free blocks of other streams that carry an event
  * (not stream_only),
  * once stream waits for that event on the device: NULL if none fits, or

@@ -766,6 +766,47 @@ static void a_streams_own_and_clean_neighbours_join_before_a_growth(void **state
   drop_stream(f->arena, s);
 }
 
+/* sa_pool_alloc_at: a block again at the address it had (a checkpoint's
+ * restore), across free neighbours the stream may take; refused where a
+ * byte is in use, another stream's for good, misaligned or outside. */
+static void alloc_at_takes_back_a_freed_address(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s = fresh_stream(), other = f->streams[2];
+  sa_pool *pool;
+  sa_assert_ok(sa_pool_create(f->arena, &pool));
+  void *c, *a, *b, *d;
+  sa_assert_ok(sa_pool_alloc(pool, &c, 12 * MiB, s));
+  sa_assert_ok(sa_free(c, s));
+  sa_assert_ok(sa_pool_alloc(pool, &a, 4 * MiB, s));
+  sa_assert_ok(sa_pool_alloc(pool, &b, 4 * MiB, s));
+  sa_assert_ok(sa_pool_alloc(pool, &d, 4 * MiB, s));
+  assert_ptr_equal((char *)d, (char *)a + 8 * MiB);
+  sa_assert_ok(sa_free(a, s));
+  sa_assert_ok(sa_host_stream_drain(s)); /* a: clean at the next look */
+  sa_assert_ok(sa_host_stream_begin_capture(s, SA_HOST_CAPTURE_GLOBAL));
+  sa_assert_ok(sa_free(b, s)); /* s's only */
+  /* In use, misaligned, past the free range, another stream's, NULL. */
+  assert_int_equal(sa_pool_alloc_at(pool, d, 4 * MiB, s), SA_ERR_INVALID_ARGUMENT);
+  assert_int_equal(sa_pool_alloc_at(pool, (char *)a + 100, 1000, s), SA_ERR_INVALID_ARGUMENT);
+  assert_int_equal(sa_pool_alloc_at(pool, a, 8 * MiB + 512, s), SA_ERR_INVALID_ARGUMENT);
+  assert_int_equal(sa_pool_alloc_at(pool, b, 4 * MiB, other), SA_ERR_INVALID_ARGUMENT);
+  assert_int_equal(sa_pool_alloc_at(NULL, a, 4 * MiB, s), SA_ERR_INVALID_ARGUMENT);
+  assert_int_equal(sa_pool_alloc_at(pool, a, 0, s), SA_ERR_INVALID_ARGUMENT);
+  assert_int_equal(pool_stats(pool).live_blocks, 1);
+  /* The two freed blocks, clean and s's own, as one again at a's address. */
+  void *again = a;
+  sa_assert_ok(sa_pool_alloc_at(pool, again, 8 * MiB, s));
+  sa_pool_stats ps = pool_stats(pool);
+  assert_int_equal(ps.live_blocks, 2);
+  assert_int_equal(ps.live_requested, 12 * MiB);
+  assert_capture_intact(s);
+  sa_assert_ok(sa_free(again, s));
+  sa_assert_ok(sa_free(d, s));
+  sa_assert_ok(sa_host_stream_end_capture(s));
+  sa_assert_ok(sa_pool_release(pool, s));
+  drop_stream(f->arena, s);
+}
+
 /* ---- segments ---------------------------------------------------------- */
 
 typedef struct segments_seen_s {
@@ -847,6 +888,7 @@ int main(void) {
       T(a_growth_past_memory_in_use_takes_a_segment_of_its_own),
       T(segments_report_every_block_in_its_state),
       T(a_streams_own_and_clean_neighbours_join_before_a_growth),
+      T(alloc_at_takes_back_a_freed_address),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -528,6 +528,19 @@ sa_status sa_pool_release(sa_pool *pool, sa_stream stream);
  * wait, or an sa_trim in the callback, would end. */
 sa_status sa_pool_alloc(sa_pool *pool, void **out, size_t size, sa_stream stream);
 
+/* Allocate size bytes at p from pool's free memory on stream, as
+ * sa_pool_alloc would there: p a multiple of 512 where every byte of
+ * [p, p + size rounded up to 512) is free in one of pool's segments and
+ * stream may take it without a wait (clean, or freed on stream). For
+ * restoring a pool's state as it was (PyTorch's setCheckpointPoolState:
+ * CUDA graph trees give tensors back the addresses a recorded graph
+ * uses). The pool never grows for it. Errors: SA_ERR_INVALID_ARGUMENT (NULL
+ * or misaligned p, size 0, a range not free for stream, or the pool's last
+ * use released), SA_ERR_UNKNOWN_STREAM, SA_ERR_OUT_OF_MEMORY (host),
+ * SA_ERR_STREAM_ORDER (the checker, where it runs); then no block is
+ * allocated. */
+sa_status sa_pool_alloc_at(sa_pool *pool, void *p, size_t size, sa_stream stream);
+
 /* Call fn once for each live block of pool (PyTorch's
  * checkPoolLiveAllocations): its address, the size asked for, the stream
  * it was allocated on. fn runs after the pool's lock was let go, on a copy:
