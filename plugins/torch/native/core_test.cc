@@ -704,6 +704,39 @@ void a_snapshot_shows_a_graph_pools_segments_under_the_pool(void **state) {
   assert_int_equal(b.errors(), 0);
 }
 
+// A checkpoint's restore: a graph pool's block freed since is allocated
+// again at its address and tracked as any allocation; an address in use,
+// or a pool that is not a graph pool, is refused saying why.
+void alloc_at_restores_a_graph_pools_block(void **state) {
+  Fixture &f = fx(state);
+  Backend &b = *f.backend;
+  PoolId id{0, 12};
+  b.create_or_incref_pool(0, id, nullptr);
+  std::thread::id me = std::this_thread::get_id();
+  b.begin_allocate_to_pool(0, id, [me](sa_stream) { return std::this_thread::get_id() == me; });
+  void *x = b.alloc(0, 3 * MiB, f.stream);
+  void *y = b.alloc(0, 2 * MiB, f.stream);
+  b.end_allocate_to_pool(0, id);
+  auto blocks = b.pool_blocks(0, id);
+  assert_int_equal(blocks.size(), 2);
+  b.free(x);
+  assert_int_equal(b.pool_blocks(0, id).size(), 1);
+  b.alloc_at(0, id, x, 3 * MiB, f.stream);
+  blocks = b.pool_blocks(0, id);
+  assert_int_equal(blocks.size(), 2);
+  bool back = false;
+  for (auto &blk : blocks) back = back || (blk.p == x && blk.size == 3 * MiB && blk.stream == f.stream);
+  assert_true(back);
+  assert_true(failure_of([&] { b.alloc_at(0, id, y, 2 * MiB, f.stream); }) ==
+              Failure::Kind::kInvalid);
+  assert_true(failure_of([&] { b.alloc_at(0, kDefaultPool, x, 1 * MiB, f.stream); }) ==
+              Failure::Kind::kInvalid);
+  b.free(x);
+  b.free(y);
+  b.release_pool(0, id);
+  assert_int_equal(b.errors(), 0);
+}
+
 }  // namespace
 
 int main(void) {
@@ -737,6 +770,7 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(a_snapshot_shows_a_graph_pools_segments_under_the_pool,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(alloc_at_restores_a_graph_pools_block, setup, teardown),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

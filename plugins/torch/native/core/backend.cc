@@ -225,7 +225,16 @@ void *Backend::alloc(int dev, size_t size, sa_stream stream) {
     }
   }
   if (st != SA_OK) refuse(d, *used, size, stream, st, over_cap);
+  track(d, *used, p, size, stream, ctx, before);
+  return p;
+}
 
+void Backend::track(Device &d, PoolEntry &pool, void *p, size_t size, sa_stream stream,
+                    const Context &ctx, size_t reserved_before) {
+  PoolEntry *used = &pool;
+  int dev = d.index;
+  bool segments = history_.wants(Action::kSegmentAlloc);
+  size_t before = reserved_before;
   Allocation a;
   a.requested = size;
   a.block = used->backend->block_size(size);
@@ -269,7 +278,28 @@ void *Backend::alloc(int dev, size_t size, sa_stream stream) {
       history_.record(std::move(r), platform_.now());
     }
   }
-  return p;
+}
+
+void Backend::alloc_at(int dev, PoolId id, void *p, size_t size, sa_stream stream) {
+  Device &d = device(dev);
+  PoolEntry *e = d.pools.find(id);
+  if (e == nullptr || e->backend->graph_pool() == nullptr)
+    throw Failure(Failure::Kind::kInvalid,
+                  "streamarena: no graph pool (" + std::to_string(id.first) + ", " +
+                      std::to_string(id.second) + ") on device " + std::to_string(dev) +
+                      " to allocate at " + pointer(p) + " from");
+  Context ctx = history_.gather(When::kState);
+  bool segments = history_.wants(Action::kSegmentAlloc);
+  size_t before = segments ? figures(d).reserved : 0;
+  sa_status st = e->backend->alloc_at(p, size, stream);
+  if (st != SA_OK)
+    throw Failure(Failure::Kind::kInvalid,
+                  "streamarena: cannot allocate " + std::to_string(size) + " bytes at " +
+                      pointer(p) + " in pool (" + std::to_string(id.first) + ", " +
+                      std::to_string(id.second) + "): " + status_text(st) +
+                      " (that memory is not free in the pool for stream " + pointer(stream) +
+                      ")");
+  track(d, *e, p, size, stream, ctx, before);
 }
 
 void Backend::refuse(Device &d, PoolEntry &pool, size_t size, sa_stream stream, sa_status st,
@@ -603,17 +633,18 @@ bool Backend::mapped_for(int dev, int peer) {
   return mask == SA_PEER_ACCESS_ALL || ((mask >> peer) & 1u) != 0;
 }
 
-std::vector<std::pair<void *, size_t>> Backend::pool_blocks(int dev, PoolId id) {
+std::vector<Backend::PoolBlock> Backend::pool_blocks(int dev, PoolId id) {
   Device &d = device(dev);
   PoolEntry *e = d.pools.find(id);
-  std::vector<std::pair<void *, size_t>> out;
+  std::vector<PoolBlock> out;
   if (e == nullptr) return out;
   std::vector<void *> ptrs;
   {
     std::lock_guard<std::mutex> g(e->live_lock);
     ptrs.assign(e->live_set.begin(), e->live_set.end());
   }
-  for (void *p : ptrs) live_.with(p, [&](Allocation &a) { out.emplace_back(p, a.requested); });
+  for (void *p : ptrs)
+    live_.with(p, [&](Allocation &a) { out.push_back(PoolBlock{p, a.requested, a.stream}); });
   return out;
 }
 

@@ -157,8 +157,19 @@ class Backend {
   // configuration's peer_access, or Platform::peers_of where it has none).
   bool mapped_for(int device, int peer);
 
-  // The live blocks of a pool (its id and device), with their sizes.
-  std::vector<std::pair<void *, size_t>> pool_blocks(int device, PoolId id);
+  // The live blocks of a pool (its id and device): where, the size asked
+  // for, the stream.
+  struct PoolBlock {
+    void *p = nullptr;
+    size_t size = 0;
+    sa_stream stream = nullptr;
+  };
+  std::vector<PoolBlock> pool_blocks(int device, PoolId id);
+  // A block of size bytes at p on stream, from the free memory of a graph
+  // pool (sa_pool_alloc_at), tracked as alloc's are: a checkpoint's
+  // restore (setCheckpointPoolState). Throws Failure(kInvalid), saying
+  // why, where the pool is not a graph pool or p's range is not free.
+  void alloc_at(int device, PoolId id, void *p, size_t size, sa_stream stream);
 
   // Library calls refused outside the reach of an exception (frees).
   uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
@@ -170,6 +181,10 @@ class Backend {
  private:
   struct Device;
   struct Kept;  // a free kept back during a capture
+  // p, just allocated from pool for size bytes on stream: PyTorch's
+  // figures, the live table and the history (alloc and alloc_at).
+  void track(Device &d, PoolEntry &pool, void *p, size_t size, sa_stream stream,
+             const Context &ctx, size_t reserved_before);
   struct Figures {
     size_t reserved = 0, reserved_peak = 0, cached = 0, chunks = 0, largest_free_span = 0;
   };

@@ -137,6 +137,11 @@ sa_status GraphPool::alloc(size_t size, sa_stream stream, void **out) {
                    [&] { return sa_pool_alloc(pool_, out, size, stream); });
 }
 
+sa_status GraphPool::alloc_at(void *p, size_t size, sa_stream stream) {
+  return on_stream(platform_, device_, stream,
+                   [&] { return sa_pool_alloc_at(pool_, p, size, stream); });
+}
+
 // A pool's block is freed and recorded as any block: sa_free finds its pool.
 sa_status GraphPool::free(void *p, sa_stream stream) {
   return on_stream(platform_, device_, stream, [&] { return sa_free(p, stream); });

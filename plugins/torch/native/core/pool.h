@@ -75,6 +75,14 @@ class PoolBackend {
   // The library's graph pool behind it, whose segments a snapshot shows
   // (sa_pool_segments); null for the others.
   virtual sa_pool *graph_pool() const { return nullptr; }
+  // size bytes at p from its free memory (a graph pool's
+  // sa_pool_alloc_at); SA_ERR_NOT_SUPPORTED for the others.
+  virtual sa_status alloc_at(void *p, size_t size, sa_stream stream) {
+    (void)p;
+    (void)size;
+    (void)stream;
+    return SA_ERR_NOT_SUPPORTED;
+  }
 };
 
 // A pool with an arena of its own. Throws Failure where the arena cannot
@@ -125,6 +133,7 @@ class GraphPool final : public PoolBackend {
   size_t block_size(size_t request) const override;
   bool large(size_t request) const override;
   sa_pool *graph_pool() const override { return pool_; }
+  sa_status alloc_at(void *p, size_t size, sa_stream stream) override;
 
  private:
   Platform &platform_;

@@ -237,7 +237,7 @@ class ForeignPool final : public PoolBackend {
 struct PoolCheckpoint final : cca::AllocatorState {
   int device = 0;
   PoolId pool = kDefaultPool;
-  std::vector<std::pair<void *, size_t>> live;
+  std::vector<Backend::PoolBlock> live;
 };
 
 // --- the allocator -------------------------------------------------------------
@@ -631,26 +631,25 @@ class StreamArenaAllocator final : public cca::CUDAAllocator {
     TORCH_CHECK(state != nullptr && state->device == device,
                 "streamarena: setCheckpointPoolState: not a checkpoint of this allocator for "
                 "device ", static_cast<int>(device));
-    std::vector<std::pair<void *, size_t>> now;
+    std::vector<Backend::PoolBlock> now;
     call([&] { now = backend_.pool_blocks(device, state->pool); });
     std::unordered_set<void *> then, live;
-    for (auto &b : state->live) then.insert(b.first);
-    for (auto &b : now) live.insert(b.first);
-    for (auto &b : state->live)
-      TORCH_CHECK(live.count(b.first) != 0,
-                  "streamarena: setCheckpointPoolState: the checkpoint of pool (",
-                  state->pool.first, ", ", state->pool.second, ") holds block ", b.first,
-                  ", which was freed since; restoring it means allocating it again at that "
-                  "address, which no streamarena call offers yet (the graph-pool C API will: "
-                  "docs/TORCH.md). CUDA graph trees ask for it to record a new graph while a "
-                  "recorded graph's outputs are alive; keep one graph per compiled function "
-                  "(fixed shapes), or compile with mode=\"default\"");
-    // Only blocks allocated since the checkpoint are left: they go.
+    for (auto &b : state->live) then.insert(b.p);
+    for (auto &b : now) live.insert(b.p);
+    // The pool as it was: blocks allocated since go, then the checkpoint's
+    // blocks freed since are allocated again at their addresses (CUDA graph
+    // trees hand them back to the tensors a recorded graph's outputs were).
     cca::CheckpointDelta delta;
     for (auto &b : now) {
-      if (then.count(b.first) != 0) continue;
-      free(b.first);
-      delta.ptrs_freed.push_back(b.first);
+      if (then.count(b.p) != 0) continue;
+      free(b.p);
+      delta.ptrs_freed.push_back(b.p);
+    }
+    c10::Device where(c10::DeviceType::CUDA, device);
+    for (auto &b : state->live) {
+      if (live.count(b.p) != 0) continue;
+      call([&] { backend_.alloc_at(device, state->pool, b.p, b.size, b.stream); });
+      delta.dataptrs_allocd.emplace_back(b.p, b.p, &delete_block, where);
     }
     return delta;
   }
