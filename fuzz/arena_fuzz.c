@@ -68,9 +68,11 @@
  *     trim, destroy or allocation that could reach the out-of-memory path
  *     runs inside (their device-wide synchronize would invalidate it);
  *   - a graph pool's episode (op value 0xef): allocations from a pool
- *     during a capture and after it, frees, records and uses across
- *     streams, no pool block overlapping another or the model's blocks,
- *     then the pool released: its segments count as large allocations.
+ *     during a capture and after it, frees (some taken back at their
+ *     address, sa_pool_alloc_at), records and uses across streams, no pool
+ *     block overlapping another or the model's blocks, its segments as
+ *     sa_pool_segments reports them tiled and counted, then the pool
+ *     released: its segments count as large allocations.
  *
  * Built with clang directly from the sources by fuzz/run.sh (Bazel here
  * builds with gcc). The first bytes choose the configuration.
@@ -947,6 +949,43 @@ static void op_capture(input *in) {
  * large allocations and frees in the model. Not with a fault armed (a
  * refused growth in a capture is pool_test's). */
 #define POOL_BLOCKS 16
+
+/* sa_pool_segments' view: blocks tile each segment, and the totals are
+ * sa_pool_get_stats'. */
+typedef struct pool_seen_s {
+  size_t segments, bytes, live, free_bytes;
+} pool_seen;
+
+static void note_pool_segment(void *base, size_t size, const sa_pool_block_info *blocks,
+                              size_t n, void *user) {
+  pool_seen *w = user;
+  w->segments++;
+  w->bytes += size;
+  uintptr_t at = (uintptr_t)base;
+  for (size_t i = 0; i < n; i++) {
+    if ((uintptr_t)blocks[i].p != at || blocks[i].size == 0 || blocks[i].size % 512 != 0)
+      die("pool segment %p: block %zu at %p+%zu, expected at %p", base, i, blocks[i].p,
+          blocks[i].size, (void *)at);
+    at += blocks[i].size;
+    if (blocks[i].state == SA_POOL_BLOCK_LIVE) w->live++;
+    if (blocks[i].state == SA_POOL_BLOCK_FREE) w->free_bytes += blocks[i].size;
+  }
+  if (at != (uintptr_t)base + size) die("pool segment %p+%zu: blocks end at %p", base, size, (void *)at);
+}
+
+static void pool_segments_check(sa_pool *pool) {
+  pool_seen w = {0};
+  sa_pool_stats ps;
+  expect(sa_pool_segments(pool, note_pool_segment, &w), SA_OK, "sa_pool_segments");
+  expect(sa_pool_get_stats(pool, &ps), SA_OK, "sa_pool_get_stats");
+  if (w.segments != ps.segments || w.bytes != ps.reserved_bytes || w.live != ps.live_blocks ||
+      w.free_bytes != ps.free_bytes)
+    die("sa_pool_segments: %zu segments, %zu bytes, %zu live, %zu free; the stats say %zu, %zu, "
+        "%zu, %zu",
+        w.segments, w.bytes, w.live, w.free_bytes, ps.segments, ps.reserved_bytes,
+        ps.live_blocks, ps.free_bytes);
+}
+
 static void op_pool(input *in) {
   if (m.faulting) return;
   int c = pick_created(in);
@@ -1005,9 +1044,21 @@ static void op_pool(input *in) {
         expect(sa_record_stream(b[i].p, m.streams[b[i].stream]), SA_OK, "sa_record_stream");
       expect(sa_free(b[i].p, m.streams[t]), SA_OK, "sa_free of a pool block");
       if (t < NSTREAMS) m.dirty[t] = true;
+      if (what % 3 == 0 && what >= 0x80) {
+        /* Taken back at its address (a checkpoint's restore), where it is
+         * free for t: freed on t itself, unrecorded, or clean by now. */
+        sa_status st = sa_pool_alloc_at(pool, b[i].p, b[i].size, m.streams[t]);
+        TRACE("pool alloc_at %p+%zu on %d -> %s\n", b[i].p, b[i].size, t, sa_status_string(st));
+        if (st == SA_OK) {
+          b[i].stream = t;
+          continue;
+        }
+        expect(st, SA_ERR_INVALID_ARGUMENT, "sa_pool_alloc_at");
+      }
       b[i] = b[--nb];
     }
   }
+  pool_segments_check(pool);
   while (nb > 0) {
     int t = pick_stream(in);
     if (t != b[nb - 1].stream)
