@@ -133,7 +133,7 @@ self_check() {
     esac || { echo "gpu-torch-native.sh: $so needs $lib, which the GPU machine may lack" >&2; exit 1; }
   done
   for sym in sa_torch_native_install sa_torch_native_get_stats sa_torch_native_built_for; do
-    nm -D --defined-only "$so" | grep -q " T $sym$" ||
+    nm -D --defined-only "$so" | grep " T $sym$" >/dev/null ||
       { echo "gpu-torch-native.sh: $so does not export $sym" >&2; exit 1; }
   done
   python3 -m py_compile "$dest"/examples/*.py "$dest"/examples/torch/*.py \
