@@ -55,10 +55,9 @@ static sa_status small_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limi
 }
 
 /* limit: the physical bytes a span or a superblock may take the arena to. */
-static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limit,
-                           sa_alloc_for who, void **out) {
+static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limit, void **out) {
   if (size > sa__large_threshold(a)) {
-    sa_status st = sa__span_alloc(a, e->sarena, size, limit, who == SA_FOR_POOL, out);
+    sa_status st = sa__span_alloc(a, e->sarena, size, limit, out);
     if (st == SA_OK) {
       sa__tentry_live_account(e, (int64_t)size, 0);
       atomic_fetch_add_explicit(&a->stats.xlarge_allocs, 1, memory_order_relaxed);
@@ -120,14 +119,14 @@ static bool superblocks_serve(const sa_arena *a, size_t size) {
  *   6. after the user's callback, which may free memory (from step 1).
  * When the soft limit is max_physical, step 3 is skipped, and step 4 when
  * step 2 did the same; step 5 while s is being captured into a graph, and
- * steps 5 and 6 always for SA_FOR_POOL (a graph pool's growth,
+ * steps 5 and 6 always for SA_DEVICE_SYNC_NEVER (a graph pool's growth,
  * alloc.h: it may serve a capture on another stream, which a synchronize,
  * or a trim in the user's callback, would end). */
 static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_stream s,
-                                  sa_alloc_for who, void **out) {
+                                  sa_device_sync sync, void **out) {
   bool large = size > sa__large_threshold(a);
   size_t soft = sa__physical_soft_limit_with(a, size), hard = a->physical.cap;
-  sa_status st = try_alloc(a, e, size, soft, who, out);
+  sa_status st = try_alloc(a, e, size, soft, out);
   bool all_reclaimed = false; /* step 2 took everything free already */
   for (int step = 2, callbacks = 0; st == SA_ERR_OUT_OF_MEMORY; step++) {
     size_t limit = hard;
@@ -159,10 +158,10 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
        * without an event on its stream becomes usable too. Not while s is
        * captured: CUDA fails the wait then and invalidates the capture;
        * nor for a graph pool, whose growth may serve any capture. */
-      if (who == SA_FOR_POOL || capturing(a, s)) continue;
+      if (sync == SA_DEVICE_SYNC_NEVER || capturing(a, s)) continue;
       sa__tentry_flush_own(a, e->sarena, SA_FLUSH_ALL);
       sa__reclaim(a, need, SA_WAIT, SA_RECLAIM_ALL);
-    } else if (a->cfg.oom_callback != NULL && who != SA_FOR_POOL &&
+    } else if (a->cfg.oom_callback != NULL && sync != SA_DEVICE_SYNC_NEVER &&
                callbacks++ < 8 && a->cfg.oom_callback(a, size, s, a->cfg.oom_user_data)) {
       /* Its frees on other streams may have evicted e: look it up again. */
       st = sa__tentry_get(a, s, &e);
@@ -172,7 +171,7 @@ static sa_status alloc_reclaiming(sa_arena *a, sa_tentry *e, size_t size, sa_str
     } else {
       break;
     }
-    st = try_alloc(a, e, size, limit, who, out);
+    st = try_alloc(a, e, size, limit, out);
   }
   if (st == SA_ERR_OUT_OF_MEMORY) {
     atomic_fetch_add_explicit(&a->stats.xoom_events, 1, memory_order_relaxed);
@@ -238,9 +237,9 @@ static size_t least_footprint(const sa_arena *a, size_t size) {
   return granules <= SIZE_MAX >> a->gran_shift ? granules << a->gran_shift : SIZE_MAX;
 }
 
-/* The slow path: sa_alloc's, for SA_FOR_USER. */
+/* The slow path: sa_alloc's, with sync SA_DEVICE_SYNC_ALLOWED. */
 static sa_status alloc_slow(sa_arena *a, void **out, size_t size, sa_stream s,
-                            sa_alloc_for who) {
+                            sa_device_sync sync) {
   *out = NULL;
   if (a == NULL) return SA_ERR_INVALID_ARGUMENT; /* the fast path never matched it */
   if (size == 0) return SA_OK;
@@ -257,7 +256,7 @@ static sa_status alloc_slow(sa_arena *a, void **out, size_t size, sa_stream s,
   if (st != SA_OK) return st;
   if (e->out != NULL) (void)sa__tentry_flush_out(e, SA_NAMED); /* stays on failure */
   void *p;
-  st = alloc_reclaiming(a, e, size, s, who, &p);
+  st = alloc_reclaiming(a, e, size, s, sync, &p);
   if (st != SA_OK) return st;
   atomic_fetch_add_explicit(&a->stats.xslow_allocs, 1, memory_order_relaxed);
   if (sa_unlikely(a->hooks)) return after_alloc(a, p, size, s, out);
@@ -266,7 +265,7 @@ static sa_status alloc_slow(sa_arena *a, void **out, size_t size, sa_stream s,
 }
 
 SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size, sa_stream s) {
-  return alloc_slow(a, out, size, s, SA_FOR_USER);
+  return alloc_slow(a, out, size, s, SA_DEVICE_SYNC_ALLOWED);
 }
 
 sa_status sa__alloc_extend(sa_arena *a, void *p, size_t size, size_t more, sa_stream s,
@@ -294,7 +293,7 @@ void sa__alloc_forget_large_pair(sa_arena *a) {
 }
 
 sa_status sa__alloc_unsynced(sa_arena *a, void **out, size_t size, sa_stream s) {
-  return alloc_slow(a, out, size, s, SA_FOR_POOL);
+  return alloc_slow(a, out, size, s, SA_DEVICE_SYNC_NEVER);
 }
 
 /* The fast path, else alloc_generic: inline in sa_alloc and alloc_legacy,

@@ -4,18 +4,14 @@
 
 #include "base/base.h"
 
-/* Whose allocation the slow path serves: the user's, or a graph pool's
- * segment (sa__alloc_unsynced), which never synchronizes the device or
- * calls the user's oom_callback (a capture may be underway) and takes a run
- * of its own with room above it, where the segment grows in place. */
-typedef enum sa_alloc_for_e { SA_FOR_USER = 0, SA_FOR_POOL = 1 } sa_alloc_for;
+/* Whether the out-of-memory loop may wait for the whole device. */
+typedef enum sa_device_sync_e { SA_DEVICE_SYNC_ALLOWED = 0, SA_DEVICE_SYNC_NEVER = 1 } sa_device_sync;
 
 /* sa_alloc on the slow path, its out-of-memory loop without the step that
  * synchronizes the device and without the user's oom_callback (alloc.c's
  * steps 5 and 6): a graph pool grows while any stream may be captured, and
  * CUDA fails a device-wide synchronize during any capture of the process,
- * invalidating it, as a callback's sa_trim would. And a large one takes a
- * run of its own (SA_FOR_POOL). */
+ * invalidating it, as a callback's sa_trim would. Nothing else differs. */
 sa_status sa__alloc_unsynced(sa_arena *a, void **out, size_t size, sa_stream s);
 
 /* The large allocation at p, of size bytes, made on s by

@@ -177,8 +177,8 @@ void sa__free_rejoin(sa_arena *a) {
 sa_want sa__free_placement(const sa_arena *a, size_t size) {
   size_t packed = sa__round_up(size, SA_SPAN_QUANTUM), whole = sa__round_up(size, a->gran);
   bool little_lost = whole - packed <= packed / 32;
-  if (a->physical.budgeted && little_lost) return (sa_want){whole, a->gran, false, false};
-  return (sa_want){packed, 0, false, false};
+  if (a->physical.budgeted && little_lost) return (sa_want){whole, a->gran, false};
+  return (sa_want){packed, 0, false};
 }
 
 uintptr_t sa__free_place(const sa_arena *a, const sa_span *sp, sa_want w) {

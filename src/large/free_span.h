@@ -15,8 +15,6 @@ typedef struct sa_want_s {
   size_t need;
   size_t align; /* 0 (packed), or a power of two it starts at a multiple of */
   bool exact; /* map no more than need (growth maps ahead on a climb) */
-  bool apart; /* a run of its own, in the middle of free reserved range:
-                 a graph pool's segment, which grows in place above */
 } sa_want;
 
 static inline bool sa__span_is_free(const sa_span *sp) {

@@ -46,7 +46,6 @@ static sa_run *run_new(sa_arena *a) {
   r->hdr.chunks = NULL;
   r->first = r->last = NULL;
   r->next = r->prev = NULL;
-  r->apart = false;
   return r;
 }
 
@@ -130,7 +129,6 @@ static sa_run *run_join(sa_arena *a, sa_run *lo, sa_run *hi) {
   keep->hdr.chunks = chunks;
   keep->first = first;
   keep->last = last;
-  keep->apart = lo->apart || hi->apart;
   run_unlink(a, gone);
   gone->hdr.chunks = NULL;
   run_put(a, gone);
@@ -177,14 +175,11 @@ static bool better(const growth *best, size_t m, grow_dir dir) {
 /* Where to map so that a free span for w results, mapping as little as
  * possible: above or below a run, next to its free end span; the whole gap
  * between two runs when their free ends and the gap together are enough;
- * or a fresh run. Ties go to the lowest run (the first that wins). A
- * request apart (a graph pool's segment) always takes a fresh run. */
+ * or a fresh run. Ties go to the lowest run (the first that wins). */
 static growth plan_growth(const sa_arena *a, sa_want w, const sa_stream_arena *sarena) {
   size_t g = a->gran, need = w.need;
   growth best = {GROW_FRESH, 0, sa__round_up(need, g), SIZE_MAX};
-  if (w.apart) return best;
   for (const sa_run *r = a->spans.runs; r != NULL; r = r->next) {
-    if (r->apart) continue; /* a graph pool's segment grows there */
     uintptr_t lo = r->hdr.base, hi = lo + r->hdr.size;
     /* Up: what its free last span lacks, mapped above it. */
     size_t above = sa__va_free_above(a, hi), m = missing(need, edge_use(a, r->last, w, sarena), g);
@@ -193,7 +188,7 @@ static growth plan_growth(const sa_arena *a, sa_want w, const sa_stream_arena *s
      * whole gap down to the run below, if that joins enough free memory. */
     size_t below = sa__va_free_below(a, lo);
     m = missing(need, edge_use(a, r->first, w, sarena), g);
-    bool gap_joins = below > 0 && r->prev != NULL && !r->prev->apart &&
+    bool gap_joins = below > 0 && r->prev != NULL &&
                      r->prev->hdr.base + r->prev->hdr.size == lo - below &&
                      edge_use(a, r->prev->last, w, sarena) + below +
                              edge_use(a, r->first, w, sarena) >= need;
@@ -346,7 +341,7 @@ static sa_status map_growth(sa_arena *a, const growth *g, size_t ahead, size_t l
 sa_status sa__run_grow_above(sa_arena *a, sa_run *r, size_t need, size_t limit,
                              sa_stream_arena *sarena, sa_span **out) {
   uintptr_t hi = r->hdr.base + r->hdr.size;
-  sa_want w = {need, 0, true, false};
+  sa_want w = {need, 0, true};
   size_t m = missing(need, edge_use(a, r->last, w, sarena), a->gran);
   size_t above = sa__va_free_above(a, hi);
   if (m == SIZE_MAX || m > above) return SA_ERR_OUT_OF_MEMORY;
@@ -379,7 +374,6 @@ sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_stream_arena *sa
   sa_span *sp;
   sa_status st = map_growth(a, &g, ahead, limit, sarena, &sp);
   if (st != SA_OK) return st;
-  if (w.apart) sp->run->apart = true;
   if (sa__free_place(a, sp, w) == 0) { /* the join lacked memory for the marks */
     sa__free_insert(a, sp);
     return SA_ERR_OUT_OF_MEMORY;
@@ -484,7 +478,6 @@ static bool cut(sa_arena *a, sa_run *r, sa_span *f, uintptr_t lo, uintptr_t hi) 
     high_head->prev = NULL;
     up->hdr.base = hi;
     up->hdr.size = end - hi;
-    up->apart = r->apart;
     up->hdr.chunks = above_chunks;
     up->first = high_head;
     up->last = old_last == f ? f_hi : old_last;

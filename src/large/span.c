@@ -75,7 +75,7 @@
 #include "timeline.h"
 
 sa_status sa__span_prefill(sa_arena *a, size_t size) {
-  sa_want w = {sa__round_up(size, a->gran), 0, true, false};
+  sa_want w = {sa__round_up(size, a->gran), 0, true};
   pthread_mutex_lock(&a->lock);
   sa_span *sp;
   sa_status st = sa__run_grow(a, w, a->physical.cap, NULL, &sp);
@@ -143,19 +143,15 @@ static sa_status take_settled(sa_arena *a, sa_span **sp, sa_stream_arena *sarena
 }
 
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size_t limit,
-                         bool apart, void **out) {
+                         void **out) {
   if (size > a->range.size) return SA_ERR_OUT_OF_MEMORY;
   sa_want w = sa__free_placement(a, size);
-  if (apart) {
-    w.exact = true; /* memory mapped ahead above it would be others' best fit */
-    w.apart = true;
-  }
   pthread_mutex_lock(&a->lock);
   sa__span_record_wanted(a, sarena);
   sa_status st = sa__live_reserve(a);
   sa_span *sp = NULL;
   if (st == SA_OK) {
-    sp = apart ? NULL : sa__free_best_fit(a, w, sarena);
+    sp = sa__free_best_fit(a, w, sarena);
     if (sp != NULL)
       sa__free_remove(a, sp);
     else
@@ -187,7 +183,7 @@ static sa_span *free_above(sa_span *live, const sa_stream_arena *sarena) {
 sa_status sa__span_extend(sa_arena *a, sa_stream_arena *sarena, uintptr_t p, size_t size,
                           size_t more, size_t limit, size_t *added) {
   *added = 0;
-  sa_want w = {more, 0, true, false};
+  sa_want w = {more, 0, true};
   pthread_mutex_lock(&a->lock);
   sa_span *sp = sa__live_find(a, p);
   sa_status st = SA_ERR_OUT_OF_MEMORY; /* not here: the caller grows elsewhere */
@@ -236,7 +232,7 @@ static bool spares_for_carve(sa_arena *a, unsigned nmarks) {
 
 sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sarena, size_t size,
                                    sa_desc *holder, sa_span **out) {
-  sa_want w = {size, (size_t)1 << a->range.page_shift, true, false};
+  sa_want w = {size, (size_t)1 << a->range.page_shift, true};
   *out = NULL;
   sa_span *sp = sa__free_best_fit(a, w, sarena);
   if (sp == NULL || !spares_for_carve(a, sp->nmarks)) return SA_OK;

@@ -76,9 +76,6 @@ typedef struct sa_run_s {
   sa_span *first, *last;
   struct sa_run_s *next, *prev;     /* the arena's runs, address order */
   struct sa_run_s *all_next;        /* every descriptor (type-stable) */
-  bool apart;                       /* mapped for a request apart (a graph
-                                       pool's segment): no other growth
-                                       extends it, so the segment can */
 } sa_run;
 
 /* Spans are split and merged in multiples of this (a span of 1 MiB + 1
@@ -111,9 +108,8 @@ typedef struct sa_spans_s {
  * wanted; on failure it stays wanted. */
 void sa__span_record_wanted(sa_arena *a, sa_stream_arena *sarena);
 /* Sizes in bytes; limit: the physical bytes growth may reach. */
-/* apart: a run of its own (sa_want), never free memory best fit finds. */
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size_t limit,
-                         bool apart, void **out);
+                         void **out);
 /* The live span at p, of size bytes, allocated on sarena's stream, grows
  * in place by at least more bytes (a multiple of the granularity): from
  * the free span right above it that sarena's stream can use, or by mapping
