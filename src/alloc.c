@@ -201,7 +201,7 @@ sa_status sa_defragment(sa_arena *a) {
 /* Tracing and stream-order checking, for both paths. */
 SA_NOINLINE static sa_status after_alloc(sa_arena *a, void *p, size_t size, sa_stream s,
                                          void **out) {
-  if ((a->cfg.flags & SA_FLAG_CHECK_STREAM_ORDER) && a->drv->ops->check_handout != NULL) {
+  if (sa__checks_handouts(a)) {
     sa_status st = a->drv->ops->check_handout(a->drv, (uintptr_t)p, size, s);
     if (st != SA_OK) {
       *out = NULL;
@@ -281,7 +281,7 @@ sa_status sa__alloc_extend(sa_arena *a, void *p, size_t size, size_t more, sa_st
   if (st != SA_OK) return st;
   sa__tentry_live_account(e, (int64_t)*added, 0);
   /* The added memory is handed to s as an allocation's is (after_alloc). */
-  if ((a->cfg.flags & SA_FLAG_CHECK_STREAM_ORDER) && a->drv->ops->check_handout != NULL)
+  if (sa__checks_handouts(a))
     st = a->drv->ops->check_handout(a->drv, (uintptr_t)p + size, *added, s);
   return st;
 }

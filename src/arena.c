@@ -164,8 +164,7 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
   atomic_store(&a->xlarge_threshold, a->cfg.large_threshold);
   st = sa__va_init(a);
   if (st == SA_OK && a->cfg.trace_path[0] != '\0') st = sa__trace_open(a, a->cfg.trace_path);
-  a->hooks = a->trace != NULL || ((a->cfg.flags & SA_FLAG_CHECK_STREAM_ORDER) &&
-                                  a->drv->ops->check_handout != NULL);
+  a->hooks = a->trace != NULL || sa__checks_handouts(a);
   if (st == SA_OK) st = sa__registry_add(a); /* last: a is complete */
   if (st != SA_OK) {
     (void)sa__trace_close(a);

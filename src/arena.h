@@ -119,6 +119,13 @@ static inline sa_status sa__legacy_stream_check(sa_arena *a, sa_stream s) {
   return a->drv->ops->legacy_stream_check(a->drv, s);
 }
 
+/* Does the stream-order checker see a's handouts (check_stream_order, on
+ * a driver that has one)? Then every handout, of the arena or a graph
+ * pool, goes through the driver's check_handout. */
+static inline bool sa__checks_handouts(const sa_arena *a) {
+  return (a->cfg.flags & SA_FLAG_CHECK_STREAM_ORDER) && a->drv->ops->check_handout != NULL;
+}
+
 /* sa_alloc and sa_free (alloc.c, free.c) for a caller that runs inside the
  * driver's call_on_stream for a's device (a framework hook): it made that
  * device's context current, so on a legacy handle the fast paths skip the

@@ -261,8 +261,7 @@ static sa_pblock *find_fit(sa_pool *pool, size_t size, sa_stream s) {
  * refuses goes back (untouched) and the call fails. Pool lock held. */
 static sa_status check_handout(sa_pool *pool, sa_pblock *b, sa_stream s) {
   sa_arena *a = pool->arena;
-  if (!(a->cfg.flags & SA_FLAG_CHECK_STREAM_ORDER) || a->drv->ops->check_handout == NULL)
-    return SA_OK;
+  if (!sa__checks_handouts(a)) return SA_OK;
   sa_status st = a->drv->ops->check_handout(a->drv, b->base, b->size, s);
   if (st != SA_OK) sa__pool_uncarve(pool, b);
   return st;
