@@ -367,6 +367,24 @@ static void join_usable(sa_pool *pool, sa_pblock *x, sa_pblock *y) {
   pblock_put(pool, y);
 }
 
+/* Is b free for stream to take with no driver call? */
+static bool takes(const sa_pblock *b, sa_stream stream) {
+  return b->state == SA_PBLOCK_FREE && sa__pool_usable(b, stream);
+}
+
+/* b (free, in the fit index) joined with the free blocks after it that
+ * stream may take, until it reaches end (UINTPTR_MAX: all of them). */
+static void join_following(sa_pool *pool, sa_pblock *b, uintptr_t end, sa_stream stream) {
+  if (b->base + b->size >= end || b->next == NULL || !takes(b->next, stream)) return;
+  fit_del(pool, b);
+  while (b->base + b->size < end && b->next != NULL && takes(b->next, stream)) {
+    sa_pblock *n = b->next;
+    fit_del(pool, n);
+    join_usable(pool, b, n);
+  }
+  fit_add(pool, b);
+}
+
 sa_pblock *sa__pool_fit_joined(sa_pool *pool, size_t size, sa_stream stream) {
   sa_pblock *best = NULL;
   size_t best_bytes = 0;
@@ -374,8 +392,7 @@ sa_pblock *sa__pool_fit_joined(sa_pool *pool, size_t size, sa_stream stream) {
     sa_pblock *first = NULL;
     size_t bytes = 0;
     for (sa_pblock *b = seg->first;; b = b->next) {
-      bool usable = b != NULL && b->state == SA_PBLOCK_FREE && sa__pool_usable(b, stream);
-      if (usable) {
+      if (b != NULL && takes(b, stream)) {
         if (first == NULL) first = b, bytes = 0;
         bytes += b->size;
         continue;
@@ -389,36 +406,21 @@ sa_pblock *sa__pool_fit_joined(sa_pool *pool, size_t size, sa_stream stream) {
     }
   }
   if (best == NULL) return NULL;
-  fit_del(pool, best);
-  while (best->next != NULL && best->next->state == SA_PBLOCK_FREE &&
-         sa__pool_usable(best->next, stream)) {
-    sa_pblock *n = best->next;
-    fit_del(pool, n);
-    join_usable(pool, best, n);
-  }
-  fit_add(pool, best);
+  join_following(pool, best, UINTPTR_MAX, stream);
   SA_ASSERT(best->size == best_bytes);
   return best;
 }
 
 sa_pblock *sa__pool_free_at(sa_pool *pool, uintptr_t at, size_t size, sa_stream stream) {
   sa_pblock *b = sa__pool_block_at(pool, at);
-  if (b == NULL || b->state != SA_PBLOCK_FREE || !sa__pool_usable(b, stream)) return NULL;
+  if (b == NULL || !takes(b, stream)) return NULL;
   /* Enough of the neighbours that stream may take to cover the range. */
   uintptr_t end = at + size;
-  sa_pblock *n = b;
-  while (n->base + n->size < end) {
+  for (sa_pblock *n = b; n->base + n->size < end;) {
     n = n->next;
-    if (n == NULL || n->state != SA_PBLOCK_FREE || !sa__pool_usable(n, stream)) return NULL;
+    if (n == NULL || !takes(n, stream)) return NULL;
   }
-  if (n == b) return b;
-  fit_del(pool, b);
-  while (b->base + b->size < end) {
-    sa_pblock *next = b->next;
-    fit_del(pool, next);
-    join_usable(pool, b, next);
-  }
-  fit_add(pool, b);
+  join_following(pool, b, end, stream);
   return b;
 }
 
