@@ -231,22 +231,18 @@ void *Backend::alloc(int dev, size_t size, sa_stream stream) {
 
 void Backend::track(Device &d, PoolEntry &pool, void *p, size_t size, sa_stream stream,
                     const Context &ctx, size_t reserved_before) {
-  PoolEntry *used = &pool;
-  int dev = d.index;
-  bool segments = history_.wants(Action::kSegmentAlloc);
-  size_t before = reserved_before;
   Allocation a;
   a.requested = size;
-  a.block = used->backend->block_size(size);
-  a.device = dev;
+  a.block = pool.backend->block_size(size);
+  a.device = d.index;
   a.stream = stream;
-  a.large = used->backend->large(size);
-  a.pool = used;
+  a.large = pool.backend->large(size);
+  a.pool = &pool;
   a.context = ctx;
-  used->live++;
-  if (used->id != kDefaultPool) {
-    std::lock_guard<std::mutex> g(used->live_lock);
-    used->live_set.insert(p);
+  pool.live++;
+  if (pool.id != kDefaultPool) {
+    std::lock_guard<std::mutex> g(pool.live_lock);
+    pool.live_set.insert(p);
     d.live_private += a.block;
   } else {
     d.live_default += a.block;
@@ -257,24 +253,24 @@ void Backend::track(Device &d, PoolEntry &pool, void *p, size_t size, sa_stream 
   if (history_.wants(Action::kAlloc)) {
     TraceRecord r;
     r.action = Action::kAlloc;
-    r.device = dev;
+    r.device = d.index;
     r.addr = reinterpret_cast<uintptr_t>(p);
     r.size = size;
     r.stream = reinterpret_cast<uintptr_t>(stream);
-    r.pool = used->id;
+    r.pool = pool.id;
     if (history_.when() >= When::kAlloc) r.context = ctx;
     history_.record(std::move(r), platform_.now());
   }
-  if (segments) {
+  if (history_.wants(Action::kSegmentAlloc)) {
     size_t after = figures(d).reserved;
-    if (after > before) {
+    if (after > reserved_before) {
       TraceRecord r;
       r.action = Action::kSegmentAlloc;
-      r.device = dev;
+      r.device = d.index;
       r.addr = reinterpret_cast<uintptr_t>(p);
-      r.size = after - before;
+      r.size = after - reserved_before;
       r.stream = reinterpret_cast<uintptr_t>(stream);
-      r.pool = used->id;
+      r.pool = pool.id;
       history_.record(std::move(r), platform_.now());
     }
   }
@@ -683,13 +679,12 @@ BlockState pool_block_state(sa_pool_block_state s) {
   return BlockState::kFree;
 }
 
-// Does [address, address + size) hold the start of one of the segments
-// (sorted by address)? The arena holds each as a live span of its own,
-// which starts at most 511 bytes below it.
-bool holds_a_segment(const std::vector<PoolSegment> &segs, uintptr_t address, size_t size) {
-  auto it = std::lower_bound(segs.begin(), segs.end(), address,
-                             [](const PoolSegment &s, uintptr_t a) { return s.address < a; });
-  return it != segs.end() && it->address - address < size;
+// Does [address, address + size) hold one of the segment starts (sorted)?
+// The arena holds each segment as a live span of its own, which starts at
+// most 511 bytes below it.
+bool holds_a_segment(const std::vector<uintptr_t> &starts, uintptr_t address, size_t size) {
+  auto it = std::lower_bound(starts.begin(), starts.end(), address);
+  return it != starts.end() && *it - address < size;
 }
 
 }  // namespace
@@ -702,17 +697,16 @@ std::vector<SegmentView> Backend::segments(PoolId id) {
     // The device's graph pools' segments, by address: shown under their
     // pools, and left out of the arena's layout, where they are live spans.
     std::map<const PoolEntry *, std::vector<PoolSegment>> by_pool;
-    std::vector<PoolSegment> pool_segs;
+    std::vector<uintptr_t> pool_starts;
     d.pools.each([&](PoolEntry &e) {
       sa_pool *gp = e.backend->graph_pool();
       if (gp == nullptr) return;
       std::vector<PoolSegment> &mine = by_pool[&e];
       sa_status st = sa_pool_segments(gp, note_pool_segment, &mine);
       if (st != SA_OK) report("snapshot", nullptr, i, st);
-      pool_segs.insert(pool_segs.end(), mine.begin(), mine.end());
+      for (const PoolSegment &ps : mine) pool_starts.push_back(ps.address);
     });
-    std::sort(pool_segs.begin(), pool_segs.end(),
-              [](const PoolSegment &x, const PoolSegment &y) { return x.address < y.address; });
+    std::sort(pool_starts.begin(), pool_starts.end());
     // A live block of PyTorch's: its request and stack into bv, counted in
     // v. A block live in the library but freed by PyTorch is a free kept
     // back during a capture, whose reuse waits (CUDA graph trees check that
@@ -789,7 +783,7 @@ std::vector<SegmentView> Backend::segments(PoolId id) {
         };
         start(s.address);
         for (const LayoutBlock &b : s.blocks) {
-          if (b.state == BlockState::kLive && holds_a_segment(pool_segs, b.address, b.size)) {
+          if (b.state == BlockState::kLive && holds_a_segment(pool_starts, b.address, b.size)) {
             if (!v.blocks.empty()) out.push_back(std::move(v));
             start(b.address + b.size);
             continue;
