@@ -139,6 +139,8 @@ static void help(void) {
          "  check_stream_order=0|1   host backend: verify every handout (0)\n"
          "  oom_report=0|1           report on stderr at out of memory (0)\n"
          "  trace=PATH               write an allocation trace (none)\n"
+         "  keep_spans=0|1           a thread keeps its last span freed on a stream for\n"
+         "                           that stream's next request of its size (0)\n"
          "SIZE takes B, KiB, MiB, GiB, TiB (or K, M, G, T), e.g. 4MiB.\n");
 }
 

@@ -1264,6 +1264,7 @@ static void setup(input *in) {
                   (e1 >> 7) ? 4 * MiB : 0, va[(e2 >> 3) & 3]);
   }
   if (extended && (e2 & 0x20)) n += snprintf(spec + n, sizeof spec - (size_t)n, ",trace=/dev/null");
+  if (extended && (e2 & 0x04)) n += snprintf(spec + n, sizeof spec - (size_t)n, ",keep_spans=1");
   /* A larger footprint target: more mapped ahead, larger slabs (refused
    * beside a reserve_limit: then the base spec, as for any refused one). */
   static const char *const targets[] = {"", ",footprint_target=1.5", ",footprint_target=fast",

@@ -21,6 +21,7 @@
 #include "base/base.h"
 #include "driver/driver.h"
 #include "free.h"
+#include "large/kept.h"
 #include "large/span.h"
 #include "reclaim.h"
 #include "report.h"
@@ -57,6 +58,11 @@ static sa_status small_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limi
 /* limit: the physical bytes a span or a superblock may take the arena to. */
 static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limit, void **out) {
   if (size > sa__large_threshold(a)) {
+    /* A span kept for another size goes back first: a best fit may want
+     * it. Where it cannot (its stream is being captured) it stays. */
+    sa_span *kept = sa__tentry_take_kept(e);
+    if (kept != NULL && sa__span_kept_free(a, kept) != SA_OK)
+      atomic_store_explicit(&e->xkept, kept, memory_order_relaxed);
     sa_status st = sa__span_alloc(a, e->sarena, size, limit, out);
     if (st == SA_OK) {
       sa__tentry_live_account(e, (int64_t)size, 0);
@@ -264,7 +270,29 @@ static sa_status alloc_slow(sa_arena *a, void **out, size_t size, sa_stream s,
   return SA_OK;
 }
 
+/* The span e keeps, handed out again for a request of its size on e's
+ * stream (large/kept.h): no lock. Counted as the fast path's. */
+static sa_status alloc_kept(sa_arena *a, sa_tentry *e, sa_span *sp, size_t size, sa_stream s,
+                            void **out) {
+  sa__span_kept_reuse(a, sp);
+  sa__count(&e->xfast_allocs);
+  atomic_fetch_add_explicit(&a->stats.xlarge_allocs, 1, memory_order_relaxed);
+  sa__tentry_live_account(e, (int64_t)size, 0);
+  if (sa_unlikely(a->hooks)) return after_alloc(a, (void *)sp->base, size, s, out);
+  *out = (void *)sp->base;
+  return SA_OK;
+}
+
 SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size, sa_stream s) {
+  /* A thread's entry for s keeps a span of this request's size: the
+   * legacy stream's check first, as every call naming it asks. */
+  sa_tentry *e = sa__tentry_last();
+  sa_span *sp;
+  if (e != NULL && e->kept_request == size && sa__tentry_current(e, a, s) &&
+      size > sa__large_threshold(a) &&
+      (!sa_driver_stream_is_legacy(s) || a->drv->ops->legacy_stream_check(a->drv, s) == SA_OK) &&
+      (sp = sa__tentry_take_kept(e)) != NULL)
+    return alloc_kept(a, e, sp, size, s, out);
   return alloc_slow(a, out, size, s, SA_DEVICE_SYNC_ALLOWED);
 }
 

@@ -316,10 +316,11 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   out->reserved_bytes = a->physical.bytes;
   out->reserved_bytes_peak = a->physical.peak;
   out->cached_bytes = a->physical.cache_bytes + atomic_load(&a->small.xsuperblock_empty_bytes) +
-                      a->spans.free_bytes + a->small.slab_free_bytes;
+                      a->spans.free_bytes + a->small.slab_free_bytes +
+                      atomic_load(&a->spans.xkept_bytes);
   out->va_used_bytes = a->va.used;
   out->va_reserved_bytes = a->range.size;
-  out->large_spans = a->spans.nlive;
+  out->large_spans = a->spans.nlive - atomic_load(&a->spans.xkept); /* kept: freed */
   out->chunks_total = a->physical.nchunks;
   pthread_mutex_unlock(&a->lock);
   out->streams = streams;

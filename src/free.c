@@ -19,6 +19,7 @@
 #include "base/hook.h"
 #include "base/record.h"
 #include "driver/driver.h"
+#include "large/kept.h"
 #include "large/span.h"
 #include "pool_block.h"
 #include "registry.h"
@@ -292,8 +293,41 @@ sa_status sa__free_slow(void *ptr, sa_stream s, sa_free_trace trace) {
   return SA_OK;
 }
 
+/* Keep the span at ptr, freed on s, in the thread's entry for s (the last
+ * one, which keeps none yet) for s's next request of its size
+ * (large/kept.h): true where it was kept. Not where a pool's block may lie
+ * in span memory (its pool frees it), nor on a stream being captured (the
+ * free is refused there, sa__free_slow says so). */
+static bool keep_span(sa_tentry *e, void *ptr, sa_stream s) {
+  sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
+  if (!(a->cfg.flags & SA_FLAG_KEEP_SPANS) ||
+      e->epoch != atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed) ||
+      e->sarena == NULL || atomic_load_explicit(&a->pools.xnsegs, memory_order_acquire) != 0)
+    return false;
+  sa_desc *desc = sa__pagemap_at(&a->range, (uintptr_t)ptr - e->va_base);
+  if (desc == NULL || desc->kind != SA_DESC_RUN) return false;
+  if (sa_driver_stream_is_legacy(s) && a->drv->ops->legacy_stream_check(a->drv, s) != SA_OK)
+    return false;
+  if (a->drv->ops->stream_capture_check(a->drv, s) != SA_OK) return false;
+  sa_span *sp;
+  size_t request;
+  if (!sa__span_keep(a, e->sarena, (uintptr_t)ptr, &sp, &request)) return false;
+  e->kept_request = request;
+  atomic_store_explicit(&e->xkept, sp, memory_order_relaxed);
+  sa__count(&e->xfast_frees);
+  sa__tentry_live_account(e, -(int64_t)request, 0);
+  if (a->trace != NULL) sa__trace(a, 'f', ptr, 0, s);
+  return true;
+}
+
 SA_NOINLINE static sa_status free_generic(void *ptr, sa_stream s) {
   if (ptr == NULL) return SA_OK; /* the fast path never takes it: no range holds 0 */
+  /* The entry's arena is read only for a pointer in its range, as in
+   * free_fast: a detached entry's range is empty. */
+  sa_tentry *e = sa__tentry_last();
+  if (e != NULL && atomic_load_explicit(&e->xkept, memory_order_relaxed) == NULL && e->stream == s &&
+      (uintptr_t)ptr - e->va_base < e->va_size && keep_span(e, ptr, s))
+    return SA_OK;
   return sa__free_slow(ptr, s, SA_FREE_TRACED);
 }
 

@@ -112,6 +112,8 @@
  *   small/stream_return.c blocks back to their stream arena: from thread caches,
  *                         cross-stream batches (inbox, lanes, parking), empties
  *   small/superblock.c    carving superblocks into blocks; the global free stack
+ *   large/kept.c          spans kept by the thread that freed them for its
+ *                         stream's next request of their size; orphans
  *   large/span.c          large allocations: alloc, free, superblocks carved in
  *                         free spans, unmapping free memory
  *   large/run.c           runs: growth (mapping ahead, reshaping), joins, cuts
@@ -173,6 +175,7 @@
 #include "free.h"
 #include "pool_block.h"
 #include "large/free_span.h"
+#include "large/kept.h"
 #include "large/mark.h"
 #include "large/run.h"
 #include "large/span.h"

@@ -18,9 +18,11 @@
 #include "arena.h"
 #include "base/device_sync.h"
 #include "base/hook.h"
+#include "large/kept.h"
 #include "large/span.h"
 #include "small/stream_arena.h"
 #include "small/superblock.h"
+#include "small/thread_cache.h"
 #include "vm/physical.h"
 
 /* Superblocks on the global stack whose event completed (or, SA_WAIT,
@@ -51,9 +53,13 @@ void sa__reclaim(sa_arena *a, size_t need, sa_wait wait, unsigned what) {
    * pending cross-stream frees are free for all. On failure the waits
    * below still wait for each event they hold, but what only the device
    * synchronize would have made safe stays. */
-  if (wait == SA_WAIT) (void)sa__device_sync(a);
+  if (wait == SA_WAIT) {
+    sa__tentries_orphan_kept(a); /* every thread's: the synchronize makes them clean */
+    (void)sa__device_sync(a);
+  }
   pthread_mutex_lock(&a->lock);
   (void)sa__physical_unmap_stuck(a); /* refused unwinds, if the driver now agrees */
+  sa__span_orphans_settle(a);        /* kept spans clean since their stream went, or a sync */
   pthread_mutex_unlock(&a->lock);
   /* Empty superblocks first: nothing reuses them where they are, while a
    * free span may be the one a request grows in place. */

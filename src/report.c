@@ -24,6 +24,7 @@
 #include "report.h"
 #include "arena.h"
 #include "base/base.h"
+#include "large/kept.h"
 #include "large/span.h"
 #include "large/timeline.h"
 #include "pool_block.h"
@@ -63,6 +64,7 @@ void sa__world_check_locked(sa_arena *a) {
   (void)sa__stream_arenas_check(a);
   (void)sa__slabs_check(a);
   (void)sa__span_check(a);
+  (void)sa__span_orphans_check(a);
   (void)sa__physical_check(a);
 }
 
@@ -99,6 +101,7 @@ void sa__world_check(sa_arena *a) {
   pthread_mutex_lock(&a->lock);
   (void)sa__slabs_check(a);
   (void)sa__span_check(a);
+  (void)sa__span_orphans_check(a);
   (void)sa__physical_check(a);
   pthread_mutex_unlock(&a->lock);
 }

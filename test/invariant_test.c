@@ -11,6 +11,7 @@
  * process under every sanitizer (ThreadSanitizer refuses little after a
  * fork, but a child of a multi-threaded process may not start threads). */
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -399,6 +400,28 @@ static void break_nholders(sa_fixture *f, void *arg) {
   (void)sa__span_check(f->arena);
 }
 
+/* An orphan (large/kept.h) that is live again, as if its entry had handed
+ * it out after it went: the memory would be the user's and the orphans'. */
+static void break_orphan_state(sa_fixture *f, void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&f->arena->lock);
+  atomic_store(&f->arena->spans.orphans->xstate, SA_BLOCK_LIVE);
+  (void)sa__span_orphans_check(f->arena);
+}
+
+static void orphans_check_names_an_orphan_handed_out(void **state) {
+  (void)state;
+  sa_fixture f;
+  sa_assert_ok(sa_fixture_setup(&f, "keep_spans=1", 2, SA_HOST_MANUAL));
+  void *p;
+  sa_assert_ok(sa_alloc(f.arena, &p, 4 * MiB, f.streams[0]));
+  sa_assert_ok(sa_free(p, f.streams[0])); /* kept by this thread's entry */
+  sa_assert_ok(sa_defragment(f.arena));   /* names no stream: an orphan */
+  assert_non_null(f.arena->spans.orphans);
+  expect_broken(&f, break_orphan_state, NULL, "kept span", "an orphan is kept (SA_BLOCK_CACHED)");
+  teardown(&f);
+}
+
 static void span_check_names_a_holder_count_that_disagrees(void **state) {
   (void)state;
   sa_fixture f;
@@ -615,6 +638,7 @@ int main(void) {
       cmocka_unit_test(timeline_check_names_a_pending_ticket_without_its_span),
       cmocka_unit_test(span_check_names_a_pending_mark_off_its_pending_span),
       cmocka_unit_test(span_check_names_a_holder_count_that_disagrees),
+      cmocka_unit_test(orphans_check_names_an_orphan_handed_out),
       cmocka_unit_test(physical_check_names_a_chunk_cache_count_that_disagrees),
       cmocka_unit_test(stream_arena_check_names_an_empty_count_that_disagrees),
       cmocka_unit_test(stream_arena_check_names_pending_blocks_that_disagree),

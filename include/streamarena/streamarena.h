@@ -182,6 +182,17 @@ const char *sa_backend_name(sa_backend backend);
 #define SA_FLAG_EXACT_GROWTH 0x4u       /* a growth maps only what its request
                                            misses: nothing ahead on a climb to
                                            a new live peak (docs/DEFRAG.md) */
+/* Each thread keeps the last span (large allocation, at most 512 MiB) it
+ * freed on a stream, for that stream's next request of the same size,
+ * which it then serves without a lock: a loop of one large size on one
+ * stream costs about what a small block's pair does. The price: until that
+ * stream's next large request of another size, or the thread's next
+ * out-of-memory pass, or sa_trim, the span serves no other stream or
+ * thread; a span kept by a thread that exited waits for its stream's next
+ * call, its release, or a device-wide synchronize (sa_trim's). Free and
+ * double-free rules do not change. Off by default; the Python hooks
+ * (CuPy, Numba, RMM) turn it on. */
+#define SA_FLAG_KEEP_SPANS 0x8u
 
 /* sa_config.footprint_target's named points (sa_config_parse:
  * footprint_target=tight|balanced|fast). */

@@ -282,6 +282,11 @@ sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **out) {
   pthread_mutex_lock(&a->lock);
   *out = sa__live_find(a, p);
   sa_status st = *out != NULL ? SA_OK : not_live(a, p);
+  /* Kept by the thread that freed it (kept.h): freed already. */
+  if (*out != NULL && atomic_load_explicit(&(*out)->xstate, memory_order_relaxed) == SA_BLOCK_CACHED) {
+    *out = NULL;
+    st = SA_ERR_DOUBLE_FREE;
+  }
   pthread_mutex_unlock(&a->lock);
   return st;
 }
@@ -335,41 +340,31 @@ static bool free_lazily(sa_arena *a, sa_span *sp, sa_stream_arena *freer, unsign
          merges_reserved(sp, nmarks);
 }
 
-sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
-                        const sa_stream *recorded, unsigned nrecorded,
-                        bool *needs_records, size_t *request) {
-  pthread_mutex_lock(&a->lock);
-  sa_span *sp = sa__live_find(a, p);
-  sa_status st = sp != NULL ? SA_OK : not_live(a, p);
-  if (st == SA_OK && needs_records != NULL &&
-      atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_RECORDED) {
-    *needs_records = true; /* the caller takes them (record.c) and comes back */
-    pthread_mutex_unlock(&a->lock);
-    return SA_OK;
-  }
-  if (st == SA_OK) *request = sp->request;
-  if (st == SA_OK && !sa__marks_reserve(sp, 1 + nrecorded)) st = SA_ERR_OUT_OF_MEMORY;
-  /* An event on every recorded stream, then a mark on the freeing
-   * stream's timeline: pending where it may be (timeline.c, "Pending"),
-   * else recorded. A failure leaves the span live: the events go back, a
-   * recorded ticket marks nothing, and a pending one is taken last. */
-  for (unsigned i = 0; st == SA_OK && i < nrecorded; i++) {
-    sa_mark m = {NULL, 0, NULL};
-    st = sa__mark_event_record(a, recorded[i], &m.recorded);
-    if (st == SA_OK) sa__marks_add(a, sp, m);
-  }
-  if (st == SA_OK) {
-    sa_mark m = {freer, 0, NULL};
-    st = free_lazily(a, sp, freer, 1 + nrecorded)
-             ? sa__timeline_mark_lazily(a, freer, sp, &m.ticket)
-             : sa__timeline_mark(a, freer, &m.ticket);
-    if (st == SA_OK) sa__marks_add(a, sp, m);
-  }
-  if (st != SA_OK) {
-    if (sp != NULL) sa__marks_clear(a, sp);
-    SA_VALIDATE_PACED(&a->spans.pace, sa__span_check(a));
-    pthread_mutex_unlock(&a->lock);
-    return st;
+sa_status sa__span_free_live(sa_arena *a, sa_span *sp, sa_stream_arena *freer,
+                             const sa_stream *recorded, unsigned nrecorded, sa_span_mark mark) {
+  sa_status st = SA_OK;
+  if (mark == SA_SPAN_MARKED) {
+    if (!sa__marks_reserve(sp, 1 + nrecorded)) return SA_ERR_OUT_OF_MEMORY;
+    /* An event on every recorded stream, then a mark on the freeing
+     * stream's timeline: pending where it may be (timeline.c, "Pending"),
+     * else recorded. A failure leaves the span live: the events go back, a
+     * recorded ticket marks nothing, and a pending one is taken last. */
+    for (unsigned i = 0; st == SA_OK && i < nrecorded; i++) {
+      sa_mark m = {NULL, 0, NULL};
+      st = sa__mark_event_record(a, recorded[i], &m.recorded);
+      if (st == SA_OK) sa__marks_add(a, sp, m);
+    }
+    if (st == SA_OK) {
+      sa_mark m = {freer, 0, NULL};
+      st = free_lazily(a, sp, freer, 1 + nrecorded)
+               ? sa__timeline_mark_lazily(a, freer, sp, &m.ticket)
+               : sa__timeline_mark(a, freer, &m.ticket);
+      if (st == SA_OK) sa__marks_add(a, sp, m);
+    }
+    if (st != SA_OK) {
+      sa__marks_clear(a, sp);
+      return st;
+    }
   }
   SA_ASSERT(sp->holder == NULL && a->spans.nlive > 0);
   sa__live_remove(a, sp);
@@ -383,9 +378,30 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
   /* A pending mark follows the span it merges into (sa__marks_join). */
   sa__free_insert(a, sa__free_coalesce(a, sp, NULL));
+  return SA_OK;
+}
+
+sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
+                        const sa_stream *recorded, unsigned nrecorded,
+                        bool *needs_records, size_t *request) {
+  pthread_mutex_lock(&a->lock);
+  sa_span *sp = sa__live_find(a, p);
+  sa_status st = sp != NULL ? SA_OK : not_live(a, p);
+  uint8_t state = sp != NULL ? atomic_load_explicit(&sp->xstate, memory_order_relaxed) : 0;
+  /* Kept by the thread that freed it (kept.c): freed already. */
+  if (state == SA_BLOCK_CACHED) st = SA_ERR_DOUBLE_FREE;
+  if (st == SA_OK && needs_records != NULL && state == SA_BLOCK_RECORDED) {
+    *needs_records = true; /* the caller takes them (record.c) and comes back */
+    pthread_mutex_unlock(&a->lock);
+    return SA_OK;
+  }
+  if (st == SA_OK) {
+    *request = sp->request;
+    st = sa__span_free_live(a, sp, freer, recorded, nrecorded, SA_SPAN_MARKED);
+  }
   SA_VALIDATE_PACED(&a->spans.pace, sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
-  return SA_OK;
+  return st;
 }
 
 size_t sa__span_unmap_free(sa_arena *a, size_t need, sa_wait wait) {

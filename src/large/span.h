@@ -67,7 +67,10 @@ typedef struct sa_span_s {
   sa_stream_arena *owner;           /* live: the stream it was allocated on */
   size_t request;                   /* live: bytes the user asked for */
   sa_desc *holder;                  /* live: the superblock carved in it, else NULL */
-  _Atomic uint8_t xstate;           /* SA_BLOCK_LIVE/RECORDED, or FREE */
+  _Atomic uint8_t xstate;           /* SA_BLOCK_LIVE/RECORDED, FREE, or CACHED:
+                                       kept by the thread that freed it (kept.h) */
+  struct sa_span_s *orphan_next;    /* kept, its thread's entry gone: spans.orphans */
+  uint64_t orphan_gen;              /* the device-sync generation it was orphaned at */
   struct sa_span_s *all_next;       /* every descriptor, spare ones too */
 } sa_span;
 
@@ -95,6 +98,9 @@ typedef struct sa_spans_s {
   uint64_t frees;               /* spans freed so far */
   uint64_t reshape_futile;      /* frees + 1 when the last reshape found too
                                    little (span.c): none again until a free */
+  /* Kept spans (kept.h): live in the map, free to their user. */
+  _Atomic size_t xkept, xkept_bytes; /* how many, their bytes (the reuse takes no lock) */
+  sa_span *orphans;             /* kept ones whose entry went, freed later */
   bool apart;                   /* free neighbours may be left apart (a
                                    pending mark, or no memory to join their
                                    marks): free_span.c rejoins them */
@@ -123,7 +129,7 @@ sa_status sa__span_extend(sa_arena *a, sa_stream_arena *sarena, uintptr_t p, siz
  * (initial_physical); takes the arena lock. */
 sa_status sa__span_prefill(sa_arena *a, size_t size);
 /* The live span at p: SA_OK with *sp, or SA_ERR_INVALID_POINTER /
- * SA_ERR_DOUBLE_FREE. No lock held. */
+ * SA_ERR_DOUBLE_FREE (a span freed, kept ones too). No lock held. */
 sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **sp);
 /* Free the live span at p on freer's stream, in one hold of the arena lock;
  * recorded: the streams sa_record_stream named for it (an event is recorded
@@ -134,6 +140,15 @@ sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **sp);
 sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
                         const sa_stream *recorded, unsigned nrecorded,
                         bool *needs_records, size_t *request);
+/* How sa__span_free_live frees: with the freeing stream's mark, as every
+ * free; or without one, where the span's work is known done (its stream
+ * released or destroyed, or a device sync since its free). */
+typedef enum sa_span_mark_e { SA_SPAN_MARKED = 0, SA_SPAN_CLEAN = 1 } sa_span_mark;
+/* Free sp, live (its records taken by the caller: recorded), on freer's
+ * stream: sa__span_free's work after its lookup. On failure (only
+ * SA_SPAN_MARKED: a mark's memory, an event's record) nothing changes. */
+sa_status sa__span_free_live(sa_arena *a, sa_span *sp, sa_stream_arena *freer,
+                             const sa_stream *recorded, unsigned nrecorded, sa_span_mark mark);
 /* Unmap free span memory whose work is done (SA_WAIT: after waiting) until
  * the chunk cache holds need bytes (0: all of it); returns the bytes
  * unmapped. Arena lock held. */

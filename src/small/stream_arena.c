@@ -43,6 +43,7 @@
 #include "../base/hook.h"
 #include "../base/record.h"
 #include "../driver/driver.h"
+#include "../large/kept.h"
 #include "../large/span.h"
 #include "../large/timeline.h"
 #include "../vm/va_space.h"
@@ -190,6 +191,7 @@ void sa__stream_arenas_reap(sa_arena *a) {
   pthread_rwlock_wrlock(&a->streams.rw); /* nobody walks the lists but lookups */
   pthread_mutex_lock(&a->lock);
   sa_stream_arena *head = a->streams.gone; /* mark_gone only prepends */
+  sa__span_orphans_settle(a); /* a gone one's kept spans are freed: they hold it */
   pthread_mutex_unlock(&a->lock);
   /* A batch that reached one after it went was drained once, its events
    * maybe pending; no call names its stream to drain it again: look now,

@@ -41,6 +41,9 @@ struct sa_stream_arena_s {
   sa_deferred *parked;               /* batches freed here, waiting for an event here */
   size_t nsuperblocks;               /* owned (bins, full, empty) */
   _Atomic size_t xspans;             /* live spans allocated here */
+  _Atomic size_t xorphans;           /* of them, kept spans whose entry went
+                                        (large/kept.h): freed at the next call
+                                        naming the stream (sa__tentry_get) */
   _Atomic size_t xentries;           /* thread cache entries bound here, and holders */
   sa_tentry *bound;                  /* those entries (thread_cache.c's entries_lock) */
   _Atomic bool xunfenced;            /* something here may wait for an event here */

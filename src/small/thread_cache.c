@@ -31,6 +31,7 @@
 #include "../arena.h"
 #include "../base/base.h"
 #include "../base/hook.h"
+#include "../large/kept.h"
 #include "size_class.h"
 #include "stream_arena.h"
 #include "stream_return.h"
@@ -144,11 +145,29 @@ sa_status sa__tentry_flush_out(sa_tentry *e, sa_named named) {
   return st;
 }
 
+void sa__tentry_give_back_kept(sa_tentry *e, sa_named named) {
+  sa_span *sp = sa__tentry_take_kept(e);
+  if (sp == NULL) return;
+  sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
+  if (named == SA_UNNAMED || sa__span_kept_free(a, sp) != SA_OK) sa__span_kept_orphan(a, sp);
+}
+
+void sa__tentries_orphan_kept(sa_arena *a) {
+  if (atomic_load_explicit(&a->spans.xkept, memory_order_relaxed) == 0) return;
+  pthread_mutex_lock(&entries_lock); /* entries stay while listed */
+  for (sa_tentry *e = a->tcaches.entries; e != NULL; e = e->arena_next) {
+    sa_span *sp = sa__tentry_take_kept(e);
+    if (sp != NULL) sa__span_kept_orphan(a, sp);
+  }
+  pthread_mutex_unlock(&entries_lock);
+}
+
 /* Everything e holds back to its stream arena. */
 static void entry_flush_all(sa_tentry *e, sa_named named) {
   if (e->sarena != NULL)
     for (unsigned c = 0; c < SA_CLASS_COUNT; c++) flush_bin(e, c, 0, named);
   (void)sa__tentry_flush_out(e, named); /* a batch that could not go stays */
+  sa__tentry_give_back_kept(e, named);
 }
 
 /* e binds to sarena (a reference the caller took) and joins its bound list,
@@ -397,6 +416,11 @@ sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
    * left unrecorded: this call names the stream. */
   if (sa_unlikely(atomic_load_explicit(&e->sarena->timeline.xwanted, memory_order_relaxed)))
     sa__stream_arena_record_wanted(e->sarena);
+  /* Spans kept by entries of the stream that went (large/kept.h): freed
+   * in this call, which names it. One that cannot take its mark (the
+   * stream is captured) waits for the next. */
+  if (sa_unlikely(atomic_load_explicit(&e->sarena->xorphans, memory_order_relaxed) != 0))
+    (void)sa__span_orphans_free(a, e->sarena);
   if (tc->last != e) fold_live(tc, a, e); /* the last one holds them already */
   e->last_use = ++tc->clock;
   tc->last = e;

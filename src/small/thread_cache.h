@@ -32,6 +32,12 @@ struct sa_tentry_s {
   _Atomic uint64_t xfast_allocs, xfast_frees;
   int64_t live_delta;         /* not yet published to the arena */
   sa_deferred *out;           /* open cross-stream batch */
+  /* A span freed on this stream, kept for its next request of kept_request
+   * bytes (large/kept.h). Only the owner puts one; the owner and, under
+   * entries_lock, a device-wide reclaim (sa__tentries_orphan_kept) take it,
+   * by exchange. kept_request is the owner's. */
+  _Atomic(struct sa_span_s *) xkept;
+  size_t kept_request;
   uint64_t last_use;          /* its thread cache's clock: least recently used goes */
   struct sa_tentry_s *arena_next, *arena_prev; /* arena's entry list */
   struct sa_tentry_s *bound_next, *bound_prev; /* sarena's bound list */
@@ -76,6 +82,18 @@ void sa__tentry_flush_bin(sa_tentry *e, unsigned cls, uint32_t keep); /* SA_NAME
  * driver's failure to record it is returned, the batch kept. */
 sa_status sa__tentry_flush_out(sa_tentry *e, sa_named named);
 void sa__tentry_publish_live(sa_tentry *e); /* its live-byte delta to the arena */
+/* e's kept span, if any, back as a free on e's stream (large/kept.h):
+ * SA_NAMED in a call naming it; else, or where that fails, an orphan. */
+void sa__tentry_give_back_kept(sa_tentry *e, sa_named named);
+/* e's kept span taken (NULL: none, or another thread took it). */
+static inline struct sa_span_s *sa__tentry_take_kept(sa_tentry *e) {
+  if (atomic_load_explicit(&e->xkept, memory_order_relaxed) == NULL) return NULL;
+  return atomic_exchange_explicit(&e->xkept, NULL, memory_order_acquire);
+}
+/* Before a device-wide synchronize that no call names a stream for: every
+ * thread's kept spans of a become orphans, which that synchronize makes
+ * clean (large/kept.h). */
+void sa__tentries_orphan_kept(sa_arena *a);
 /* Is an unpublished live-byte delta past the slack plus one block (block:
  * the small block just counted, 0 for a span)? Then it is published. */
 static inline bool sa__live_due(int64_t delta, size_t block) {

@@ -1,0 +1,329 @@
+/* Kept spans (keep_spans=1, large/kept.h): a span freed on its own stream
+ * stays with the freeing thread's entry for that stream, and the stream's
+ * next request of its size takes it back without a lock.
+ *
+ * Each case makes one lifetime happen on the simulator, with the
+ * stream-order checker on: the entry keeps the span, and then the stream
+ * asks for another size, the thread exits, the stream is released or
+ * destroyed, another thread runs out of memory, a capture begins. Each
+ * time the span must come back once, behind its stream's work, and never
+ * to two owners: the checker flags a handout ahead of unfinished work, the
+ * fixture's teardown a leak or a block counted twice.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include <streamarena/host.h>
+#include <streamarena/streamarena.h>
+
+#include "fixture.h"
+#include "test/util.h"
+
+#define SPAN (16 * MiB)
+
+/* No memory mapped ahead: a span freed is the one free span of its size. */
+static int setup(void **state) {
+  return sa_fixture_cmocka_setup_with(state, "keep_spans=1,exact_growth=1", 3);
+}
+
+static int teardown(void **state) { return sa_fixture_cmocka_teardown(state); }
+
+static sa_stats stats(sa_arena *a) {
+  sa_stats st;
+  sa_assert_ok(sa_get_stats(a, &st));
+  return st;
+}
+
+static uint64_t calls(sa_host_fn fn) { return sa_host_call_count(fn); }
+
+static uint64_t violations(void) {
+  sa_host_counters c;
+  sa_host_get_counters(&c);
+  return c.order_violations;
+}
+
+/* The pair loop: after the first free, every pair of the size on the
+ * stream gets the same span back from the entry, counted as the fast
+ * path's, with no driver call on the stream, while the statistics say
+ * what the user sees: nothing live, the span cached. */
+static void a_pair_of_one_size_takes_the_kept_span_back(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s = f->streams[0];
+  void *p, *q;
+  sa_assert_ok(sa_alloc(f->arena, &p, SPAN, s));
+  sa_assert_ok(sa_free(p, s));
+  sa_stats st = stats(f->arena);
+  assert_int_equal(st.live_bytes, 0);
+  assert_int_equal(st.large_spans, 0);
+  assert_true(st.cached_bytes >= SPAN);
+  uint64_t slow = st.alloc_count - st.fast_allocs, fast = st.fast_allocs;
+  uint64_t records = calls(SA_HOST_FN_EVENT_RECORD), queries = calls(SA_HOST_FN_EVENT_QUERY);
+  for (int i = 0; i < 100; i++) {
+    sa_assert_ok(sa_alloc(f->arena, &q, SPAN, s));
+    assert_ptr_equal(q, p);
+    sa_assert_ok(sa_host_fill(s, q, 4096, (uint32_t)i)); /* queued: s orders its reuse */
+    sa_assert_ok(sa_free(q, s));
+  }
+  st = stats(f->arena);
+  assert_int_equal(st.alloc_count - st.fast_allocs, slow);
+  assert_int_equal(st.fast_allocs - fast, 100);
+  assert_int_equal(calls(SA_HOST_FN_EVENT_RECORD), records);
+  assert_int_equal(calls(SA_HOST_FN_EVENT_QUERY), queries);
+  assert_int_equal(st.live_bytes, 0);
+  assert_int_equal(st.live_bytes_peak, SPAN);
+  sa_assert_ok(sa_host_drain_all());
+}
+
+/* A kept span is freed already: a second free (on its stream or another)
+ * and sa_record_stream are double frees, and change nothing. */
+static void a_kept_span_is_freed_already(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], b = f->streams[1];
+  void *p, *q;
+  sa_assert_ok(sa_alloc(f->arena, &p, SPAN, a));
+  sa_assert_ok(sa_free(p, a));
+  sa_stats before = stats(f->arena);
+  sa_assert_status(sa_free(p, a), SA_ERR_DOUBLE_FREE);
+  sa_assert_status(sa_free(p, b), SA_ERR_DOUBLE_FREE);
+  sa_assert_status(sa_record_stream(p, b), SA_ERR_DOUBLE_FREE);
+  sa_stats after = stats(f->arena);
+  assert_int_equal(after.free_count, before.free_count);
+  assert_int_equal(after.cached_bytes, before.cached_bytes);
+  sa_assert_ok(sa_alloc(f->arena, &q, SPAN, a));
+  assert_ptr_equal(q, p);
+  sa_assert_ok(sa_free(q, a));
+}
+
+/* A request of another size on the stream gives the kept span back first:
+ * a best fit takes its memory, nothing grows. A free span that another
+ * stream can take only behind the freeing stream's work. */
+static void another_size_gives_the_kept_span_back_first(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], b = f->streams[1];
+  void *p, *q, *r;
+  sa_assert_ok(sa_alloc(f->arena, &p, SPAN, a));
+  sa_assert_ok(sa_host_fill(a, p, 4096, 0xA0A0A0A0u));
+  sa_assert_ok(sa_free(p, a));
+  size_t reserved = stats(f->arena).reserved_bytes;
+  sa_assert_ok(sa_alloc(f->arena, &q, SPAN / 2, a));
+  assert_ptr_equal(q, p);
+  assert_int_equal(stats(f->arena).reserved_bytes, reserved);
+  sa_assert_ok(sa_free(q, a)); /* kept again, at SPAN / 2 */
+  sa_assert_ok(sa_alloc(f->arena, &r, SPAN, b)); /* B: the kept span is A's */
+  assert_true((char *)r >= (char *)p + SPAN / 2 || (char *)r + SPAN <= (char *)p);
+  uint64_t v0 = violations();
+  sa_assert_ok(sa_host_fill(b, r, SPAN, 0xB0B0B0B0u));
+  sa_assert_ok(sa_host_drain_all());
+  assert_int_equal(violations(), v0);
+  sa_assert_ok(sa_free(r, b));
+}
+
+/* sa_trim gives everything back, the calling thread's kept spans on every
+ * stream too: nothing stays reserved. */
+static void trim_gives_kept_spans_back(void **state) {
+  sa_fixture *f = *state;
+  void *p[3];
+  for (size_t i = 0; i < 3; i++) {
+    sa_assert_ok(sa_alloc(f->arena, &p[i], SPAN, f->streams[i]));
+    sa_assert_ok(sa_host_fill(f->streams[i], p[i], 4096, (uint32_t)i));
+  }
+  for (size_t i = 0; i < 3; i++) sa_assert_ok(sa_free(p[i], f->streams[i]));
+  assert_true(stats(f->arena).cached_bytes >= 3 * SPAN);
+  sa_assert_ok(sa_trim(f->arena, 0));
+  sa_stats st = stats(f->arena);
+  assert_int_equal(st.reserved_bytes, 0);
+  assert_int_equal(st.cached_bytes, 0);
+  for (size_t i = 0; i < 3; i++) assert_int_equal(sa_host_stream_pending(f->streams[i]), 0);
+}
+
+/* ---- other threads ---------------------------------------------------------- */
+
+typedef struct {
+  sa_arena *arena;
+  sa_stream s, then; /* then: the stream of its allocation after go */
+  size_t size;
+  void *p;
+  pthread_barrier_t *kept, *go; /* NULL: the thread exits at once */
+  sa_status after;              /* its allocation after go */
+} keeper;
+
+/* Allocate, queue a fill, free on s (kept), then wait or exit. */
+static void *keep_one(void *arg) {
+  keeper *k = arg;
+  if (sa_alloc(k->arena, &k->p, k->size, k->s) != SA_OK) return (void *)1;
+  if (sa_host_fill(k->s, k->p, 4096, 0x4B4B4B4Bu) != SA_OK) return (void *)1;
+  if (sa_free(k->p, k->s) != SA_OK) return (void *)1;
+  if (k->kept == NULL) return NULL;
+  pthread_barrier_wait(k->kept);
+  pthread_barrier_wait(k->go);
+  void *q;
+  k->after = sa_alloc(k->arena, &q, k->size, k->then);
+  if (k->after == SA_OK && sa_free(q, k->then) != SA_OK) return (void *)1;
+  return NULL;
+}
+
+static void run_to_exit(keeper *k) {
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, keep_one, k), 0);
+  void *ret = (void *)2;
+  assert_int_equal(pthread_join(t, &ret), 0);
+  assert_null(ret);
+}
+
+/* A thread exits with a span kept on A: nobody may record on A for it (A
+ * may be destroyed), so it waits for A's next call. Until then B cannot
+ * have it; after, B gets it behind A's fill. */
+static void a_thread_that_exits_leaves_its_span_to_the_streams_next_call(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], b = f->streams[1];
+  keeper k = {.arena = f->arena, .s = a, .size = SPAN};
+  uint64_t records = calls(SA_HOST_FN_EVENT_RECORD);
+  run_to_exit(&k);
+  assert_int_equal(calls(SA_HOST_FN_EVENT_RECORD), records); /* not at the exit */
+  assert_true(sa_host_stream_pending(a) > 0);
+  assert_int_equal(stats(f->arena).large_spans, 0);
+  void *q, *small, *r;
+  sa_assert_ok(sa_alloc(f->arena, &q, SPAN, b));
+  assert_ptr_not_equal(q, k.p);
+  sa_assert_ok(sa_alloc(f->arena, &small, 64, a)); /* names A: the span is freed, marked */
+  assert_int_equal(calls(SA_HOST_FN_EVENT_RECORD), records + 1);
+  sa_assert_ok(sa_alloc(f->arena, &r, SPAN, b));
+  assert_ptr_equal(r, k.p); /* behind a wait for A's fill */
+  uint64_t v0 = violations(), mism = 0;
+  sa_assert_ok(sa_host_fill(b, r, 4096, 0xB1B1B1B1u));
+  sa_assert_ok(sa_host_check(b, r, 4096, 0xB1B1B1B1u, &mism));
+  sa_assert_ok(sa_host_drain_all());
+  assert_int_equal(violations(), v0);
+  assert_int_equal(mism, 0);
+  sa_assert_ok(sa_free(small, a));
+  sa_assert_ok(sa_free(q, b));
+  sa_assert_ok(sa_free(r, b));
+}
+
+/* sa_stream_release of A while another thread keeps a span on A: released,
+ * A's work is done, and the span is free for every stream at once. */
+static void a_released_stream_takes_back_what_threads_kept(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a, b = f->streams[1];
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &a));
+  pthread_barrier_t kept, go;
+  assert_int_equal(pthread_barrier_init(&kept, NULL, 2), 0);
+  assert_int_equal(pthread_barrier_init(&go, NULL, 2), 0);
+  keeper k = {.arena = f->arena, .s = a, .then = b, .size = SPAN, .kept = &kept, .go = &go};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, keep_one, &k), 0);
+  pthread_barrier_wait(&kept);
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_stream_release(f->arena, a));
+  sa_assert_ok(sa_host_stream_destroy(a));
+  void *q;
+  sa_assert_ok(sa_alloc(f->arena, &q, SPAN, b));
+  assert_ptr_equal(q, k.p);
+  /* The keeper goes on, on B, while q is live: another span. */
+  pthread_barrier_wait(&go);
+  void *ret = (void *)2;
+  assert_int_equal(pthread_join(t, &ret), 0);
+  assert_null(ret);
+  sa_assert_ok(k.after);
+  sa_assert_ok(sa_free(q, b));
+  assert_int_equal(pthread_barrier_destroy(&kept), 0);
+  assert_int_equal(pthread_barrier_destroy(&go), 0);
+}
+
+/* A thread exits keeping a span on A; A is drained and destroyed without a
+ * release, as the header allows after a synchronize. The span comes back
+ * by a device-wide synchronize (sa_trim's): nothing stays reserved. */
+static void a_destroyed_stream_leaves_its_span_to_a_synchronize(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &a));
+  keeper k = {.arena = f->arena, .s = a, .size = SPAN};
+  run_to_exit(&k);
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_host_stream_destroy(a));
+  uint64_t v0 = violations();
+  sa_assert_ok(sa_trim(f->arena, 0));
+  assert_int_equal(violations(), v0); /* no driver call on the destroyed stream */
+  sa_stats st = stats(f->arena);
+  assert_int_equal(st.reserved_bytes, 0);
+  assert_int_equal(st.large_spans, 0);
+}
+
+/* Another thread keeps a span that this thread needs to fit under the
+ * arena's cap: the out-of-memory pass takes it back after its device-wide
+ * synchronize, and the keeper, asking again, finds its entry empty. */
+static void out_of_memory_takes_back_other_threads_kept_spans(void **state) {
+  (void)state;
+  sa_fixture f;
+  sa_assert_ok(sa_fixture_setup(&f, "keep_spans=1,exact_growth=1,max_physical=48MiB", 2,
+                                SA_HOST_AUTO));
+  pthread_barrier_t kept, go;
+  assert_int_equal(pthread_barrier_init(&kept, NULL, 2), 0);
+  assert_int_equal(pthread_barrier_init(&go, NULL, 2), 0);
+  keeper k = {.arena = f.arena,
+              .s = f.streams[0],
+              .then = f.streams[0],
+              .size = 40 * MiB,
+              .kept = &kept,
+              .go = &go};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, keep_one, &k), 0);
+  pthread_barrier_wait(&kept);
+  void *q;
+  sa_assert_ok(sa_alloc(f.arena, &q, 40 * MiB, f.streams[1]));
+  assert_ptr_equal(q, k.p);
+  pthread_barrier_wait(&go); /* the keeper asks again while q is live */
+  void *ret = (void *)2;
+  assert_int_equal(pthread_join(t, &ret), 0);
+  assert_null(ret);
+  assert_int_equal(k.after, SA_ERR_OUT_OF_MEMORY);
+  sa_assert_ok(sa_free(q, f.streams[1]));
+  assert_int_equal(pthread_barrier_destroy(&kept), 0);
+  assert_int_equal(pthread_barrier_destroy(&go), 0);
+  sa_assert_ok(sa_fixture_teardown(&f));
+}
+
+/* ---- captures ---------------------------------------------------------------- */
+
+/* A span's free during a capture of its stream is refused, as without
+ * keep_spans (its memory would be handed out again before the graph ran),
+ * and the capture stays intact; the span stays live, freed after. */
+static void a_free_during_a_capture_is_refused(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s = f->streams[0];
+  void *p;
+  sa_assert_ok(sa_alloc(f->arena, &p, SPAN, s));
+  sa_assert_ok(sa_host_stream_begin_capture(s, SA_HOST_CAPTURE_GLOBAL));
+  sa_assert_status(sa_free(p, s), SA_ERR_STREAM_CAPTURING);
+  sa_assert_ok(sa_host_stream_end_capture(s));
+  assert_int_equal(stats(f->arena).large_spans, 1);
+  sa_assert_ok(sa_free(p, s));
+  assert_int_equal(stats(f->arena).large_spans, 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(a_pair_of_one_size_takes_the_kept_span_back, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_kept_span_is_freed_already, setup, teardown),
+      cmocka_unit_test_setup_teardown(another_size_gives_the_kept_span_back_first, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(trim_gives_kept_spans_back, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          a_thread_that_exits_leaves_its_span_to_the_streams_next_call, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_released_stream_takes_back_what_threads_kept, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_destroyed_stream_leaves_its_span_to_a_synchronize,
+                                      setup, teardown),
+      cmocka_unit_test(out_of_memory_takes_back_other_threads_kept_spans),
+      cmocka_unit_test_setup_teardown(a_free_during_a_capture_is_refused, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
