@@ -14,6 +14,8 @@ const peer_backend *streamarena_backend();
 const peer_backend *streamarena_torch_backend();
 // The same with a pool mapped up front (its size from --sa-conf).
 const peer_backend *streamarena_prefill_backend();
+// The same with keep_spans=1.
+const peer_backend *streamarena_keep_backend();
 // The points of its footprint/speed curve (footprint_target), i = 0, 1, ...
 // until NULL.
 const peer_backend *streamarena_curve_backend(size_t i);

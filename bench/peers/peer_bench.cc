@@ -287,6 +287,7 @@ int main(int argc, char **argv) {
   reg.add(streamarena_backend(), "built in");
   reg.add(streamarena_torch_backend(), "built in");
   reg.add(streamarena_prefill_backend(), "built in");
+  reg.add(streamarena_keep_backend(), "built in");
   for (size_t i = 0; streamarena_curve_backend(i) != nullptr; i++)
     reg.add(streamarena_curve_backend(i), "built in");
   reg.add(cuda_async_backend(dev.cu()), "built in");

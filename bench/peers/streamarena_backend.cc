@@ -145,6 +145,13 @@ const peer_backend torch_backend =
           "gives PyTorch (large_threshold=1KiB: PyTorch's small requests get spans too)",
           sa_create_torch);
 
+constexpr char KEEP[] = "keep_spans=1";
+const peer_backend keep_backend =
+    entry("streamarena-keep",
+          "streamarena " SA_VERSION_TEXT ": as streamarena, with keep_spans=1 (a thread keeps "
+          "its last span freed on a stream for that stream's next request of its size)",
+          sa_create_point<KEEP>);
+
 // The curve: footprint targets from the default's 1 + 1/64 up to about
 // PyTorch's default allocator's footprint on a training trace (3).
 constexpr char FT_1_2[] = "footprint_target=1.2", FT_1_5[] = "footprint_target=1.5",
@@ -170,5 +177,7 @@ const peer_backend *streamarena_backend() { return &backend; }
 const peer_backend *streamarena_torch_backend() { return &torch_backend; }
 
 const peer_backend *streamarena_prefill_backend() { return &prefill_backend; }
+
+const peer_backend *streamarena_keep_backend() { return &keep_backend; }
 
 }  // namespace peers

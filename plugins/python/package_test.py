@@ -82,6 +82,18 @@ def hooks_allocate_free_and_count_on_the_simulator():
 
 
 @case
+def the_hooks_arenas_keep_spans_unless_told_otherwise():
+    expect(_hooks.with_defaults("") == "keep_spans=1", _hooks.with_defaults(""))
+    expect(_hooks.with_defaults("max_physical=1GiB") == "max_physical=1GiB,keep_spans=1",
+           _hooks.with_defaults("max_physical=1GiB"))
+    expect(_hooks.with_defaults("keep_spans=0,backend=host") == "keep_spans=0,backend=host",
+           "a configuration that names it keeps its own")
+    h = _hooks.get(lib=LIB)
+    expect(h is not None and os.environ["STREAMARENA_CONF"].endswith(",keep_spans=1"),
+           os.environ["STREAMARENA_CONF"])
+
+
+@case
 def one_library_and_one_configuration_per_process():
     expect(_hooks.get() is _hooks.get(lib=LIB), "the same Hooks")
     try:

@@ -104,16 +104,34 @@ _lock = threading.Lock()
 _hooks = None  # (Hooks, the STREAMARENA_CONF it started with)
 
 
+# What the hooks' arenas add to a configuration that does not name it:
+# each thread keeps its last span freed on a stream for that stream's next
+# request of its size (README, keep_spans), as CuPy's and Numba's arrays of
+# one size come and go on one stream.
+HOOKS_DEFAULTS = (("keep_spans", "keep_spans=1"),)
+
+
+def with_defaults(conf):
+    """conf (a STREAMARENA_CONF string) with HOOKS_DEFAULTS for the keys it
+    does not name."""
+    named = {item.split("=", 1)[0].strip() for item in conf.split(",") if item.strip()}
+    extra = [item for key, item in HOOKS_DEFAULTS if key not in named]
+    return ",".join([conf] + extra if conf else extra)
+
+
 def get(conf=None, lib=None):
     """The process's one Hooks. conf: the default arenas' configuration
     (STREAMARENA_CONF), which they read at their first allocation, so it
-    must be the same for every caller of the process."""
+    must be the same for every caller of the process; HOOKS_DEFAULTS are
+    added to it where it does not name them."""
     global _hooks
     with _lock:
+        if conf is not None:
+            conf = with_defaults(conf)
         if _hooks is None:
-            if conf is not None:
-                os.environ["STREAMARENA_CONF"] = conf
-            _hooks = (Hooks(lib), os.environ.get("STREAMARENA_CONF", ""))
+            os.environ["STREAMARENA_CONF"] = (
+                conf if conf is not None else with_defaults(os.environ.get("STREAMARENA_CONF", "")))
+            _hooks = (Hooks(lib), os.environ["STREAMARENA_CONF"])
         hooks, had = _hooks
         if conf is not None and conf != had:
             raise StreamarenaError(
