@@ -319,13 +319,24 @@ static void *run_worker(void *arg) {
 }
 
 /* The arena's backend: CUDA when usable (required with
- * STREAMARENA_BACKEND=cuda), else the simulator with its checker. */
+ * STREAMARENA_BACKEND=cuda), else the simulator with its checker; more
+ * configuration keys from STREAMARENA_SOAK_CONF (keep_spans=1, say). */
 static sa_status open_arena(void) {
   const char *want = getenv("STREAMARENA_BACKEND");
   bool need_cuda = want != NULL && strcasecmp(want, "cuda") == 0;
   sa_config cfg;
   sa_config_init(&cfg);
   cfg.backend = SA_BACKEND_CUDA;
+  const char *conf = getenv("STREAMARENA_SOAK_CONF");
+  if (conf != NULL) {
+    char err[256];
+    sa_status bad = sa_config_parse(&cfg, conf, err, sizeof err);
+    if (bad != SA_OK) {
+      printf("gpu_soak: STREAMARENA_SOAK_CONF: %s\n", err);
+      return bad;
+    }
+    printf("gpu_soak: configuration %s\n", conf);
+  }
   sa_status st = want != NULL && strcasecmp(want, "host") == 0 ? SA_ERR_NO_DEVICE
                                                               : sa_arena_create(&cfg, &g.arena);
   if (st == SA_ERR_NO_DEVICE && !need_cuda) {
