@@ -274,9 +274,9 @@ static sa_status alloc_slow(sa_arena *a, void **out, size_t size, sa_stream s,
  * stream (large/kept.h): no lock. Counted as the fast path's. */
 static sa_status alloc_kept(sa_arena *a, sa_tentry *e, sa_span *sp, size_t size, sa_stream s,
                             void **out) {
-  sa__span_kept_reuse(a, sp);
+  sa__span_kept_reuse(sp);
   sa__count(&e->xfast_allocs);
-  atomic_fetch_add_explicit(&a->stats.xlarge_allocs, 1, memory_order_relaxed);
+  sa__count(&e->xkept_reuses);
   sa__tentry_live_account(e, (int64_t)size, 0);
   if (sa_unlikely(a->hooks)) return after_alloc(a, (void *)sp->base, size, s, out);
   *out = (void *)sp->base;

@@ -39,8 +39,6 @@ bool sa__span_keep(sa_arena *a, sa_stream_arena *sarena, uintptr_t p, sa_span **
               atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_LIVE;
   if (kept) {
     atomic_store_explicit(&sp->xstate, SA_BLOCK_CACHED, memory_order_relaxed);
-    atomic_fetch_add_explicit(&a->spans.xkept, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&a->spans.xkept_bytes, sp->size, memory_order_relaxed);
     *out = sp;
     *request = sp->request;
   }
@@ -48,25 +46,17 @@ bool sa__span_keep(sa_arena *a, sa_stream_arena *sarena, uintptr_t p, sa_span **
   return kept;
 }
 
-void sa__span_kept_reuse(sa_arena *a, sa_span *sp) {
-  atomic_fetch_sub_explicit(&a->spans.xkept, 1, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&a->spans.xkept_bytes, sp->size, memory_order_relaxed);
+void sa__span_kept_reuse(sa_span *sp) {
   atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_relaxed);
 }
 
 /* Free the kept span sp (not an orphan any more), marked or clean. Arena
  * lock held. On failure it stays kept. */
 static sa_status free_kept(sa_arena *a, sa_span *sp, sa_span_mark mark) {
-  size_t size = sp->size; /* the free may merge sp into a neighbour */
   atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_relaxed);
   sa_status st = sa__span_free_live(a, sp, sp->owner, NULL, 0, mark);
-  if (st != SA_OK) {
-    atomic_store_explicit(&sp->xstate, SA_BLOCK_CACHED, memory_order_relaxed);
-    return st;
-  }
-  atomic_fetch_sub_explicit(&a->spans.xkept, 1, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&a->spans.xkept_bytes, size, memory_order_relaxed);
-  return SA_OK;
+  if (st != SA_OK) atomic_store_explicit(&sp->xstate, SA_BLOCK_CACHED, memory_order_relaxed);
+  return st;
 }
 
 /* sp waits in the orphans for a call naming its stream. Arena lock held. */
@@ -74,6 +64,8 @@ static void orphan(sa_arena *a, sa_span *sp) {
   sp->orphan_gen = sa__sync_gen(&a->sync);
   sp->orphan_next = a->spans.orphans;
   a->spans.orphans = sp;
+  a->spans.norphans++;
+  a->spans.orphan_bytes += sp->size;
   atomic_fetch_add_explicit(&sp->owner->xorphans, 1, memory_order_relaxed);
 }
 
@@ -105,12 +97,15 @@ static bool free_orphans(sa_arena *a, const sa_stream_arena *mine, sa_span_mark 
   while (sp != NULL) {
     sa_span *next = sp->orphan_next;
     sa_stream_arena *owner = sp->owner; /* the free renames the span's */
+    size_t size = sp->size;             /* and may merge it into a neighbour */
     bool wanted = mark == SA_SPAN_MARKED
                       ? owner == mine
                       : gone(owner) || sa__clean_since(&a->sync, sp->orphan_gen);
     sp->orphan_next = NULL;
     if (wanted && free_kept(a, sp, mark) == SA_OK) {
       atomic_fetch_sub_explicit(&owner->xorphans, 1, memory_order_relaxed);
+      a->spans.norphans--;
+      a->spans.orphan_bytes -= size;
     } else {
       stayed |= wanted;
       sp->orphan_next = stay;
@@ -137,14 +132,15 @@ void sa__span_orphans_settle(sa_arena *a) {
 static const char KEPT[] = "kept span";
 
 size_t sa__span_orphans_check(const sa_arena *a) {
-  size_t n = 0;
+  size_t n = 0, bytes = 0;
   for (const sa_span *sp = a->spans.orphans; sp != NULL; sp = sp->orphan_next, n++) {
+    bytes += sp->size;
     SA_CHECK(KEPT, atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_CACHED,
              "an orphan is kept (SA_BLOCK_CACHED)");
     SA_CHECK(KEPT, sp->owner != NULL && sa__live_find(a, sp->base) == sp,
              "an orphan has an owner and is in the live map");
   }
-  SA_CHECK(KEPT, n <= atomic_load_explicit(&a->spans.xkept, memory_order_relaxed),
-           "spans.xkept counts the orphans among the kept spans");
+  SA_CHECK(KEPT, n == a->spans.norphans && bytes == a->spans.orphan_bytes,
+           "spans.norphans and spans.orphan_bytes count the orphans");
   return n;
 }

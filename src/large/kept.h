@@ -43,7 +43,7 @@ bool sa__span_keep(sa_arena *a, sa_stream_arena *sarena, uintptr_t p, sa_span **
 /* The kept span sp handed out again by the entry that keeps it, for a
  * request of its size on its stream. No lock: nothing else reaches a kept
  * span but through its entry. */
-void sa__span_kept_reuse(sa_arena *a, sa_span *sp);
+void sa__span_kept_reuse(sa_span *sp);
 
 /* sp, kept by an entry for its owner's stream, freed on that stream in a
  * call naming it, with the free's mark. On failure (the mark's memory, an
@@ -67,7 +67,7 @@ bool sa__span_orphans_free(sa_arena *a, sa_stream_arena *sarena);
 void sa__span_orphans_settle(sa_arena *a);
 
 /* Validator: each orphan kept (SA_BLOCK_CACHED), in the live map, with an
- * owner; the kept counts at least the orphans. Arena lock held. Returns
+ * owner; spans.norphans and orphan_bytes count them. Arena lock held. Returns
  * the orphans visited. */
 size_t sa__span_orphans_check(const sa_arena *a);
 

@@ -98,9 +98,10 @@ typedef struct sa_spans_s {
   uint64_t frees;               /* spans freed so far */
   uint64_t reshape_futile;      /* frees + 1 when the last reshape found too
                                    little (span.c): none again until a free */
-  /* Kept spans (kept.h): live in the map, free to their user. */
-  _Atomic size_t xkept, xkept_bytes; /* how many, their bytes (the reuse takes no lock) */
+  /* Kept spans (kept.h): live in the map, free to their user. Those an
+   * entry keeps are counted by walking the entries (thread_cache.c). */
   sa_span *orphans;             /* kept ones whose entry went, freed later */
+  size_t norphans, orphan_bytes;
   bool apart;                   /* free neighbours may be left apart (a
                                    pending mark, or no memory to join their
                                    marks): free_span.c rejoins them */

@@ -153,7 +153,6 @@ void sa__tentry_give_back_kept(sa_tentry *e, sa_named named) {
 }
 
 void sa__tentries_orphan_kept(sa_arena *a) {
-  if (atomic_load_explicit(&a->spans.xkept, memory_order_relaxed) == 0) return;
   pthread_mutex_lock(&entries_lock); /* entries stay while listed */
   for (sa_tentry *e = a->tcaches.entries; e != NULL; e = e->arena_next) {
     sa_span *sp = sa__tentry_take_kept(e);
@@ -207,6 +206,9 @@ static void entry_retire(sa_tentry *e) {
     atomic_fetch_add_explicit(&a->tcaches.xretired_fast_frees,
                               atomic_load_explicit(&e->xfast_frees, memory_order_relaxed),
                               memory_order_relaxed);
+    atomic_fetch_add_explicit(&a->tcaches.xretired_kept_reuses,
+                              atomic_load_explicit(&e->xkept_reuses, memory_order_relaxed),
+                              memory_order_relaxed);
     arena_entries_unlink(&a->tcaches.entries, e);
   }
   pthread_mutex_unlock(&entries_lock);
@@ -247,6 +249,24 @@ void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees) {
     *allocs += atomic_load_explicit(&e->xfast_allocs, memory_order_relaxed);
     *frees += atomic_load_explicit(&e->xfast_frees, memory_order_relaxed);
   }
+  pthread_mutex_unlock(&entries_lock);
+}
+
+void sa__tentry_kept_counts(sa_arena *a, size_t *spans, size_t *bytes, uint64_t *reuses) {
+  *spans = *bytes = 0;
+  pthread_mutex_lock(&entries_lock);
+  *reuses = atomic_load_explicit(&a->tcaches.xretired_kept_reuses, memory_order_relaxed);
+  /* The arena lock too: a kept span's size changes only in its free,
+   * which its owner makes under it once the entry let go. */
+  pthread_mutex_lock(&a->lock);
+  for (sa_tentry *e = a->tcaches.entries; e != NULL; e = e->arena_next) {
+    *reuses += atomic_load_explicit(&e->xkept_reuses, memory_order_relaxed);
+    sa_span *sp = atomic_load_explicit(&e->xkept, memory_order_relaxed);
+    if (sp == NULL) continue;
+    (*spans)++;
+    *bytes += sp->size;
+  }
+  pthread_mutex_unlock(&a->lock);
   pthread_mutex_unlock(&entries_lock);
 }
 

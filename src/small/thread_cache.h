@@ -38,6 +38,7 @@ struct sa_tentry_s {
    * by exchange. kept_request is the owner's. */
   _Atomic(struct sa_span_s *) xkept;
   size_t kept_request;
+  _Atomic uint64_t xkept_reuses; /* large allocations it served (the owner's) */
   uint64_t last_use;          /* its thread cache's clock: least recently used goes */
   struct sa_tentry_s *arena_next, *arena_prev; /* arena's entry list */
   struct sa_tentry_s *bound_next, *bound_prev; /* sarena's bound list */
@@ -48,7 +49,7 @@ struct sa_tentry_s {
 typedef struct sa_tcaches_s {
   sa_tentry *entries;
   /* The fast paths' counts of exited threads' entries. */
-  _Atomic uint64_t xretired_fast_allocs, xretired_fast_frees;
+  _Atomic uint64_t xretired_fast_allocs, xretired_fast_frees, xretired_kept_reuses;
 } sa_tcaches;
 
 /* Entries per thread before the least recently used is evicted: a thread
@@ -125,6 +126,9 @@ void sa__entries_detach(sa_arena *a);
 extern struct sa_arena_s sa__detached_arena;
 /* The fast paths' allocations and frees: of exited threads and live ones. */
 void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees);
+/* The spans every thread's entries of a keep (large/kept.h), their bytes,
+ * and the large allocations kept spans served. */
+void sa__tentry_kept_counts(sa_arena *a, size_t *spans, size_t *bytes, uint64_t *reuses);
 /* Which of the calling thread's entries sa__tentry_flush_own flushes:
  * every one, or all but the one bound to the stream the call names (a
  * capturing stream's: giving back would record an event on it). */
