@@ -223,7 +223,7 @@ print("python", sys.version.split()[0], "cupy", cupy.__version__, "numba", numba
       "$LOGS/suite-streamarena.jsonl"
   fi
   part rmm-bench 100 rmm_bench
-  part cupy-bench 90 python3 "$E/examples/bench_cupy.py" --json "$LOGS/bench_cupy.json"
+  part cupy-bench 90 python3 "$E/examples/bench_cupy.py" --rounds 7 --json "$LOGS/bench_cupy.json"
 
   echo
   [ -f "$LOGS/suites.log" ] && sed -n '1,200p' "$LOGS/suites.log"

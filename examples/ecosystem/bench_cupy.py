@@ -48,8 +48,7 @@ def pairs(allocators, rounds, n):
         order = list(allocators) if r % 2 == 0 else list(reversed(allocators))
         for label, size in SIZES:
             for a in order:
-                count = n if size <= (1 << 20) else max(n // 10, 50)
-                times[(a, label)].append(time_pairs(allocators[a], size, count))
+                times[(a, label)].append(time_pairs(allocators[a], size, n))
     cupy.cuda.Device().synchronize()
     return {f"{a}|{s}": {"median_us": statistics.median(v), "rounds_us": v}
             for (a, s), v in times.items()}
