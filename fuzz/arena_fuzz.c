@@ -130,6 +130,8 @@ static struct {
   bool abandoned;        /* the arena was destroyed as it was: the input ends */
   input *in;             /* for the oom callback */
   size_t max_small;      /* the largest small block allocated */
+  size_t max_large;      /* the largest large allocation's request */
+  bool keep_spans;       /* the arena keeps spans (keep_spans=1) */
   int sweeps, snapshots; /* per input: each costs as much as a hundred operations */
   uint64_t large_allocs;
   block live[MAX_LIVE];
@@ -306,7 +308,8 @@ static void check_stats(void) {
         (unsigned long long)m.allocs, (unsigned long long)m.frees);
   /* Exact for this thread; within the slack plus a block per other thread
    * that may hold some unpublished (the header's bound). */
-  int64_t slack = (int64_t)((LIVE_SLACK + m.max_small) * (size_t)others_cached());
+  size_t unpublished = m.keep_spans && m.max_large > m.max_small ? m.max_large : m.max_small;
+  int64_t slack = (int64_t)((LIVE_SLACK + unpublished) * (size_t)others_cached());
   int64_t off = (int64_t)st.live_bytes - m.live_bytes;
   if (off > slack || -off > slack)
     die("stats live_bytes %zu, model %lld (slack %lld)", st.live_bytes, (long long)m.live_bytes,
@@ -434,6 +437,7 @@ static block *alloc_on(int s, size_t size) {
   bool large = size > m.threshold;
   if (large) m.large_allocs++;
   if (!large && accounted(size) > m.max_small) m.max_small = accounted(size);
+  if (large && accounted(size) > m.max_large) m.max_large = accounted(size);
   m.live_bytes += (int64_t)accounted(size);
   for (int i = 0; i < m.nfreed; i++)
     if (m.freed[i] == p) m.freed[i] = m.freed[--m.nfreed]; /* no longer a double free */
@@ -1293,6 +1297,7 @@ static void setup(input *in) {
         c & 0x40 ? " with an oom callback" : "");
   if (c & 0x40) cfg.oom_callback = on_oom;
   t_unbudgeted += !budgeted;
+  m.keep_spans = (cfg.flags & SA_FLAG_KEEP_SPANS) != 0;
   m.cap = cap;
   m.chunk = chunk;
   m.superblock = cfg.superblock_size;

@@ -277,7 +277,8 @@ static sa_status alloc_kept(sa_arena *a, sa_tentry *e, sa_span *sp, size_t size,
   sa__span_kept_reuse(sp);
   sa__count(&e->xfast_allocs);
   sa__count(&e->xkept_reuses);
-  sa__tentry_live_account(e, (int64_t)size, 0);
+  /* As a small block's: a pair of one size publishes nothing. */
+  sa__tentry_live_account(e, (int64_t)size, size);
   if (sa_unlikely(a->hooks)) return after_alloc(a, (void *)sp->base, size, s, out);
   *out = (void *)sp->base;
   return SA_OK;

@@ -315,7 +315,7 @@ static bool keep_span(sa_tentry *e, void *ptr, sa_stream s) {
   e->kept_request = request;
   atomic_store_explicit(&e->xkept, sp, memory_order_relaxed);
   sa__count(&e->xfast_frees);
-  sa__tentry_live_account(e, -(int64_t)request, 0);
+  sa__tentry_live_account(e, -(int64_t)request, request); /* as alloc_kept */
   if (a->trace != NULL) sa__trace(a, 'f', ptr, 0, s);
   return true;
 }

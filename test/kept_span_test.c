@@ -177,6 +177,36 @@ static void run_to_exit(keeper *k) {
   assert_null(ret);
 }
 
+/* Another thread's kept span still counts in live_bytes, as its pairs
+ * publish nothing (streamarena.h, sa_get_stats): within the documented
+ * lag, and exact again once the thread published (its exit). */
+static void another_threads_kept_span_counts_live_until_it_publishes(void **state) {
+  sa_fixture *f = *state;
+  pthread_barrier_t kept, go;
+  assert_int_equal(pthread_barrier_init(&kept, NULL, 2), 0);
+  assert_int_equal(pthread_barrier_init(&go, NULL, 2), 0);
+  keeper k = {.arena = f->arena,
+              .s = f->streams[0],
+              .then = f->streams[0],
+              .size = SPAN,
+              .kept = &kept,
+              .go = &go};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, keep_one, &k), 0);
+  pthread_barrier_wait(&kept);
+  sa_stats st = stats(f->arena);
+  assert_int_equal(st.live_bytes, SPAN);
+  assert_int_equal(st.large_spans, 0); /* freed, all the same */
+  pthread_barrier_wait(&go);
+  void *ret = (void *)2;
+  assert_int_equal(pthread_join(t, &ret), 0);
+  assert_null(ret);
+  sa_assert_ok(k.after);
+  assert_int_equal(stats(f->arena).live_bytes, 0);
+  assert_int_equal(pthread_barrier_destroy(&kept), 0);
+  assert_int_equal(pthread_barrier_destroy(&go), 0);
+}
+
 /* A thread exits with a span kept on A: nobody may record on A for it (A
  * may be destroyed), so it waits for A's next call. Until then B cannot
  * have it; after, B gets it behind A's fill. */
@@ -318,6 +348,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(trim_gives_kept_spans_back, setup, teardown),
       cmocka_unit_test_setup_teardown(
           a_thread_that_exits_leaves_its_span_to_the_streams_next_call, setup, teardown),
+      cmocka_unit_test_setup_teardown(another_threads_kept_span_counts_live_until_it_publishes,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(a_released_stream_takes_back_what_threads_kept, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(a_destroyed_stream_leaves_its_span_to_a_synchronize,

@@ -696,7 +696,8 @@ typedef struct sa_stats_s {
  * just counted from what it published, whatever streams it uses: live_bytes
  * is exact for the calling thread's own allocations and within 256 KiB plus
  * the largest small block (the large-allocation threshold) per other
- * thread. live_bytes_peak is the highest count published:
+ * thread, or with keep_spans plus the span it keeps (still counted live
+ * until then). live_bytes_peak is the highest count published:
  * it misses a rise undone before it was published, by as much, the calling
  * thread's too: a small block (up to 1 MiB by default) allocated and freed
  * between two calls need not raise it. Small blocks count the size of their

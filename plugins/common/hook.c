@@ -196,7 +196,7 @@ SA_NOINLINE static sa_hook_thread *thread_make(sa_hook *h) {
 /* An allocation (delta > 0) or a free (delta < 0) of |delta| bytes on the
  * calling thread's c, whose unpublished frees are pending after it. */
 static inline void tally(sa_hook_counts *c, int64_t delta, int64_t pending) {
-  SA_ASSERT(pending <= 0 && pending >= -SA_HOOK_UNPUBLISHED_BYTES);
+  SA_ASSERT(pending <= 0 && (delta > 0 || pending >= sa_hook_unpublished_floor(delta)));
   add(delta > 0 ? &c->xallocs : &c->xfrees, 1);
   add(delta > 0 ? &c->xrequested_total : &c->xfreed_total,
       (uint64_t)(delta > 0 ? delta : -delta));
@@ -224,7 +224,7 @@ SA_NOINLINE static void count(sa_hook *h, int dev, int64_t delta) {
   /* What the thread holds now never exceeds what it published: a new peak
    * needs an allocation its unpublished frees do not cover. */
   int64_t pending = c->unpublished + delta;
-  if (pending > 0 || pending < -SA_HOOK_UNPUBLISHED_BYTES) {
+  if (pending > 0 || pending < sa_hook_unpublished_floor(delta)) {
     publish(d, pending);
     pending = 0;
   }
@@ -255,7 +255,7 @@ void sa_hook_freed(sa_hook *h, int dev, size_t size) {
   sa_hook_counts *c = own_counts(h, dev);
   if (sa_likely(c != NULL)) {
     int64_t pending = c->unpublished - (int64_t)size;
-    if (sa_likely(pending >= -SA_HOOK_UNPUBLISHED_BYTES)) {
+    if (sa_likely(pending >= sa_hook_unpublished_floor(-(int64_t)size))) {
       tally(c, -(int64_t)size, pending);
       return;
     }

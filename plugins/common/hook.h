@@ -153,18 +153,25 @@ sa_status sa_hook_free(sa_hook *h, int dev, const char *what, sa_arena *a, void 
 /* Count an allocation, a free or a record of size bytes on dev. An
  * allocation and a free touch only the calling thread's counts, except
  * where the allocation may make a new peak: where the thread's unpublished
- * frees do not cover it. A free is published past
- * SA_HOOK_UNPUBLISHED_BYTES. So the peak is exact for one thread, and with
- * several may overstate the true one by that much per other thread, never
- * understate it. (A thread whose counts could not be made, for lack of
+ * frees do not cover it. A free is published where the thread's
+ * unpublished frees would pass SA_HOOK_UNPUBLISHED_BYTES plus its own
+ * size: so a loop of one size, however large, publishes nothing after its
+ * first allocation. The peak is exact for one thread, and with several may
+ * overstate the true one by that much per other thread (its last free's
+ * size on top), never understate it. (A thread whose counts could not be made, for lack of
  * memory, counts under hook.c's lock instead.) */
 void sa_hook_allocated(sa_hook *h, int dev, size_t size);
 void sa_hook_freed(sa_hook *h, int dev, size_t size);
 void sa_hook_recorded(sa_hook *h, int dev);
 
 /* A thread's frees not yet taken off the published requested bytes, at
- * most (See sa_hook_allocated). */
+ * most, beside its last free's size (See sa_hook_allocated). */
 #define SA_HOOK_UNPUBLISHED_BYTES ((int64_t)1 << 20)
+/* The lowest unpublished balance a count of delta bytes (a free: delta < 0)
+ * may leave. */
+static inline int64_t sa_hook_unpublished_floor(int64_t delta) {
+  return -SA_HOOK_UNPUBLISHED_BYTES + (delta < 0 ? delta : 0);
+}
 
 /* Count a failed call on dev (on 0 when dev is out of range) and, for the
  * first SA_HOOK_REPORT_LIMIT, write "streamarena <name>: what(ptr, size

@@ -437,6 +437,20 @@ static void *counted_pairs(void *arg) {
   return NULL;
 }
 
+/* counted_pairs, then a pause until go: its counts stay unpublished. */
+typedef struct paused_s {
+  counted c;
+  pthread_barrier_t made, go;
+} paused;
+
+static void *paused_pairs(void *arg) {
+  paused *p = arg;
+  counted_pairs(&p->c);
+  pthread_barrier_wait(&p->made);
+  pthread_barrier_wait(&p->go);
+  return NULL;
+}
+
 /* Each thread counts its own calls (no shared read-modify-write per call);
  * the figures add up every thread's, those of threads that exited
  * included. The peak is exact for one thread: an allocation its own
@@ -457,9 +471,32 @@ static void figures_add_up_every_threads_and_the_peak_is_exact_for_one(void **st
   assert_int_equal(figures().requested_bytes_peak, before.requested_bytes + 3500);
   sa_assert_ok(sa_py_free(0, big, 3000, NULL));
   sa_assert_ok(sa_py_free(0, small, 500, NULL));
+  /* Pairs of one large size publish nothing after the first either: while
+   * the thread that made them pauses, its last free is not taken off the
+   * published figure yet (its size beside the unpublished allowance), so an
+   * allocation here that publishes raises the peak by that much more than
+   * is held: the overstatement sa_hook_allocated allows. */
+  sa_assert_ok(sa_py_reset_peak(0));
+  paused large = {.c = {.pairs = 20, .size = 3 * MiB}};
+  assert_int_equal(pthread_barrier_init(&large.made, NULL, 2), 0);
+  assert_int_equal(pthread_barrier_init(&large.go, NULL, 2), 0);
+  pthread_t lt;
+  assert_int_equal(pthread_create(&lt, NULL, paused_pairs, &large), 0);
+  pthread_barrier_wait(&large.made);
+  assert_int_equal(figures().requested_bytes, before.requested_bytes); /* exact */
+  assert_int_equal(figures().requested_bytes_peak, before.requested_bytes + 3 * MiB);
+  void *mine;
+  sa_assert_ok(sa_py_alloc(0, 4 * MiB, NULL, &mine)); /* past this thread's frees: published */
+  assert_int_equal(figures().requested_bytes_peak, before.requested_bytes + 7 * MiB);
+  sa_assert_ok(sa_py_free(0, mine, 4 * MiB, NULL));
+  pthread_barrier_wait(&large.go);
+  assert_int_equal(pthread_join(lt, NULL), 0); /* its exit publishes */
+  assert_int_equal(figures().requested_bytes, before.requested_bytes);
+  assert_int_equal(pthread_barrier_destroy(&large.made), 0);
+  assert_int_equal(pthread_barrier_destroy(&large.go), 0);
   sa_hook_stats mid = figures();
   assert_int_equal(mid.requested_bytes, before.requested_bytes);
-  assert_int_equal(mid.requested_bytes_peak, before.requested_bytes + 3500);
+  assert_int_equal(mid.requested_bytes_peak, before.requested_bytes + 7 * MiB);
   enum { THREADS = 4 };
   pthread_t t[THREADS];
   counted each[THREADS];
@@ -477,7 +514,7 @@ static void figures_add_up_every_threads_and_the_peak_is_exact_for_one(void **st
   assert_int_equal(after.freed_bytes_total, mid.freed_bytes_total + bytes);
   assert_int_equal(after.requested_bytes, before.requested_bytes);
   assert_true(after.requested_bytes_peak >= before.requested_bytes + (256 << (THREADS - 1)));
-  assert_true(after.requested_bytes_peak <= before.requested_bytes + 3500 + 256 * 15);
+  assert_true(after.requested_bytes_peak <= before.requested_bytes + 7 * MiB + 256 * 15);
   sa_assert_ok(sa_py_reset_peak(0)); /* what is held now, all threads' frees published */
   assert_int_equal(figures().requested_bytes_peak, before.requested_bytes);
 }
