@@ -115,16 +115,20 @@ static bool absorb(sa_arena *a, sa_span *left, sa_span *right, sa_newer newer) {
 }
 
 /* May sp merge with its free neighbour n, for whom? Not across another
- * stream's pending mark (sa__marks_pending_apart): then the arena notes
- * that free neighbours are left apart, for sa__free_rejoin. */
+ * stream's pending mark (sa__marks_pending_apart), nor where usable_for's
+ * stream could not use n (a growth beside another stream's unrecorded
+ * free): either way the arena notes that free neighbours are left apart,
+ * for sa__free_rejoin, or its validator would take them for a merge
+ * forgotten. */
 static bool joins(sa_arena *a, const sa_span *sp, const sa_span *n,
                   const sa_stream_arena *usable_for) {
   if (n == NULL || !sa__span_is_free(n)) return false;
-  if (sa__marks_pending_apart(sp, n)) {
+  if (sa__marks_pending_apart(sp, n) ||
+      (usable_for != NULL && !sa__marks_waitable_for(n, usable_for))) {
     a->spans.apart = true;
     return false;
   }
-  return usable_for == NULL || sa__marks_waitable_for(n, usable_for);
+  return true;
 }
 
 sa_span *sa__free_coalesce(sa_arena *a, sa_span *sp, const sa_stream_arena *usable_for) {
