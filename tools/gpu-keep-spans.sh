@@ -27,7 +27,7 @@ done
 for r in 1 2 3; do
   for v in on off; do
     if [ $v = off ]; then export STREAMARENA_CONF=keep_spans=0; else unset STREAMARENA_CONF; fi
-    PYTHONPATH=$E/python:$E/examples timeout 200 python3 $E/examples/bench_cupy.py --rounds 3 \
+    PYTHONPATH=$E/python:$E/examples timeout 200 python3 $E/examples/bench_cupy.py --rounds 7 \
       --pairs 2000 --steps 1500 --json "$OUT/cupy-$v-$r.json" > "$OUT/cupy-$v-$r.txt" 2>&1
   done
 done
