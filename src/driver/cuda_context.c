@@ -113,7 +113,11 @@ typedef struct checked_s {
   sa_stream stream;
 } checked_stream;
 
-static _Thread_local checked_stream tl_checked;
+/* Initial-exec, as the thread caches' (small/thread_cache.h): read at each
+ * check inside a hook's call, which in a shared library would otherwise
+ * call __tls_get_addr each time (See Note [Initial-exec thread-local]).
+ * 16 bytes of glibc's static TLS surplus where the library is dlopened. */
+static _Thread_local checked_stream tl_checked __attribute__((tls_model("initial-exec")));
 
 static bool checked_already(const cuda_driver *cd, sa_stream stream) {
   return tl_checked.cd == cd && tl_checked.stream == stream;
