@@ -372,7 +372,11 @@ sa_status sa__span_free_live(sa_arena *a, sa_span *sp, sa_stream_arena *freer,
   a->spans.frees++;
   if (atomic_fetch_sub_explicit(&sp->owner->xspans, 1, memory_order_release) == 1)
     a->spans.nholders--;
-  sp->owner = freer; /* from now on only a name (sa__span_forget_doomed) */
+  /* From now on only a name (sa__span_forget_doomed), and only of a stream
+   * that marked it: a clean free (kept.c, its stream arena gone) names
+   * none, or the name would outlive the stream arena, which reap frees
+   * without looking for names when its timeline took no ticket. */
+  sp->owner = mark == SA_SPAN_MARKED ? freer : NULL;
   sp->nstarts = 0;
   sa__starts_add(sp, sp->base);
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
