@@ -303,10 +303,9 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   if (a == NULL || out == NULL) return SA_ERR_INVALID_ARGUMENT;
   memset(out, 0, sizeof *out);
   sa__tentry_publish_own(a); /* exact for the calling thread */
-  uint64_t fast_allocs, fast_frees, kept_reuses;
-  sa__tentry_fast_counts(a, &fast_allocs, &fast_frees);
-  size_t kept, kept_bytes;
-  sa__tentry_kept_counts(a, &kept, &kept_bytes, &kept_reuses);
+  sa_tentry_counts tc;
+  sa__tentry_counts(a, &tc);
+  uint64_t fast_allocs = tc.fast_allocs, fast_frees = tc.fast_frees;
   size_t streams = sa__stream_arenas_live(a);
   pthread_mutex_lock(&a->lock);
   /* Counted as superblocks move (superblock.c): each is in exactly one
@@ -318,13 +317,13 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   out->reserved_bytes = a->physical.bytes;
   out->reserved_bytes_peak = a->physical.peak;
   out->cached_bytes = a->physical.cache_bytes + atomic_load(&a->small.xsuperblock_empty_bytes) +
-                      a->spans.free_bytes + a->small.slab_free_bytes + kept_bytes +
+                      a->spans.free_bytes + a->small.slab_free_bytes + tc.kept_bytes +
                       a->spans.orphan_bytes;
   out->va_used_bytes = a->va.used;
   out->va_reserved_bytes = a->range.size;
   /* Kept ones are freed. Counted under another hold of the lock: one its
    * owner freed since may be in both counts (a concurrent run's margin). */
-  kept += a->spans.norphans;
+  size_t kept = tc.kept_spans + a->spans.norphans;
   out->large_spans = a->spans.nlive > kept ? a->spans.nlive - kept : 0;
   out->chunks_total = a->physical.nchunks;
   pthread_mutex_unlock(&a->lock);
@@ -339,7 +338,7 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   out->free_count = fast_frees + atomic_load(&a->stats.xslow_frees);
   out->fast_allocs = fast_allocs;
   out->fast_frees = fast_frees;
-  out->large_allocs = atomic_load(&a->stats.xlarge_allocs) + kept_reuses;
+  out->large_allocs = atomic_load(&a->stats.xlarge_allocs) + tc.kept_reuses;
   uint64_t ops = out->alloc_count + out->free_count;
   out->fast_path_ratio = ops ? (double)(fast_allocs + fast_frees) / (double)ops : 0.0;
   out->deferred_frees = atomic_load(&a->stats.xdeferred_blocks);

@@ -87,12 +87,12 @@ void sa__span_kept_orphan(sa_arena *a, sa_span *sp) {
   pthread_mutex_unlock(&a->lock);
 }
 
-/* Free the orphans that want says (mine), marked or clean: out of the
- * list first, as the free may merge a descriptor into a neighbour's; back
- * in where it failed. true if some that want named stay. Arena lock held. */
-static bool free_orphans(sa_arena *a, const sa_stream_arena *mine, sa_span_mark mark) {
+/* Free the orphans that mark says: MARKED, those of mine (in a call naming
+ * its stream); CLEAN, those whose work is known done. Out of the list
+ * first, as the free may merge a descriptor into a neighbour's; back in
+ * where it failed. Arena lock held. */
+static void free_orphans(sa_arena *a, const sa_stream_arena *mine, sa_span_mark mark) {
   sa_span *stay = NULL, *sp = a->spans.orphans;
-  bool stayed = false;
   a->spans.orphans = NULL;
   while (sp != NULL) {
     sa_span *next = sp->orphan_next;
@@ -107,26 +107,23 @@ static bool free_orphans(sa_arena *a, const sa_stream_arena *mine, sa_span_mark 
       a->spans.norphans--;
       a->spans.orphan_bytes -= size;
     } else {
-      stayed |= wanted;
       sp->orphan_next = stay;
       stay = sp;
     }
     sp = next;
   }
   a->spans.orphans = stay;
-  return stayed;
 }
 
-bool sa__span_orphans_free(sa_arena *a, sa_stream_arena *sarena) {
+void sa__span_orphans_free(sa_arena *a, sa_stream_arena *sarena) {
   pthread_mutex_lock(&a->lock);
-  bool stayed = free_orphans(a, sarena, SA_SPAN_MARKED);
+  free_orphans(a, sarena, SA_SPAN_MARKED);
   SA_VALIDATE_PACED(&a->spans.pace, sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
-  return stayed;
 }
 
 void sa__span_orphans_settle(sa_arena *a) {
-  if (a->spans.orphans != NULL) (void)free_orphans(a, NULL, SA_SPAN_CLEAN);
+  if (a->spans.orphans != NULL) free_orphans(a, NULL, SA_SPAN_CLEAN);
 }
 
 static const char KEPT[] = "kept span";

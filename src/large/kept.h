@@ -57,9 +57,9 @@ sa_status sa__span_kept_free(sa_arena *a, sa_span *sp);
 void sa__span_kept_orphan(sa_arena *a, sa_span *sp);
 
 /* sarena's orphans freed with the free's mark, in a call naming its
- * stream. true if some stay (a mark could not be taken: they
- * wait for the next). Takes the arena lock. */
-bool sa__span_orphans_free(sa_arena *a, sa_stream_arena *sarena);
+ * stream; one whose mark cannot be taken waits for the next. Takes the
+ * arena lock. */
+void sa__span_orphans_free(sa_arena *a, sa_stream_arena *sarena);
 
 /* Orphans whose work is known done freed without a mark: their stream
  * arena is gone, or a device sync that started after they were orphaned

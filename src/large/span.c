@@ -278,15 +278,22 @@ static sa_status not_live(const sa_arena *a, uintptr_t p) {
   return SA_ERR_INVALID_POINTER;
 }
 
+/* The live span at p: SA_OK with *out, or why not (*out NULL). A span kept
+ * by the thread that freed it (kept.h) is in the live map but freed
+ * already. Arena lock held. */
+static sa_status live_at(sa_arena *a, uintptr_t p, sa_span **out) {
+  sa_span *sp = sa__live_find(a, p);
+  *out = NULL;
+  if (sp == NULL) return not_live(a, p);
+  if (atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_CACHED)
+    return SA_ERR_DOUBLE_FREE;
+  *out = sp;
+  return SA_OK;
+}
+
 sa_status sa__span_find(sa_arena *a, uintptr_t p, sa_span **out) {
   pthread_mutex_lock(&a->lock);
-  *out = sa__live_find(a, p);
-  sa_status st = *out != NULL ? SA_OK : not_live(a, p);
-  /* Kept by the thread that freed it (kept.h): freed already. */
-  if (*out != NULL && atomic_load_explicit(&(*out)->xstate, memory_order_relaxed) == SA_BLOCK_CACHED) {
-    *out = NULL;
-    st = SA_ERR_DOUBLE_FREE;
-  }
+  sa_status st = live_at(a, p, out);
   pthread_mutex_unlock(&a->lock);
   return st;
 }
@@ -389,12 +396,10 @@ sa_status sa__span_free(sa_arena *a, uintptr_t p, sa_stream_arena *freer,
                         const sa_stream *recorded, unsigned nrecorded,
                         bool *needs_records, size_t *request) {
   pthread_mutex_lock(&a->lock);
-  sa_span *sp = sa__live_find(a, p);
-  sa_status st = sp != NULL ? SA_OK : not_live(a, p);
-  uint8_t state = sp != NULL ? atomic_load_explicit(&sp->xstate, memory_order_relaxed) : 0;
-  /* Kept by the thread that freed it (kept.c): freed already. */
-  if (state == SA_BLOCK_CACHED) st = SA_ERR_DOUBLE_FREE;
-  if (st == SA_OK && needs_records != NULL && state == SA_BLOCK_RECORDED) {
+  sa_span *sp;
+  sa_status st = live_at(a, p, &sp);
+  if (st == SA_OK && needs_records != NULL &&
+      atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_RECORDED) {
     *needs_records = true; /* the caller takes them (record.c) and comes back */
     pthread_mutex_unlock(&a->lock);
     return SA_OK;

@@ -236,35 +236,28 @@ void sa__entries_detach(sa_arena *a) {
   pthread_mutex_unlock(&entries_lock);
 }
 
-void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees) {
+void sa__tentry_counts(sa_arena *a, sa_tentry_counts *out) {
+  *out = (sa_tentry_counts){0};
   sa__hook(SA_HOOK_FAST_COUNTS, a);
   pthread_mutex_lock(&entries_lock);
-  /* The exited threads' sum under the lock a retirement holds while it
-   * adds to it and unlinks its entry: each entry counts once, live or
+  /* The exited threads' sums under the lock a retirement holds while it
+   * adds to them and unlinks its entry: each entry counts once, live or
    * retired. Read before the lock, an entry retired in between counted
    * in neither. */
-  *allocs = atomic_load_explicit(&a->tcaches.xretired_fast_allocs, memory_order_relaxed);
-  *frees = atomic_load_explicit(&a->tcaches.xretired_fast_frees, memory_order_relaxed);
-  for (sa_tentry *e = a->tcaches.entries; e != NULL; e = e->arena_next) {
-    *allocs += atomic_load_explicit(&e->xfast_allocs, memory_order_relaxed);
-    *frees += atomic_load_explicit(&e->xfast_frees, memory_order_relaxed);
-  }
-  pthread_mutex_unlock(&entries_lock);
-}
-
-void sa__tentry_kept_counts(sa_arena *a, size_t *spans, size_t *bytes, uint64_t *reuses) {
-  *spans = *bytes = 0;
-  pthread_mutex_lock(&entries_lock);
-  *reuses = atomic_load_explicit(&a->tcaches.xretired_kept_reuses, memory_order_relaxed);
+  out->fast_allocs = atomic_load_explicit(&a->tcaches.xretired_fast_allocs, memory_order_relaxed);
+  out->fast_frees = atomic_load_explicit(&a->tcaches.xretired_fast_frees, memory_order_relaxed);
+  out->kept_reuses = atomic_load_explicit(&a->tcaches.xretired_kept_reuses, memory_order_relaxed);
   /* The arena lock too: a kept span's size changes only in its free,
    * which its owner makes under it once the entry let go. */
   pthread_mutex_lock(&a->lock);
   for (sa_tentry *e = a->tcaches.entries; e != NULL; e = e->arena_next) {
-    *reuses += atomic_load_explicit(&e->xkept_reuses, memory_order_relaxed);
+    out->fast_allocs += atomic_load_explicit(&e->xfast_allocs, memory_order_relaxed);
+    out->fast_frees += atomic_load_explicit(&e->xfast_frees, memory_order_relaxed);
+    out->kept_reuses += atomic_load_explicit(&e->xkept_reuses, memory_order_relaxed);
     sa_span *sp = atomic_load_explicit(&e->xkept, memory_order_relaxed);
     if (sp == NULL) continue;
-    (*spans)++;
-    *bytes += sp->size;
+    out->kept_spans++;
+    out->kept_bytes += sp->size;
   }
   pthread_mutex_unlock(&a->lock);
   pthread_mutex_unlock(&entries_lock);
@@ -440,7 +433,7 @@ sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
    * in this call, which names it. One that cannot take its mark (the
    * stream is captured) waits for the next. */
   if (sa_unlikely(atomic_load_explicit(&e->sarena->xorphans, memory_order_relaxed) != 0))
-    (void)sa__span_orphans_free(a, e->sarena);
+    sa__span_orphans_free(a, e->sarena);
   if (tc->last != e) fold_live(tc, a, e); /* the last one holds them already */
   e->last_use = ++tc->clock;
   tc->last = e;

@@ -124,11 +124,15 @@ void sa__entries_detach(sa_arena *a);
  * (UINT64_MAX), its range is empty and its large threshold 0. Nothing else
  * of it is read. */
 extern struct sa_arena_s sa__detached_arena;
-/* The fast paths' allocations and frees: of exited threads and live ones. */
-void sa__tentry_fast_counts(sa_arena *a, uint64_t *allocs, uint64_t *frees);
-/* The spans every thread's entries of a keep (large/kept.h), their bytes,
- * and the large allocations kept spans served. */
-void sa__tentry_kept_counts(sa_arena *a, size_t *spans, size_t *bytes, uint64_t *reuses);
+/* What the entries of a count, in one walk: the fast paths' allocations
+ * and frees and the large allocations kept spans served (of exited
+ * threads and live ones), and the spans live entries keep (large/kept.h)
+ * with their bytes. */
+typedef struct sa_tentry_counts_s {
+  uint64_t fast_allocs, fast_frees, kept_reuses;
+  size_t kept_spans, kept_bytes;
+} sa_tentry_counts;
+void sa__tentry_counts(sa_arena *a, sa_tentry_counts *out);
 /* Which of the calling thread's entries sa__tentry_flush_own flushes:
  * every one, or all but the one bound to the stream the call names (a
  * capturing stream's: giving back would record an event on it). */
