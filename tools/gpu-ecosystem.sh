@@ -60,7 +60,7 @@ stage() {
   trap 'rm -rf "$STAGE_WORK"' EXIT
   local work=$STAGE_WORK
 
-  bazel build -c opt //plugins/python:libstreamarena_python.so
+  bazel build -c opt //plugins/python:libstreamarena_python.so //examples/ecosystem:libcupy_floor.so
   bin=$(bazel info -c opt bazel-bin 2>/dev/null)
   local lib=$bin/plugins/python/libstreamarena_python.so
 
@@ -104,7 +104,8 @@ stage() {
     --out "$work/build"
 
   cp python/streamarena/*.py "$lib" "$work"/build/_rmm*.so "$dest/python/streamarena/"
-  cp examples/ecosystem/*.py examples/checks.py "$dest/examples/"
+  cp examples/ecosystem/*.py examples/checks.py "$bin/examples/ecosystem/libcupy_floor.so" \
+    "$dest/examples/"
   cp "$work/build/rmm_resource_test" "$lib" "$work/rmm/librmm/lib64/librmm.so" \
     "$work/rmm/rapids_logger/lib64/librapids_logger.so" "$dest/rmm/"
   # The test's sources, to build it again there if the binary does not start.
@@ -284,14 +285,16 @@ rmm_cpp() {
 
 # RMM's random allocations: streamarena called directly against streamarena
 # through RMM's resource interface, a process per backend and round, the
-# order alternating; medians of the rounds per case and run (1: cold, which
-# maps the arena's memory; 2: warm, which the 1.5x bound applies to).
+# order alternating; medians per case of the cold runs (a process's first,
+# which maps the arena's memory) and of the warm ones (its seven later runs,
+# pooled over the rounds: a warm 4 GiB run lasts about a millisecond), the
+# 1.5x bound on the warm medians.
 rmm_bench() {
   local P=$E/peers r b
   for r in 1 2 3; do
     for b in $([ $((r % 2)) -eq 1 ] && echo streamarena rmm-streamarena || echo rmm-streamarena streamarena); do
       LD_LIBRARY_PATH="$P/lib" timeout -k 5 25 "$P/peer_bench" --require-gpu --workloads=random \
-        --backends="$b" --plugin="$P/plugins/peer_rmm.so" --random-runs=2 --random-max-s=5 \
+        --backends="$b" --plugin="$P/plugins/peer_rmm.so" --random-runs=8 --random-max-s=5 \
         --json="$LOGS/random.jsonl" > "$LOGS/random-$b-$r.log" 2>&1 ||
         echo "round $r $b: exit $? (random-$b-$r.log)"
     done

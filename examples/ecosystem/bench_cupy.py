@@ -3,19 +3,26 @@
 (cupy.cuda.using_allocator), in one process on a GPU:
 
   pairs     cupy.empty + del of one size, timed per pair: small and large
-            arrays, the allocators interleaved over rounds; medians
+            arrays, the allocators interleaved over rounds; medians. With
+            libcupy_floor.so (examples/ecosystem/cupy_floor.c, beside this
+            script or --floor-lib) a third allocator, c-floor: CuPy's C
+            allocator hook over functions that do nothing but hand out one
+            block, what that path costs CuPy before any allocator runs
   workload  arrays of random sizes (log-uniform, 1 KiB to 256 MiB) over many
             steps, a window of them live, each filled on the device: the
             most device memory each allocator held (the pool's total_bytes,
             streamarena's reserved_bytes_peak) against the most bytes the
             arrays needed at once
 
-    python3 bench_cupy.py [--rounds 5] [--pairs 2000] [--steps 3000] [--json FILE]
+    python3 bench_cupy.py [--rounds 5] [--pairs 2000] [--steps 3000 (0: pairs only)] [--json FILE]
+                          [--floor-lib PATH]
 
 Prints a table per part; the JSON has every figure.
 """
 import argparse
+import ctypes
 import json
+import os
 import statistics
 import sys
 import time
@@ -40,6 +47,36 @@ def time_pairs(malloc, size, n):
             del x
         t1 = time.perf_counter()
     return (t1 - t0) * 1e6 / n
+
+
+class _FloorBlock(ctypes.Structure):
+    """cupy_floor.c's floor_block."""
+    _fields_ = [("base", ctypes.c_size_t), ("capacity", ctypes.c_size_t), ("out", ctypes.c_int)]
+
+
+def floor_allocator(path):
+    """The c-floor allocator's malloc over one block as large as the largest
+    size timed (taken from CuPy's pool now, held while the process runs),
+    or None where path is not there."""
+    if not path or not os.path.exists(path):
+        return None
+    lib = ctypes.CDLL(path)
+    block = cupy.cuda.memory.alloc(max(size for _, size in SIZES))
+    param = _FloorBlock(block.ptr, block.mem.size, 0)
+
+    def address(fn):
+        return ctypes.cast(fn, ctypes.c_void_p).value
+
+    owner = (lib, block, param)  # CuPy keeps the owner while the allocator lives
+    c = cupy.cuda.memory.CFunctionAllocator(ctypes.addressof(param), address(lib.sa_floor_malloc),
+                                            address(lib.sa_floor_free), owner)
+    x = cupy.cuda.using_allocator(c.malloc)
+    with x:  # it must hand the block out and take it back
+        y = cupy.empty(16, dtype=cupy.uint8)
+        assert y.data.ptr == block.ptr, "the floor allocator did not hand out its block"
+        del y
+    assert param.out == 0, "the floor allocator's block was not freed"
+    return c.malloc
 
 
 def pairs(allocators, rounds, n):
@@ -76,25 +113,50 @@ def workload(malloc, steps, seed, window=48):
     return time.perf_counter() - t0, peak
 
 
+def paired_ratio(out, allocator, label):
+    """The median over the rounds of allocator's time over the pool's in the
+    same round: a machine that drifts between rounds moves both."""
+    mine = out["pairs"][f"{allocator}|{label}"]["rounds_us"]
+    pool = out["pairs"][f"cupy-pool|{label}"]["rounds_us"]
+    return statistics.median(m / p for m, p in zip(mine, pool))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--pairs", type=int, default=2000)
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--json")
+    p.add_argument("--floor-lib", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                       "libcupy_floor.so"))
     a = p.parse_args()
     pool = cupy.get_default_memory_pool()
     allocators = {"cupy-pool": pool.malloc, "streamarena": sac.allocator().malloc}
+    floor = floor_allocator(a.floor_lib)
+    if floor is not None:
+        allocators["c-floor"] = floor
     out = {"cupy": cupy.__version__, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"]
            .decode(errors="replace")}
 
     out["pairs"] = pairs(allocators, a.rounds, a.pairs)
-    print(f"cupy.empty + del, us per pair, median of {a.rounds} rounds (interleaved)")
-    print(f"{'size':>8} {'cupy-pool':>10} {'streamarena':>12} {'ratio':>6}")
+    print(f"cupy.empty + del, us per pair, median of {a.rounds} rounds (interleaved); ratio: "
+          "the median over the rounds of the allocator's time over the pool's in that round")
+    print(f"{'size':>8} {'cupy-pool':>10} {'streamarena':>12} {'ratio':>6}"
+          + (f" {'c-floor':>8} {'ratio':>6}" if floor is not None else ""))
     for label, _ in SIZES:
         cp_ = out["pairs"][f"cupy-pool|{label}"]["median_us"]
         sa = out["pairs"][f"streamarena|{label}"]["median_us"]
-        print(f"{label:>8} {cp_:10.2f} {sa:12.2f} {sa / cp_:6.2f}")
+        line = f"{label:>8} {cp_:10.2f} {sa:12.2f} {paired_ratio(out, 'streamarena', label):6.2f}"
+        if floor is not None:
+            fl = out["pairs"][f"c-floor|{label}"]["median_us"]
+            line += f" {fl:8.2f} {paired_ratio(out, 'c-floor', label):6.2f}"
+        print(line)
+
+    if a.steps == 0:  # the pairs alone
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(out, f, indent=1)
+        return 0
 
     # The pool first, then streamarena, each starting empty.
     pool.free_all_blocks()

@@ -4,8 +4,15 @@
  * removal shifts the entries behind it back (no tombstones), so a lookup
  * stops at the first empty slot. Owns its memory (malloc); calls nothing
  * of the library.
+ *
+ * A shard's lock is a spin lock, not a mutex: it is held for a probe of a
+ * few slots (a growth's copy is the one long hold), once at each CuPy
+ * allocation and once at each free, where an uncontended pthread mutex
+ * costs a call and a second atomic at the unlock. A waiter that spins long
+ * yields its processor, in case the holder was preempted.
  */
-#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -22,12 +29,33 @@ typedef struct entry_s {
 } entry;
 
 typedef struct shard_s {
-  _Alignas(64) pthread_mutex_t lock;
+  _Alignas(64) _Atomic bool xlocked;
   entry *slots; /* capacity slots, a power of two; NULL until the first put */
   size_t capacity, count;
 } shard;
 
-static shard shards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
+static shard shards[SHARDS];
+
+/* Spins between yields of a waiter (each spin a pause). */
+#define SPINS_BEFORE_YIELD 128
+
+static void shard_lock(shard *s) {
+  while (atomic_exchange_explicit(&s->xlocked, true, memory_order_acquire)) {
+    for (unsigned n = 0; atomic_load_explicit(&s->xlocked, memory_order_relaxed); n++) {
+      if (n == SPINS_BEFORE_YIELD) {
+        sched_yield();
+        n = 0;
+      }
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+}
+
+static void shard_unlock(shard *s) {
+  atomic_store_explicit(&s->xlocked, false, memory_order_release);
+}
 
 /* Blocks are at least 256-byte aligned: the low bits carry nothing. */
 static uint64_t hash(uintptr_t p) { return (uint64_t)(p >> 8) * 0x9E3779B97F4A7C15ull; }
@@ -64,10 +92,10 @@ sa_status sa__py_table_put(void *p, sa_stream stream, size_t size) {
   uint64_t h = hash((uintptr_t)p);
   shard *s = shard_of(h);
   sa_status st = SA_OK;
-  pthread_mutex_lock(&s->lock);
+  shard_lock(s);
   if (2 * (s->count + 1) > s->capacity) st = grow(s);
   if (st == SA_OK) place(s, (entry){(uintptr_t)p, stream, size});
-  pthread_mutex_unlock(&s->lock);
+  shard_unlock(s);
   return st;
 }
 
@@ -75,7 +103,7 @@ bool sa__py_table_take(void *p, sa_stream *stream, size_t *size) {
   uint64_t h = hash((uintptr_t)p);
   shard *s = shard_of(h);
   bool found = false;
-  pthread_mutex_lock(&s->lock);
+  shard_lock(s);
   size_t mask = s->capacity - 1;
   for (size_t i = s->capacity ? home(s, h) : 0; s->capacity && s->slots[i].p != 0;
        i = (i + 1) & mask) {
@@ -97,16 +125,16 @@ bool sa__py_table_take(void *p, sa_stream *stream, size_t *size) {
     s->count--;
     break;
   }
-  pthread_mutex_unlock(&s->lock);
+  shard_unlock(s);
   return found;
 }
 
 size_t sa__py_table_count(void) {
   size_t n = 0;
   for (unsigned i = 0; i < SHARDS; i++) {
-    pthread_mutex_lock(&shards[i].lock);
+    shard_lock(&shards[i]);
     n += shards[i].count;
-    pthread_mutex_unlock(&shards[i].lock);
+    shard_unlock(&shards[i]);
   }
   return n;
 }
