@@ -38,7 +38,9 @@
 #                    PyTorch's default allocator and expandable segments,
 #                    3 rounds in rotated order; the CNN compiled with
 #                    reduce-overhead, then the language model eagerly
-#       (--only picks parts: the limits of all add up past one device call)
+#       (--only picks parts: the limits of all add up past one device call;
+#       TEST_SELECT, a pytest -k expression, replaces test-cuda's selection,
+#       and TEST_CUDA_WHO="streamarena" runs it under streamarena alone)
 #       Everything goes under $OUT (default /tmp/native-out), written after
 #       each part: summary.txt (the table, printed last), logs.tar.gz,
 #       rows.json.
@@ -51,7 +53,8 @@ TORCH_VERSION=2.11.0
 # PyTorch's allocator tests in test_cuda.py (pytest -k).
 # TestCudaOptims (each optimizer captured in a graph, a matrix of dozens)
 # is left out: with it neither run ends within a device call.
-TEST_SELECT="(memory or oom or out_of_memory or fraction or record_stream or streaming_backward or graph or MemPool or mem_pool or snapshot or caching_allocator or empty_cache or allocator or cudnn) and not TestCudaOptims"
+TEST_SELECT=${TEST_SELECT:-}
+[ -n "$TEST_SELECT" ] || TEST_SELECT="(memory or oom or out_of_memory or fraction or record_stream or streaming_backward or graph or MemPool or mem_pool or snapshot or caching_allocator or empty_cache or allocator or cudnn) and not TestCudaOptims"
 
 # ---------------------------------------------------------------------------
 # stage (here)
@@ -263,7 +266,7 @@ test_cuda() {
   local timeout_arg=() rc=0
   python3 -c 'import pytest_timeout' 2> /dev/null && timeout_arg=(--timeout=60)
   cd "$E/tests" || return 1
-  for who in pytorch streamarena; do
+  for who in ${TEST_CUDA_WHO:-pytorch streamarena}; do
     local sa=0 t0
     t0=$(date +%s)
     [ "$who" = streamarena ] && sa=1

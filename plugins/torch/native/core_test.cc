@@ -528,11 +528,31 @@ void history_records_allocations_with_their_stacks(void **state) {
   assert_true(actions[2] == Action::kFreeRequested);
   assert_true(actions[3] == Action::kFreeCompleted);
   assert_string_equal(t[0].compile_context.c_str(), "graph");
+  assert_string_equal(t[3].compile_context.c_str(), kNoCompileContext);  // PyTorch's "N/A"
   assert_string_equal(t[0].user_metadata.c_str(), "step 1");
   assert_non_null(t[0].context.get());
   assert_non_null(t[2].context.get());  // a stack of the free (kAll)
   assert_true(t[0].time < t[3].time);
   assert_int_equal(tracked.size(), 3);  // trackers get no segment entry
+  // Context "state": the live block keeps its stack, no entry carries one
+  // (a free's entry would otherwise carry the block's).
+  b.history().configure(
+      true, [&]() -> Context { return std::make_shared<int>(++stacks); }, 100, When::kState,
+      true, 0);
+  void *q = b.alloc(0, 8 * MiB, f.stream);
+  bool stacked = false;
+  for (const SegmentView &s : b.segments(kDefaultPool)) {
+    size_t at = s.address;
+    for (const BlockView &blk : s.blocks) {
+      if (at == reinterpret_cast<uintptr_t>(q)) stacked = blk.context != nullptr;
+      at += blk.size;
+    }
+  }
+  assert_true(stacked);
+  b.free(q);
+  t = b.history().entries(0);
+  assert_true(t.size() >= 3);
+  for (const TraceRecord &r : t) assert_null(r.context.get());
   // skip_actions, and a ring of max_entries.
   b.history().configure(true, nullptr, 2, When::kNever, true,
                         1u << static_cast<int>(Action::kFreeRequested));

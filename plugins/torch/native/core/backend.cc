@@ -258,7 +258,7 @@ void Backend::track(Device &d, PoolEntry &pool, void *p, size_t size, sa_stream 
     r.size = size;
     r.stream = reinterpret_cast<uintptr_t>(stream);
     r.pool = pool.id;
-    if (history_.when() >= When::kAlloc) r.context = ctx;
+    r.context = ctx;  // kept from When::kAlloc on (History::record)
     history_.record(std::move(r), platform_.now());
   }
   if (history_.wants(Action::kSegmentAlloc)) {

@@ -50,7 +50,10 @@ bool History::wants(Action a) const {
 void History::record(TraceRecord r, int64_t now) {
   if (!wants(r.action)) return;
   r.time = now;
-  if (!compile_contexts.empty()) r.compile_context = compile_contexts.back();
+  // A trace keeps stacks from context "alloc" on; "state" keeps them on the
+  // live blocks only (a free's entry would otherwise carry its block's).
+  if (when() < When::kAlloc) r.context = nullptr;
+  r.compile_context = compile_contexts.empty() ? kNoCompileContext : compile_contexts.back();
   std::vector<Tracker> trackers;
   {
     std::lock_guard<std::mutex> g(lock_);

@@ -52,6 +52,10 @@ enum class Action : int {
 // PyTorch's RecordContext: which events keep a stack.
 enum class When : int { kNever = 0, kState = 1, kAlloc = 2, kAll = 3 };
 
+// An entry's compile context outside torch.compile's regions: PyTorch's
+// word for none, which its tools (torch.cuda._memory_viz) skip.
+inline constexpr const char *kNoCompileContext = "N/A";
+
 struct TraceRecord {
   Action action = Action::kAlloc;
   int device = 0;
@@ -92,7 +96,8 @@ class History {
   // before the caller works out what it would say.
   bool wants(Action a) const;
   // Keeps the entry (time, compile context and user metadata filled in
-  // here) and hands it to the trackers.
+  // here; its stack dropped below When::kAlloc) and hands it to the
+  // trackers.
   void record(TraceRecord r, int64_t now);
   std::vector<TraceRecord> entries(int device);
 

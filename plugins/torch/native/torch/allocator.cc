@@ -37,6 +37,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -345,16 +346,24 @@ class StreamArenaAllocator final : public cca::CUDAAllocator {
   void *raw_alloc(size_t nbytes) override {
     c10::DeviceIndex dev = 0;
     C10_CUDA_CHECK(c10::cuda::GetDevice(&dev));
-    return alloc(dev, nbytes, c10::cuda::getCurrentCUDAStream(dev).stream());
+    return raw(dev, nbytes, c10::cuda::getCurrentCUDAStream(dev).stream());
   }
 
   void *raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
     c10::DeviceIndex dev = 0;
     C10_CUDA_CHECK(c10::cuda::GetDevice(&dev));
-    return alloc(dev, nbytes, stream);
+    return raw(dev, nbytes, stream);
   }
 
-  void raw_delete(void *ptr) override { free(ptr); }
+  // Memory raw_alloc took from cudaMalloc goes back to cudaFree, whatever
+  // enable says by now.
+  void raw_delete(void *ptr) override {
+    if (take_raw_uncached(ptr)) {
+      C10_CUDA_CHECK(cudaFree(ptr));
+      return;
+    }
+    free(ptr);
+  }
 
   void init(int device_count) override { backend_.init(device_count); }
 
@@ -428,13 +437,6 @@ class StreamArenaAllocator final : public cca::CUDAAllocator {
     }
     if (include_traces) {
       int n = backend_.device_count();
-      c10::DeviceIndex current = 0;
-      C10_CUDA_CHECK(c10::cuda::GetDevice(&current));
-      TraceRecord snap;
-      snap.action = Action::kSnapshot;
-      snap.device = current;
-      snap.pool = pool;
-      backend_.history().record(std::move(snap), platform_.now());
       auto to_ns = clock_.makeConverter();
       for (int d = 0; d < n; d++) {
         std::vector<TraceEntry> entries;
@@ -451,6 +453,19 @@ class StreamArenaAllocator final : public cca::CUDAAllocator {
         e.time_.t_ = to_ns(a.time) / 1000;
         out.external_annotations.push_back(std::move(e));
       }
+    }
+    // The snapshot's own entry, with the active bytes it saw, after its
+    // traces were taken: the next snapshot shows it, as PyTorch's does (a
+    // trace's last entry is the last thing the program did).
+    if (backend_.history().wants(Action::kSnapshot)) {
+      c10::DeviceIndex current = 0;
+      C10_CUDA_CHECK(c10::cuda::GetDevice(&current));
+      TraceRecord snap;
+      snap.action = Action::kSnapshot;
+      snap.device = current;
+      snap.pool = pool;
+      for (const SegmentView &v : segments) snap.size += v.active;
+      backend_.history().record(std::move(snap), platform_.now());
     }
     out.config_metadata.garbage_collection_threshold = 0.0;
     out.config_metadata.max_split_size = SIZE_MAX;
@@ -685,6 +700,30 @@ class StreamArenaAllocator final : public cca::CUDAAllocator {
     }
   }
 
+  // raw_alloc's memory: with caching_allocator_enable(False), cudaMalloc's,
+  // counted in no statistic, as PyTorch's allocator does then (a DataPtr
+  // carries delete_uncached instead; a raw pointer is remembered here).
+  void *raw(c10::DeviceIndex dev, size_t n, cudaStream_t stream) {
+    if (enabled_.load(std::memory_order_relaxed)) return alloc(dev, n, stream);
+    if (n == 0) return nullptr;
+    void *p = nullptr;
+    C10_CUDA_CHECK(cudaMalloc(&p, n));
+    std::lock_guard<std::mutex> g(raw_uncached_lock_);
+    raw_uncached_.insert(p);
+    nraw_uncached_.store(raw_uncached_.size(), std::memory_order_relaxed);
+    return p;
+  }
+
+  // Whether p is raw_alloc's cudaMalloc memory (forgotten here if so). A
+  // set that is empty costs a load.
+  bool take_raw_uncached(void *p) {
+    if (p == nullptr || nraw_uncached_.load(std::memory_order_relaxed) == 0) return false;
+    std::lock_guard<std::mutex> g(raw_uncached_lock_);
+    bool found = raw_uncached_.erase(p) != 0;
+    nraw_uncached_.store(raw_uncached_.size(), std::memory_order_relaxed);
+    return found;
+  }
+
   void *alloc(c10::DeviceIndex dev, size_t n, cudaStream_t stream) {
     void *p = nullptr;
     try {
@@ -732,6 +771,9 @@ class StreamArenaAllocator final : public cca::CUDAAllocator {
   TorchPlatform platform_;
   Backend backend_;
   std::atomic<bool> enabled_{true};
+  std::mutex raw_uncached_lock_;
+  std::unordered_set<void *> raw_uncached_;
+  std::atomic<size_t> nraw_uncached_{0};
   c10::ApproximateClockToUnixTimeConverter clock_;
 };
 
