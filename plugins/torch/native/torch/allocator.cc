@@ -709,7 +709,12 @@ class StreamArenaAllocator final : public cca::CUDAAllocator {
     void *p = nullptr;
     C10_CUDA_CHECK(cudaMalloc(&p, n));
     std::lock_guard<std::mutex> g(raw_uncached_lock_);
-    raw_uncached_.insert(p);
+    try {
+      raw_uncached_.insert(p);
+    } catch (...) {
+      (void)cudaFree(p);  // not remembered: raw_delete would hand it to the arena
+      throw;
+    }
     nraw_uncached_.store(raw_uncached_.size(), std::memory_order_relaxed);
     return p;
   }
