@@ -136,6 +136,31 @@ assert "**2.00 (1.00-9.00)** / **1.000** (with construction 3.00)" in md, md
 print("rounds: ok")
 PY
 
+# The random workloads in several processes (run.sh --after-rounds): plot.py
+# gives the median of the processes and their range.
+python3 - "$json" "$plot" "$out/md_after" <<'PY'
+import json, os, subprocess, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+after = [r for r in rows if r["type"] == "result" and r["workload"] == "random"
+         and r["case"] == "random-4GiB-after" and r["backend"] == "streamarena"]
+assert len(after) == 1, after
+others = [r for r in rows if r is not after[0]]
+copies = []
+for us in (9.0, 1.0, 2.0):
+    r = dict(after[0])
+    r["us_per_alloc"] = us
+    copies.append(r)
+path = sys.argv[1] + ".after"
+with open(path, "w") as f:
+    f.write("".join(json.dumps(r) + "\n" for r in others + copies))
+subprocess.run([sys.executable, sys.argv[2], "--no-plots", "--out", sys.argv[3], path],
+               check=True, stdout=subprocess.DEVNULL)
+md = open(os.path.join(sys.argv[3], "RESULTS.md")).read()
+line = next(l for l in md.splitlines() if l.startswith("| random-4GiB-after"))
+assert "2.00 (1.00-9.00, 3 processes)" in line, line
+print("after rounds: ok")
+PY
+
 python3 "$plot" --no-plots --out "$out/md" "$json" > "$out/plot.log"
 for want in "ns per alloc+free pair" "trace replay" "streamarena" "test-count" "pt.csv.gz" \
   "cold, with construction" "streamarena's footprint curve" \

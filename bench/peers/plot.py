@@ -92,6 +92,12 @@ def result(res, backend, workload, case, **match):
     return None
 
 
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
 def trace_summary(res, backend, case):
     """A backend's replays of one trace, one per round: the median us per
     op with its range, the highest footprint and OOM count of the rounds."""
@@ -99,15 +105,31 @@ def trace_summary(res, backend, case):
           and r["case"] == case]
     if not rs:
         return None
-    us = sorted(r["us_per_op"] for r in rs)
-    n = len(us)
-    median = us[n // 2] if n % 2 else (us[n // 2 - 1] + us[n // 2]) / 2
+    us = [r["us_per_op"] for r in rs]
     # The instance's construction is not in us_per_op (older results lack it).
-    made = sorted(r["create_seconds"] for r in rs if "create_seconds" in r)
-    create = made[len(made) // 2] if made else None
-    return {"n": n, "us": median, "lo": us[0], "hi": us[-1], "ops": rs[0]["ops"],
+    made = [r["create_seconds"] for r in rs if "create_seconds" in r]
+    create = median(made) if made else None
+    return {"n": len(us), "us": median(us), "lo": min(us), "hi": max(us), "ops": rs[0]["ops"],
             "peak_live": rs[0]["peak_live"], "ratio": max(r["ratio"] for r in rs),
             "ooms": max(r["ooms"] for r in rs), "create": create}
+
+
+def random_summary(res, backend, case, run):
+    """A backend's results of one random case and run, one per process
+    (run.sh --after-rounds runs the random workloads in several): the median
+    us per allocation, and the median with the instance's construction added;
+    truncated or failed where any process was."""
+    rs = [r for r in res if r["backend"] == backend and r["workload"] == "random"
+          and r["case"] == case and r.get("run") == run]
+    if not rs:
+        return None
+    made = [(r["seconds"] + r["create_seconds"]) * 1e6 / r["allocs"] for r in rs
+            if "create_seconds" in r and r["allocs"]]
+    return {"n": len(rs), "us": median(r["us_per_alloc"] for r in rs),
+            "lo": min(r["us_per_alloc"] for r in rs), "hi": max(r["us_per_alloc"] for r in rs),
+            "with_create": median(made) if len(made) == len(rs) else None,
+            "truncated": next((r for r in rs if r.get("truncated")), None),
+            "failed": max(r.get("failed", 0) for r in rs)}
 
 
 def sections(rows):
@@ -140,18 +162,18 @@ def sections(rows):
         for c, run in rnd:
             cells, both = [], []  # both: what a new process pays, construction and run 1
             for b in bks:
-                r = result(res, b, "random", c, run=run)
-                cell = fmt(r and r["us_per_alloc"], 2)
-                if r and r.get("truncated"):
-                    cell += f" (stopped after {r['allocs']} allocs)"
-                if r and r.get("failed"):  # a failed allocation frees instead: another sequence
+                r = random_summary(res, b, c, run)
+                cell = fmt(r and r["us"], 2)
+                if r and r["n"] > 1:  # processes: the median and their range
+                    cell += f" ({r['lo']:.2f}-{r['hi']:.2f}, {r['n']} processes)"
+                if r and r["truncated"]:
+                    cell += f" (stopped after {r['truncated']['allocs']} allocs)"
+                if r and r["failed"]:  # a failed allocation frees instead: another sequence
                     cell += f" ({r['failed']} failed)"
                 cells.append(cell)
-                ok = r and "create_seconds" in r and r["allocs"]
-                cell = fmt((r["seconds"] + r["create_seconds"]) * 1e6 / r["allocs"]
-                           if ok else None, 2)
-                if ok and r.get("truncated"):  # the same part of the run as the cold row
-                    cell += f" (stopped after {r['allocs']} allocs)"
+                cell = fmt(r and r["with_create"], 2)
+                if r and r["with_create"] is not None and r["truncated"]:
+                    cell += f" (stopped after {r['truncated']['allocs']} allocs)"
                 both.append(cell)
             after = c.endswith("-after")  # the instance ran other work first
             label = ("first after other work" if after else "cold") if run == 1 else \

@@ -5,7 +5,7 @@
 #
 #   bash .gpu/peers/run.sh [--quick] [--backends=a,b] [--only=traces|after] [--no-record]
 #                          [--steps=N] [--per-backend-s=S] [--trace-rounds=R]
-#                          [--deadline-s=S] [TRACE...]
+#                          [--deadline-s=S] [--after-rounds=R] [TRACE...]
 #   --quick          small counts (a smoke run, not figures to report)
 #   --backends       default: streamarena,streamarena-torch,
 #                    streamarena-prefill,streamarena-ft1.2,streamarena-ft1.5,
@@ -24,7 +24,10 @@
 #                    instance and on one that first replayed the traces and
 #                    ran the pairs and threads (peer_bench --workloads=after),
 #                    each backend but the curve's points, streamarena-torch
-#                    and streamarena-prefill
+#                    and streamarena-prefill; a process per backend and
+#                    round (--after-rounds, default 3; 1 quick: a single
+#                    run of the 4 GiB case lasts milliseconds), RESULTS.md
+#                    gives the median of the processes
 #   --no-record      do not record a PyTorch trace (it is replayed with the
 #                    shipped traces and any TRACE given)
 #   --steps          training steps of the recorded trace (default 30; 8 quick)
@@ -49,7 +52,7 @@ mkdir -p "$FINAL"
 OUT=$(mktemp -d /tmp/peers-run.XXXXXX) # the work folder; bundled at the end
 
 start=$(date +%s)
-quick=0 record=1 only="" steps="" per_s="" deadline="" trace_rounds="" backends="streamarena,streamarena-torch,streamarena-prefill,streamarena-ft1.2,streamarena-ft1.5,streamarena-ft2,streamarena-ft3,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,rmm-streamarena,torch,torch-expandable"
+quick=0 record=1 only="" steps="" per_s="" deadline="" trace_rounds="" after_rounds="" backends="streamarena,streamarena-torch,streamarena-prefill,streamarena-ft1.2,streamarena-ft1.5,streamarena-ft2,streamarena-ft3,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,rmm-streamarena,torch,torch-expandable"
 extra=()
 for a in "$@"; do
   case "$a" in
@@ -62,6 +65,7 @@ for a in "$@"; do
     --per-backend-s=*) per_s=${a#*=} ;;
     --deadline-s=*) deadline=${a#*=} ;;
     --trace-rounds=*) trace_rounds=${a#*=} ;;
+    --after-rounds=*) after_rounds=${a#*=} ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     --*) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
     *) extra+=("$(realpath "$a")") ;;
@@ -72,6 +76,8 @@ done
 [ -n "$deadline" ] || deadline=$([ $quick -eq 1 ] && echo 240 || echo 420)
 [ -n "$trace_rounds" ] || trace_rounds=$([ $quick -eq 1 ] && echo 1 || echo 3)
 case "$trace_rounds" in ''|*[!0-9]*) echo "run.sh: --trace-rounds needs a number" >&2; exit 2 ;; esac
+[ -n "$after_rounds" ] || after_rounds=$([ $quick -eq 1 ] && echo 1 || echo 3)
+case "$after_rounds" in ''|*[!0-9]*) echo "run.sh: --after-rounds needs a number" >&2; exit 2 ;; esac
 bench_args=(--require-gpu)
 [ $quick -eq 1 ] && bench_args+=(--quick) || bench_args+=(--random-max-s=15)
 [ "$only" = after ] && bench_args+=(--random-n=0,1000) # the case up to 4 GiB alone
@@ -152,9 +158,10 @@ PY
 declare -A rc
 keys=() # every process, in order
 IFS=, read -r -a list <<<"$backends"
-run_backend() { # backend, workloads (peer_bench --workloads), round (0: not the traces)
+run_backend() { # backend, workloads (peer_bench --workloads), round (0: not the traces), [label]
   local b=$1 workloads=$2 round=$3 plugin=() env=() conf=() left limit t0 r key=$1
   [ "$round" = 0 ] || key="$b/trace $round"
+  [ -z "${4:-}" ] || key="$b/$4"
   keys+=("$key")
   case "$b" in
     streamarena-prefill)
@@ -197,20 +204,27 @@ run_backend() { # backend, workloads (peer_bench --workloads), round (0: not the
   [ $r -eq 0 ] || tail -n 15 "$OUT/peer_bench-$b.log"
 }
 for b in "${list[@]}"; do
-  [ "$only" = traces ] && break
-  if [ "$only" = after ]; then
-    case "$b" in
-      streamarena-torch|streamarena-ft*|streamarena-prefill) ;;
-      *) run_backend "$b" random,after 0 ;;
-    esac
-    continue
-  fi
+  [ "$only" = traces ] || [ "$only" = after ] && break
   case "$b" in
     streamarena-torch|streamarena-ft*) ;;      # the traces only
     streamarena-prefill) run_backend "$b" random 0 ;; # the random allocations only
     *) run_backend "$b" pairs,threads,random,prodcons 0 ;;
   esac
 done
+# --only=after: a process per backend and round, the order moved on by one
+# each round as for the traces; plot.py gives the median of the processes.
+if [ "$only" = after ]; then
+  afters=()
+  for b in "${list[@]}"; do
+    case "$b" in streamarena-torch|streamarena-ft*|streamarena-prefill) ;; *) afters+=("$b") ;; esac
+  done
+  n=${#afters[@]}
+  for ((round = 1; round <= after_rounds && n > 0; round++)); do
+    for ((k = 0; k < n; k++)); do
+      run_backend "${afters[$(((k + round - 1) % n))]}" random,after 0 "after $round"
+    done
+  done
+fi
 replayers=()
 [ "$only" = after ] && list=() # no trace rounds
 for b in "${list[@]}"; do [ "$b" = streamarena-prefill ] || replayers+=("$b"); done
