@@ -23,6 +23,7 @@
 #include "base/chain_table.h"
 #include "driver/driver.h"
 #include "free.h"
+#include "large/span.h"
 #include "pool_block.h"
 
 /* The table of blocks by base: keys are multiples of SA_POOL_ALIGN. */
@@ -165,6 +166,7 @@ static sa_status grow(sa_pool *pool, size_t request) {
   if (st == SA_OK && (st = a->drv->ops->stream_synchronize(a->drv, grower)) != SA_OK)
     (void)sa__free_slow(p, grower, SA_FREE_TRACED);
   if (st == SA_OK) {
+    sa__span_set_pool_segment(a, (uintptr_t)p); /* its room above stays the pool's */
     seg->span = (uintptr_t)p;
     seg->span_size = size;
     seg->base = ((uintptr_t)p + SA_POOL_ALIGN - 1) & ~(SA_POOL_ALIGN - 1);

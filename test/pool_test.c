@@ -704,12 +704,50 @@ static void a_growth_extends_a_segments_free_top_in_place(void **state) {
   drop_stream(f->arena, s);
 }
 
-/* Memory in use right above a segment's free top: the growth cannot be in
- * place, and the pool takes a segment of its own; the block above is
+/* The arena's own growth leaves the room above a pool's segment alone: a
+ * span the arena maps after the segment lies elsewhere, and the segment
+ * grows in place into that room (a compiled model's optimizer state above
+ * its CUDA graph pool's segment left the pool two segments on the H200). */
+static void a_pools_segment_keeps_its_room_above_from_the_arena(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s = f->streams[1];
+  sa_pool *pool;
+  sa_assert_ok(sa_pool_create(f->arena, &pool));
+  void *x, *other, *y;
+  sa_assert_ok(sa_pool_alloc(pool, &x, 8 * MiB, s));
+  pthread_mutex_lock(&pool->lock);
+  uintptr_t top = pool->segs->span + pool->segs->span_size;
+  pthread_mutex_unlock(&pool->lock);
+  sa_assert_ok(sa_alloc(f->arena, &other, 4 * MiB, s));
+  assert_false(overlap(other, 4 * MiB, (void *)top, 4 * MiB));
+  sa_assert_ok(sa_host_fill(s, other, 4 * MiB, 0x5A5A5A5Au));
+  sa_assert_ok(sa_free(x, s));
+  sa_assert_ok(sa_pool_alloc(pool, &y, 12 * MiB, s));
+  assert_ptr_equal(y, x);
+  assert_false(overlap(y, 12 * MiB, other, 4 * MiB));
+  assert_int_equal(pool_stats(pool).segments, 1);
+  uint64_t bad = 0;
+  sa_assert_ok(sa_host_check(s, other, 4 * MiB, 0x5A5A5A5Au, &bad));
+  sa_assert_ok(sa_host_stream_drain(s));
+  assert_int_equal(bad, 0);
+  sa_assert_ok(sa_free(y, s));
+  sa_assert_ok(sa_free(other, s));
+  sa_assert_ok(sa_pool_release(pool, s));
+}
+
+/* Memory in use right above a segment's free top (here a span best fit
+ * placed in free memory the segment was carved from): the growth cannot
+ * be in place, and the pool takes a segment of its own; the block above is
  * untouched and the two segments' blocks stay apart. */
 static void a_growth_past_memory_in_use_takes_a_segment_of_its_own(void **state) {
   sa_fixture *f = *state;
   sa_stream s = f->streams[1];
+  /* 12 MiB of free memory: the segment takes its low 8, an arena span of
+   * 4 the rest, right above it. */
+  void *room;
+  sa_assert_ok(sa_alloc(f->arena, &room, 12 * MiB, s));
+  sa_assert_ok(sa_free(room, s));
+  sa_assert_ok(sa_host_stream_drain(s));
   sa_pool *pool;
   sa_assert_ok(sa_pool_create(f->arena, &pool));
   void *x, *above, *y;
@@ -717,7 +755,6 @@ static void a_growth_past_memory_in_use_takes_a_segment_of_its_own(void **state)
   pthread_mutex_lock(&pool->lock);
   uintptr_t top = pool->segs->span + pool->segs->span_size;
   pthread_mutex_unlock(&pool->lock);
-  /* The arena's next span lands right above the segment. */
   sa_assert_ok(sa_alloc(f->arena, &above, 4 * MiB, s));
   assert_int_equal((uintptr_t)above, top);
   sa_assert_ok(sa_host_fill(s, above, 4 * MiB, 0x5A5A5A5Au));
@@ -885,6 +922,7 @@ int main(void) {
       T(a_failed_last_release_keeps_the_use),
       cmocka_unit_test(a_pools_growth_calls_no_oom_callback),
       T(a_growth_extends_a_segments_free_top_in_place),
+      T(a_pools_segment_keeps_its_room_above_from_the_arena),
       T(a_growth_past_memory_in_use_takes_a_segment_of_its_own),
       T(segments_report_every_block_in_its_state),
       T(a_streams_own_and_clean_neighbours_join_before_a_growth),

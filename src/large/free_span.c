@@ -38,6 +38,7 @@ sa_span *sa__span_new(sa_arena *a) {
   sp->owner = NULL;
   sp->request = 0;
   sp->holder = NULL;
+  sp->pool_segment = false;
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
   return sp;
 }

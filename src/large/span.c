@@ -164,6 +164,7 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size
     if (atomic_fetch_add_explicit(&sarena->xspans, 1, memory_order_relaxed) == 0)
       a->spans.nholders++;
     sp->request = size;
+    sp->pool_segment = false;
     atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_release);
     sa__live_insert(a, sp);
     a->spans.nlive++;
@@ -214,6 +215,14 @@ sa_status sa__span_extend(sa_arena *a, sa_stream_arena *sarena, uintptr_t p, siz
   SA_VALIDATE_PACED(&a->spans.pace, sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
   return st;
+}
+
+void sa__span_set_pool_segment(sa_arena *a, uintptr_t p) {
+  pthread_mutex_lock(&a->lock);
+  sa_span *sp = sa__live_find(a, p);
+  SA_ASSERT(sp != NULL && sp->holder == NULL);
+  if (sp != NULL) sp->pool_segment = true;
+  pthread_mutex_unlock(&a->lock);
 }
 
 /* Descriptors, with room for nmarks marks, for carve's two splits. Without
@@ -384,6 +393,7 @@ sa_status sa__span_free_live(sa_arena *a, sa_span *sp, sa_stream_arena *freer,
    * none, or the name would outlive the stream arena, which reap frees
    * without looking for names when its timeline took no ticket. */
   sp->owner = mark == SA_SPAN_MARKED ? freer : NULL;
+  sp->pool_segment = false;
   sp->nstarts = 0;
   sa__starts_add(sp, sp->base);
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
@@ -459,6 +469,8 @@ static void span_check_one(const sa_arena *a, const sa_run *r, const sa_span *sp
   SA_CHECK(SPAN, sp->prev == prev, "prev and next links agree");
   SA_CHECK(SPAN, sp->size > 0 && sp->size % SA_SPAN_QUANTUM == 0,
            "a span's size is a positive multiple of SA_SPAN_QUANTUM");
+  SA_CHECK(SPAN, !sp->pool_segment || (!sa__span_is_free(sp) && sp->holder == NULL),
+           "a pool's segment is a live span holding no superblock");
   if (sa__span_is_free(sp)) {
     SA_CHECK(SPAN, sp->holder == NULL, "a free span holds no superblock");
     SA_CHECK(SPAN, a->spans.apart || prev == NULL || !sa__span_is_free(prev),

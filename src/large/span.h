@@ -67,6 +67,9 @@ typedef struct sa_span_s {
   sa_stream_arena *owner;           /* live: the stream it was allocated on */
   size_t request;                   /* live: bytes the user asked for */
   sa_desc *holder;                  /* live: the superblock carved in it, else NULL */
+  bool pool_segment;                /* live: a graph pool's segment (pool.c), whose
+                                       room above the arena's growth leaves
+                                       alone (run.c, plan_growth) */
   _Atomic uint8_t xstate;           /* SA_BLOCK_LIVE/RECORDED, FREE, or CACHED:
                                        kept by the thread that freed it (kept.h) */
   struct sa_span_s *orphan_next;    /* kept, its thread's entry gone: spans.orphans */
@@ -117,6 +120,10 @@ void sa__span_record_wanted(sa_arena *a, sa_stream_arena *sarena);
 /* Sizes in bytes; limit: the physical bytes growth may reach. */
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size_t limit,
                          void **out);
+/* Mark the live span at p a graph pool's segment (span.pool_segment):
+ * growth leaves the room above it to the pool. Takes the arena lock. */
+void sa__span_set_pool_segment(sa_arena *a, uintptr_t p);
+
 /* The live span at p, of size bytes, allocated on sarena's stream, grows
  * in place by at least more bytes (a multiple of the granularity): from
  * the free span right above it that sarena's stream can use, or by mapping
