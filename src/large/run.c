@@ -176,8 +176,8 @@ static bool better(const growth *best, size_t m, grow_dir dir) {
  * Then the room above r is the pool's: its segment grows in place there
  * (sa__span_extend), where memory the arena mapped right above would make
  * it take a segment of its own, the free top of the first one left over
- * (a compiled model's optimizer state above its CUDA graph pool's segment
- * left the pool two segments, 5% more memory, on the H200). */
+ * (a compiled model's optimizer state above its CUDA graph pool's segment:
+ * docs/TORCH.md). */
 static bool pools_room_above(const sa_run *r) {
   const sa_span *top = r->last;
   if (top != NULL && sa__span_is_free(top)) top = top->prev;
@@ -189,8 +189,8 @@ static bool pools_room_above(const sa_run *r) {
  * between two runs when their free ends and the gap together are enough;
  * or a fresh run. Ties go to the lowest run (the first that wins). Never
  * into the room above a run that ends with a pool's segment
- * (pools_room_above): no more is mapped elsewhere, as that run's free top
- * is no more than what a fresh run maps ahead. */
+ * (pools_room_above): elsewhere it maps at most that run's free top more,
+ * which stays free for the pool's growth. */
 static growth plan_growth(const sa_arena *a, sa_want w, const sa_stream_arena *sarena) {
   size_t g = a->gran, need = w.need;
   growth best = {GROW_FRESH, 0, sa__round_up(need, g), SIZE_MAX};
