@@ -52,7 +52,7 @@ set -uo pipefail
 TORCH_VERSION=2.11.0
 # PyTorch's allocator tests in test_cuda.py (pytest -k).
 # TestCudaOptims (each optimizer captured in a graph, a matrix of dozens)
-# is left out: with it neither run ends within a device call.
+# is left out: with it neither run ends within ten minutes.
 TEST_SELECT=${TEST_SELECT:-}
 [ -n "$TEST_SELECT" ] || TEST_SELECT="(memory or oom or out_of_memory or fraction or record_stream or streaming_backward or graph or MemPool or mem_pool or snapshot or caching_allocator or empty_cache or allocator or cudnn) and not TestCudaOptims"
 
