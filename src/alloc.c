@@ -291,7 +291,7 @@ SA_NOINLINE static sa_status alloc_generic(sa_arena *a, void **out, size_t size,
   sa_span *sp;
   if (e != NULL && e->kept_request == size && sa__tentry_current(e, a, s) &&
       size > sa__large_threshold(a) &&
-      (!sa_driver_stream_is_legacy(s) || a->drv->ops->legacy_stream_check(a->drv, s) == SA_OK) &&
+      sa__legacy_stream_check(a, s) == SA_OK &&
       (sp = sa__tentry_take_kept(e)) != NULL)
     return alloc_kept(a, e, sp, size, s, out);
   return alloc_slow(a, out, size, s, SA_DEVICE_SYNC_ALLOWED);

@@ -306,8 +306,7 @@ static bool keep_span(sa_tentry *e, void *ptr, sa_stream s) {
     return false;
   sa_desc *desc = sa__pagemap_at(&a->range, (uintptr_t)ptr - e->va_base);
   if (desc == NULL || desc->kind != SA_DESC_RUN) return false;
-  if (sa_driver_stream_is_legacy(s) && a->drv->ops->legacy_stream_check(a->drv, s) != SA_OK)
-    return false;
+  if (sa__legacy_stream_check(a, s) != SA_OK) return false;
   if (a->drv->ops->stream_capture_check(a->drv, s) != SA_OK) return false;
   sa_span *sp;
   size_t request;

@@ -154,10 +154,8 @@ void sa__tentry_give_back_kept(sa_tentry *e, sa_named named) {
 
 void sa__tentries_orphan_kept(sa_arena *a) {
   pthread_mutex_lock(&entries_lock); /* entries stay while listed */
-  for (sa_tentry *e = a->tcaches.entries; e != NULL; e = e->arena_next) {
-    sa_span *sp = sa__tentry_take_kept(e);
-    if (sp != NULL) sa__span_kept_orphan(a, sp);
-  }
+  for (sa_tentry *e = a->tcaches.entries; e != NULL; e = e->arena_next)
+    sa__tentry_give_back_kept(e, SA_UNNAMED);
   pthread_mutex_unlock(&entries_lock);
 }
 
