@@ -1,6 +1,8 @@
 /* driver_timer: a libcuda.so.1 in front of the real driver that times the
  * calls whose cost the large path's policy weighs (chunk create, map,
- * access, unmap, release, reserve; event record and query; stream waits)
+ * access, unmap, release, reserve; event record, query and synchronize;
+ * stream waits) and counts the ones a fast path may make per operation
+ * (capture status, current context, a stream's context and id)
  * and prints per call: count, total and mean us, bytes. Any program that
  * reaches the driver through cuGetProcAddress_v2 (streamarena, peer_bench's
  * built-in backends) can be timed without a profiler:
@@ -23,10 +25,15 @@
 #include <string.h>
 #include <time.h>
 
-enum { F_CREATE, F_MAP, F_ACCESS, F_UNMAP, F_RELEASE, F_RESERVE, F_RECORD, F_QUERY, F_WAIT, F_N };
-static const char *const names[F_N] = {"cuMemCreate",   "cuMemMap",          "cuMemSetAccess",
-                                       "cuMemUnmap",    "cuMemRelease",      "cuMemAddressReserve",
-                                       "cuEventRecord", "cuEventQuery",      "cuStreamWaitEvent"};
+enum {
+  F_CREATE, F_MAP, F_ACCESS, F_UNMAP, F_RELEASE, F_RESERVE, F_RECORD, F_QUERY, F_WAIT,
+  F_EVENT_SYNC, F_CAPTURING, F_CTX_GET, F_CTX_SET, F_STREAM_CTX, F_STREAM_ID, F_N
+};
+static const char *const names[F_N] = {
+    "cuMemCreate",        "cuMemMap",        "cuMemSetAccess", "cuMemUnmap",
+    "cuMemRelease",       "cuMemAddressReserve", "cuEventRecord", "cuEventQuery",
+    "cuStreamWaitEvent",  "cuEventSynchronize",  "cuStreamIsCapturing", "cuCtxGetCurrent",
+    "cuCtxSetCurrent",    "cuStreamGetCtx",  "cuStreamGetId"};
 static void *real_fn[F_N];
 static double total_us[F_N], bytes[F_N];
 static unsigned long calls[F_N];
@@ -63,6 +70,11 @@ typedef CUresult (*reserve_fn)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsig
 typedef CUresult (*record_fn)(CUevent, CUstream);
 typedef CUresult (*query_fn)(CUevent);
 typedef CUresult (*wait_fn)(CUstream, CUevent, unsigned);
+typedef CUresult (*capturing_fn)(CUstream, CUstreamCaptureStatus *);
+typedef CUresult (*ctx_get_fn)(CUcontext *);
+typedef CUresult (*ctx_set_fn)(CUcontext);
+typedef CUresult (*stream_ctx_fn)(CUstream, CUcontext *);
+typedef CUresult (*stream_id_fn)(CUstream, unsigned long long *);
 
 static CUresult w_create(CUmemGenericAllocationHandle *h, size_t s, const CUmemAllocationProp *p,
                          unsigned long long f) {
@@ -85,9 +97,26 @@ static CUresult w_record(CUevent e, CUstream s) { TIMED(F_RECORD, 0, record_fn, 
 static CUresult w_query(CUevent e) { TIMED(F_QUERY, 0, query_fn, e); }
 static CUresult w_wait(CUstream s, CUevent e, unsigned f) { TIMED(F_WAIT, 0, wait_fn, s, e, f); }
 
-static void *const wrappers[F_N] = {(void *)w_create,  (void *)w_map,    (void *)w_access,
-                                    (void *)w_unmap,   (void *)w_release, (void *)w_reserve,
-                                    (void *)w_record,  (void *)w_query,   (void *)w_wait};
+/* The calls the fast path may make per operation: counted to see which of
+ * them a workload reaches (their time includes the clock's own cost). */
+static CUresult w_event_sync(CUevent e) { TIMED(F_EVENT_SYNC, 0, query_fn, e); }
+static CUresult w_capturing(CUstream s, CUstreamCaptureStatus *st) {
+  TIMED(F_CAPTURING, 0, capturing_fn, s, st);
+}
+static CUresult w_ctx_get(CUcontext *c) { TIMED(F_CTX_GET, 0, ctx_get_fn, c); }
+static CUresult w_ctx_set(CUcontext c) { TIMED(F_CTX_SET, 0, ctx_set_fn, c); }
+static CUresult w_stream_ctx(CUstream s, CUcontext *c) {
+  TIMED(F_STREAM_CTX, 0, stream_ctx_fn, s, c);
+}
+static CUresult w_stream_id(CUstream s, unsigned long long *id) {
+  TIMED(F_STREAM_ID, 0, stream_id_fn, s, id);
+}
+
+static void *const wrappers[F_N] = {
+    (void *)w_create,     (void *)w_map,       (void *)w_access,  (void *)w_unmap,
+    (void *)w_release,    (void *)w_reserve,   (void *)w_record,  (void *)w_query,
+    (void *)w_wait,       (void *)w_event_sync, (void *)w_capturing, (void *)w_ctx_get,
+    (void *)w_ctx_set,    (void *)w_stream_ctx, (void *)w_stream_id};
 
 __attribute__((constructor)) static void timer_open(void) {
   const char *path = getenv("REAL_LIBCUDA");
