@@ -115,14 +115,82 @@ static void another_size_gives_the_kept_span_back_first(void **state) {
   sa_assert_ok(sa_alloc(f->arena, &q, SPAN / 2, a));
   assert_ptr_equal(q, p);
   assert_int_equal(stats(f->arena).reserved_bytes, reserved);
-  sa_assert_ok(sa_free(q, a)); /* kept again, at SPAN / 2 */
-  sa_assert_ok(sa_alloc(f->arena, &r, SPAN, b)); /* B: the kept span is A's */
+  sa_assert_ok(sa_free(q, a)); /* free memory above it: not kept, A's pending free */
+  sa_assert_ok(sa_alloc(f->arena, &r, SPAN, b)); /* B: not behind A's pending free */
   assert_true((char *)r >= (char *)p + SPAN / 2 || (char *)r + SPAN <= (char *)p);
   uint64_t v0 = violations();
   sa_assert_ok(sa_host_fill(b, r, SPAN, 0xB0B0B0B0u));
   sa_assert_ok(sa_host_drain_all());
   assert_int_equal(violations(), v0);
   sa_assert_ok(sa_free(r, b));
+}
+
+/* A span with free memory beside it is freed, not kept: kept, it would
+ * stand between free spans that coalescing joins and best fit places from
+ * (large/kept.c, joins_free_memory). The next request of its size takes
+ * the slow path, and gets the same place back from best fit. */
+static void a_span_beside_free_memory_is_not_kept(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0];
+  void *p, *q, *r;
+  sa_assert_ok(sa_alloc(f->arena, &p, SPAN, a));
+  sa_assert_ok(sa_free(p, a)); /* the run's one span: kept */
+  sa_assert_ok(sa_alloc(f->arena, &q, SPAN / 2, a));
+  assert_ptr_equal(q, p); /* carved from the span given back: its top half free */
+  sa_assert_ok(sa_free(q, a));
+  uint64_t fast = stats(f->arena).fast_allocs;
+  sa_assert_ok(sa_alloc(f->arena, &r, SPAN / 2, a));
+  assert_int_equal(stats(f->arena).fast_allocs, fast);
+  assert_ptr_equal(r, q);
+  sa_assert_ok(sa_free(r, a));
+}
+
+/* A kept span lives only while its thread stays on the fast paths: the
+ * thread's next slow-path call gives it back (sa__tentry_get), here a small
+ * block's refill on the same stream, so the next request of the span's size
+ * is a slow one, served from the tier's free memory. */
+static void a_slow_path_call_gives_the_kept_span_back(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0];
+  void *p, *x, *q;
+  sa_assert_ok(sa_alloc(f->arena, &p, SPAN, a));
+  sa_assert_ok(sa_host_fill(a, p, 4096, 0xC0C0C0C0u));
+  sa_assert_ok(sa_free(p, a)); /* kept */
+  sa_assert_ok(sa_alloc(f->arena, &x, 4096, a)); /* the bin is empty: a refill */
+  uint64_t fast = stats(f->arena).fast_allocs;
+  sa_assert_ok(sa_alloc(f->arena, &q, SPAN, a));
+  assert_int_equal(stats(f->arena).fast_allocs, fast);
+  sa_assert_ok(sa_free(q, a));
+  sa_assert_ok(sa_free(x, a));
+}
+
+/* The same from a call naming another stream: the span becomes an orphan
+ * (no driver call may name its stream here), freed with its mark at its
+ * stream's next slow call of any size, and another stream gets its memory
+ * only behind the work queued on it before the free (the checker counts a
+ * violation). */
+static void a_slow_path_on_another_stream_orphans_the_kept_span(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], b = f->streams[1];
+  void *p, *x, *y, *q, *r;
+  sa_assert_ok(sa_alloc(f->arena, &p, SPAN, a));
+  sa_assert_ok(sa_host_fill(a, p, SPAN, 0xD0D0D0D0u));
+  sa_assert_ok(sa_free(p, a)); /* kept */
+  sa_assert_ok(sa_alloc(f->arena, &x, 4096, b)); /* b's slow path: an orphan now */
+  sa_assert_ok(sa_alloc(f->arena, &y, 4096, a));  /* a's next call frees it, marked */
+  uint64_t fast = stats(f->arena).fast_allocs;
+  sa_assert_ok(sa_alloc(f->arena, &q, SPAN, a)); /* so no entry keeps it */
+  assert_int_equal(stats(f->arena).fast_allocs, fast);
+  assert_ptr_equal(q, p); /* best fit hands the place back on a */
+  sa_assert_ok(sa_alloc(f->arena, &r, SPAN / 2, b));
+  uint64_t v0 = violations();
+  sa_assert_ok(sa_host_fill(b, r, SPAN / 2, 0xE0E0E0E0u));
+  sa_assert_ok(sa_host_drain_all());
+  assert_int_equal(violations(), v0);
+  sa_assert_ok(sa_free(r, b));
+  sa_assert_ok(sa_free(q, a));
+  sa_assert_ok(sa_free(y, a));
+  sa_assert_ok(sa_free(x, b));
 }
 
 /* sa_trim gives everything back, the calling thread's kept spans on every
@@ -345,6 +413,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_kept_span_is_freed_already, setup, teardown),
       cmocka_unit_test_setup_teardown(another_size_gives_the_kept_span_back_first, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(a_span_beside_free_memory_is_not_kept, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_slow_path_call_gives_the_kept_span_back, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_slow_path_on_another_stream_orphans_the_kept_span,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(trim_gives_kept_spans_back, setup, teardown),
       cmocka_unit_test_setup_teardown(
           a_thread_that_exits_leaves_its_span_to_the_streams_next_call, setup, teardown),

@@ -21,6 +21,7 @@
 #include "../arena.h"
 #include "../base/base.h"
 #include "../base/device_sync.h"
+#include "free_span.h"
 #include "span_index.h"
 
 /* Is sarena gone (released, or its stream found destroyed)? Read under the
@@ -30,12 +31,23 @@ static bool gone(const sa_stream_arena *sarena) {
   return atomic_load_explicit(&sarena->xgone, memory_order_acquire);
 }
 
+/* Would freeing sp join it to free memory beside it? Then it is not kept:
+ * kept, it would stand between free spans that a coalesce joins and a best
+ * fit places from, and over a trace of many sizes the arena's free memory
+ * ends up broken (a third more reserved on dataframe, docs/BENCHMARKS.md,
+ * run Z). A span with live memory on both sides is where a free and a
+ * request of its size would put it back anyway. Arena lock held. */
+static bool joins_free_memory(const sa_span *sp) {
+  return (sp->prev != NULL && sa__span_is_free(sp->prev)) ||
+         (sp->next != NULL && sa__span_is_free(sp->next));
+}
+
 bool sa__span_keep(sa_arena *a, sa_stream_arena *sarena, uintptr_t p, sa_span **out,
                    size_t *request) {
   pthread_mutex_lock(&a->lock);
   sa_span *sp = sa__live_find(a, p);
   bool kept = sp != NULL && sp->owner == sarena && sp->holder == NULL &&
-              sp->size <= SA_KEPT_MAX &&
+              sp->size <= SA_KEPT_MAX && !joins_free_memory(sp) &&
               atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_LIVE;
   if (kept) {
     atomic_store_explicit(&sp->xstate, SA_BLOCK_CACHED, memory_order_relaxed);

@@ -6,8 +6,10 @@
  *
  * A kept span is free to its user and live to the span tier: in the live
  * map, counted in spans.nlive, its state SA_BLOCK_CACHED (a second free is
- * a double free), no mark. Its entry gives it back as a free on its stream
- * when that stream's next large request wants another size, when the
+ * a double free), no mark. It lives only while its thread stays on the
+ * fast paths: its entry gives it back as a free on its stream at the
+ * thread's next slow-path call into the arena (sa__tentry_get: a request
+ * of another size, a small block's refill, any other free), when the
  * thread's cached blocks go back (an out-of-memory pass, sa_trim), and when
  * the entry goes (the thread's exit, an eviction, the stream's release).
  * Where that is not a call naming the stream, no driver call may touch it

@@ -432,6 +432,15 @@ sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
    * stream is captured) waits for the next. */
   if (sa_unlikely(atomic_load_explicit(&e->sarena->xorphans, memory_order_relaxed) != 0))
     sa__span_orphans_free(a, e->sarena);
+  /* A span kept by the last entry goes back at any slow path (large/kept.h):
+   * kept across the slow paths of a trace of many sizes, it held memory
+   * that best fit and coalescing would have reused (docs/BENCHMARKS.md, run
+   * Z). Named where this call names its stream, else an orphan. Only this
+   * arena's: another's entry may be detached. */
+  sa_tentry *last = tc->last;
+  if (last != NULL && atomic_load_explicit(&last->xkept, memory_order_relaxed) != NULL &&
+      atomic_load_explicit(&last->xarena, memory_order_acquire) == a)
+    sa__tentry_give_back_kept(last, last == e ? SA_NAMED : SA_UNNAMED);
   if (tc->last != e) fold_live(tc, a, e); /* the last one holds them already */
   e->last_use = ++tc->clock;
   tc->last = e;
