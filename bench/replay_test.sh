@@ -34,6 +34,10 @@ for trace in "$@"; do
   esac
   "$replay" --no-budget --headroom=4 --check-ratio="$ratio" --check-vmm-calls=100 \
     --check-driver-us=2.5 "$trace"
+  # Kept spans (keep_spans=1) hold what the defaults hold: a span beside
+  # free memory is not kept and one goes back at its thread's next slow
+  # path (large/kept.h); kept otherwise, dataframe held 1.629.
+  "$replay" --no-budget --headroom=4 --conf=keep_spans=1 --check-ratio="$ratio" "$trace"
   # Smaller chunks trade driver time for footprint where shapes vary:
   # chunk_size=8MiB keeps dataframe within 1.07 (1.063, at 4.4 us/op).
   if [ "$(basename "$trace")" = dataframe.csv ]; then
