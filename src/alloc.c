@@ -58,11 +58,10 @@ static sa_status small_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limi
 /* limit: the physical bytes a span or a superblock may take the arena to. */
 static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limit, void **out) {
   if (size > sa__large_threshold(a)) {
-    /* A span kept for another size goes back first: a best fit may want
-     * it. Where it cannot (its stream is being captured) it stays. */
-    sa_span *kept = sa__tentry_take_kept(e);
-    if (kept != NULL && sa__span_kept_free(a, kept) != SA_OK)
-      atomic_store_explicit(&e->xkept, kept, memory_order_relaxed);
+    /* No span is kept here for a best fit to miss: sa__tentry_get gave
+     * back the one its thread kept (large/kept.h), and only a free on the
+     * fast path keeps one. */
+    SA_ASSERT(atomic_load_explicit(&e->xkept, memory_order_relaxed) == NULL);
     sa_status st = sa__span_alloc(a, e->sarena, size, limit, out);
     if (st == SA_OK) {
       sa__tentry_live_account(e, (int64_t)size, 0);
