@@ -115,8 +115,8 @@ static void another_size_gives_the_kept_span_back_first(void **state) {
   sa_assert_ok(sa_alloc(f->arena, &q, SPAN / 2, a));
   assert_ptr_equal(q, p);
   assert_int_equal(stats(f->arena).reserved_bytes, reserved);
-  sa_assert_ok(sa_free(q, a)); /* free memory above it: not kept, A's pending free */
-  sa_assert_ok(sa_alloc(f->arena, &r, SPAN, b)); /* B: not behind A's pending free */
+  sa_assert_ok(sa_free(q, a)); /* kept: best fit would put it back */
+  sa_assert_ok(sa_alloc(f->arena, &r, SPAN, b)); /* B: not on A's orphan */
   assert_true((char *)r >= (char *)p + SPAN / 2 || (char *)r + SPAN <= (char *)p);
   uint64_t v0 = violations();
   sa_assert_ok(sa_host_fill(b, r, SPAN, 0xB0B0B0B0u));
@@ -125,11 +125,23 @@ static void another_size_gives_the_kept_span_back_first(void **state) {
   sa_assert_ok(sa_free(r, b));
 }
 
-/* A span with free memory beside it is freed, not kept: kept, it would
- * stand between free spans that coalescing joins and best fit places from
- * (large/kept.c, joins_free_memory). The next request of its size takes
- * the slow path, and gets the same place back from best fit. */
-static void a_span_beside_free_memory_is_not_kept(void **state) {
+/* Was the span just freed on s kept? Then the next request of its size on
+ * s takes it on the fast path, at the same address. The request is made
+ * (*out) and left to the caller. */
+static bool kept(sa_arena *a, sa_stream s, void *freed, size_t size, void **out) {
+  uint64_t fast = stats(a).fast_allocs;
+  sa_assert_ok(sa_alloc(a, out, size, s));
+  bool was_kept = stats(a).fast_allocs == fast + 1;
+  if (was_kept) assert_ptr_equal(*out, freed);
+  return was_kept;
+}
+
+/* Where a free and a request of the span's size would put it back in its
+ * place, it is kept even with free memory above it: here the top half of
+ * the span it was carved from, and no other free span (large/kept.c,
+ * best_fit_puts_it_back). The next request of its size takes it without
+ * the slow path. */
+static void a_span_that_best_fit_would_retake_is_kept(void **state) {
   sa_fixture *f = *state;
   sa_stream a = f->streams[0];
   void *p, *q, *r;
@@ -138,11 +150,83 @@ static void a_span_beside_free_memory_is_not_kept(void **state) {
   sa_assert_ok(sa_alloc(f->arena, &q, SPAN / 2, a));
   assert_ptr_equal(q, p); /* carved from the span given back: its top half free */
   sa_assert_ok(sa_free(q, a));
-  uint64_t fast = stats(f->arena).fast_allocs;
-  sa_assert_ok(sa_alloc(f->arena, &r, SPAN / 2, a));
-  assert_int_equal(stats(f->arena).fast_allocs, fast);
-  assert_ptr_equal(r, q);
+  assert_true(kept(f->arena, a, q, SPAN / 2, &r));
   sa_assert_ok(sa_free(r, a));
+}
+
+/* A call on s: the thread's entry for s becomes its last one, which a free
+ * on s may keep a span in (free.c, free_generic). */
+static void call_on(sa_arena *a, sa_stream s) {
+  void *p;
+  sa_assert_ok(sa_alloc(a, &p, 256, s));
+  sa_assert_ok(sa_free(p, s));
+}
+
+/* Spans of `size` bytes allocated on s one after another: they follow each
+ * other in one run (exact growth, nothing mapped ahead). */
+static void alloc_in_a_row(sa_arena *a, sa_stream s, size_t size, void **p, int n) {
+  for (int i = 0; i < n; i++) {
+    sa_assert_ok(sa_alloc(a, &p[i], size, s));
+    if (i > 0) assert_ptr_equal(p[i], (char *)p[i - 1] + size);
+  }
+}
+
+/* With free memory below it, a freed span would join it and best fit
+ * would carve the next request at the free memory's start: not kept. */
+static void a_span_above_free_memory_is_not_kept(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], b = f->streams[1];
+  void *p[3], *q;
+  alloc_in_a_row(f->arena, a, SPAN / 2, p, 3);
+  sa_assert_ok(sa_free(p[0], b)); /* another stream's free: never kept */
+  call_on(f->arena, a);
+  sa_assert_ok(sa_free(p[1], a));
+  assert_false(kept(f->arena, a, p[1], SPAN / 2, &q));
+  sa_assert_ok(sa_free(q, a));
+  sa_assert_ok(sa_free(p[2], a));
+}
+
+/* With free memory above it, but a smaller free span elsewhere that a
+ * request of its size fits: best fit would put the request there, so the
+ * span is not kept where it would stand between the free memory above it
+ * and its own. */
+static void a_span_that_best_fit_would_place_elsewhere_is_not_kept(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], b = f->streams[1];
+  void *p[5], *q;
+  alloc_in_a_row(f->arena, a, SPAN / 2, p, 5);
+  sa_assert_ok(sa_free(p[1], b)); /* free above p[0] */
+  sa_assert_ok(sa_free(p[3], b)); /* a hole of p[0]'s size between live spans */
+  call_on(f->arena, a);
+  sa_assert_ok(sa_free(p[0], a));
+  assert_false(kept(f->arena, a, p[0], SPAN / 2, &q));
+  sa_assert_ok(sa_free(q, a));
+  sa_assert_ok(sa_free(p[2], a));
+  sa_assert_ok(sa_free(p[4], a));
+}
+
+/* A kept span is memory held back from every other stream: with another
+ * stream holding spans, it is kept only while a growth in its place stays
+ * within the soft limit, here the budget (span.c, sa__span_may_hold_back).
+ * Otherwise the other stream would grow past it meanwhile. */
+static int setup_budget(void **state) {
+  return sa_fixture_cmocka_setup_with(state, "keep_spans=1,exact_growth=1,reserve_limit=40MiB",
+                                      2);
+}
+
+static void a_span_past_the_soft_limit_is_not_kept_while_others_hold_spans(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], b = f->streams[1];
+  void *p, *q, *r;
+  sa_assert_ok(sa_alloc(f->arena, &p, SPAN, a));
+  sa_assert_ok(sa_free(p, a));
+  assert_true(kept(f->arena, a, p, SPAN, &r)); /* 16 MiB held: 16 more fit in 40 */
+  sa_assert_ok(sa_alloc(f->arena, &q, SPAN, b)); /* b holds a span: 32 MiB held */
+  call_on(f->arena, a);
+  sa_assert_ok(sa_free(r, a));
+  assert_false(kept(f->arena, a, r, SPAN, &p)); /* 32 MiB held: 16 more would pass 40 */
+  sa_assert_ok(sa_free(p, a));
+  sa_assert_ok(sa_free(q, b));
 }
 
 /* A kept span lives only while its thread stays on the fast paths: the
@@ -413,7 +497,14 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_kept_span_is_freed_already, setup, teardown),
       cmocka_unit_test_setup_teardown(another_size_gives_the_kept_span_back_first, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(a_span_beside_free_memory_is_not_kept, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_span_that_best_fit_would_retake_is_kept, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_span_above_free_memory_is_not_kept, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_span_that_best_fit_would_place_elsewhere_is_not_kept,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          a_span_past_the_soft_limit_is_not_kept_while_others_hold_spans, setup_budget,
+          teardown),
       cmocka_unit_test_setup_teardown(a_slow_path_call_gives_the_kept_span_back, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(a_slow_path_on_another_stream_orphans_the_kept_span,

@@ -185,9 +185,11 @@ const char *sa_backend_name(sa_backend backend);
 /* Each thread keeps the last span (large allocation, at most 512 MiB) it
  * freed on a stream, for that stream's next request of the same size,
  * which it then serves without a lock: a loop of one large size on one
- * stream costs about what a small block's pair does. Only a span with no
- * free memory beside it is kept, and only while the thread stays on the
- * fast paths: its next slow-path call into the arena (a request of another
+ * stream costs about what a small block's pair does. Only a span that a
+ * free and a best fit would put back in its place is kept (no free memory
+ * below it; above it, none unless no smaller free span fits its size),
+ * with other streams holding spans only within the footprint target or
+ * budget, and only while the thread stays on the fast paths: its next slow-path call into the arena (a request of another
  * size, a small block's refill, another free), its out-of-memory pass or
  * sa_trim gives it back; until then it serves no other stream or thread; a span kept by a thread that exited waits for its stream's next
  * call, its release, or a device-wide synchronize (sa_trim's). Free and

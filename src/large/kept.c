@@ -31,15 +31,24 @@ static bool gone(const sa_stream_arena *sarena) {
   return atomic_load_explicit(&sarena->xgone, memory_order_acquire);
 }
 
-/* Would freeing sp join it to free memory beside it? Then it is not kept:
- * kept, it would stand between free spans that a coalesce joins and a best
- * fit places from, and over a trace of many sizes the arena's free memory
- * ends up broken (a third more reserved on dataframe, docs/BENCHMARKS.md,
- * run Z). A span with live memory on both sides is where a free and a
- * request of its size would put it back anyway. Arena lock held. */
-static bool joins_free_memory(const sa_span *sp) {
-  return (sp->prev != NULL && sa__span_is_free(sp->prev)) ||
-         (sp->next != NULL && sa__span_is_free(sp->next));
+/* Would a free and a request of sp's size put it back where it is? Only
+ * then is it kept: kept elsewhere, it would stand between free spans that a
+ * coalesce joins and a best fit places from, and over a trace of many sizes
+ * the arena's free memory ends up broken (a third more reserved on
+ * dataframe, docs/BENCHMARKS.md, run Z). Freed, sp joins its free
+ * neighbours; address-ordered best fit carves a request at the lowest
+ * address of the smallest free span it fits. So it is put back in place
+ * where the span below is not free and, if the span above is, no other
+ * free span smaller than the two joined would take the request. Arena lock
+ * held. */
+static bool best_fit_puts_it_back(const sa_arena *a, const sa_span *sp) {
+  if (sp->prev != NULL && sa__span_is_free(sp->prev)) return false;
+  const sa_span *next = sp->next;
+  if (next == NULL || !sa__span_is_free(next)) return true;
+  size_t joined = sp->size + next->size;
+  const sa_span *x = sa__fit_ceiling(a, sa__free_placement(a, sp->request).need, 0);
+  if (x == next) x = sa__fit_ceiling(a, next->size, next->base + 1);
+  return x == NULL || x->size > joined || (x->size == joined && x->base > sp->base);
 }
 
 bool sa__span_keep(sa_arena *a, sa_stream_arena *sarena, uintptr_t p, sa_span **out,
@@ -47,7 +56,8 @@ bool sa__span_keep(sa_arena *a, sa_stream_arena *sarena, uintptr_t p, sa_span **
   pthread_mutex_lock(&a->lock);
   sa_span *sp = sa__live_find(a, p);
   bool kept = sp != NULL && sp->owner == sarena && sp->holder == NULL &&
-              sp->size <= SA_KEPT_MAX && !joins_free_memory(sp) &&
+              sp->size <= SA_KEPT_MAX && best_fit_puts_it_back(a, sp) &&
+              sa__span_may_hold_back(a, sp->size) &&
               atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_LIVE;
   if (kept) {
     atomic_store_explicit(&sp->xstate, SA_BLOCK_CACHED, memory_order_relaxed);

@@ -325,6 +325,14 @@ static size_t merged_size(const sa_span *sp) {
   return n;
 }
 
+/* Another stream that uses spans may grow in place of memory held back,
+ * and a reshape under a budget cannot take it: only within the footprint
+ * target (or the budget), where a growth in its place does not pass it. */
+bool sa__span_may_hold_back(const sa_arena *a, size_t bytes) {
+  return !(a->spans.nholders > 1 || a->physical.budgeted) ||
+         a->physical.bytes + bytes <= sa__physical_soft_limit(a);
+}
+
 /* May the free of sp (nmarks marks) on freer's stream leave its mark
  * pending, no event recorded? Only where its own stream is likely to be
  * the next to want it, and others lose little meanwhile: sp was allocated
@@ -344,12 +352,7 @@ static bool free_lazily(sa_arena *a, sa_span *sp, sa_stream_arena *freer, unsign
   if (nmarks != 1 || sp->owner != freer || !tl->retaking ||
       atomic_load_explicit(&tl->xwanted, memory_order_relaxed) || merged > SA_LAZY_MARK_MAX)
     return false;
-  /* Another stream that uses spans may grow in its place, and a reshape
-   * under a budget cannot take it: only within the footprint target (or
-   * the budget), where a growth in its place does not pass it. */
-  if ((a->spans.nholders > 1 || a->physical.budgeted) &&
-      a->physical.bytes + merged > sa__physical_soft_limit(a))
-    return false;
+  if (!sa__span_may_hold_back(a, merged)) return false;
   sa__timeline_pending_settle(a, freer); /* a device sync may have completed it */
   if (tl->pending == 0) return true;
   return (tl->pending_span == sp->prev || tl->pending_span == sp->next) &&

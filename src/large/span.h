@@ -117,6 +117,12 @@ typedef struct sa_spans_s {
  * unmap waits for (its pending span's: timeline.c) is recorded, if one is
  * wanted; on failure it stays wanted. */
 void sa__span_record_wanted(sa_arena *a, sa_stream_arena *sarena);
+/* May bytes of free memory be held back from every stream but one (a
+ * pending mark, a kept span)? Only where no other stream holds spans and
+ * no budget is set, or where a growth in its place stays within the soft
+ * limit: otherwise another stream would grow past it meanwhile. Arena lock
+ * held. */
+bool sa__span_may_hold_back(const sa_arena *a, size_t bytes);
 /* Sizes in bytes; limit: the physical bytes growth may reach. */
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size_t limit,
                          void **out);
