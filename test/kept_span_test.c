@@ -248,6 +248,30 @@ static void a_slow_path_call_gives_the_kept_span_back(void **state) {
   sa_assert_ok(sa_free(x, a));
 }
 
+/* A thread that keeps a span in one arena, then calls into another, and
+ * comes back with a request of another size: the span goes back at that
+ * call, as at any slow path (its entry was not the thread's last one, the
+ * other arena's was), before best fit looks for memory. */
+static void a_call_back_from_another_arena_gives_the_kept_span_back(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s = f->streams[0];
+  sa_config cfg;
+  sa_config_init(&cfg);
+  assert_int_equal(sa_config_parse(&cfg, "backend=host,keep_spans=1", NULL, 0), SA_OK);
+  sa_arena *other = NULL;
+  sa_assert_ok(sa_arena_create(&cfg, &other));
+  void *p, *x, *q;
+  sa_assert_ok(sa_alloc(f->arena, &p, SPAN, s));
+  sa_assert_ok(sa_free(p, s)); /* kept */
+  sa_assert_ok(sa_alloc(other, &x, 4096, s));
+  sa_assert_ok(sa_alloc(f->arena, &q, SPAN / 2, s));
+  assert_ptr_equal(q, p); /* best fit found the span given back */
+  sa_assert_ok(sa_free(q, s));
+  sa_assert_ok(sa_free(x, s));
+  sa_assert_ok(sa_stream_release(other, s));
+  sa_assert_ok(sa_arena_destroy(other));
+}
+
 /* The same from a call naming another stream: the span becomes an orphan
  * (no driver call may name its stream here), freed with its mark at its
  * stream's next slow call of any size, and another stream gets its memory
@@ -507,6 +531,8 @@ int main(void) {
           teardown),
       cmocka_unit_test_setup_teardown(a_slow_path_call_gives_the_kept_span_back, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(a_call_back_from_another_arena_gives_the_kept_span_back,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(a_slow_path_on_another_stream_orphans_the_kept_span,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(trim_gives_kept_spans_back, setup, teardown),

@@ -441,6 +441,10 @@ sa_status sa__tentry_get(sa_arena *a, sa_stream s, sa_tentry **out) {
   if (last != NULL && atomic_load_explicit(&last->xkept, memory_order_relaxed) != NULL &&
       atomic_load_explicit(&last->xarena, memory_order_acquire) == a)
     sa__tentry_give_back_kept(last, last == e ? SA_NAMED : SA_UNNAMED);
+  /* e itself may keep one from before the thread's calls went to another
+   * arena, whose entry was last since: this call names e's stream. */
+  if (e != last && atomic_load_explicit(&e->xkept, memory_order_relaxed) != NULL)
+    sa__tentry_give_back_kept(e, SA_NAMED);
   if (tc->last != e) fold_live(tc, a, e); /* the last one holds them already */
   e->last_use = ++tc->clock;
   tc->last = e;
