@@ -38,7 +38,7 @@ void sa_config_init(sa_config *config) {
   config->large_threshold = 0;         /* 0 = superblock_size / 2 */
   config->chunk_size = 0;              /* 0 = the growth, a granule under a budget */
   config->initial_physical_bytes = 0;  /* 0 = nothing mapped up front */
-  config->flags = 0;
+  config->flags = SA_FLAG_KEEP_SPANS; /* see its comment in the header */
   config->trace_path[0] = '\0';
   config->oom_callback = NULL;
   config->oom_user_data = NULL;

@@ -46,7 +46,7 @@ static void defaults_are_documented(void **state) {
   assert_int_equal(c.release_threshold_bytes, 0);
   assert_int_equal(c.large_threshold, 0);
   assert_true(c.footprint_target == 0);
-  assert_int_equal(c.flags, 0);
+  assert_int_equal(c.flags, SA_FLAG_KEEP_SPANS); /* the one flag on by default */
   assert_string_equal(c.trace_path, "");
   assert_null(c.oom_callback);
   assert_null(c.oom_user_data);
@@ -81,7 +81,8 @@ static void every_key_sets_its_field(void **state) {
   assert_int_equal(c.chunk_size, (size_t)8 << 20);
   assert_int_equal(c.initial_physical_bytes, (size_t)3 << 30);
   assert_true(c.footprint_target == 1.5);
-  assert_int_equal(c.flags, SA_FLAG_CHECK_STREAM_ORDER | SA_FLAG_OOM_REPORT | SA_FLAG_EXACT_GROWTH);
+  assert_int_equal(c.flags, SA_FLAG_CHECK_STREAM_ORDER | SA_FLAG_OOM_REPORT | SA_FLAG_EXACT_GROWTH |
+                               SA_FLAG_KEEP_SPANS);
   assert_string_equal(c.trace_path, "/tmp/sa.trace");
 }
 
@@ -136,7 +137,9 @@ static void flags_turn_off_again(void **state) {
   sa_config c;
   assert_int_equal(parse(&c, "check_stream_order=1,oom_report=1,check_stream_order=0", NULL, 0),
                    SA_OK);
-  assert_int_equal(c.flags, SA_FLAG_OOM_REPORT);
+  assert_int_equal(c.flags, SA_FLAG_OOM_REPORT | SA_FLAG_KEEP_SPANS);
+  assert_int_equal(parse(&c, "keep_spans=0", NULL, 0), SA_OK);
+  assert_int_equal(c.flags, 0);
 }
 
 static void size_suffixes(void **state) {

@@ -707,10 +707,10 @@ static void cached_chunks_give_way_on_a_full_device(void **state) {
   (void)state;
   sa_assert_ok(sa_host_set_device_memory(64 * MiB));
   sa_fixture f;
-  setup(&f, "exact_growth=1", 1, SA_HOST_AUTO);
+  setup(&f, "exact_growth=1,keep_spans=0", 1, SA_HOST_AUTO);
   sa_stream s = f.streams[0];
   sa_arena *other;
-  sa_assert_ok(sa_fixture_arena_create(&other, "backend=host,exact_growth=1"));
+  sa_assert_ok(sa_fixture_arena_create(&other, "backend=host,exact_growth=1,keep_spans=0"));
   void *x, *y, *p = NULL;
   sa_assert_ok(sa_alloc(f.arena, &x, 32 * MiB, s));
   sa_assert_ok(sa_free(x, s));
@@ -1233,7 +1233,7 @@ static bool b_writes_behind_a(sa_stream a, sa_stream b, void *q, size_t bytes) {
 static void split_piece_for_another_stream_waits(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "check_stream_order=1", 2, SA_HOST_MANUAL);
+  setup(&f, "check_stream_order=1,keep_spans=0", 2, SA_HOST_MANUAL);
   sa_stream a = f.streams[0], b = f.streams[1];
   void *p, *q;
   sa_assert_ok(sa_alloc(f.arena, &p, 12 * MiB, a));
@@ -1253,7 +1253,7 @@ static void split_piece_for_another_stream_waits(void **state) {
 static void a_superblock_carved_in_a_span_waits_for_its_work(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "check_stream_order=1", 2, SA_HOST_MANUAL);
+  setup(&f, "check_stream_order=1,keep_spans=0", 2, SA_HOST_MANUAL);
   sa_stream a = f.streams[0], b = f.streams[1];
   uint64_t v0 = violations();
   void *x, *y, *blocks[40], *in_x = NULL;
@@ -1297,7 +1297,7 @@ static void check_carved_pages(sa_hook_point point, void *arg) {
 static void a_carved_superblock_keeps_its_pages_when_runs_cut_and_join(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "exact_growth=1", 1, SA_HOST_AUTO);
+  setup(&f, "exact_growth=1,keep_spans=0", 1, SA_HOST_AUTO);
   sa_stream s = f.streams[0];
   void *x, *y, *z, *big;
   sa_assert_ok(sa_alloc(f.arena, &x, 8 * MiB, s));

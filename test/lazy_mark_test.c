@@ -28,7 +28,11 @@
 #define SPAN (16 * MiB)
 
 /* No memory mapped ahead: a span freed is the one free span of its size. */
-static int setup(void **state) { return sa_fixture_cmocka_setup_with(state, "exact_growth=1", 3); }
+/* A span freed goes back to the arena with a lazy mark (a kept one takes
+ * no mark at all: kept_span_test). */
+static int setup(void **state) {
+  return sa_fixture_cmocka_setup_with(state, "exact_growth=1,keep_spans=0", 3);
+}
 
 static int teardown(void **state) { return sa_fixture_cmocka_teardown(state); }
 

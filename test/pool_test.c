@@ -30,7 +30,9 @@
 
 static int setup(void **state) {
   sa_fixture *f = calloc(1, sizeof *f);
-  if (f == NULL || sa_fixture_setup(f, NULL, 4, SA_HOST_MANUAL) != SA_OK) return -1;
+  /* Spans freed go back to the arena, where the pools' placement rules
+   * act on them (kept spans: kept_span_test, with a pool's capture). */
+  if (f == NULL || sa_fixture_setup(f, "keep_spans=0", 4, SA_HOST_MANUAL) != SA_OK) return -1;
   *state = f;
   return 0;
 }

@@ -193,8 +193,8 @@ const char *sa_backend_name(sa_backend backend);
  * size, a small block's refill, another free), its out-of-memory pass or
  * sa_trim gives it back; until then it serves no other stream or thread; a span kept by a thread that exited waits for its stream's next
  * call, its release, or a device-wide synchronize (sa_trim's). Free and
- * double-free rules do not change. Off by default; the Python hooks
- * (CuPy, Numba, RMM) turn it on. */
+ * double-free rules do not change. On by default (sa_config_init sets
+ * it; keep_spans=0 or clearing the flag turns it off). */
 #define SA_FLAG_KEEP_SPANS 0x8u
 
 /* sa_config.footprint_target's named points (sa_config_parse:
