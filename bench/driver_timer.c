@@ -129,12 +129,26 @@ __attribute__((constructor)) static void timer_open(void) {
   *(void **)&real_get = dlsym(real, "cuGetProcAddress_v2");
 }
 
-__attribute__((destructor)) static void timer_report(void) {
+static void report(const char *phase) {
   for (int i = 0; i < F_N; i++)
     if (calls[i] != 0)
-      fprintf(stderr, "driver_timer %-20s calls %7lu  total %10.1f us  mean %8.2f us  %8.2f GB\n",
-              names[i], calls[i], total_us[i], total_us[i] / (double)calls[i], bytes[i] / 1e9);
+      fprintf(stderr,
+              "driver_timer %-20s calls %7lu  total %10.1f us  mean %8.2f us  %8.2f GB  (%s)\n",
+              names[i], calls[i], total_us[i], total_us[i] / (double)calls[i], bytes[i] / 1e9,
+              phase);
 }
+
+/* The calls since the last phase ended, labelled, then counted afresh: a
+ * program finds it with dlopen("libcuda.so.1", RTLD_NOLOAD) where the
+ * timer is the driver it loaded (peer_bench's after workload does). */
+__attribute__((visibility("default"))) void driver_timer_phase(const char *ended) {
+  report(ended);
+  memset(total_us, 0, sizeof total_us);
+  memset(bytes, 0, sizeof bytes);
+  memset(calls, 0, sizeof calls);
+}
+
+__attribute__((destructor)) static void timer_report(void) { report("to the exit"); }
 
 /* Every entry point is resolved here; the timed ones get a wrapper. */
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
