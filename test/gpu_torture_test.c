@@ -121,10 +121,12 @@ static sa_status make_arena(sa_arena **out) {
   sa_config_init(&cfg);
   char err[128];
   /* 2 MiB blocks fill a superblock each (large_threshold = superblock):
-   * every small handout is a whole superblock, so reuse is predictable. */
+   * every small handout is a whole superblock, so reuse is predictable.
+   * No kept spans: a span freed on A goes back to the arena, for B to
+   * take behind A's work (a kept one would serve only A's next request). */
   sa_status st = sa_config_parse(
-      &cfg, "backend=cuda,superblock_size=2MiB,large_threshold=2MiB,va_reserve=64GiB", err,
-      sizeof err);
+      &cfg, "backend=cuda,superblock_size=2MiB,large_threshold=2MiB,va_reserve=64GiB,keep_spans=0",
+      err, sizeof err);
   if (st != SA_OK) return st;
   cfg.device = g.ordinal;
   return sa_arena_create(&cfg, out);
