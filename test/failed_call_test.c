@@ -309,7 +309,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_span_alloc_whose_wait_fails, setup3_unkept, teardown),
       cmocka_unit_test_setup_teardown(a_stream_release_whose_synchronize_fails, setup3,
                                       teardown),
-      cmocka_unit_test_setup_teardown(a_trim_whose_device_synchronize_fails, setup3_unkept, teardown),
+      cmocka_unit_test_setup_teardown(a_trim_whose_device_synchronize_fails, setup3_unkept,
+                                      teardown),
       cmocka_unit_test(a_default_arena_whose_creation_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

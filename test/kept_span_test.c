@@ -255,11 +255,8 @@ static void a_slow_path_call_gives_the_kept_span_back(void **state) {
 static void a_call_back_from_another_arena_gives_the_kept_span_back(void **state) {
   sa_fixture *f = *state;
   sa_stream s = f->streams[0];
-  sa_config cfg;
-  sa_config_init(&cfg);
-  assert_int_equal(sa_config_parse(&cfg, "backend=host,keep_spans=1", NULL, 0), SA_OK);
   sa_arena *other = NULL;
-  sa_assert_ok(sa_arena_create(&cfg, &other));
+  sa_assert_ok(sa_fixture_arena_create(&other, "backend=host,keep_spans=1"));
   void *p, *x, *q;
   sa_assert_ok(sa_alloc(f->arena, &p, SPAN, s));
   sa_assert_ok(sa_free(p, s)); /* kept */

@@ -27,8 +27,8 @@
 
 #define SPAN (16 * MiB)
 
-/* No memory mapped ahead: a span freed is the one free span of its size. */
-/* A span freed goes back to the arena with a lazy mark (a kept one takes
+/* No memory mapped ahead: a span freed is the one free span of its size.
+ * Not kept: it goes back to the arena with a lazy mark (a kept one takes
  * no mark at all: kept_span_test). */
 static int setup(void **state) {
   return sa_fixture_cmocka_setup_with(state, "exact_growth=1,keep_spans=0", 3);
