@@ -62,7 +62,17 @@ static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limit,
      * back the one its thread kept (large/kept.h), and only a free on the
      * fast path keeps one. */
     SA_ASSERT(atomic_load_explicit(&e->xkept, memory_order_relaxed) == NULL);
-    sa_status st = sa__span_alloc(a, e->sarena, size, limit, out);
+    sa_status st = SA_ERR_OUT_OF_MEMORY;
+    /* Before a reshape, which remaps memory chunk by chunk, empty
+     * superblocks carved between free spans go back to them: what earlier
+     * work left behind (a thread's exit, a burst of small blocks) would
+     * otherwise keep the free memory in pieces. */
+    if (!CK_STACK_ISEMPTY(&a->small.free_superblocks)) {
+      st = sa__span_alloc(a, e->sarena, size, limit, SA_SPAN_NO_RESHAPE, out);
+      if (st == SA_ERR_OUT_OF_MEMORY) sa__reclaim_carved(a);
+    }
+    if (st == SA_ERR_OUT_OF_MEMORY)
+      st = sa__span_alloc(a, e->sarena, size, limit, SA_SPAN_RESHAPE, out);
     if (st == SA_OK) {
       sa__tentry_live_account(e, (int64_t)size, 0);
       atomic_fetch_add_explicit(&a->stats.xlarge_allocs, 1, memory_order_relaxed);

@@ -31,15 +31,21 @@
  * or an allocation's last pass, after its device sync, found the stack
  * empty while a concurrent sa_defragment held what it needed and failed
  * (defrag_test: allocation_waits_for_a_concurrent_reclaim_pass). */
-static void unmap_free_superblocks(sa_arena *a, sa_wait wait) {
+static void unmap_free_superblocks(sa_arena *a, sa_wait wait, bool carved_only) {
   sa_superblock *keep = NULL, *sb;
   pthread_mutex_lock(&a->reclaim_lock);
   while ((sb = sa__superblock_pop_global(a)) != NULL) {
     sa__hook(SA_HOOK_RECLAIM_POPPED, sb);
-    sa__superblock_unmap_or_keep(a, sb, wait, &keep);
+    if (carved_only && sb->span == NULL) {
+      sb->next = keep;
+      keep = sb;
+    } else {
+      sa__superblock_unmap_or_keep(a, sb, wait, &keep);
+    }
   }
   sa__superblock_push_all(a, keep);
   pthread_mutex_unlock(&a->reclaim_lock);
+  if (carved_only) return; /* a slab's unmap is a driver call */
   pthread_mutex_lock(&a->lock);
   sa__superblock_slabs_unmap_free(a);
   pthread_mutex_unlock(&a->lock);
@@ -65,7 +71,7 @@ void sa__reclaim(sa_arena *a, size_t need, sa_wait wait, unsigned what) {
    * free span may be the one a request grows in place. */
   if (what & SA_RECLAIM_SUPERBLOCKS) {
     sa__stream_arenas_settle(a); /* empties to the global stack, as they may go */
-    unmap_free_superblocks(a, wait);
+    unmap_free_superblocks(a, wait, false);
   }
   if (what & SA_RECLAIM_SPANS) {
     pthread_mutex_lock(&a->lock);
@@ -73,6 +79,8 @@ void sa__reclaim(sa_arena *a, size_t need, sa_wait wait, unsigned what) {
     pthread_mutex_unlock(&a->lock);
   }
 }
+
+void sa__reclaim_carved(sa_arena *a) { unmap_free_superblocks(a, SA_QUERY, true); }
 
 void sa__reclaim_release(sa_arena *a, size_t keep_bytes) {
   pthread_mutex_lock(&a->lock);

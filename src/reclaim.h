@@ -12,6 +12,12 @@
  * first. */
 enum { SA_RECLAIM_SPANS = 1, SA_RECLAIM_SUPERBLOCKS = 2, SA_RECLAIM_ALL = 3 };
 void sa__reclaim(sa_arena *a, size_t need, sa_wait wait, unsigned what);
+/* Superblocks on the global stack carved in free span memory (span.h),
+ * whose event completed, back to their runs as free span memory: for a
+ * large request no free span holds, since such a superblock may be what
+ * splits two free spans that would. No driver call but event queries;
+ * the others stay on the stack. */
+void sa__reclaim_carved(sa_arena *a);
 /* Release cached chunks down to keep_bytes. */
 void sa__reclaim_release(sa_arena *a, size_t keep_bytes);
 

@@ -561,6 +561,20 @@ static void initial_physical_is_a_pool_mapped_up_front(void **state) {
   assert_int_equal(after.va_ranges, before.va_ranges);
 }
 
+/* a (64 MiB, freed) below b (64 MiB, live), on the first stream. */
+static void free_span_below_a_live_one(sa_fixture *f, void **a, void **b) {
+  sa_assert_ok(sa_alloc(f->arena, a, 64 * MiB, f->streams[0]));
+  sa_assert_ok(sa_alloc(f->arena, b, 64 * MiB, f->streams[0]));
+  sa_assert_ok(sa_free(*a, f->streams[0]));
+}
+
+/* Sixteen small blocks, two on each of eight streams: past the footprint
+ * target (146 MiB) once a and b are there. */
+static void small_blocks_past_the_target(sa_fixture *f, void *small[16]) {
+  for (int i = 0; i < 16; i++)
+    sa_assert_ok(sa_alloc(f->arena, &small[i], i % 2 ? MiB : 768 * KiB, f->streams[i / 2]));
+}
+
 /* Superblocks are bound by the same target: past it, a stream's first
  * small block gets a superblock carved in a free span, in place.
  * After two 64 MiB spans (one freed), blocks of two classes on 8 streams
@@ -571,13 +585,10 @@ static void superblocks_past_the_target_come_from_free_spans(void **state) {
   sa_fixture f;
   setup(&f, "check_stream_order=1", 8, SA_HOST_AUTO);
   void *a, *b, *small[16];
-  sa_assert_ok(sa_alloc(f.arena, &a, 64 * MiB, f.streams[0]));
-  sa_assert_ok(sa_alloc(f.arena, &b, 64 * MiB, f.streams[0]));
-  sa_assert_ok(sa_free(a, f.streams[0]));
+  free_span_below_a_live_one(&f, &a, &b);
   uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
   uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
-  for (int i = 0; i < 16; i++)
-    sa_assert_ok(sa_alloc(f.arena, &small[i], i % 2 ? MiB : 768 * KiB, f.streams[i / 2]));
+  small_blocks_past_the_target(&f, small);
   assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * MiB);
   /* Up to the target (146 MiB) nine superblocks map memory of their own;
    * the other seven are carved in a's free span as it lies: nothing is
@@ -605,6 +616,38 @@ static void superblocks_past_the_target_come_from_free_spans(void **state) {
   free(json);
   assert_int_equal(in_a, 7);
   for (int i = 0; i < 16; i++) sa_assert_ok(sa_free(small[i], f.streams[i / 2]));
+  sa_assert_ok(sa_free(b, f.streams[0]));
+  teardown(&f);
+}
+
+/* Empty superblocks carved in a free span go back to it before a large
+ * request reshapes: what earlier small blocks left (here, streams released
+ * after their blocks were freed) does not keep the free memory in pieces,
+ * and 64 MiB fits a's span again without a driver call. */
+static void carved_superblocks_go_back_before_a_reshape(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "keep_spans=0,check_stream_order=1", 8, SA_HOST_AUTO);
+  void *a, *b, *small[16];
+  free_span_below_a_live_one(&f, &a, &b);
+  small_blocks_past_the_target(&f, small);
+  int in_a = 0;
+  for (int i = 0; i < 16; i++) in_a += (uintptr_t)small[i] - (uintptr_t)a < 64 * MiB;
+  assert_int_equal(in_a, 7); /* as superblocks_past_the_target_come_from_free_spans */
+  for (int i = 0; i < 16; i++) sa_assert_ok(sa_free(small[i], f.streams[i / 2]));
+  for (size_t i = 0; i < f.stream_count; i++)
+    sa_assert_ok(sa_stream_release(f.arena, f.streams[i]));
+  uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  uint64_t creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
+  void *c;
+  sa_assert_ok(sa_alloc(f.arena, &c, 64 * MiB, f.streams[0]));
+  assert_ptr_equal(c, a);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_MAP), maps);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_CREATE), creates);
+  assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * MiB);
+  sa_assert_ok(sa_free(c, f.streams[0]));
   sa_assert_ok(sa_free(b, f.streams[0]));
   teardown(&f);
 }
@@ -1510,6 +1553,7 @@ int main(void) {
       cmocka_unit_test(the_remapping_ledger_bounds_reshaping),
       cmocka_unit_test(a_reshape_is_charged_to_the_remapping_ledger),
       cmocka_unit_test(superblocks_past_the_target_come_from_free_spans),
+      cmocka_unit_test(carved_superblocks_go_back_before_a_reshape),
             cmocka_unit_test(a_reserve_limit_of_the_device_grows_as_a_pool),
       cmocka_unit_test(a_growth_is_one_chunk_unless_chunk_size_is_set),
       cmocka_unit_test(a_climb_maps_ahead_up_to_the_footprint_target),

@@ -368,10 +368,11 @@ sa_status sa__run_grow_above(sa_arena *a, sa_run *r, size_t need, size_t limit,
   return map_growth(a, &g, 0, limit, sarena, out);
 }
 
-sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_stream_arena *sarena,
-                       sa_span **out) {
+sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span_grow grow,
+                       sa_stream_arena *sarena, sa_span **out) {
   growth g = plan_growth(a, w, sarena);
   size_t u = reshape_bytes(a, g.size, w.need, limit);
+  if (u > 0 && grow == SA_SPAN_NO_RESHAPE) return SA_ERR_OUT_OF_MEMORY;
   if (u > 0) {
     /* Past the limit: free memory elsewhere whose work completed is
      * unmapped and stitched here instead. The grower's own pending span

@@ -13,10 +13,11 @@
 #include "span.h"
 
 /* Grow so that a free span for w exists, holding no more than limit
- * physical bytes in all, which sarena's stream can use (NULL: any; else
- * the call names its stream); returns it out of the index. */
-sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_stream_arena *sarena,
-                       sa_span **out);
+ * physical bytes in all (reshaping as grow says: span.h), which sarena's
+ * stream can use (NULL: any; else the call names its stream); returns it
+ * out of the index. */
+sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span_grow grow,
+                       sa_stream_arena *sarena, sa_span **out);
 /* Map need bytes (at least) right above run r, within limit physical
  * bytes, where the reserved range is free there: the free span returned
  * (out of the index) starts at r's free last span, if sarena's stream can

@@ -78,7 +78,7 @@ sa_status sa__span_prefill(sa_arena *a, size_t size) {
   sa_want w = {sa__round_up(size, a->gran), 0, true};
   pthread_mutex_lock(&a->lock);
   sa_span *sp;
-  sa_status st = sa__run_grow(a, w, a->physical.cap, NULL, &sp);
+  sa_status st = sa__run_grow(a, w, a->physical.cap, SA_SPAN_RESHAPE, NULL, &sp);
   if (st == SA_OK) sa__free_insert(a, sp); /* free, no marks: nothing used it */
   SA_VALIDATE(sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
@@ -143,7 +143,7 @@ static sa_status take_settled(sa_arena *a, sa_span **sp, sa_stream_arena *sarena
 }
 
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size_t limit,
-                         void **out) {
+                         sa_span_grow grow, void **out) {
   if (size > a->range.size) return SA_ERR_OUT_OF_MEMORY;
   sa_want w = sa__free_placement(a, size);
   pthread_mutex_lock(&a->lock);
@@ -155,7 +155,7 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size
     if (sp != NULL)
       sa__free_remove(a, sp);
     else
-      st = sa__run_grow(a, w, limit, sarena, &sp);
+      st = sa__run_grow(a, w, limit, grow, sarena, &sp);
   }
   if (st == SA_OK) st = take_settled(a, &sp, sarena, w);
   if (st == SA_OK) {
