@@ -1,7 +1,7 @@
 /* driver_timer: a libcuda.so.1 in front of the real driver that times the
  * calls whose cost the large path's policy weighs (chunk create, map,
- * access, unmap, release, reserve; event record, query and synchronize;
- * stream waits) and counts the ones a fast path may make per operation
+ * access, unmap, release, reserve; event create, destroy, record, query
+ * and synchronize; stream waits; stream and context synchronizes) and counts the ones a fast path may make per operation
  * (capture status, current context, a stream's context and id)
  * and prints per call: count, total and mean us, bytes. Any program that
  * reaches the driver through cuGetProcAddress_v2 (streamarena, peer_bench's
@@ -27,13 +27,15 @@
 
 enum {
   F_CREATE, F_MAP, F_ACCESS, F_UNMAP, F_RELEASE, F_RESERVE, F_RECORD, F_QUERY, F_WAIT,
-  F_EVENT_SYNC, F_CAPTURING, F_CTX_GET, F_CTX_SET, F_STREAM_CTX, F_STREAM_ID, F_N
+  F_EVENT_SYNC, F_CAPTURING, F_CTX_GET, F_CTX_SET, F_STREAM_CTX, F_STREAM_ID, F_EVENT_CREATE,
+  F_EVENT_DESTROY, F_STREAM_SYNC, F_CTX_SYNC, F_N
 };
 static const char *const names[F_N] = {
     "cuMemCreate",        "cuMemMap",        "cuMemSetAccess", "cuMemUnmap",
     "cuMemRelease",       "cuMemAddressReserve", "cuEventRecord", "cuEventQuery",
     "cuStreamWaitEvent",  "cuEventSynchronize",  "cuStreamIsCapturing", "cuCtxGetCurrent",
-    "cuCtxSetCurrent",    "cuStreamGetCtx",  "cuStreamGetId"};
+    "cuCtxSetCurrent",    "cuStreamGetCtx",  "cuStreamGetId", "cuEventCreate", "cuEventDestroy",
+    "cuStreamSynchronize", "cuCtxSynchronize"};
 static void *real_fn[F_N];
 static double total_us[F_N], bytes[F_N];
 static unsigned long calls[F_N];
@@ -75,6 +77,9 @@ typedef CUresult (*ctx_get_fn)(CUcontext *);
 typedef CUresult (*ctx_set_fn)(CUcontext);
 typedef CUresult (*stream_ctx_fn)(CUstream, CUcontext *);
 typedef CUresult (*stream_id_fn)(CUstream, unsigned long long *);
+typedef CUresult (*event_create_fn)(CUevent *, unsigned);
+typedef CUresult (*stream_sync_fn)(CUstream);
+typedef CUresult (*ctx_sync_fn)(void);
 
 static CUresult w_create(CUmemGenericAllocationHandle *h, size_t s, const CUmemAllocationProp *p,
                          unsigned long long f) {
@@ -112,11 +117,19 @@ static CUresult w_stream_id(CUstream s, unsigned long long *id) {
   TIMED(F_STREAM_ID, 0, stream_id_fn, s, id);
 }
 
+static CUresult w_event_create(CUevent *e, unsigned f) {
+  TIMED(F_EVENT_CREATE, 0, event_create_fn, e, f);
+}
+static CUresult w_event_destroy(CUevent e) { TIMED(F_EVENT_DESTROY, 0, query_fn, e); }
+static CUresult w_stream_sync(CUstream s) { TIMED(F_STREAM_SYNC, 0, stream_sync_fn, s); }
+static CUresult w_ctx_sync(void) { TIMED(F_CTX_SYNC, 0, ctx_sync_fn); }
+
 static void *const wrappers[F_N] = {
     (void *)w_create,     (void *)w_map,       (void *)w_access,  (void *)w_unmap,
     (void *)w_release,    (void *)w_reserve,   (void *)w_record,  (void *)w_query,
     (void *)w_wait,       (void *)w_event_sync, (void *)w_capturing, (void *)w_ctx_get,
-    (void *)w_ctx_set,    (void *)w_stream_ctx, (void *)w_stream_id};
+    (void *)w_ctx_set,    (void *)w_stream_ctx, (void *)w_stream_id, (void *)w_event_create,
+    (void *)w_event_destroy, (void *)w_stream_sync, (void *)w_ctx_sync};
 
 __attribute__((constructor)) static void timer_open(void) {
   const char *path = getenv("REAL_LIBCUDA");

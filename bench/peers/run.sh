@@ -23,8 +23,9 @@
 #   --only=after     RMM's random allocations up to 4 GiB on a fresh
 #                    instance and on one that first replayed the traces and
 #                    ran the pairs and threads (peer_bench --workloads=after),
-#                    each backend but the curve's points, streamarena-torch
-#                    and streamarena-prefill; a process per backend and
+#                    each backend but streamarena-torch and
+#                    streamarena-prefill (the curve's points too: what a
+#                    larger footprint target buys); a process per backend and
 #                    round (--after-rounds, default 3; 1 quick: a single
 #                    run of the 4 GiB case lasts milliseconds), RESULTS.md
 #                    gives the median of the processes
@@ -216,7 +217,7 @@ done
 if [ "$only" = after ]; then
   afters=()
   for b in "${list[@]}"; do
-    case "$b" in streamarena-torch|streamarena-ft*|streamarena-prefill) ;; *) afters+=("$b") ;; esac
+    case "$b" in streamarena-torch|streamarena-prefill) ;; *) afters+=("$b") ;; esac
   done
   n=${#afters[@]}
   for ((round = 1; round <= after_rounds && n > 0; round++)); do
