@@ -56,6 +56,8 @@ const char usage_text[] =
     "                      0 leaves a case out)\n"
     "  --random-runs=N     runs of each random case on one instance (default 2)\n"
     "  --random-max-s=S    a random run stops after S seconds (default 40)\n"
+    "  --random-slowest=N  after each random run, its N slowest operations and the\n"
+    "                      share of the run's time they took (default 0: none)\n"
     "  --trace-round=N     tag the trace results as round N (run.sh replays every\n"
     "                      trace in rounds, the backends interleaved; plot.py takes\n"
     "                      the median)\n"
@@ -106,7 +108,8 @@ bool to_u64(const std::string &s, uint64_t lo, uint64_t hi, uint64_t *out) {
 int parse(int argc, char **argv, Args *a) {
   static const char *const with_value[] = {
       "--backends", "--plugin",      "--workloads",    "--threads", "--reps", "--rep-ms",
-      "--random-n", "--random-runs", "--random-max-s", "--trace-round", "--sa-conf", "--json"};
+      "--random-n", "--random-runs", "--random-max-s", "--random-slowest", "--trace-round",
+      "--sa-conf",  "--json"};
   for (int i = 1; i < argc; i++) {
     std::string arg = argv[i], name = arg, v;
     if (arg == "-h" || arg == "--help") {
@@ -165,6 +168,9 @@ int parse(int argc, char **argv, Args *a) {
     } else if (name == "--random-max-s") {
       ok = to_u64(v, 1, 3600, &n);
       a->opt.random_max_s = static_cast<double>(n);
+    } else if (name == "--random-slowest") {
+      ok = to_u64(v, 0, 1000, &n);
+      a->opt.random_slowest = static_cast<unsigned>(n);
     } else if (name == "--trace-round") {
       ok = to_u64(v, 1, 99, &n);
       a->opt.trace_round = static_cast<unsigned>(n);

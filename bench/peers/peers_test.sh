@@ -104,6 +104,30 @@ assert all(r["reserved_peak"] >= 1 << 30 for r in rnd), rnd
 print("prefill: ok")
 PY
 
+# --random-slowest: a run's slowest operations, slowest first, their sizes
+# what the loop asked for and their share of the run at most all of it.
+if ! "$bench" --quick --backends=streamarena --workloads=random --random-n=0,20 \
+  --random-runs=1 --random-slowest=3 > "$out/slowest.log" 2>&1; then
+  tail -n 20 "$out/slowest.log"; echo "peer_bench --random-slowest failed"; exit 1
+fi
+python3 - "$out/slowest.log" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+head = re.search(r"slowest 3 of (\d+) operations of streamarena random-4GiB: ([\d.]+) us, "
+                 r"([\d.]+)% of the run", text)
+assert head, text
+assert int(head.group(1)) >= 20 and 0 < float(head.group(3)) <= 100, head.group(0)
+ops = re.findall(r"^ +([\d.]+) us  (alloc|free) +([\d.]+) MiB  live ([\d.]+) GiB$", text, re.M)
+assert len(ops) == 3, text
+us = [float(o[0]) for o in ops]
+assert us == sorted(us, reverse=True) and abs(sum(us) - float(head.group(2))) < 0.5, ops
+assert all(0 < float(o[2]) <= 4096 for o in ops), ops
+print("slowest: ok")
+PY
+if "$bench" --random-slowest=1001 --workloads=random > /dev/null 2>&1; then
+  echo "--random-slowest=1001 must fail"; exit 1
+fi
+
 # Trace replays in rounds (run.sh interleaves the backends): each result
 # tagged with its round; plot.py gives the median and the range.
 if "$bench" --trace-round=0 --workloads=trace "${traces[0]}" > /dev/null 2>&1; then

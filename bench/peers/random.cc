@@ -11,6 +11,7 @@
 // is timed apart (create_seconds): an allocator that takes its memory up
 // front (RMM's arena: half the device) pays there what others pay in the
 // first run.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -33,8 +34,34 @@ struct Run {
   bool truncated = false;
 };
 
+// One operation's time, for --random-slowest.
+struct Op {
+  uint64_t ns;
+  bool alloc;
+  size_t size, live_bytes; // live before it
+};
+
+// The run's n slowest operations, and their share of its time.
+void print_slowest(const char *backend, const char *name, std::vector<Op> *ops, unsigned n,
+                   double seconds) {
+  n = std::min<unsigned>(n, static_cast<unsigned>(ops->size()));
+  std::partial_sort(ops->begin(), ops->begin() + n, ops->end(),
+                    [](const Op &x, const Op &y) { return x.ns > y.ns; });
+  uint64_t ns = 0;
+  for (unsigned k = 0; k < n; k++) ns += (*ops)[k].ns;
+  std::printf("slowest %u of %zu operations of %s %s: %.1f us, %.1f%% of the run\n", n,
+              ops->size(), backend, name, static_cast<double>(ns) * 1e-3,
+              seconds > 0 ? static_cast<double>(ns) * 1e-7 / seconds : 0.0);
+  for (unsigned k = 0; k < n; k++) {
+    const Op &o = (*ops)[k];
+    std::printf("  %10.1f us  %-5s %10.1f MiB  live %.2f GiB\n", static_cast<double>(o.ns) * 1e-3,
+                o.alloc ? "alloc" : "free", static_cast<double>(o.size) / MiB,
+                static_cast<double>(o.live_bytes) / GiB);
+  }
+}
+
 bool one_run(const Ctx &c, Instance &in, void *s, size_t n, size_t max_size, Run *r,
-             std::string *err) {
+             std::vector<Op> *ops, std::string *err) {
   std::mt19937_64 gen(12345); // the same sequence for every backend and run
   std::uniform_int_distribution<size_t> size_d(1, max_size);
   std::uniform_int_distribution<int> op_d(0, 99);
@@ -56,7 +83,9 @@ bool one_run(const Ctx &c, Instance &in, void *s, size_t n, size_t max_size, Run
       do_alloc = op_d(gen) < ALLOC_PERCENT && r->allocs < n && live_bytes + size < LIVE_CAP;
     if (do_alloc) {
       void *p;
+      const uint64_t a0 = ops != nullptr ? now_ns() : 0;
       int rc = in.alloc(&p, size, s);
+      if (ops != nullptr) ops->push_back({now_ns() - a0, true, size, live_bytes});
       if (rc == PEER_OK) {
         live.emplace_back(p, size);
         r->allocs++;
@@ -78,7 +107,10 @@ bool one_run(const Ctx &c, Instance &in, void *s, size_t n, size_t max_size, Run
     live.pop_back();
     live_bytes -= psize;
     r->frees++;
-    if (in.free(p, psize, s, s) != PEER_OK) {
+    const uint64_t f0 = ops != nullptr ? now_ns() : 0;
+    const int frc = in.free(p, psize, s, s);
+    if (ops != nullptr) ops->push_back({now_ns() - f0, false, psize, live_bytes + psize});
+    if (frc != PEER_OK) {
       *err = in.failed("free", psize);
       ok = false;
     }
@@ -104,7 +136,9 @@ bool random_runs(const Ctx &c, Instance &in, void *s, int k, const char *name, d
   bool ok = true;
   for (unsigned run = 1; ok && run <= c.opt.random_runs; run++) {
     Run r;
-    ok = one_run(c, in, s, n, MAX_SIZES[k], &r, err);
+    std::vector<Op> ops;
+    if (c.opt.random_slowest > 0) ops.reserve(2 * n);
+    ok = one_run(c, in, s, n, MAX_SIZES[k], &r, c.opt.random_slowest > 0 ? &ops : nullptr, err);
     peer_stats st;
     if (ok) ok = in.stats(&st, err);
     if (!ok) break;
@@ -132,6 +166,8 @@ bool random_runs(const Ctx &c, Instance &in, void *s, int k, const char *name, d
                                   .count("peak_live", r.peak_live)
                                   .count("reserved_peak", st.reserved_peak),
                     row);
+    if (c.opt.random_slowest > 0)
+      print_slowest(c.b->name, name, &ops, c.opt.random_slowest, r.seconds);
   }
   return ok;
 }

@@ -23,6 +23,7 @@ struct Options {
   size_t random_n[2] = {100000, 1000}; // RMM's two random-allocation cases
   unsigned random_runs = 2;            // on one instance: cold, then warm
   double random_max_s = 40;            // a run stops (marked truncated) after this
+  unsigned random_slowest = 0;         // print a run's slowest operations (0: none)
   unsigned trace_round = 0;            // tags trace results (run.sh interleaves rounds)
   std::vector<std::string> traces;
 };
