@@ -459,6 +459,54 @@ static void a_destroyed_stream_leaves_its_span_to_a_synchronize(void **state) {
   assert_int_equal(st.large_spans, 0);
 }
 
+/* First use of a handle in another thread (the arena compares stream ids). */
+static void *use_once(void *arg) {
+  keeper *k = arg;
+  void *p;
+  if (sa_alloc(k->arena, &p, 64, k->s) != SA_OK || sa_free(p, k->s) != SA_OK) return (void *)1;
+  return NULL;
+}
+
+/* A is drained and destroyed unreleased; A2 gets its handle. This thread
+ * used A, so it goes on with A's state on A2 (the header's handle rule):
+ * its kept span comes back on A2 and A2's fill is queued on it. Another
+ * thread then finds A's stream arena gone, and it is, but not done: the
+ * span must wait for A2's work (a device-wide synchronize), not go free
+ * unmarked to B. */
+static void a_reused_handle_keeps_the_new_streams_work_on_a_kept_span(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a, a2, b = f->streams[1];
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &a));
+  void *p, *q, *r, *x;
+  sa_assert_ok(sa_alloc(f->arena, &p, SPAN, a));
+  sa_assert_ok(sa_free(p, a)); /* kept */
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_host_stream_destroy(a));
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &a2));
+  assert_ptr_equal(a2, a); /* the simulator hands the handle out again, as CUDA does */
+  sa_assert_ok(sa_alloc(f->arena, &q, SPAN, a2)); /* the kept span, on A2 now */
+  assert_ptr_equal(q, p);
+  sa_assert_ok(sa_host_fill(a2, q, SPAN, 0xA2A2A2A2u)); /* queued: A2 is manual */
+  sa_assert_ok(sa_free(q, a2)); /* kept again, by A's state */
+  keeper k = {.arena = f->arena, .s = a2};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, use_once, &k), 0);
+  void *ret = (void *)2;
+  assert_int_equal(pthread_join(t, &ret), 0);
+  assert_null(ret);
+  uint64_t v0 = violations();
+  sa_assert_ok(sa_alloc(f->arena, &x, 64, b)); /* gives the kept span back, unnamed */
+  sa_assert_ok(sa_alloc(f->arena, &r, SPAN, b));
+  assert_int_equal(violations(), v0);
+  assert_true(sa_host_stream_pending(a2) > 0);
+  sa_assert_ok(sa_host_drain_all());
+  assert_int_equal(violations(), v0);
+  sa_assert_ok(sa_free(r, b));
+  sa_assert_ok(sa_free(x, b));
+  sa_assert_ok(sa_stream_release(f->arena, a2));
+  sa_assert_ok(sa_host_stream_destroy(a2));
+}
+
 /* Another thread keeps a span that this thread needs to fit under the
  * arena's cap: the out-of-memory pass takes it back after its device-wide
  * synchronize, and the keeper, asking again, finds its entry empty. */
@@ -539,6 +587,8 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(a_released_stream_takes_back_what_threads_kept, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(a_reused_handle_keeps_the_new_streams_work_on_a_kept_span,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(a_destroyed_stream_leaves_its_span_to_a_synchronize,
                                       setup, teardown),
       cmocka_unit_test(out_of_memory_takes_back_other_threads_kept_spans),

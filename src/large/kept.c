@@ -31,6 +31,15 @@ static bool gone(const sa_stream_arena *sarena) {
   return atomic_load_explicit(&sarena->xgone, memory_order_acquire);
 }
 
+/* Is all work sarena's stream did on what it keeps known done? Only once
+ * it went through sa_stream_release, which synchronized it (synced). Found
+ * destroyed is not enough: a thread that used the old stream goes on with
+ * its state on a new stream that got the handle (the header's handle rule),
+ * so work the new stream queued may still use a span that state kept. */
+static bool work_done(const sa_stream_arena *sarena) {
+  return gone(sarena) && sarena->synced;
+}
+
 /* Would a free and a request of sp's size put it back where it is? Only
  * then is it kept: kept elsewhere, it would stand between free spans that a
  * coalesce joins and a best fit places from, and over a trace of many sizes
@@ -94,7 +103,13 @@ static void orphan(sa_arena *a, sa_span *sp) {
 sa_status sa__span_kept_free(sa_arena *a, sa_span *sp) {
   pthread_mutex_lock(&a->lock);
   SA_ASSERT(atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_CACHED);
-  sa_status st = free_kept(a, sp, gone(sp->owner) ? SA_SPAN_CLEAN : SA_SPAN_MARKED);
+  sa_status st = SA_OK;
+  if (work_done(sp->owner))
+    st = free_kept(a, sp, SA_SPAN_CLEAN);
+  else if (gone(sp->owner)) /* no driver call on it: a device sync frees it */
+    orphan(a, sp);
+  else
+    st = free_kept(a, sp, SA_SPAN_MARKED);
   SA_VALIDATE_PACED(&a->spans.pace, sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
   return st;
@@ -103,8 +118,8 @@ sa_status sa__span_kept_free(sa_arena *a, sa_span *sp) {
 void sa__span_kept_orphan(sa_arena *a, sa_span *sp) {
   pthread_mutex_lock(&a->lock);
   SA_ASSERT(atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_CACHED);
-  /* A gone stream arena's stream did all its work (kept.h): no mark. */
-  if (!gone(sp->owner) || free_kept(a, sp, SA_SPAN_CLEAN) != SA_OK) orphan(a, sp);
+  /* A released stream arena's stream did all its work (kept.h): no mark. */
+  if (!work_done(sp->owner) || free_kept(a, sp, SA_SPAN_CLEAN) != SA_OK) orphan(a, sp);
   SA_VALIDATE_PACED(&a->spans.pace, sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
 }
@@ -122,7 +137,7 @@ static void free_orphans(sa_arena *a, const sa_stream_arena *mine, sa_span_mark 
     size_t size = sp->size;             /* and may merge it into a neighbour */
     bool wanted = mark == SA_SPAN_MARKED
                       ? owner == mine
-                      : gone(owner) || sa__clean_since(&a->sync, sp->orphan_gen);
+                      : work_done(owner) || sa__clean_since(&a->sync, sp->orphan_gen);
     sp->orphan_next = NULL;
     if (wanted && free_kept(a, sp, mark) == SA_OK) {
       atomic_fetch_sub_explicit(&owner->xorphans, 1, memory_order_relaxed);

@@ -14,9 +14,12 @@
  * the entry goes (the thread's exit, an eviction, the stream's release).
  * Where that is not a call naming the stream, no driver call may touch it
  * (it may be destroyed): the span becomes an orphan, freed at the stream's
- * next named call (sa__tentry_get), once the stream arena is gone (released,
- * or destroyed, which the header asks to be after a synchronize), or once
- * a device sync that started later completed.
+ * next named call (sa__tentry_get), once the stream was released
+ * (sa_stream_release synchronized it), or once a device sync that started
+ * later completed. A stream arena found gone because a new stream got its
+ * handle does not free it: a thread that used the old stream goes on with
+ * its state on the new one until it looks the handle up again, so the new
+ * stream's work may use the span.
  *
  * Calls span.c; called by alloc.c, free.c, reclaim.c, thread_cache.c and
  * stream_arena.c. */
@@ -48,13 +51,14 @@ bool sa__span_keep(sa_arena *a, sa_stream_arena *sarena, uintptr_t p, sa_span **
 void sa__span_kept_reuse(sa_span *sp);
 
 /* sp, kept by an entry for its owner's stream, freed on that stream in a
- * call naming it, with the free's mark. On failure (the mark's memory, an
- * event's record, the stream being captured) it stays kept. Takes the
- * arena lock. */
+ * call naming it, with the free's mark; without one where the stream was
+ * released; an orphan where the stream arena was found gone unreleased (no
+ * driver call may name it). On failure (the mark's memory, an event's
+ * record, the stream being captured) it stays kept. Takes the arena lock. */
 sa_status sa__span_kept_free(sa_arena *a, sa_span *sp);
 
 /* The same outside a call naming the stream, or after that failed: freed
- * without a mark where the stream arena is gone, else an orphan (above).
+ * without a mark where the stream was released, else an orphan (above).
  * Takes the arena lock. */
 void sa__span_kept_orphan(sa_arena *a, sa_span *sp);
 
@@ -64,7 +68,7 @@ void sa__span_kept_orphan(sa_arena *a, sa_span *sp);
 void sa__span_orphans_free(sa_arena *a, sa_stream_arena *sarena);
 
 /* Orphans whose work is known done freed without a mark: their stream
- * arena is gone, or a device sync that started after they were orphaned
+ * was released, or a device sync that started after they were orphaned
  * completed. Arena lock held. */
 void sa__span_orphans_settle(sa_arena *a);
 
