@@ -113,7 +113,7 @@ static void give_back_cached(sa_arena *a, sa_tentry *e, sa_stream s) {
 static bool superblocks_serve(const sa_arena *a, size_t size) {
   size_t most = sa__physical_stitch_limit(a);
   return atomic_load_explicit(&a->small.xsuperblocks_empty, memory_order_relaxed) <= most ||
-         size / most <= a->cfg.superblock_size;
+         size / most <= atomic_load_explicit(&a->small.xsuperblock_size, memory_order_relaxed);
 }
 
 /* Allocate; past a limit, get memory back and try again:
