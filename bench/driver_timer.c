@@ -1,9 +1,10 @@
 /* driver_timer: a libcuda.so.1 in front of the real driver that times the
  * calls whose cost the large path's policy weighs (chunk create, map,
  * access, unmap, release, reserve; event create, destroy, record, query
- * and synchronize; stream waits; stream and context synchronizes) and counts the ones a fast path may make per operation
- * (capture status, current context, a stream's context and id)
- * and prints per call: count, total and mean us, bytes. Any program that
+ * and synchronize; stream waits; stream and context synchronizes) and
+ * counts the ones a fast path may make per operation (capture status,
+ * current context, a stream's context and id), and prints per call:
+ * count, total and mean us, bytes. Any program that
  * reaches the driver through cuGetProcAddress_v2 (streamarena, peer_bench's
  * built-in backends) can be timed without a profiler:
  *
