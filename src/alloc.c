@@ -23,6 +23,7 @@
 #include "free.h"
 #include "large/kept.h"
 #include "large/span.h"
+#include "pool_block.h"
 #include "reclaim.h"
 #include "report.h"
 #include "small/size_class.h"
@@ -63,16 +64,20 @@ static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limit,
      * fast path keeps one. */
     SA_ASSERT(atomic_load_explicit(&e->xkept, memory_order_relaxed) == NULL);
     sa_status st = SA_ERR_OUT_OF_MEMORY;
+    /* A graph pool's segment maps nothing ahead: the pool grows it in
+     * place (pool.c), into the room that memory mapped ahead would give
+     * the arena's next spans. */
+    bool exact = e->stream != NULL && e->stream == sa__pools_stream(&a->pools);
     /* Before a reshape, which remaps memory chunk by chunk, empty
      * superblocks carved between free spans go back to them: what earlier
      * work left behind (a thread's exit, a burst of small blocks) would
      * otherwise keep the free memory in pieces. */
     if (ck_pr_load_ptr(&a->small.free_superblocks.head) != NULL) {
-      st = sa__span_alloc(a, e->sarena, size, limit, SA_SPAN_NO_RESHAPE, out);
+      st = sa__span_alloc(a, e->sarena, size, limit, SA_SPAN_NO_RESHAPE, exact, out);
       if (st == SA_ERR_OUT_OF_MEMORY) sa__reclaim_carved(a);
     }
     if (st == SA_ERR_OUT_OF_MEMORY)
-      st = sa__span_alloc(a, e->sarena, size, limit, SA_SPAN_RESHAPE, out);
+      st = sa__span_alloc(a, e->sarena, size, limit, SA_SPAN_RESHAPE, exact, out);
     if (st == SA_OK) {
       sa__tentry_live_account(e, (int64_t)size, 0);
       atomic_fetch_add_explicit(&a->stats.xlarge_allocs, 1, memory_order_relaxed);

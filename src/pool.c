@@ -127,7 +127,7 @@ static sa_status alloc_growth(void *arg) {
  * its chunk creation and mapping as potentially unsafe calls, and
  * invalidate itself. */
 static sa_status alloc_relaxed(sa_arena *a, void **out, size_t size) {
-  growth g = {a, out, size, a->pools.stream}; /* set once, with the first pool */
+  growth g = {a, out, size, sa__pools_stream(&a->pools)};
   return a->drv->ops->call_relaxed(a->drv, alloc_growth, &g);
 }
 
@@ -152,7 +152,7 @@ static sa_status grow(sa_pool *pool, size_t request) {
     free(b);
     return SA_ERR_OUT_OF_MEMORY;
   }
-  sa_stream grower = a->pools.stream; /* set once, with the first pool */
+  sa_stream grower = sa__pools_stream(&a->pools);
   void *p;
   sa_status st = alloc_relaxed(a, &p, size);
   if (st == SA_OK && (uintptr_t)p % SA_POOL_ALIGN != 0 && size - SA_POOL_ALIGN < request) {
@@ -195,8 +195,8 @@ typedef struct extension_s {
 
 static sa_status extend_growth(void *arg) {
   extension *x = arg;
-  return sa__alloc_extend(x->arena, (void *)x->span, x->size, x->more, x->arena->pools.stream,
-                          &x->added);
+  return sa__alloc_extend(x->arena, (void *)x->span, x->size, x->more,
+                          sa__pools_stream(&x->arena->pools), &x->added);
 }
 
 /* The segment whose top a growth in place would extend for a request of
@@ -237,7 +237,7 @@ static sa_status grow_in_place(sa_pool *pool, sa_pool_seg *seg, uintptr_t span,
   /* Grown, the span holds the memory whatever follows: a failed
    * synchronize or a release that raced leaves it unused in the span,
    * which goes back whole. */
-  if (st == SA_OK) st = a->drv->ops->stream_synchronize(a->drv, a->pools.stream);
+  if (st == SA_OK) st = a->drv->ops->stream_synchronize(a->drv, sa__pools_stream(&a->pools));
   if (st == SA_OK && !sa__pools_extend(a, pool, seg, span_size, span_size + x.added, b))
     st = SA_ERR_OUT_OF_MEMORY;
   if (st != SA_OK) free(b);

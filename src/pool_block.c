@@ -818,7 +818,11 @@ sa_status sa__pools_add(sa_arena *a, sa_pool *pool) {
   sa_pools *ps = &a->pools;
   pthread_mutex_lock(&ps->lock);
   sa_status st = SA_OK;
-  if (ps->stream == NULL) st = a->drv->ops->stream_create(a->drv, &ps->stream);
+  if (sa__pools_stream(ps) == NULL) {
+    sa_stream s = NULL;
+    st = a->drv->ops->stream_create(a->drv, &s);
+    if (st == SA_OK) atomic_store_explicit(&ps->xstream, s, memory_order_release);
+  }
   if (st == SA_OK) {
     pool->next = ps->live;
     ps->live = pool;
@@ -942,8 +946,8 @@ sa_status sa__pools_fini(sa_arena *a) {
   ps->nsegs = ps->segs_cap = 0;
   atomic_store(&ps->xnsegs, 0);
   sa_status st = SA_OK;
-  if (ps->stream != NULL) st = a->drv->ops->stream_destroy(a->drv, ps->stream);
-  ps->stream = NULL;
+  sa_stream s = atomic_exchange(&ps->xstream, NULL);
+  if (s != NULL) st = a->drv->ops->stream_destroy(a->drv, s);
   return st;
 }
 

@@ -126,8 +126,15 @@ typedef struct sa_pools_s {
   size_t nsegs, segs_cap;
   _Atomic size_t xnsegs;             /* read unlocked: 0, no pool block anywhere */
   sa_pool *live, *released; /* the pools, and tombstones of released ones */
-  sa_stream stream;                  /* the pools' growth stream (made with the first) */
+  /* The pools' growth stream, made with the first pool: read unlocked by
+   * sa_alloc, whose growths on it map nothing ahead (alloc.c). */
+  _Atomic(sa_stream) xstream;
 } sa_pools;
+
+/* The pools' growth stream, NULL before the first pool. No lock needed. */
+static inline sa_stream sa__pools_stream(sa_pools *ps) {
+  return atomic_load_explicit(&ps->xstream, memory_order_acquire);
+}
 
 /* A stream's tag: never 0, which means clean (NULL is a stream too). */
 static inline uint64_t sa__pool_tag(sa_stream s) { return (uint64_t)(uintptr_t)s + 1; }

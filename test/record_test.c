@@ -303,13 +303,13 @@ static void a_recorded_mark_survives_its_streams_handle_reused(void **state) {
   void *r[FREES], *q, *p, *sep[2];
   /* Spans of another size, freed later on the new stream: none of them is
    * p's memory (live spans keep them apart), and a third stream's request
-   * fits p best. */
+   * fits p best (smaller than what the climb mapped ahead, 8 MiB). */
   for (int i = 0; i < FREES; i++) sa_assert_ok(sa_alloc(f->arena, &r[i], 2 * MiB, a));
   sa_assert_ok(sa_alloc(f->arena, &sep[0], 2 * MiB, a));
   sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &k));
   sa_assert_ok(sa_alloc(f->arena, &q, 4096, k)); /* this thread knows k */
   sa_assert_ok(sa_free(q, k));
-  sa_assert_ok(sa_alloc(f->arena, &p, 8 * MiB, a));
+  sa_assert_ok(sa_alloc(f->arena, &p, 6 * MiB, a));
   sa_assert_ok(sa_alloc(f->arena, &sep[1], 2 * MiB, a));
   sa_assert_ok(sa_host_fill(k, p, 4096, 0x6b6b6b6bu));
   sa_assert_ok(sa_record_stream(p, k));
@@ -321,7 +321,7 @@ static void a_recorded_mark_survives_its_streams_handle_reused(void **state) {
   for (int i = 0; i < FREES; i++) sa_assert_ok(sa_free(r[i], next));
   sa_assert_ok(sa_host_stream_drain(next)); /* its events complete, not k's fill */
   uint64_t v0 = violations(), mism = 0;
-  sa_assert_ok(sa_alloc(f->arena, &q, 8 * MiB, c));
+  sa_assert_ok(sa_alloc(f->arena, &q, 6 * MiB, c));
   assert_ptr_equal(q, p);
   sa_assert_ok(sa_host_fill(c, q, 4096, 0xC3C3C3C3u));
   sa_assert_ok(sa_host_check(c, q, 4096, 0xC3C3C3C3u, &mism));

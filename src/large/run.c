@@ -290,11 +290,16 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
  * ahead serves the next requests of the climb without a driver call. What
  * the last growth of a climb maps ahead may stay unused at the peak, so it
  * is at most a share of what is held (sa__physical_ahead_share: 1/512 at
- * the default footprint target, more for a larger one; at least a
- * granule) and within the target, which keeps the default's peak where it
- * is with none mapped ahead (See Note [Mapping ahead]). Not under a budget or a reserve_limit,
- * which are limits the user set, not targets to fill, nor with
- * SA_FLAG_EXACT_GROWTH. */
+ * the default footprint target, more for a larger one) and within the
+ * target, which keeps the default's peak where it is with none mapped
+ * ahead (See Note [Mapping ahead]). It is at least SA_AHEAD_FLOOR
+ * granules (half the target's floor, which the target allows over any
+ * peak): at 1/512 alone a climb below a few GiB grows a granule or two at
+ * a time, a chunk's fixed cost each. Not under a budget or a
+ * reserve_limit, which are limits the user set, not targets to fill, nor
+ * with SA_FLAG_EXACT_GROWTH. */
+#define SA_AHEAD_FLOOR 4
+
 static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
   if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 ||
       (a->cfg.flags & SA_FLAG_EXACT_GROWTH))
@@ -305,7 +310,7 @@ static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
   size_t held = a->physical.bytes + missing, target = sa__physical_soft_limit(a);
   if (held >= target) return 0;
   size_t most = sa__physical_ahead_share(a, held);
-  if (most < a->gran) most = a->gran;
+  if (most < SA_AHEAD_FLOOR * a->gran) most = SA_AHEAD_FLOOR * a->gran;
   size_t ahead = target - held < most ? target - held : most;
   return ahead & ~(a->gran - 1);
 }

@@ -143,9 +143,10 @@ static sa_status take_settled(sa_arena *a, sa_span **sp, sa_stream_arena *sarena
 }
 
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size_t limit,
-                         sa_span_grow grow, void **out) {
+                         sa_span_grow grow, bool exact, void **out) {
   if (size > a->range.size) return SA_ERR_OUT_OF_MEMORY;
   sa_want w = sa__free_placement(a, size);
+  w.exact = exact;
   pthread_mutex_lock(&a->lock);
   sa__span_record_wanted(a, sarena);
   sa_status st = sa__live_reserve(a);

@@ -127,9 +127,10 @@ bool sa__span_may_hold_back(const sa_arena *a, size_t bytes);
  * reshaping free span memory (run.c); or, SA_SPAN_NO_RESHAPE, only where
  * that is not needed (SA_ERR_OUT_OF_MEMORY, nothing changed, where it is). */
 typedef enum sa_span_grow_e { SA_SPAN_RESHAPE = 0, SA_SPAN_NO_RESHAPE = 1 } sa_span_grow;
-/* Sizes in bytes; limit: the physical bytes growth may reach. */
+/* Sizes in bytes; limit: the physical bytes growth may reach; exact: a
+ * growth maps no more than the request (none ahead on a climb: run.c). */
 sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size_t limit,
-                         sa_span_grow grow, void **out);
+                         sa_span_grow grow, bool exact, void **out);
 /* Mark the live span at p a graph pool's segment (span.pool_segment):
  * growth leaves the room above it to the pool. Takes the arena lock. */
 void sa__span_set_pool_segment(sa_arena *a, uintptr_t p);
