@@ -12,12 +12,10 @@ import pathlib
 import sys
 
 ALLOCATORS = ("streamarena", "default", "expandable")
-# The configuration the examples run streamarena with (README's keys). Spans
-# from 1 KiB up (only 512-byte requests in superblocks): PyTorch's trace of
-# train.py (bench/traces/torch_transformer.csv.gz) replays at 1.007 x its
-# peak live bytes (23,668 MiB, as the GPU run gave), against 1.016 with the
-# default threshold (half a superblock); docs/TORCH.md.
-DEFAULT_CONF = "large_threshold=1KiB"
+# The configuration the examples run streamarena with (README's keys): none
+# of their own, so streamarena.torch.install()'s (TORCH_DEFAULTS: spans from
+# 1 KiB up, only requests up to 1 KiB in superblocks; docs/TORCH.md).
+DEFAULT_CONF = ""
 
 _TORCH_ENV = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 _REPO = pathlib.Path(__file__).resolve().parents[2]

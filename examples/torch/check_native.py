@@ -48,7 +48,7 @@ ROWS = ("cudnn-benchmark", "compile-default", "compile-graphs", "cuda-graph", "m
         "fraction", "history", "summary", "ipc")
 ALLOCATORS = ("default", "streamarena")
 LOSS_TOLERANCE = 0.03  # relative, per step: bf16 noise between two runs of one program
-CONF = "large_threshold=1KiB"  # the examples' configuration (allocators.py)
+CONF = ""  # the examples' configuration (allocators.py): install()'s defaults
 
 
 # --- the rows, run in a process of their own ----------------------------------

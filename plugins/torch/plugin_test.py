@@ -534,6 +534,39 @@ def case_hooks_after_default_arenas_shutdown_touch_no_freed_arena():
     return 10
 
 
+def case_install_configures_spans_from_1_kib_unless_told():
+    """install() gives the arenas large_threshold=1KiB where the user's
+    configuration does not name it: a request above 1 KiB takes a span,
+    whose live bytes are the bytes requested (a small block would count its
+    size class's)."""
+    expect(sat.torch_conf("") == "large_threshold=1KiB", sat.torch_conf(""))
+    expect(sat.torch_conf("max_physical=1GiB") == "max_physical=1GiB,large_threshold=1KiB",
+           sat.torch_conf("max_physical=1GiB"))
+    expect(sat.torch_conf("large_threshold=64KiB,backend=host") ==
+           "large_threshold=64KiB,backend=host", "a configuration that names it keeps its own")
+    os.environ["STREAMARENA_CONF"] = "backend=host,check_stream_order=1"
+    expect(sat.torch_conf(None) == "backend=host,check_stream_order=1,large_threshold=1KiB",
+           "None reads $STREAMARENA_CONF")
+    os.environ["STREAMARENA_CONF"] = sat.torch_conf(None)
+    plugin = sat.Plugin(LIB)
+    host = sah.Host(plugin.lib)
+    s = host.stream(SA_HOST_AUTO)
+    sizes = [1100, 5000, 300]
+    ptrs = []
+    for n in sizes:
+        ptrs.append(plugin.malloc(n, 0, s))
+        expect(ptrs[-1], f"{n} bytes allocated")
+    live = plugin.stats(0)["live_bytes"]
+    expect(live > sum(sizes) and live - 1100 - 5000 <= 512,
+           f"spans for 1100 and 5000 bytes, a block for 300: {live} live bytes")
+    for p, n in zip(ptrs, sizes):
+        plugin.free(p, n, 0, s)
+    expect(plugin.stats(0)["errors"] == 0, "no error")
+    host.drain_all()
+    expect(host.counters().order_violations == 0, "no stream-order finding")
+    return 2 * len(sizes)
+
+
 def case_install_prefers_the_plain_build_to_bazel_bin():
     """A checkout after `bazel build //:streamarena_torch` and then a
     sanitizer test run: bazel-bin is the sanitizer's tree, whose plugin

@@ -7,7 +7,7 @@ import ctypes
 import os
 import threading
 
-from streamarena import _library
+from streamarena import _conf, _library
 from streamarena._library import StreamarenaError
 
 LIB_NAME = "libstreamarena_python.so"
@@ -114,9 +114,7 @@ HOOKS_DEFAULTS = (("keep_spans", "keep_spans=1"),)
 def with_defaults(conf):
     """conf (a STREAMARENA_CONF string) with HOOKS_DEFAULTS for the keys it
     does not name."""
-    named = {item.split("=", 1)[0].strip() for item in conf.split(",") if item.strip()}
-    extra = [item for key, item in HOOKS_DEFAULTS if key not in named]
-    return ",".join([conf] + extra if conf else extra)
+    return _conf.with_defaults(conf, HOOKS_DEFAULTS)
 
 
 def get(conf=None, lib=None):

@@ -39,11 +39,27 @@ import ctypes
 import os
 import sys
 
-from streamarena import _library
+from streamarena import _conf, _library
 from streamarena import _native_build
 
 # A NaN in fp32, bf16 and fp16 alike: memory reused too early poisons the loss.
 CHECK_PATTERN = 0x7FC07FC0
+
+# What install() adds to a configuration that does not name it: requests
+# above 1 KiB take spans, not superblocks' size classes. A training loop's
+# tensors come in many sizes between 1 KiB and 1 MiB that would each hold
+# a superblock per stream partly empty; as spans they pack (docs/TORCH.md,
+# Measured: 1.007 x peak allocated against 1.016 with the library's own
+# threshold, superblock_size / 2).
+TORCH_DEFAULTS = (("large_threshold", "large_threshold=1KiB"),)
+
+
+def torch_conf(conf):
+    """The configuration install(conf) gives the arenas: conf (None:
+    $STREAMARENA_CONF) with TORCH_DEFAULTS for the keys it does not name."""
+    if conf is None:
+        conf = os.environ.get("STREAMARENA_CONF", "")
+    return _conf.with_defaults(conf, TORCH_DEFAULTS)
 LIB_NAME = "libstreamarena_torch.so"
 MAX_DEVICES = 64
 
@@ -239,7 +255,9 @@ def install(conf=None, *, lib=None, native=None, native_lib=None, check=False,
     """Make streamarena PyTorch's CUDA allocator in this process.
 
     conf: the arenas' configuration (``key=value,...``, README's keys); None
-    keeps $STREAMARENA_CONF. native: None uses the native backend where one
+    keeps $STREAMARENA_CONF; either way TORCH_DEFAULTS fill the keys it
+    leaves out (large_threshold=1KiB), and $STREAMARENA_CONF is set to the
+    result, which the arenas read. native: None uses the native backend where one
     is built for this torch and the pluggable plugin otherwise (with a
     warning); True requires the native backend, False takes the plugin.
     check: fill freed memory with pattern before it can be reused (the
@@ -253,7 +271,7 @@ def install(conf=None, *, lib=None, native=None, native_lib=None, check=False,
 
     if _installed is not None:
         backend, had_conf = _installed
-        if conf is not None and conf != had_conf:
+        if conf is not None and torch_conf(conf) != had_conf:
             raise RuntimeError(f"streamarena is installed already with conf={had_conf!r}")
         return backend
     if not torch.cuda.is_available():
@@ -264,8 +282,7 @@ def install(conf=None, *, lib=None, native=None, native_lib=None, check=False,
             f"CUDA is initialized already ({torch.cuda.memory_allocated()} bytes allocated "
             "by PyTorch's own allocator), and PyTorch cannot swap the allocator of a "
             "process whose allocator has started. Call it right after `import torch`.")
-    if conf is not None:
-        os.environ["STREAMARENA_CONF"] = conf
+    os.environ["STREAMARENA_CONF"] = torch_conf(conf)
     plugin = Plugin(lib)
     path, why = None, "native=False"
     if check and native:
