@@ -298,6 +298,27 @@ static void the_remapping_ledger_bounds_reshaping(void **state) {
   teardown(&f);
 }
 
+/* A reshape the ledger cannot pay for in full is not begun: the 64 MiB
+ * request of footprint_target_reshapes_before_growing needs 14 MiB moved,
+ * and with 6 MiB of credit left, moving those 6 would still leave the
+ * growth past the target (and pay for the unmaps too). It grows past it
+ * at once, unmapping nothing, and the ledger keeps its credit. */
+static void a_reshape_the_ledger_cannot_cover_is_not_begun(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, EXACT_GROWTH_IN_GRANULES "check_stream_order=1", 1, SA_HOST_MANUAL);
+  void *p[4], *q;
+  four_spans_two_freed(&f, p);
+  size_t created = atomic_load(&f.arena->physical.xcreated_bytes);
+  atomic_store(&f.arena->physical.xremapped_bytes, created - 6 * MiB);
+  assert_int_equal(sa__physical_remap_allowance(f.arena, 146 * MiB), 6 * MiB);
+  grows_without_unmapping(&f, &q, 64 * MiB, 160 * MiB);
+  assert_int_equal(atomic_load(&f.arena->physical.xremapped_bytes), created - 6 * MiB);
+  check_and_free_survivors(&f, p);
+  sa_assert_ok(sa_free(q, f.streams[0]));
+  teardown(&f);
+}
+
 /* A reshape is charged to the ledger: the 32 MiB moved under the 64 MiB
  * request are more than the 1/8 of the 128 MiB created, so the next request
  * that would reshape (96 MiB, below the peak; the other free span, in the
@@ -1553,6 +1574,7 @@ int main(void) {
       cmocka_unit_test(footprint_target_reshapes_before_growing),
       cmocka_unit_test(a_new_live_peak_grows_rather_than_reshape),
       cmocka_unit_test(the_remapping_ledger_bounds_reshaping),
+      cmocka_unit_test(a_reshape_the_ledger_cannot_cover_is_not_begun),
       cmocka_unit_test(a_reshape_is_charged_to_the_remapping_ledger),
       cmocka_unit_test(superblocks_past_the_target_come_from_free_spans),
       cmocka_unit_test(carved_superblocks_go_back_before_a_reshape),

@@ -227,8 +227,10 @@ static growth plan_growth(const sa_arena *a, sa_want w, const sa_stream_arena *s
  * takes live bytes past their highest so far: that growth is demand, and
  * the target rises with it (the free memory a reshape would take is what
  * the climb to the new peak reuses next: See Note [Reshape on a climb]);
- * otherwise no more than the remapping ledger allows (physical.c), which
- * bounds the churn of a workload whose shapes keep changing. */
+ * otherwise only where the remapping ledger (physical.c), which bounds the
+ * churn of a workload whose shapes keep changing, allows all of it: a
+ * reshape cut short still grows past the limit, after paying for the
+ * unmaps as well (See Note [No partial reshape]). */
 static size_t reshape_bytes(const sa_arena *a, size_t size, size_t request, size_t limit) {
   size_t cached = a->physical.cache_bytes, held = a->physical.bytes;
   if (cached >= size || held + (size - cached) <= limit) return 0;
@@ -241,7 +243,7 @@ static size_t reshape_bytes(const sa_arena *a, size_t size, size_t request, size
     if (live + (int64_t)request > atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed))
       return 0;
     allowed &= ~(a->gran - 1);
-    if (u > allowed) u = allowed;
+    if (u > allowed) return 0; /* See Note [No partial reshape] */
   }
   size_t free_whole = a->spans.free_bytes & ~(a->gran - 1); /* at most */
   return u < free_whole ? u : free_whole;
