@@ -185,11 +185,38 @@ assert "2.00 (1.00-9.00, 3 processes)" in line, line
 print("after rounds: ok")
 PY
 
+# streamarena-torch (streamarena.torch.install()'s configuration) stands
+# beside the curve's points against each peer: with known figures, a peer
+# at 1.010 is met by streamarena-torch (1.005, faster), not by the default
+# (1.020, above the peer's footprint).
+python3 - "$json" "$plot" "$out/md_torch" <<'PY'
+import json, os, subprocess, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+tr = [r for r in rows if r["type"] == "result" and r["workload"] == "trace"]
+base = dict(tr[0])
+made = []
+for backend, us, ratio in (("streamarena", 1.0, 1.020), ("streamarena-torch", 2.0, 1.005),
+                           ("torch-expandable", 3.0, 1.010)):
+    r = dict(base, backend=backend, us_per_op=us, ratio=ratio, case="known.csv")
+    r.pop("round", None)
+    made.append(r)
+path = sys.argv[1] + ".torch"
+with open(path, "w") as f:
+    f.write("".join(json.dumps(r) + "\n" for r in rows + made))
+subprocess.run([sys.executable, sys.argv[2], "--no-plots", "--out", sys.argv[3], path],
+               check=True, stdout=subprocess.DEVNULL)
+md = open(os.path.join(sys.argv[3], "RESULTS.md")).read()
+line = next(l for l in md.splitlines() if l.startswith("| known.csv | torch-expandable |"))
+assert "streamarena-torch: 2.00 / 1.005 | faster" in line, line
+print("streamarena-torch against the peers: ok")
+PY
+
 python3 "$plot" --no-plots --out "$out/md" "$json" > "$out/plot.log"
 for want in "ns per alloc+free pair" "trace replay" "streamarena" "test-count" "pt.csv.gz" \
   "cold, with construction" "streamarena's footprint curve" \
   "| transformer.csv | streamarena-ft1.5 | 1.500 |" "| transformer.csv | streamarena | 1.016 |" \
-  "each peer against streamarena's fastest curve point" "| transformer.csv | test-count |" \
+  "each peer against streamarena's fastest curve point (or streamarena-torch" \
+  "| transformer.csv | test-count |" \
   "| random-4GiB-after | first after other work |"; do
   grep -qF -- "$want" "$out/md/RESULTS.md" || { echo "RESULTS.md lacks: $want"; exit 1; }
 done

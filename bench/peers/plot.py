@@ -23,6 +23,9 @@ ORDER = ["streamarena", "streamarena-ft1.2", "streamarena-ft1.5", "streamarena-f
          "rmm-streamarena", "torch", "torch-expandable"]
 DEFAULT_TARGET = 1 + 1 / 64  # footprint_target's default (SA_FOOTPRINT_TIGHT)
 CURVE_PREFIX = "streamarena-ft"
+# The configuration streamarena.torch.install() gives PyTorch: compared with
+# each peer beside the curve's points (a configuration streamarena ships).
+TORCH_CONFIG = "streamarena-torch"
 
 
 def curve_target(backend):
@@ -261,18 +264,23 @@ def curve_points(res, bks, trace):
 
 def curve_section(res, bks, traces):
     """Per trace: streamarena's curve (a row per point), then per peer the
-    fastest point at that peer's footprint or below, against the peer."""
+    fastest of the curve's points and TORCH_CONFIG at that peer's footprint
+    or below, against the peer."""
     body, versus = [], []
     for t in traces:
         pts = curve_points(res, bks, t)
         for target, b, r in pts:
             body.append([t, b, f"{target:.3f}", f"{r['us']:.2f}", f"{r['ratio']:.3f}",
                          r["ooms"]])
+        shipped = list(pts)
+        tr = trace_summary(res, TORCH_CONFIG, t) if TORCH_CONFIG in bks else None
+        if tr:
+            shipped.append((None, TORCH_CONFIG, tr))
         for p in (b for b in bks if is_peer(b)):
             pr = trace_summary(res, p, t)
-            if not pr or not pts:
+            if not pr or not shipped:
                 continue
-            fit = [x for x in pts if x[2]["ratio"] <= pr["ratio"]]
+            fit = [x for x in shipped if x[2]["ratio"] <= pr["ratio"]]
             if not fit:
                 versus.append([t, p, f"{pr['us']:.2f} / {pr['ratio']:.3f}", "none", "–"])
                 continue
@@ -288,7 +296,8 @@ def curve_section(res, bks, traces):
                     table(["trace", "curve point", "footprint_target", "us/op",
                            "peak reserved / peak live", "OOM"], body), None))
     if versus:
-        out.append(("each peer against streamarena's fastest curve point at the peer's footprint "
+        out.append(("each peer against streamarena's fastest curve point (or streamarena-torch, "
+                    "the configuration streamarena.torch.install() gives) at the peer's footprint "
                     "or below (us per op / peak reserved over peak live)",
                     table(["trace", "peer", "peer", "streamarena at that footprint or below",
                            "streamarena is"], versus, text=True), None))
