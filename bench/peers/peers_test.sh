@@ -128,6 +128,20 @@ if "$bench" --random-slowest=1001 --workloads=random > /dev/null 2>&1; then
   echo "--random-slowest=1001 must fail"; exit 1
 fi
 
+# The snippets below give plot.py known figures: rows written as JSON lines
+# to a file, plot.py run on them, its RESULTS.md returned.
+cat > "$out/known.py" <<'PY'
+import json, os, subprocess, sys
+
+def plot_md(rows, path, plot, out_dir):
+    with open(path, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    subprocess.run([sys.executable, plot, "--no-plots", "--out", out_dir, path], check=True,
+                   stdout=subprocess.DEVNULL)
+    return open(os.path.join(out_dir, "RESULTS.md")).read()
+PY
+export PYTHONPATH="$out${PYTHONPATH:+:$PYTHONPATH}"
+
 # Trace replays in rounds (run.sh interleaves the backends): each result
 # tagged with its round; plot.py gives the median and the range.
 if "$bench" --trace-round=0 --workloads=trace "${traces[0]}" > /dev/null 2>&1; then
@@ -140,7 +154,8 @@ for round in 1 2 3; do
   fi
 done
 python3 - "$out/rounds.jsonl" "$plot" "$out/md_rounds" <<'PY'
-import json, os, subprocess, sys
+import json, sys
+from known import plot_md
 rows = [json.loads(l) for l in open(sys.argv[1])]
 tr = [r for r in rows if r["type"] == "result" and r["workload"] == "trace"]
 assert sorted(r["round"] for r in tr) == [1, 2, 3], tr
@@ -149,12 +164,7 @@ assert sorted(r["round"] for r in tr) == [1, 2, 3], tr
 for r, us in zip(tr, (9.0, 1.0, 2.0)):
     r["us_per_op"] = us
     r["create_seconds"] = r["ops"] * 1e-6
-path = sys.argv[1] + ".known"
-with open(path, "w") as f:
-    f.write("".join(json.dumps(r) + "\n" for r in rows))
-subprocess.run([sys.executable, sys.argv[2], "--no-plots", "--out", sys.argv[3], path],
-               check=True, stdout=subprocess.DEVNULL)
-md = open(os.path.join(sys.argv[3], "RESULTS.md")).read()
+md = plot_md(rows, sys.argv[1] + ".known", sys.argv[2], sys.argv[3])
 assert "median us per op of 3 rounds" in md, md
 assert "**2.00 (1.00-9.00)** / **1.000** (with construction 3.00)" in md, md
 print("rounds: ok")
@@ -163,7 +173,8 @@ PY
 # The random workloads in several processes (run.sh --after-rounds): plot.py
 # gives the median of the processes and their range.
 python3 - "$json" "$plot" "$out/md_after" <<'PY'
-import json, os, subprocess, sys
+import json, sys
+from known import plot_md
 rows = [json.loads(l) for l in open(sys.argv[1])]
 after = [r for r in rows if r["type"] == "result" and r["workload"] == "random"
          and r["case"] == "random-4GiB-after" and r["backend"] == "streamarena"]
@@ -174,12 +185,7 @@ for us in (9.0, 1.0, 2.0):
     r = dict(after[0])
     r["us_per_alloc"] = us
     copies.append(r)
-path = sys.argv[1] + ".after"
-with open(path, "w") as f:
-    f.write("".join(json.dumps(r) + "\n" for r in others + copies))
-subprocess.run([sys.executable, sys.argv[2], "--no-plots", "--out", sys.argv[3], path],
-               check=True, stdout=subprocess.DEVNULL)
-md = open(os.path.join(sys.argv[3], "RESULTS.md")).read()
+md = plot_md(others + copies, sys.argv[1] + ".after", sys.argv[2], sys.argv[3])
 line = next(l for l in md.splitlines() if l.startswith("| random-4GiB-after"))
 assert "2.00 (1.00-9.00, 3 processes)" in line, line
 print("after rounds: ok")
@@ -190,7 +196,8 @@ PY
 # at 1.010 is met by streamarena-torch (1.005, faster), not by the default
 # (1.020, above the peer's footprint).
 python3 - "$json" "$plot" "$out/md_torch" <<'PY'
-import json, os, subprocess, sys
+import json, sys
+from known import plot_md
 rows = [json.loads(l) for l in open(sys.argv[1])]
 tr = [r for r in rows if r["type"] == "result" and r["workload"] == "trace"]
 base = dict(tr[0])
@@ -200,12 +207,7 @@ for backend, us, ratio in (("streamarena", 1.0, 1.020), ("streamarena-torch", 2.
     r = dict(base, backend=backend, us_per_op=us, ratio=ratio, case="known.csv")
     r.pop("round", None)
     made.append(r)
-path = sys.argv[1] + ".torch"
-with open(path, "w") as f:
-    f.write("".join(json.dumps(r) + "\n" for r in rows + made))
-subprocess.run([sys.executable, sys.argv[2], "--no-plots", "--out", sys.argv[3], path],
-               check=True, stdout=subprocess.DEVNULL)
-md = open(os.path.join(sys.argv[3], "RESULTS.md")).read()
+md = plot_md(rows + made, sys.argv[1] + ".torch", sys.argv[2], sys.argv[3])
 line = next(l for l in md.splitlines() if l.startswith("| known.csv | torch-expandable |"))
 assert "streamarena-torch: 2.00 / 1.005 | faster" in line, line
 print("streamarena-torch against the peers: ok")
