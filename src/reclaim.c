@@ -32,17 +32,22 @@
  * empty while a concurrent sa_defragment held what it needed and failed
  * (defrag_test: allocation_waits_for_a_concurrent_reclaim_pass). */
 static void unmap_free_superblocks(sa_arena *a, sa_wait wait, bool carved_only) {
-  sa_superblock *keep = NULL, *sb;
+  sa_superblock *keep = NULL, *carved = NULL, *sb;
   pthread_mutex_lock(&a->reclaim_lock);
   while ((sb = sa__superblock_pop_global(a)) != NULL) {
     sa__hook(SA_HOOK_RECLAIM_POPPED, sb);
-    if (carved_only && sb->span == NULL) {
-      sb->next = keep;
-      keep = sb;
-    } else {
+    if (!carved_only) {
       sa__superblock_unmap_or_keep(a, sb, wait, &keep);
+      continue;
     }
+    /* Carved ones whose work completed go back together, below. */
+    bool done = sb->span != NULL &&
+                (sb->event == NULL || sa__event_retire(a, sb->event, wait) == SA_OK);
+    sa_superblock **to = done ? &carved : &keep;
+    sb->next = *to;
+    *to = sb;
   }
+  if (carved != NULL) sa__superblock_unmap_carved(a, carved);
   sa__superblock_push_all(a, keep);
   pthread_mutex_unlock(&a->reclaim_lock);
   if (carved_only) return; /* a slab's unmap is a driver call */

@@ -78,9 +78,9 @@ static void span_unlink(sa_span *sp) {
   sp->prev = sp->next = NULL;
 }
 
-void sa__span_grow_into(sa_arena *a, sa_span *live, sa_span *taken) {
-  SA_ASSERT(live->next == taken && live->base + live->size == taken->base);
-  live->size += taken->size;
+void sa__span_grow_into(sa_arena *a, sa_span *sp, sa_span *taken) {
+  SA_ASSERT(sp->next == taken && sp->base + sp->size == taken->base && taken->nmarks == 0);
+  sp->size += taken->size;
   span_unlink(taken);
   sa__span_put(a, taken);
 }

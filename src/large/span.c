@@ -258,14 +258,38 @@ sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sarena, size_t 
   return SA_OK;
 }
 
-void sa__span_give_back_superblock(sa_arena *a, sa_span *sp) {
+/* A superblock's span, given back: free, its pages the run's, out of the
+ * fit index. */
+static void superblock_span_freed(sa_arena *a, sa_span *sp) {
   sa__pagemap_set(a, sp->base, sp->size, &sp->run->hdr);
   sp->holder = NULL;
   sa__marks_clear(a, sp);
   sp->nstarts = 0;
   atomic_store_explicit(&sp->xstate, SA_BLOCK_FREE, memory_order_relaxed);
-  sa__free_insert(a, sa__free_coalesce(a, sp, NULL));
-  a->spans.reshape_futile = 0; /* free span memory, as a span freed: worth another look */
+}
+
+static int by_base(const void *x, const void *y) {
+  uintptr_t a = (*(sa_span *const *)x)->base, b = (*(sa_span *const *)y)->base;
+  return (a > b) - (a < b);
+}
+
+void sa__span_give_back_superblocks(sa_arena *a, sa_span **sps, size_t n) {
+  qsort(sps, n, sizeof *sps, by_base);
+  for (size_t i = 0; i < n;) {
+    sa_span *head = sps[i++];
+    superblock_span_freed(a, head);
+    /* Its neighbours given back with it join it first: no marks, no starts. */
+    for (; i < n && sps[i] == head->next; i++) {
+      superblock_span_freed(a, sps[i]);
+      sa__span_grow_into(a, head, sps[i]);
+    }
+    sa__free_insert(a, sa__free_coalesce(a, head, NULL));
+  }
+  if (n > 0) a->spans.reshape_futile = 0; /* free span memory, as a span freed: worth a look */
+}
+
+void sa__span_give_back_superblock(sa_arena *a, sa_span *sp) {
+  sa__span_give_back_superblocks(a, &sp, 1);
 }
 
 void sa__span_record_wanted(sa_arena *a, sa_stream_arena *sarena) {

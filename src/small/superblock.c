@@ -311,6 +311,14 @@ sa_status sa__superblock_slabs_fini(sa_arena *a) {
   return first;
 }
 
+/* A superblock's descriptor, its memory given back, to the spares. Arena
+ * lock held. */
+static void to_spares(sa_arena *a, sa_superblock *sb) {
+  sb->hdr.base = 0;
+  sb->next = a->small.spare_superblocks;
+  a->small.spare_superblocks = sb;
+}
+
 /* Unmap a superblock that no stream owns and whose work completed: its
  * chunks go to the cache and its range to the free list (or its slot to its
  * slab, or its memory back to the free spans of the run it was carved in),
@@ -333,9 +341,7 @@ static sa_status unmap(sa_arena *a, sa_superblock *sb) {
       sa__va_free(a, sb->hdr.base, sb->hdr.size);
     }
   }
-  sb->hdr.base = 0;
-  sb->next = a->small.spare_superblocks;
-  a->small.spare_superblocks = sb;
+  to_spares(a, sb);
   return SA_OK;
 }
 
@@ -353,6 +359,31 @@ void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, sa_wait wait,
     sb->next = *keep;
     *keep = sb;
   }
+}
+
+void sa__superblock_unmap_carved(sa_arena *a, sa_superblock *list) {
+  size_t n = 0;
+  for (const sa_superblock *sb = list; sb != NULL; sb = sb->next) n++;
+  sa_span **spans = malloc(n * sizeof *spans); /* NULL: one at a time */
+  pthread_mutex_lock(&a->lock);
+  size_t k = 0;
+  while (list != NULL) {
+    sa_superblock *sb = list;
+    list = sb->next;
+    SA_ASSERT(sb->span != NULL && sb->slab == NULL);
+    sb->event = NULL; /* under the lock: the reports read it (report.c) */
+    count(a, sb, -1, 0);
+    if (spans != NULL)
+      spans[k++] = sb->span;
+    else
+      sa__span_give_back_superblock(a, sb->span);
+    sb->span = NULL;
+    to_spares(a, sb);
+  }
+  if (spans != NULL) sa__span_give_back_superblocks(a, spans, k);
+  SA_VALIDATE_PACED(&a->small.slab_pace, sa__slabs_check(a));
+  pthread_mutex_unlock(&a->lock);
+  free(spans);
 }
 
 void sa__superblock_push_all(sa_arena *a, sa_superblock *list) {
