@@ -79,7 +79,7 @@ static void span_unlink(sa_span *sp) {
 }
 
 void sa__span_grow_into(sa_arena *a, sa_span *sp, sa_span *taken) {
-  SA_ASSERT(sp->next == taken && sp->base + sp->size == taken->base && taken->nmarks == 0);
+  SA_ASSERT(sp->next == taken && sp->base + sp->size == taken->base);
   sp->size += taken->size;
   span_unlink(taken);
   sa__span_put(a, taken);

@@ -55,9 +55,10 @@ uintptr_t sa__free_place(const sa_arena *a, const sa_span *sp, sa_want w);
  * use even after waiting (another stream's pending mark: that stream is
  * asked to record its event). */
 sa_span *sa__free_best_fit(const sa_arena *a, sa_want w, const sa_stream_arena *sarena);
-/* taken (out of the index, no marks or starts, just above sp in its run:
- * carved for a live span that grows, or a superblock's span given back
- * beside another) becomes the top of sp, which grows by its size. */
+/* taken (out of the index, just above sp in its run: carved for a live
+ * span that grows, its marks settled, or a superblock's span given back
+ * beside another) becomes the top of sp, which grows by its size; its
+ * marks and starts go with its descriptor. */
 void sa__span_grow_into(sa_arena *a, sa_span *sp, sa_span *taken);
 /* Take w from the free span sp (out of the index, settled for the taker,
  * w fits) as the span returned; what lies before and after it stays free,
