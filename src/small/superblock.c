@@ -319,27 +319,37 @@ static void to_spares(sa_arena *a, sa_superblock *sb) {
   a->small.spare_superblocks = sb;
 }
 
+/* A superblock carved in a run, no longer counted, its descriptor to the
+ * spares; returns its span, for the caller to give back to the run (alone
+ * or with others: sa__span_give_back_superblock(s)). Arena lock held. */
+static sa_span *carved_to_spares(sa_arena *a, sa_superblock *sb) {
+  count(a, sb, -1, 0);
+  sa_span *sp = sb->span;
+  sb->span = NULL;
+  to_spares(a, sb);
+  return sp;
+}
+
 /* Unmap a superblock that no stream owns and whose work completed: its
  * chunks go to the cache and its range to the free list (or its slot to its
  * slab, or its memory back to the free spans of the run it was carved in),
  * its descriptor to the spares. Arena lock held. */
 static sa_status unmap(sa_arena *a, sa_superblock *sb) {
-  if (sb->span == NULL && sb->slab == NULL) { /* chunks of its own: first, they may refuse */
+  if (sb->span != NULL) { /* carved in a run: free span memory again, mapped */
+    sa__span_give_back_superblock(a, carved_to_spares(a, sb)); /* its pages name the run */
+    return SA_OK;
+  }
+  if (sb->slab == NULL) { /* chunks of its own: first, they may refuse */
     sa_status st = sa__physical_unmap(a, &sb->hdr);
     if (st != SA_OK) return st;
   }
   count(a, sb, -1, 0);
-  if (sb->span != NULL) { /* carved in a run: free span memory again, mapped */
-    sa__span_give_back_superblock(a, sb->span); /* its pages name the run */
-    sb->span = NULL;
+  sa__pagemap_set(a, sb->hdr.base, sb->hdr.size, NULL);
+  if (sb->slab != NULL) {
+    slab_put(a, sb->slab, sb->slot); /* the slab goes with its last slot */
+    sb->slab = NULL;
   } else {
-    sa__pagemap_set(a, sb->hdr.base, sb->hdr.size, NULL);
-    if (sb->slab != NULL) {
-      slab_put(a, sb->slab, sb->slot); /* the slab goes with its last slot */
-      sb->slab = NULL;
-    } else {
-      sa__va_free(a, sb->hdr.base, sb->hdr.size);
-    }
+    sa__va_free(a, sb->hdr.base, sb->hdr.size);
   }
   to_spares(a, sb);
   return SA_OK;
@@ -372,13 +382,11 @@ void sa__superblock_unmap_carved(sa_arena *a, sa_superblock *list) {
     list = sb->next;
     SA_ASSERT(sb->span != NULL && sb->slab == NULL);
     sb->event = NULL; /* under the lock: the reports read it (report.c) */
-    count(a, sb, -1, 0);
+    sa_span *sp = carved_to_spares(a, sb);
     if (spans != NULL)
-      spans[k++] = sb->span;
+      spans[k++] = sp;
     else
-      sa__span_give_back_superblock(a, sb->span);
-    sb->span = NULL;
-    to_spares(a, sb);
+      sa__span_give_back_superblock(a, sp);
   }
   if (spans != NULL) sa__span_give_back_superblocks(a, spans, k);
   SA_VALIDATE_PACED(&a->small.slab_pace, sa__slabs_check(a));
