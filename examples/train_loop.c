@@ -136,6 +136,7 @@ static void help(void) {
          "                           back (one per growth; a granule under a budget)\n"
          "  initial_physical=SIZE    mapped at creation, a pool for large requests (0)\n"
          "  exact_growth=0|1         map only what a request misses, nothing ahead (0)\n"
+         "  background_growth=0|1    a thread of the arena's maps ahead of a climb (0)\n"
          "  check_stream_order=0|1   host backend: verify every handout (0)\n"
          "  oom_report=0|1           report on stderr at out of memory (0)\n"
          "  trace=PATH               write an allocation trace (none)\n"

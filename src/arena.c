@@ -101,6 +101,8 @@ static void arena_free(sa_arena *a) {
   pthread_rwlock_destroy(&a->records.rw);
   pthread_mutex_destroy(&a->tracing.lock);
   pthread_mutex_destroy(&a->pools.lock);
+  pthread_cond_destroy(&a->grower.wake);
+  pthread_cond_destroy(&a->grower.idle);
   free(a);
 }
 
@@ -121,6 +123,7 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
   pthread_rwlock_init(&a->records.rw, NULL);
   pthread_mutex_init(&a->tracing.lock, NULL);
   sa__pools_init(a);
+  sa__grower_init(a);
   ck_stack_init(&a->small.free_superblocks);
   a->id = atomic_fetch_add(&next_arena_id, 1);
 
@@ -201,6 +204,7 @@ static void note(sa_status *first, sa_status st) {
 sa_status sa_arena_destroy(sa_arena *a) {
   if (a == NULL) return SA_OK;
   sa_status first = SA_OK;
+  sa__grower_fini(a); /* its job in flight published: every range is a run */
   sa_stats stats;
   (void)sa_get_stats(a, &stats); /* before the entries and their counts go */
   uint64_t live = stats.alloc_count - stats.free_count;
@@ -314,7 +318,7 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   out->superblocks_active = atomic_load(&a->small.xsuperblocks_active);
   out->superblocks_empty = atomic_load(&a->small.xsuperblocks_empty);
   out->superblocks_total = out->superblocks_active + out->superblocks_empty;
-  out->reserved_bytes = a->physical.bytes;
+  out->reserved_bytes = a->physical.bytes - a->physical.growing; /* made by the driver */
   out->reserved_bytes_peak = a->physical.peak;
   out->cached_bytes = a->physical.cache_bytes + atomic_load(&a->small.xsuperblock_empty_bytes) +
                       a->spans.free_bytes + a->small.slab_free_bytes + tc.kept_bytes +
@@ -339,6 +343,8 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   out->fast_allocs = fast_allocs;
   out->fast_frees = fast_frees;
   out->large_allocs = atomic_load(&a->stats.xlarge_allocs) + tc.kept_reuses;
+  out->background_growths = atomic_load(&a->grower.xgrowths);
+  out->background_bytes = atomic_load(&a->grower.xbytes);
   uint64_t ops = out->alloc_count + out->free_count;
   out->fast_path_ratio = ops ? (double)(fast_allocs + fast_frees) / (double)ops : 0.0;
   out->deferred_frees = atomic_load(&a->stats.xdeferred_blocks);

@@ -25,6 +25,7 @@
 #include "base/hook.h"
 #include "base/record.h"
 #include "driver/driver.h"
+#include "large/grower.h"
 #include "large/span.h"
 #include "pool_block.h"
 #include "small/stream_arena.h"
@@ -68,6 +69,7 @@ struct sa_arena_s {
   sa_physical physical;         /* vm/physical.h */
   sa_small small;               /* small/superblock.h */
   sa_spans spans;               /* large/span.h */
+  sa_grower grower;             /* large/grower.h */
   sa_streams streams;           /* small/stream_arena.h */
   sa_sync sync;                 /* base/device_sync.h */
   sa_events events;             /* base/event_pool.h */

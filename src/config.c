@@ -164,6 +164,7 @@ static const key_desc keys[] = {
     {"exact_growth", KEY_FLAG, 0, SA_FLAG_EXACT_GROWTH},
     {"trace", KEY_PATH, 0, 0},
     {"keep_spans", KEY_FLAG, 0, SA_FLAG_KEEP_SPANS},
+    {"background_growth", KEY_FLAG, 0, SA_FLAG_BACKGROUND_GROWTH},
 };
 
 /* "all", "none", or device ordinals 0-63 joined by '+' (the item separator

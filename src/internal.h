@@ -116,6 +116,7 @@
  *                         stream's next request of their size; orphans
  *   large/span.c          large allocations: alloc, free, superblocks carved in
  *                         free spans, unmapping free memory
+ *   large/grower.c        the thread that maps ahead of a climb (background growth)
  *   large/run.c           runs: growth (mapping ahead, reshaping), joins, cuts
  *   large/free_span.c     span descriptors, placement, best fit, carving, coalescing
  *   large/mark.c          marks (what a free span waits for) and starts
@@ -175,6 +176,7 @@
 #include "free.h"
 #include "pool_block.h"
 #include "large/free_span.h"
+#include "large/grower.h"
 #include "large/kept.h"
 #include "large/mark.h"
 #include "large/run.h"

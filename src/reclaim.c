@@ -18,6 +18,7 @@
 #include "arena.h"
 #include "base/device_sync.h"
 #include "base/hook.h"
+#include "large/grower.h"
 #include "large/kept.h"
 #include "large/span.h"
 #include "small/stream_arena.h"
@@ -69,6 +70,7 @@ void sa__reclaim(sa_arena *a, size_t need, sa_wait wait, unsigned what) {
     (void)sa__device_sync(a);
   }
   pthread_mutex_lock(&a->lock);
+  (void)sa__grower_settle(a);        /* its range, claimed, is given back too */
   (void)sa__physical_unmap_stuck(a); /* refused unwinds, if the driver now agrees */
   sa__span_orphans_settle(a);        /* kept spans clean since their stream went, or a sync */
   pthread_mutex_unlock(&a->lock);

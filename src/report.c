@@ -66,6 +66,7 @@ void sa__world_check_locked(sa_arena *a) {
   (void)sa__span_check(a);
   (void)sa__span_orphans_check(a);
   (void)sa__physical_check(a);
+  sa__grower_check(a);
 }
 
 /* The world lock holds one lock per stream arena, and ThreadSanitizer
@@ -103,6 +104,7 @@ void sa__world_check(sa_arena *a) {
   (void)sa__span_check(a);
   (void)sa__span_orphans_check(a);
   (void)sa__physical_check(a);
+  sa__grower_check(a);
   pthread_mutex_unlock(&a->lock);
 }
 
@@ -150,7 +152,7 @@ void sa__holding_locked(sa_arena *a, const sa_stream_arena *sarena, sa_holding *
 void sa__summary_locked(sa_arena *a, sa_summary *s) {
   *s = (sa_summary){0};
   s->total = a->physical.cap;
-  s->reserved = a->physical.bytes;
+  s->reserved = a->physical.bytes - a->physical.growing;
   size_t stitchable = a->physical.cache_bytes;
   for (const sa_superblock *sb = a->small.all_superblocks; sb != NULL; sb = sb->all_next) {
     if (sb->hdr.base == 0) continue;

@@ -140,6 +140,10 @@ static void flags_turn_off_again(void **state) {
   assert_int_equal(c.flags, SA_FLAG_OOM_REPORT | SA_FLAG_KEEP_SPANS);
   assert_int_equal(parse(&c, "keep_spans=0", NULL, 0), SA_OK);
   assert_int_equal(c.flags, 0);
+  assert_int_equal(parse(&c, "background_growth=1", NULL, 0), SA_OK);
+  assert_int_equal(c.flags, SA_FLAG_KEEP_SPANS | SA_FLAG_BACKGROUND_GROWTH);
+  assert_int_equal(parse(&c, "background_growth=1,background_growth=0", NULL, 0), SA_OK);
+  assert_int_equal(c.flags, SA_FLAG_KEEP_SPANS);
 }
 
 static void size_suffixes(void **state) {

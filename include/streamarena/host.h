@@ -223,6 +223,10 @@ typedef struct sa_host_totals_s {
 } sa_host_totals;
 
 void sa_host_get_totals(sa_host_totals *out);
+/* The same, of the calling thread's calls only: what reached it, where
+ * another thread (the arena's grower: SA_FLAG_BACKGROUND_GROWTH) made some
+ * of the calls. */
+void sa_host_get_thread_totals(sa_host_totals *out);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,8 @@ typedef enum sa_hook_point_e {
                               looks at its event (arg: the superblock) */
   SA_HOOK_LIVE_ADDED,      /* a thread added its live bytes to the arena's count, before
                               it raises the peak (arg: the arena) */
+  SA_HOOK_GROWER_CLAIMED,  /* the grower claimed a range and released the arena lock, before
+                              the driver makes it (arg: the arena) */
 } sa_hook_point;
 typedef void (*sa_hook_fn)(sa_hook_point point, void *arg);
 extern _Atomic(sa_hook_fn) sa__test_hook;

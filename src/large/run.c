@@ -249,6 +249,26 @@ static size_t reshape_bytes(const sa_arena *a, size_t size, size_t request, size
   return u < free_whole ? u : free_whole;
 }
 
+/* Make the mapped [at, at + size) a run r of one free span sp (descriptors
+ * the caller took) and join it with the runs it touches; returns the free
+ * span that now holds it (out of the index), merged with the free spans
+ * beside it that sarena's stream can use (NULL: any). */
+static sa_span *link_run(sa_arena *a, sa_run *r, sa_span *sp, uintptr_t at, size_t size,
+                         sa_chunk *chunks, const sa_stream_arena *sarena) {
+  r->hdr.base = at;
+  r->hdr.size = size;
+  r->hdr.chunks = chunks;
+  sp->base = at;
+  sp->size = size;
+  sa__span_link_after(r, NULL, sp);
+  sa__pagemap_set(a, at, size, &r->hdr);
+  run_link(a, r);
+  if (r->next != NULL && r->next->hdr.base == at + size) r = run_join(a, r, r->next);
+  if (r->prev != NULL && r->prev->hdr.base + r->prev->hdr.size == r->hdr.base)
+    (void)run_join(a, r->prev, r);
+  return sa__free_coalesce(a, sp, sarena);
+}
+
 /* Map [at, at + size) as a run of one free span and join it with the runs
  * it touches; returns the free span that now holds it (out of the index),
  * merged with the free spans beside it that sarena's stream can use. On
@@ -270,18 +290,7 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
     run_put(a, r);
     return st;
   }
-  r->hdr.base = at;
-  r->hdr.size = size;
-  r->hdr.chunks = chunks;
-  sp->base = at;
-  sp->size = size;
-  sa__span_link_after(r, NULL, sp);
-  sa__pagemap_set(a, at, size, &r->hdr);
-  run_link(a, r);
-  if (r->next != NULL && r->next->hdr.base == at + size) r = run_join(a, r, r->next);
-  if (r->prev != NULL && r->prev->hdr.base + r->prev->hdr.size == r->hdr.base)
-    (void)run_join(a, r->prev, r);
-  *out = sa__free_coalesce(a, sp, sarena);
+  *out = link_run(a, r, sp, at, size, chunks, sarena);
   return SA_OK;
 }
 
@@ -407,6 +416,70 @@ sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span_grow grow,
   }
   *out = sp;
   return SA_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Mapping ahead in the background (grower.c)
+ * ---------------------------------------------------------------------- */
+
+/* The free bytes at the top of r, which a climb extending r takes next. */
+static size_t top_room(const sa_run *r) {
+  return r->last != NULL && sa__span_is_free(r->last) ? r->last->size : 0;
+}
+
+size_t sa__run_ahead_wanted(const sa_arena *a, const sa_span *sp, size_t request,
+                            uintptr_t *at) {
+  size_t ahead = map_ahead(a, request, 0);
+  const sa_run *r = sp->run;
+  if (ahead == 0 || top_room(r) >= ahead || pools_room_above(r)) return 0;
+  uintptr_t hi = r->hdr.base + r->hdr.size;
+  size_t above = sa__va_free_above(a, hi) & ~(a->gran - 1);
+  *at = hi;
+  return ahead < above ? ahead : above;
+}
+
+sa_status sa__run_ahead_claim(sa_arena *a, sa_run_ahead *job) {
+  /* Still right above a run that may grow there, with the room free? */
+  const sa_run *below = a->spans.runs;
+  while (below != NULL && below->hdr.base + below->hdr.size != job->at) below = below->next;
+  if (below == NULL || pools_room_above(below)) return SA_ERR_OUT_OF_MEMORY;
+  size_t above = sa__va_free_above(a, job->at) & ~(a->gran - 1);
+  if (job->size > above) job->size = above;
+  if (job->size == 0) return SA_ERR_OUT_OF_MEMORY;
+  job->run = run_new(a);
+  job->span = job->run != NULL ? sa__span_new(a) : NULL;
+  sa_status st = job->span != NULL ? SA_OK : SA_ERR_OUT_OF_MEMORY;
+  if (st == SA_OK) st = sa__physical_reserve(a, job->size, sa__physical_soft_limit(a), &job->phys);
+  if (st == SA_OK) st = sa__va_claim(a, job->at, job->size);
+  if (st == SA_OK) return SA_OK;
+  if (job->phys != NULL) sa__physical_unreserve(a, job->phys);
+  if (job->span != NULL) sa__span_put(a, job->span);
+  if (job->run != NULL) run_put(a, job->run);
+  *job = (sa_run_ahead){0};
+  return st;
+}
+
+void sa__run_ahead_publish(sa_arena *a, sa_run_ahead *job) {
+  sa__physical_adopt(a, job->phys);
+  sa_chunk *chunks = &job->phys->record;
+  chunks->next = NULL;
+  sa__free_insert(a, link_run(a, job->run, job->span, job->at, job->size, chunks, NULL));
+  a->spans.reshape_futile = 0; /* free span memory, as a span freed */
+}
+
+sa_status sa__run_ahead_abandon(sa_arena *a, sa_run_ahead *job, bool created, size_t mapped,
+                                sa_status why) {
+  sa__span_put(a, job->span);
+  run_put(a, job->run);
+  if (!created) {
+    sa__physical_unreserve(a, job->phys);
+    sa__va_free(a, job->at, job->size);
+    return why;
+  }
+  sa__physical_adopt(a, job->phys);
+  sa_chunk *chunks = &job->phys->record;
+  chunks->next = NULL;
+  return sa__physical_unwind(a, job->at, job->size, chunks, mapped, why);
 }
 
 /* ------------------------------------------------------------------------

@@ -69,6 +69,7 @@
 #include "../vm/physical.h"
 #include "../vm/va_space.h"
 #include "free_span.h"
+#include "grower.h"
 #include "mark.h"
 #include "run.h"
 #include "span_index.h"
@@ -153,6 +154,14 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size
   sa_span *sp = NULL;
   if (st == SA_OK) {
     sp = sa__free_best_fit(a, w, sarena);
+    /* A range mapped ahead in the background may be what fits: its job in
+     * flight ends first (the lock is let go meanwhile). */
+    if (sp == NULL && sa__grower_settle(a)) {
+      st = sa__live_reserve(a);
+      if (st == SA_OK) sp = sa__free_best_fit(a, w, sarena);
+    }
+  }
+  if (st == SA_OK) {
     if (sp != NULL)
       sa__free_remove(a, sp);
     else
@@ -160,6 +169,7 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size
   }
   if (st == SA_OK) st = take_settled(a, &sp, sarena, w);
   if (st == SA_OK) {
+    sa__grower_consider(a, sp, size, exact);
     sp->owner = sarena;
     /* keeps sarena alive */
     if (atomic_fetch_add_explicit(&sarena->xspans, 1, memory_order_relaxed) == 0)

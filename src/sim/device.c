@@ -166,3 +166,9 @@ void sa_host_get_totals(sa_host_totals *out) {
   sa_sim_vmm_totals(out);
   sa_sim_unlock();
 }
+
+void sa_host_get_thread_totals(sa_host_totals *out) {
+  if (out == NULL) return;
+  sa_sim_fault_thread_calls(out->calls);
+  sa_sim_vmm_thread_totals(out);
+}

@@ -13,6 +13,7 @@ typedef struct fault_s {
 
 static fault faults[SA_HOST_FN_COUNT]; /* lock held */
 static uint64_t faults_injected;        /* lock held */
+static _Thread_local uint64_t thread_calls[SA_HOST_FN_COUNT]; /* the calling thread's calls */
 
 static const char *const fn_names[SA_HOST_FN_COUNT] = {
     "va_reserve",   "va_release",    "chunk_create",      "chunk_release",
@@ -51,6 +52,7 @@ const char *sa_host_fn_name(sa_host_fn fn) {
 sa_status sa_sim_fault_enter(sa_host_fn fn) {
   fault *f = &faults[fn];
   f->calls++;
+  thread_calls[fn]++;
   if (f->fail_at == 0 || f->calls < f->fail_at) return SA_OK;
   if (f->calls > f->fail_at && !f->sticky) return SA_OK;
   if (!f->sticky) f->fail_at = 0; /* one-shot: disarm */
@@ -95,6 +97,10 @@ uint64_t sa_host_call_count(sa_host_fn fn) {
 
 void sa_sim_fault_calls(uint64_t calls[SA_HOST_FN_COUNT]) {
   for (int i = 0; i < SA_HOST_FN_COUNT; i++) calls[i] = faults[i].calls;
+}
+
+void sa_sim_fault_thread_calls(uint64_t calls[SA_HOST_FN_COUNT]) {
+  for (int i = 0; i < SA_HOST_FN_COUNT; i++) calls[i] = thread_calls[i];
 }
 
 uint64_t sa_host_faults_injected(void) {

@@ -65,6 +65,7 @@ int sa_sim_can_access_peer(int peer, int device);
  * sa_driver_set_error) when a fault is armed for this call. */
 sa_status sa_sim_fault_enter(sa_host_fn fn);
 void sa_sim_fault_calls(uint64_t calls[SA_HOST_FN_COUNT]); /* counted so far */
+void sa_sim_fault_thread_calls(uint64_t calls[SA_HOST_FN_COUNT]); /* the calling thread's */
 
 /* ---- ptrset.c ----------------------------------------------------------- */
 /* Open-addressing set of non-NULL pointers (live handles). */
@@ -109,6 +110,7 @@ size_t sa_sim_device_bytes(void);
 sa_status sa_sim_set_device_bytes(size_t bytes);
 void sa_sim_vmm_counters(sa_host_counters *out);
 void sa_sim_vmm_totals(sa_host_totals *out); /* its bytes_* fields */
+void sa_sim_vmm_thread_totals(sa_host_totals *out); /* the calling thread's */
 
 /* ---- checker.c: vector clocks ------------------------------------------- */
 typedef struct sa_sim_tick_s {

@@ -81,10 +81,16 @@ static struct {
   size_t chunk_bytes;
   size_t device_chunk_bytes[SA_SIM_MAX_DEVICES]; /* the same, per device */
   size_t device_bytes;  /* of each device */
-  /* Successful calls' bytes since the process started (sa_host_totals). */
-  uint64_t bytes_created, bytes_released, bytes_mapped, bytes_unmapped, bytes_access;
-  uint64_t chunks_unmapped, chunks_access; /* mappings the calls covered */
+  /* Successful calls' bytes and the mappings they covered since the
+   * process started (sa_host_totals' fields but calls). */
+  sa_host_totals totals;
 } vmm = {.fd = -1, .device_bytes = SA_SIM_DEFAULT_DEVICE_BYTES};
+
+/* The same, of the calling thread's calls (sa_host_get_thread_totals). */
+static _Thread_local sa_host_totals thread_totals;
+
+/* Count n in a field of both: the process's totals and the thread's. */
+#define COUNT(field, n) (vmm.totals.field += (n), thread_totals.field += (n))
 
 static sa_status einval(const char *what) { return sa_sim_fail(SA_ERR_DRIVER, EINVAL, what); }
 
@@ -300,7 +306,7 @@ sa_status sa_sim_chunk_create(int device, size_t size, uint64_t *out) {
   sa_sim_ptrset_insert(&vmm.chunks, c);
   vmm.nchunks++;
   vmm.chunk_bytes += size;
-  vmm.bytes_created += size;
+  COUNT(bytes_created, size);
   vmm.device_chunk_bytes[device] += size;
   *out = (uint64_t)(uintptr_t)c;
   return SA_OK;
@@ -315,7 +321,7 @@ sa_status sa_sim_chunk_release(uint64_t handle) {
   sim_chunk *c = chunk_lookup(handle);
   if (c == NULL) return einval("host: chunk_release of an unknown or released chunk");
   (void)sa_sim_ptrset_remove(&vmm.chunks, c);
-  vmm.bytes_released += c->size;
+  COUNT(bytes_released, c->size);
   if (c->map_count > 0) {
     c->released = 1; /* CUDA frees it at the last unmap */
     return SA_OK;
@@ -351,7 +357,7 @@ sa_status sa_sim_map(uintptr_t va, size_t size, uint64_t handle) {
   vmm.maps[j] = (mapping){va, size, c, 0};
   vmm.nmaps++;
   c->map_count++;
-  vmm.bytes_mapped += size;
+  COUNT(bytes_mapped, size);
   return SA_OK;
 }
 
@@ -370,8 +376,8 @@ sa_status sa_sim_unmap(uintptr_t va, size_t size) {
   }
   memmove(&vmm.maps[first], &vmm.maps[end], (vmm.nmaps - end) * sizeof(mapping));
   vmm.nmaps -= end - first;
-  vmm.bytes_unmapped += size;
-  vmm.chunks_unmapped += end - first;
+  COUNT(bytes_unmapped, size);
+  COUNT(chunks_unmapped, end - first);
   return SA_OK;
 }
 
@@ -392,8 +398,8 @@ sa_status sa_sim_set_access(uintptr_t va, size_t size, sa_sim_devices devices) {
     return sa_sim_fail(SA_ERR_DRIVER, errno, "host: mprotect failed");
   }
   for (size_t k = first; k < end; k++) vmm.maps[k].access |= devices;
-  vmm.bytes_access += size;
-  vmm.chunks_access += end - first;
+  COUNT(bytes_access, size);
+  COUNT(chunks_access, end - first);
   return SA_OK;
 }
 
@@ -449,15 +455,20 @@ void sa_sim_vmm_counters(sa_host_counters *out) {
   out->mappings = vmm.nmaps;
 }
 
-void sa_sim_vmm_totals(sa_host_totals *out) {
-  out->bytes_created = vmm.bytes_created;
-  out->bytes_released = vmm.bytes_released;
-  out->bytes_mapped = vmm.bytes_mapped;
-  out->bytes_unmapped = vmm.bytes_unmapped;
-  out->bytes_access = vmm.bytes_access;
-  out->chunks_unmapped = vmm.chunks_unmapped;
-  out->chunks_access = vmm.chunks_access;
+/* Copy the byte and mapping counts of from, not its calls. */
+static void copy_counts(const sa_host_totals *from, sa_host_totals *out) {
+  out->bytes_created = from->bytes_created;
+  out->bytes_released = from->bytes_released;
+  out->bytes_mapped = from->bytes_mapped;
+  out->bytes_unmapped = from->bytes_unmapped;
+  out->bytes_access = from->bytes_access;
+  out->chunks_unmapped = from->chunks_unmapped;
+  out->chunks_access = from->chunks_access;
 }
+
+void sa_sim_vmm_totals(sa_host_totals *out) { copy_counts(&vmm.totals, out); }
+
+void sa_sim_vmm_thread_totals(sa_host_totals *out) { copy_counts(&thread_totals, out); }
 
 sa_status sa_host_pointer_device(const void *p, int *device) {
   if (device == NULL) return SA_ERR_INVALID_ARGUMENT;

@@ -149,26 +149,48 @@ static size_t chunk_size(const sa_arena *a) {
   return a->physical.budgeted ? a->gran : SA_CHUNK_MAX;
 }
 
-/* A new chunk of size bytes as one record; within limit physical bytes. */
-static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_chunk **out) {
+sa_status sa__physical_reserve(sa_arena *a, size_t size, size_t limit, sa_phys **out) {
   if (a->physical.bytes + size > limit) return SA_ERR_OUT_OF_MEMORY;
   sa_phys *ph = calloc(1, sizeof *ph);
   if (ph == NULL) return SA_ERR_OUT_OF_MEMORY;
-  sa_status st = a->drv->ops->chunk_create(a->drv, size, &ph->handle);
-  if (st != SA_OK) {
-    free(ph);
-    return st;
-  }
-  sa_chunk *p = &ph->record;
-  *p = (sa_chunk){.phys = ph, .size = size};
   ph->size = size;
+  ph->record = (sa_chunk){.phys = ph, .size = size};
+  a->physical.bytes += size;
+  a->physical.growing += size;
+  *out = ph;
+  return SA_OK;
+}
+
+void sa__physical_adopt(sa_arena *a, sa_phys *ph) {
+  SA_ASSERT(a->physical.growing >= ph->size);
+  a->physical.growing -= ph->size;
   ph->next = a->physical.all;
   a->physical.all = ph;
-  a->physical.bytes += size;
   a->physical.nchunks++;
-  if (a->physical.bytes > a->physical.peak) a->physical.peak = a->physical.bytes;
-  atomic_fetch_add_explicit(&a->physical.xcreated_bytes, size, memory_order_relaxed);
-  *out = p;
+  size_t held = a->physical.bytes - a->physical.growing;
+  if (held > a->physical.peak) a->physical.peak = held;
+  atomic_fetch_add_explicit(&a->physical.xcreated_bytes, ph->size, memory_order_relaxed);
+}
+
+void sa__physical_unreserve(sa_arena *a, sa_phys *ph) {
+  SA_ASSERT(a->physical.growing >= ph->size && a->physical.bytes >= ph->size);
+  a->physical.growing -= ph->size;
+  a->physical.bytes -= ph->size;
+  free(ph);
+}
+
+/* A new chunk of size bytes as one record; within limit physical bytes. */
+static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_chunk **out) {
+  sa_phys *ph;
+  sa_status st = sa__physical_reserve(a, size, limit, &ph);
+  if (st != SA_OK) return st;
+  st = a->drv->ops->chunk_create(a->drv, size, &ph->handle);
+  if (st != SA_OK) {
+    sa__physical_unreserve(a, ph);
+    return st;
+  }
+  sa__physical_adopt(a, ph);
+  *out = &ph->record;
   return SA_OK;
 }
 
@@ -315,24 +337,29 @@ sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *
   /* One access setting for the whole range, not one per chunk. */
   if (st == SA_OK) st = a->drv->ops->set_access(a->drv, va, size);
   if (st == SA_OK) return SA_OK;
+  return sa__physical_unwind(a, va, size, chunks, off, st);
+}
+
+sa_status sa__physical_unwind(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks,
+                              size_t mapped, sa_status why) {
   /* Undo what was mapped; if the driver refuses, the chunks mapped stay
-   * mapped at [va, va + off), a stuck range. Those after them were never
+   * mapped at [va, va + mapped), a stuck range. Those after them were never
    * mapped: back to the cache (kept with the stuck range they would be lost
    * to every budget, and an unmap of the whole range would cover a hole). */
   size_t kept = 0;
-  if (off > 0 && a->drv->ops->unmap(a->drv, va, off) != SA_OK) {
+  if (mapped > 0 && a->drv->ops->unmap(a->drv, va, mapped) != SA_OK) {
     sa_chunk **link = &chunks;
-    for (size_t at = 0; *link != NULL && at < off; link = &(*link)->next) at += (*link)->size;
+    for (size_t at = 0; *link != NULL && at < mapped; link = &(*link)->next) at += (*link)->size;
     sa__physical_return(a, *link);
     *link = NULL;
-    stuck_push(a, va, off, chunks);
-    kept = off;
-    st = SA_ERR_DRIVER;
+    stuck_push(a, va, mapped, chunks);
+    kept = mapped;
+    why = SA_ERR_DRIVER;
   } else {
     sa__physical_return(a, chunks);
   }
   if (size > kept) sa__va_free(a, va + kept, size - kept);
-  return st;
+  return why;
 }
 
 sa_status sa__physical_map(sa_arena *a, sa_desc *desc, sa_chunk *chunks) {
@@ -445,13 +472,14 @@ size_t sa__physical_check(const sa_arena *a) {
   }
   SA_CHECK(LEDGER, cached_by_chunk == a->physical.cache_bytes,
            "chunks' cached bytes sum to physical.cache_bytes");
-  SA_CHECK(LEDGER, held == a->physical.bytes, "physical.bytes is the sum of chunk sizes");
+  SA_CHECK(LEDGER, held + a->physical.growing == a->physical.bytes,
+           "physical.bytes is the sum of chunk sizes and the bytes reserved for growing");
   SA_CHECK(LEDGER, n == a->physical.nchunks, "physical.nchunks counts the chunks");
-  SA_CHECK(LEDGER, a->physical.peak >= a->physical.bytes, "peak >= current");
+  SA_CHECK(LEDGER, a->physical.peak >= held, "peak >= current");
   SA_CHECK(LEDGER, a->physical.cache_bytes <= a->physical.bytes, "cached bytes are held bytes");
   SA_CHECK(
       LEDGER,
-      a->physical.bytes <= atomic_load_explicit(&a->physical.xcreated_bytes, memory_order_relaxed),
+      held <= atomic_load_explicit(&a->physical.xcreated_bytes, memory_order_relaxed),
       "every byte held was created");
   for (const sa_chunk *c = a->physical.stuck; c != NULL; c = c->phys->stuck_next, visited++)
     SA_CHECK(LEDGER, sa__chunks_bytes(c) == c->phys->stuck_size,

@@ -45,7 +45,9 @@ typedef struct sa_physical_s {
   sa_chunk *cache;              /* unmapped chunks, no pending work */
   size_t cache_bytes;
   sa_chunk *stuck;              /* ranges whose unwind the driver refused */
-  size_t bytes, peak, nchunks;  /* of chunks */
+  size_t bytes, peak, nchunks;  /* of chunks; bytes also counts growing */
+  size_t growing;               /* reserved for chunks the driver is making
+                                   without the arena lock (grower.c) */
   /* The remapping ledger: bytes created, bytes of cached chunks mapped
    * again, superblocks carved in free spans (superblock.c). Written under
    * the lock, read by alloc.c without. */
@@ -69,12 +71,26 @@ typedef struct sa_physical_s {
  * limit (a growth mapped ahead of the requests that follow it: run.c). */
 sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t most, size_t limit,
                               sa_chunk **out, size_t *got);
+/* Background growth (large/grower.c) creates a chunk without the arena
+ * lock. reserve counts size bytes as held first (within limit), so that no
+ * limit is passed meanwhile, and gives the chunk's record, whose handle
+ * the caller then has the driver make; adopt makes it one of the arena's
+ * chunks (the caller maps it); unreserve forgets it, the driver having
+ * refused. phys_create is the three on the calling thread. */
+sa_status sa__physical_reserve(sa_arena *a, size_t size, size_t limit, sa_phys **out);
+void sa__physical_adopt(sa_arena *a, sa_phys *ph);
+void sa__physical_unreserve(sa_arena *a, sa_phys *ph);
 /* Map chunks back to back at va (claimed in the va space: size bytes, the
  * chunks' sum) with one access setting. On failure the range is the
  * caller's no more: the chunks go back to the cache and the range to the
  * va space, but for what the driver refused to unmap again, which stays
  * mapped, a stuck range, until sa__physical_unmap_stuck succeeds. */
 sa_status sa__physical_map_at(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks);
+/* The failure path of a mapping at va (size bytes, the chunks' sum, the
+ * first mapped bytes of it mapped): as sa__physical_map_at's. Returns why,
+ * or SA_ERR_DRIVER where the driver refused the unmap. */
+sa_status sa__physical_unwind(sa_arena *a, uintptr_t va, size_t size, sa_chunk *chunks,
+                              size_t mapped, sa_status why);
 /* The same at desc->base for desc->size bytes; desc->chunks are the chunks on
  * success, NULL on failure. */
 sa_status sa__physical_map(sa_arena *a, sa_desc *desc, sa_chunk *chunks);
