@@ -61,6 +61,9 @@ const char usage_text[] =
     "  --trace-round=N     tag the trace results as round N (run.sh replays every\n"
     "                      trace in rounds, the backends interleaved; plot.py takes\n"
     "                      the median)\n"
+    "  --trace-gap-us=US   the application's work between two trace operations, a\n"
+    "                      spin of US microseconds, untimed: only the allocator's\n"
+    "                      calls are (default 0: back to back, the loop timed)\n"
     "  --sa-conf=SPEC      streamarena's configuration (sa_config_parse keys)\n"
     "  --json=FILE         append results as JSON lines\n"
     "  --require-gpu       fail instead of using the host simulator\n"
@@ -109,7 +112,7 @@ int parse(int argc, char **argv, Args *a) {
   static const char *const with_value[] = {
       "--backends", "--plugin",      "--workloads",    "--threads", "--reps", "--rep-ms",
       "--random-n", "--random-runs", "--random-max-s", "--random-slowest", "--trace-round",
-      "--sa-conf",  "--json"};
+      "--trace-gap-us", "--sa-conf", "--json"};
   for (int i = 1; i < argc; i++) {
     std::string arg = argv[i], name = arg, v;
     if (arg == "-h" || arg == "--help") {
@@ -174,6 +177,9 @@ int parse(int argc, char **argv, Args *a) {
     } else if (name == "--trace-round") {
       ok = to_u64(v, 1, 99, &n);
       a->opt.trace_round = static_cast<unsigned>(n);
+    } else if (name == "--trace-gap-us") {
+      ok = to_u64(v, 0, 100000, &n);
+      a->opt.trace_gap_us = static_cast<unsigned>(n);
     } else if (name == "--sa-conf") {
       a->sa_conf = v;
       a->sa_conf_set = true;

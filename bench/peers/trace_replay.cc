@@ -7,6 +7,10 @@
 // the instance's construction is timed apart (create_seconds), as in
 // random.cc: an allocator that takes its memory up front (RMM's arena: half
 // the device) pays there what the others pay inside the replay.
+// With --trace-gap-us, each operation comes after that much spinning (the
+// application's work between two calls: kernel launches, its own code),
+// and only the calls are timed: what reaches the allocating thread where
+// an allocator can work meanwhile (streamarena's background_growth).
 // Reported: us per operation made (the frees of allocations that ran out of
 // memory are not made, nor counted), peak live (the trace's highest sum of
 // requested sizes) and the allocator's own peak reserved, their ratio, and
@@ -43,6 +47,19 @@ bool replay_on(const Ctx &c, Instance &in, const trace &t, Replay *r, std::strin
   std::vector<uint16_t> alloc_stream(t.nslots, 0);
   std::vector<size_t> size_of(t.nslots, 0); // RMM's frees need the size
   bool ok = true;
+  const uint64_t gap_ns = static_cast<uint64_t>(c.opt.trace_gap_us) * 1000;
+  uint64_t in_calls = 0, call0 = 0;
+  // With a gap: spin before a call, then time the call alone.
+  auto call_start = [&] {
+    if (gap_ns == 0) return;
+    const uint64_t until = now_ns() + gap_ns;
+    while (now_ns() < until) {
+    }
+    call0 = now_ns();
+  };
+  auto call_end = [&] {
+    if (gap_ns != 0) in_calls += now_ns() - call0;
+  };
   const uint64_t t0 = now_ns();
   for (size_t i = 0; i < t.nops; i++) {
     const trace_op &op = t.ops[i];
@@ -51,7 +68,10 @@ bool replay_on(const Ctx &c, Instance &in, const trace &t, Replay *r, std::strin
       void *&p = ptrs[op.slot];
       if (p == nullptr) continue; // its allocation ran out of memory
       r->calls++;
-      if (in.free(p, op.size, s, streams[alloc_stream[op.slot]]) != PEER_OK) {
+      call_start();
+      const int frc = in.free(p, op.size, s, streams[alloc_stream[op.slot]]);
+      call_end();
+      if (frc != PEER_OK) {
         *err = in.failed("free", op.size);
         ok = false;
         break;
@@ -60,7 +80,9 @@ bool replay_on(const Ctx &c, Instance &in, const trace &t, Replay *r, std::strin
       continue;
     }
     r->calls++;
+    call_start();
     int rc = in.alloc(&ptrs[op.slot], op.size, s);
+    call_end();
     if (rc == PEER_OOM) {
       ptrs[op.slot] = nullptr;
       r->ooms++;
@@ -72,7 +94,7 @@ bool replay_on(const Ctx &c, Instance &in, const trace &t, Replay *r, std::strin
     alloc_stream[op.slot] = op.stream;
     size_of[op.slot] = op.size;
   }
-  r->seconds = static_cast<double>(now_ns() - t0) * 1e-9;
+  r->seconds = static_cast<double>(gap_ns != 0 ? in_calls : now_ns() - t0) * 1e-9;
   for (size_t slot = 0; slot < t.nslots; slot++) { // what the trace never freed
     void *s = streams[alloc_stream[slot]];
     if (ptrs[slot] != nullptr && in.free(ptrs[slot], size_of[slot], s, s) != PEER_OK && ok) {
@@ -166,6 +188,7 @@ bool run_trace(Ctx &c) {
           .num("ratio", ratio)
           .count("ooms", r.ooms);
       if (c.opt.trace_round != 0) j.count("round", c.opt.trace_round);
+      if (c.opt.trace_gap_us != 0) j.count("gap_us", c.opt.trace_gap_us);
       c.report.result("trace", j, row);
     }
     trace_free(&t);

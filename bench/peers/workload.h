@@ -25,6 +25,8 @@ struct Options {
   double random_max_s = 40;            // a run stops (marked truncated) after this
   unsigned random_slowest = 0;         // print a run's slowest operations (0: none)
   unsigned trace_round = 0;            // tags trace results (run.sh interleaves rounds)
+  unsigned trace_gap_us = 0;           // the application's work between two trace
+                                       // operations (0: none, back to back)
   std::vector<std::string> traces;
 };
 

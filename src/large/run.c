@@ -310,6 +310,7 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
  * reserve_limit, which are limits the user set, not targets to fill, nor
  * with SA_FLAG_EXACT_GROWTH. */
 #define SA_AHEAD_FLOOR 4
+#define SA_AHEAD_SHARE_SHIFT 9 /* 1/512: the default target's share (physical.c) */
 
 static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
   if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 ||
@@ -429,13 +430,27 @@ static size_t top_room(const sa_run *r) {
 
 size_t sa__run_ahead_wanted(const sa_arena *a, const sa_span *sp, size_t request,
                             uintptr_t *at) {
-  size_t ahead = map_ahead(a, request, 0);
+  /* At most the default target's share of what is held: the grower keeps
+   * that much mapped ahead all along a climb, where a growth leaves its
+   * ahead bytes to be used up, so more would stay unused at every peak. */
+  size_t ahead = map_ahead(a, request, 0), room = top_room(sp->run);
+  size_t most = a->physical.bytes >> SA_AHEAD_SHARE_SHIFT;
+  if (most < SA_AHEAD_FLOOR * a->gran) most = SA_AHEAD_FLOOR * a->gran;
+  if (ahead > most) ahead = most;
   const sa_run *r = sp->run;
-  if (ahead == 0 || top_room(r) >= ahead || pools_room_above(r)) return 0;
+  /* Only where sp came from the run's top: a climb extends that run, and
+   * memory mapped ahead above a run whose holes a request filled would
+   * wait there unused, taking the target's room from the growths that
+   * need it. */
+  bool at_top = sp->next == NULL || (sp->next == r->last && sa__span_is_free(r->last));
+  if (!at_top || room >= ahead || pools_room_above(r)) return 0;
+  /* Up to what a growth would leave mapped ahead, not that much more:
+   * topped up at every request, the room would fill the target. */
+  size_t more = sa__round_up(ahead - room, a->gran);
   uintptr_t hi = r->hdr.base + r->hdr.size;
   size_t above = sa__va_free_above(a, hi) & ~(a->gran - 1);
   *at = hi;
-  return ahead < above ? ahead : above;
+  return more < above ? more : above;
 }
 
 sa_status sa__run_ahead_claim(sa_arena *a, sa_run_ahead *job) {
