@@ -450,7 +450,7 @@ static void soak(void **state) {
          "frees %llu, cross-thread %llu, cross-stream frees %llu, record_stream uses %llu, "
          "streams destroyed %llu, %llu without sa_stream_release), words checked %llu, words "
          "corrupted %llu, checker violations %llu, live after %zu, reserved after trim %zu, "
-         "failures %llu\n",
+         "background growths %llu, failures %llu\n",
          sa_backend_name(g.backend), elapsed(), worked, THREADS, STREAMS,
          (unsigned long long)total.ops, (unsigned long long)total.allocs,
          (unsigned long long)total.frees, (unsigned long long)total.cross_thread,
@@ -458,7 +458,7 @@ static void soak(void **state) {
          (unsigned long long)total.replaced, (unsigned long long)total.unreleased,
          (unsigned long long)total.words, (unsigned long long)corrupted,
          (unsigned long long)violations, st.live_bytes, st.reserved_bytes,
-         (unsigned long long)total.failures);
+         (unsigned long long)st.background_growths, (unsigned long long)total.failures);
   free(w);
   if (g.module != NULL) (void)sa_cu.ModuleUnload(g.module);
   assert_int_equal(sa_arena_destroy(g.arena), SA_OK);

@@ -443,7 +443,9 @@ size_t sa__run_ahead_wanted(const sa_arena *a, const sa_span *sp, size_t request
    * wait there unused, taking the target's room from the growths that
    * need it. */
   bool at_top = sp->next == NULL || (sp->next == r->last && sa__span_is_free(r->last));
-  if (!at_top || room >= ahead || pools_room_above(r)) return 0;
+  /* Nor for a climb of requests above half of it: the next one would not
+   * fit in what the grower maps, and would wait for it before growing. */
+  if (!at_top || request > ahead / 2 || room >= ahead || pools_room_above(r)) return 0;
   /* Up to what a growth would leave mapped ahead, not that much more:
    * topped up at every request, the room would fill the target. */
   size_t more = sa__round_up(ahead - room, a->gran);
