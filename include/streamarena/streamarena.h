@@ -197,15 +197,16 @@ const char *sa_backend_name(sa_backend backend);
  * it; keep_spans=0 or clearing the flag turns it off). */
 #define SA_FLAG_KEEP_SPANS 0x8u
 /* A climb to a new live peak finds memory mapped ahead by a thread of the
- * arena's own: where the free memory at the top of the range a climb
- * extends holds less than a growth there would map ahead (within the
- * footprint target, none under a budget or with SA_FLAG_EXACT_GROWTH), the
- * thread, started at the first such climb and ended by sa_arena_destroy,
- * creates and maps that much more above it, holding the arena's lock only
- * to claim the range and to publish it, never across a driver call. A
- * large allocation that would grow while it works waits for it (the range
- * is where its own growth would go); sa_trim and the out-of-memory path
- * too. Off by default (background_growth=1 turns it on; docs/DEFRAG.md). */
+ * arena's own: where a large request taken from the free top of a range
+ * leaves less there than 1/512 of what the arena holds (at least 4
+ * granules; within the footprint target; not for requests above half of
+ * that, under a budget or with SA_FLAG_EXACT_GROWTH), the thread, started
+ * at the first such climb and ended by sa_arena_destroy, creates and maps
+ * what is missing above it, holding the arena's lock only to claim the
+ * range and to publish it, never across a driver call. A large allocation
+ * that would grow while it works waits for it (the range is where its own
+ * growth would go); sa_trim and the out-of-memory path too. Off by default
+ * (background_growth=1 turns it on; docs/DEFRAG.md). */
 #define SA_FLAG_BACKGROUND_GROWTH 0x10u
 
 /* sa_config.footprint_target's named points (sa_config_parse:
