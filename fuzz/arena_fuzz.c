@@ -16,8 +16,9 @@
  * Extended operations (an op byte with the top bit set) and configurations
  * (a configuration byte with the top bit set, then two more bytes):
  *   - configurations: reserve_limit, chunk_size, initial_physical,
- *     release_threshold, exact_growth, footprint_target, more large
- *     thresholds;
+ *     release_threshold, exact_growth, footprint_target, background_growth
+ *     (its jobs run at once on the asking thread, sa__grower_inline, so that
+ *     a run stays deterministic), more large thresholds;
  *   - two SA_HOST_AUTO streams beside the three hand-stepped ones;
  *   - streams synchronized and destroyed without sa_stream_release (not
  *     while a live block is recorded on them: the contract's rules), and
@@ -78,6 +79,7 @@
  * builds with gcc). The first bytes choose the configuration.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -154,7 +156,8 @@ static struct {
 /* Totals over the whole run, printed at exit. */
 static uint64_t t_inputs, t_ops, t_allocs, t_frees, t_bad, t_oom, t_checks, t_faults, t_failed,
     t_destroys, t_threads, t_empty_trims, t_unbudgeted, t_worker_ops, t_undrained, t_sweeps,
-    t_callbacks, t_snapshots, t_abandoned, t_captures, t_refused, t_faults_at_ends, t_pools;
+    t_callbacks, t_snapshots, t_abandoned, t_captures, t_refused, t_faults_at_ends, t_pools,
+    t_background;
 
 static void report(void) {
   printf("fuzz: inputs %llu, operations %llu (allocs %llu, frees %llu, bad inputs %llu, out of "
@@ -162,7 +165,8 @@ static void report(void) {
          "destroyed %llu, exiting threads %llu, empty trims %llu, inputs without a budget %llu, "
          "operations on workers %llu, destroyed undrained %llu, sweeps %llu, oom callbacks "
          "%llu, snapshots %llu, arenas abandoned %llu, captures %llu, calls refused while "
-         "capturing %llu, faults at thread or stream ends %llu, pool episodes %llu), threads %d, "
+         "capturing %llu, faults at thread or stream ends %llu, pool episodes %llu, background "
+         "growths %llu), threads %d, "
          "streams %d, "
          "failures 0\n",
          (unsigned long long)t_inputs, (unsigned long long)t_ops, (unsigned long long)t_allocs,
@@ -174,7 +178,8 @@ static void report(void) {
          (unsigned long long)t_sweeps, (unsigned long long)t_callbacks,
          (unsigned long long)t_snapshots, (unsigned long long)t_abandoned,
          (unsigned long long)t_captures, (unsigned long long)t_refused,
-         (unsigned long long)t_faults_at_ends, (unsigned long long)t_pools, NTHREADS,
+         (unsigned long long)t_faults_at_ends, (unsigned long long)t_pools,
+         (unsigned long long)t_background, NTHREADS,
          NSTREAMS + NEXTRA);
   fflush(stdout);
 }
@@ -1268,7 +1273,10 @@ static void setup(input *in) {
                   (e1 >> 7) ? 4 * MiB : 0, va[(e2 >> 3) & 3]);
   }
   if (extended && (e2 & 0x20)) n += snprintf(spec + n, sizeof spec - (size_t)n, ",trace=/dev/null");
-  if (extended && (e2 & 0x04)) n += snprintf(spec + n, sizeof spec - (size_t)n, ",keep_spans=1");
+  /* keep_spans=1 is the default; the bit also maps ahead in the background
+   * (each job at once on the asking thread: sa__grower_inline). */
+  if (extended && (e2 & 0x04))
+    n += snprintf(spec + n, sizeof spec - (size_t)n, ",keep_spans=1,background_growth=1");
   /* A larger footprint target: more mapped ahead, larger slabs (refused
    * beside a reserve_limit: then the base spec, as for any refused one). */
   static const char *const targets[] = {"", ",footprint_target=1.5", ",footprint_target=fast",
@@ -1342,9 +1350,18 @@ static void teardown(void) {
     empty_trim();
   }
   streams_destroy();
-  if (!m.abandoned) expect(sa_arena_destroy(m.arena), SA_OK, "sa_arena_destroy");
+  if (!m.abandoned) {
+    sa_stats st;
+    expect(sa_get_stats(m.arena, &st), SA_OK, "sa_get_stats");
+    t_background += st.background_growths;
+    expect(sa_arena_destroy(m.arena), SA_OK, "sa_arena_destroy");
+  }
   expect_nothing_left("destroy");
 }
+
+/* The library's switch (src/large/grower.h): background growth's jobs run
+ * at once on the asking thread, so that an input replays the same way. */
+extern _Atomic bool sa__grower_inline;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -1352,6 +1369,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!registered) {
     registered = true;
     atexit(report);
+    atomic_store(&sa__grower_inline, true);
   }
   if (tracing < 0) tracing = getenv("ARENA_FUZZ_TRACE") != NULL;
   input in = {data, size, 0};

@@ -36,6 +36,8 @@
 #include "../driver/driver.h"
 #include "run.h"
 
+_Atomic bool sa__grower_inline;
+
 void sa__grower_init(sa_arena *a) {
   pthread_cond_init(&a->grower.wake, NULL);
   pthread_cond_init(&a->grower.idle, NULL);
@@ -123,6 +125,10 @@ void sa__grower_consider(sa_arena *a, const sa_span *sp, size_t request, bool ex
   uintptr_t at;
   size_t size = sa__run_ahead_wanted(a, sp, request, &at);
   if (size == 0) return;
+  if (atomic_load_explicit(&sa__grower_inline, memory_order_relaxed)) {
+    grow_one(a, at, size);
+    return;
+  }
   if (!g->started) {
     g->started = start(a);
     g->broken = !g->started;
@@ -159,6 +165,5 @@ void sa__grower_check(const sa_arena *a) {
   SA_CHECK(GROWER, g->busy || a->physical.growing == 0,
            "bytes are reserved for growing only while a job is in flight");
   SA_CHECK(GROWER, !g->busy || a->physical.growing > 0, "a job in flight has reserved its bytes");
-  SA_CHECK(GROWER, g->started || (!g->busy && g->asked_size == 0),
-           "jobs wait and run only where the thread runs");
+  SA_CHECK(GROWER, g->started || g->asked_size == 0, "jobs wait only for a thread that runs");
 }

@@ -169,7 +169,6 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size
   }
   if (st == SA_OK) st = take_settled(a, &sp, sarena, w);
   if (st == SA_OK) {
-    sa__grower_consider(a, sp, size, exact);
     sp->owner = sarena;
     /* keeps sarena alive */
     if (atomic_fetch_add_explicit(&sarena->xspans, 1, memory_order_relaxed) == 0)
@@ -180,6 +179,7 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size
     sa__live_insert(a, sp);
     a->spans.nlive++;
     *out = (void *)sp->base;
+    sa__grower_consider(a, sp, size, exact); /* last: sa__grower_inline lets go of the lock */
   }
   SA_VALIDATE_PACED(&a->spans.pace, sa__span_check(a));
   pthread_mutex_unlock(&a->lock);
