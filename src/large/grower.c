@@ -93,6 +93,7 @@ static void grow_one(sa_arena *a, uintptr_t at, size_t size) {
 static void *grower_main(void *arg) {
   sa_arena *a = arg;
   sa_grower *g = &a->grower;
+  (void)pthread_setname_np(pthread_self(), "sa-grower"); /* as debuggers and top show it */
   pthread_mutex_lock(&a->lock);
   for (;;) {
     while (!g->stop && g->asked_size == 0) pthread_cond_wait(&g->wake, &a->lock);
