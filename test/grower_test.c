@@ -300,6 +300,21 @@ static void destroy_ends_the_grower_after_its_job(void **state) {
   sa_assert_ok(freed_then_behind_held_job(&f, destroy_call));
 }
 
+/* With chunk_size, each background growth is one chunk of at most that
+ * size, the unit the user asked reshapes to take back. */
+static void a_background_growth_keeps_to_chunk_size(void **state) {
+  (void)state;
+  sa_fixture f;
+  sa_assert_ok(sa_fixture_setup(&f, "background_growth=1,chunk_size=2MiB", 1, SA_HOST_MANUAL));
+  void *p[STEPS];
+  (void)climb(f.arena, f.streams[0], p);
+  sa_stats st = stats(f.arena);
+  assert_true(st.background_growths > 0);
+  assert_int_equal(st.background_bytes, st.background_growths * 2 * MiB);
+  check_and_free(f.arena, f.streams[0], p);
+  sa_assert_ok(sa_fixture_teardown(&f));
+}
+
 /* Under a budget, with exact growth, or without the flag, nothing is
  * mapped in the background. */
 static void no_background_growth_where_nothing_maps_ahead(void **state) {
@@ -328,6 +343,7 @@ int main(void) {
       cmocka_unit_test(a_growth_waits_for_the_job_in_flight),
       cmocka_unit_test(a_trim_takes_back_the_job_in_flight),
       cmocka_unit_test(destroy_ends_the_grower_after_its_job),
+      cmocka_unit_test(a_background_growth_keeps_to_chunk_size),
       cmocka_unit_test(no_background_growth_where_nothing_maps_ahead),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

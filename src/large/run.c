@@ -449,6 +449,8 @@ size_t sa__run_ahead_wanted(const sa_arena *a, const sa_span *sp, size_t request
   /* Up to what a growth would leave mapped ahead, not that much more:
    * topped up at every request, the room would fill the target. */
   size_t more = sa__round_up(ahead - room, a->gran);
+  /* One chunk, at most the user's chunk_size: the unit a reshape takes back. */
+  if (a->cfg.chunk_size != 0 && more > a->cfg.chunk_size) more = a->cfg.chunk_size;
   uintptr_t hi = r->hdr.base + r->hdr.size;
   size_t above = sa__va_free_above(a, hi) & ~(a->gran - 1);
   *at = hi;
