@@ -120,18 +120,22 @@ static void a_climb_finds_memory_mapped_ahead(void **state) {
 /* Which driver calls the hook makes fail in the grower's thread, after its
  * claim: nothing of the allocating thread's is counted in between. */
 static sa_host_fn fail_fn, fail_also;
+static atomic_int claims;
 
 static void fail_in_grower(sa_hook_point point, void *arg) {
   (void)arg;
   if (point != SA_HOOK_GROWER_CLAIMED) return;
+  atomic_fetch_add(&claims, 1);
   sa_assert_ok(sa_host_fault_inject(fail_fn, 1, 0));
   if (fail_also != SA_HOST_FN_COUNT) sa_assert_ok(sa_host_fault_inject(fail_also, 1, 0));
 }
 
 /* The grower's chunk creation, mapping, access setting, or access setting
  * and then the unmap that undoes it fail: no range is published, the
- * ledger and the spans stay whole (the validator), nothing leaks, and the
- * climb goes on on the allocating thread with the memory right. */
+ * ledger and the spans stay whole (the validator), nothing leaks, the
+ * climb goes on on the allocating thread with the memory right, and after
+ * each refusal the grower is asked again only once a chunk was created
+ * (by the climb's own growths). */
 static void each_driver_refusal_in_the_grower_loses_nothing(void **state) {
   (void)state;
   static const sa_host_fn cases[][2] = {
@@ -146,10 +150,13 @@ static void each_driver_refusal_in_the_grower_loses_nothing(void **state) {
     sa_fixture f;
     sa_assert_ok(sa_fixture_setup(&f, "background_growth=1", 1, SA_HOST_MANUAL));
     uint64_t injected = sa_host_faults_injected();
+    atomic_store(&claims, 0);
     atomic_store(&sa__test_hook, fail_in_grower);
     void *p[STEPS];
-    (void)climb(f.arena, f.streams[0], p);
+    uint64_t own = climb(f.arena, f.streams[0], p);
     atomic_store(&sa__test_hook, NULL);
+    assert_true(atomic_load(&claims) > 0);
+    assert_true((uint64_t)atomic_load(&claims) <= own + 1);
     sa_host_fault_clear();
     assert_true(sa_host_faults_injected() > injected);
     assert_int_equal(stats(f.arena).background_growths, 0);

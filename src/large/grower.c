@@ -83,8 +83,11 @@ static void grow_one(sa_arena *a, uintptr_t at, size_t size) {
     atomic_fetch_add_explicit(&g->xbytes, job.size, memory_order_relaxed);
   } else {
     /* Nothing was handed out there: the next growth, on the allocating
-     * thread, meets the driver's refusal itself if it lasts. */
+     * thread, meets the driver's refusal itself if it lasts. No job is
+     * asked for until a chunk was created again (the device full, say). */
     (void)sa__run_ahead_abandon(a, &job, b.created, b.mapped, st);
+    g->refused_at = atomic_load_explicit(&a->physical.xcreated_bytes, memory_order_relaxed);
+    g->refused = true;
   }
   g->busy = false;
   pthread_cond_broadcast(&g->idle);
@@ -123,6 +126,10 @@ void sa__grower_consider(sa_arena *a, const sa_span *sp, size_t request, bool ex
   if (!(a->cfg.flags & SA_FLAG_BACKGROUND_GROWTH) || exact || g->broken || g->busy ||
       g->asked_size != 0)
     return;
+  if (g->refused &&
+      atomic_load_explicit(&a->physical.xcreated_bytes, memory_order_relaxed) == g->refused_at)
+    return;
+  g->refused = false;
   uintptr_t at;
   size_t size = sa__run_ahead_wanted(a, sp, request, &at);
   if (size == 0) return;

@@ -24,6 +24,8 @@ typedef struct sa_grower_s {
   bool busy;           /* a claimed range is with the driver, no lock held */
   uintptr_t asked_at;  /* the job waiting: where, and how many bytes (0: none) */
   size_t asked_size;
+  bool refused;        /* the driver refused the last job: none is asked for */
+  size_t refused_at;   /* ... until physical.xcreated_bytes moves past this */
   _Atomic uint64_t xgrowths; /* published ranges, and their bytes (sa_stats) */
   _Atomic size_t xbytes;
 } sa_grower;
