@@ -31,7 +31,8 @@ int fail(const char *what, sa_status st, int code) {
   return code;
 }
 
-constexpr const char *TORCH_CONF = "large_threshold=1KiB"; // examples/torch/allocators.py
+// streamarena.torch.install()'s TORCH_DEFAULTS (python/streamarena/torch.py).
+constexpr const char *TORCH_CONF = "large_threshold=1KiB,exact_growth=1";
 
 // conf: the entry's own configuration, applied before --sa-conf's.
 int create_with(const char *conf, const peer_env *env, void **self, char *err,
@@ -142,7 +143,8 @@ const peer_backend prefill_backend =
 const peer_backend torch_backend =
     entry("streamarena-torch",
           "streamarena " SA_VERSION_TEXT ": as streamarena, with the configuration docs/TORCH.md "
-          "gives PyTorch (large_threshold=1KiB: PyTorch's small requests get spans too)",
+          "gives PyTorch (large_threshold=1KiB: PyTorch's small requests get spans too; "
+          "exact_growth=1: nothing mapped ahead, as expandable segments)",
           sa_create_torch);
 
 constexpr char KEEP[] = "keep_spans=1";

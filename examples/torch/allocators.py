@@ -14,7 +14,8 @@ import sys
 ALLOCATORS = ("streamarena", "default", "expandable")
 # The configuration the examples run streamarena with (README's keys): none
 # of their own, so streamarena.torch.install()'s (TORCH_DEFAULTS: spans from
-# 1 KiB up, only requests up to 1 KiB in superblocks; docs/TORCH.md).
+# 1 KiB up, only requests up to 1 KiB in superblocks, nothing mapped ahead;
+# docs/TORCH.md).
 DEFAULT_CONF = ""
 
 _TORCH_ENV = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")

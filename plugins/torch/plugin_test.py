@@ -535,17 +535,21 @@ def case_hooks_after_default_arenas_shutdown_touch_no_freed_arena():
 
 
 def case_install_configures_spans_from_1_kib_unless_told():
-    """install() gives the arenas large_threshold=1KiB where the user's
-    configuration does not name it: a request above 1 KiB takes a span,
+    """install() gives the arenas large_threshold=1KiB and exact_growth=1
+    where the user's configuration does not name them: a request above
+    1 KiB takes a span,
     whose live bytes are the bytes requested (a small block would count its
     size class's)."""
-    expect(sat.torch_conf("") == "large_threshold=1KiB", sat.torch_conf(""))
-    expect(sat.torch_conf("max_physical=1GiB") == "max_physical=1GiB,large_threshold=1KiB",
+    expect(sat.torch_conf("") == "large_threshold=1KiB,exact_growth=1", sat.torch_conf(""))
+    expect(sat.torch_conf("max_physical=1GiB") ==
+           "max_physical=1GiB,large_threshold=1KiB,exact_growth=1",
            sat.torch_conf("max_physical=1GiB"))
-    expect(sat.torch_conf("large_threshold=64KiB,backend=host") ==
-           "large_threshold=64KiB,backend=host", "a configuration that names it keeps its own")
+    expect(sat.torch_conf("large_threshold=64KiB,backend=host,exact_growth=0") ==
+           "large_threshold=64KiB,backend=host,exact_growth=0",
+           "a configuration that names them keeps its own")
     os.environ["STREAMARENA_CONF"] = "backend=host,check_stream_order=1"
-    expect(sat.torch_conf(None) == "backend=host,check_stream_order=1,large_threshold=1KiB",
+    expect(sat.torch_conf(None) ==
+           "backend=host,check_stream_order=1,large_threshold=1KiB,exact_growth=1",
            "None reads $STREAMARENA_CONF")
     os.environ["STREAMARENA_CONF"] = sat.torch_conf(None)
     plugin = sat.Plugin(LIB)

@@ -50,8 +50,11 @@ CHECK_PATTERN = 0x7FC07FC0
 # tensors come in many sizes between 1 KiB and 1 MiB that would each hold
 # a superblock per stream partly empty; as spans they pack (docs/TORCH.md,
 # Measured: 1.007 x peak allocated against 1.016 with the library's own
-# threshold, superblock_size / 2).
-TORCH_DEFAULTS = (("large_threshold", "large_threshold=1KiB"),)
+# threshold, superblock_size / 2). And a growth maps what its request
+# misses, nothing ahead, as expandable segments map: the first step's
+# climb ends at its peak with nothing mapped past it (docs/NOTES.md, Note
+# [Mapping ahead]).
+TORCH_DEFAULTS = (("large_threshold", "large_threshold=1KiB"), ("exact_growth", "exact_growth=1"))
 
 
 def torch_conf(conf):
@@ -256,7 +259,7 @@ def install(conf=None, *, lib=None, native=None, native_lib=None, check=False,
 
     conf: the arenas' configuration (``key=value,...``, README's keys); None
     keeps $STREAMARENA_CONF; either way TORCH_DEFAULTS fill the keys it
-    leaves out (large_threshold=1KiB), and $STREAMARENA_CONF is set to the
+    leaves out (large_threshold=1KiB, exact_growth=1), and $STREAMARENA_CONF is set to the
     result, which the arenas read. native: None uses the native backend where one
     is built for this torch and the pluggable plugin otherwise (with a
     warning); True requires the native backend, False takes the plugin.
