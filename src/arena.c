@@ -318,7 +318,7 @@ sa_status sa_get_stats(sa_arena *a, sa_stats *out) {
   out->superblocks_active = atomic_load(&a->small.xsuperblocks_active);
   out->superblocks_empty = atomic_load(&a->small.xsuperblocks_empty);
   out->superblocks_total = out->superblocks_active + out->superblocks_empty;
-  out->reserved_bytes = a->physical.bytes - a->physical.growing; /* made by the driver */
+  out->reserved_bytes = sa__physical_made(&a->physical);
   out->reserved_bytes_peak = a->physical.peak;
   out->cached_bytes = a->physical.cache_bytes + atomic_load(&a->small.xsuperblock_empty_bytes) +
                       a->spans.free_bytes + a->small.slab_free_bytes + tc.kept_bytes +

@@ -152,7 +152,7 @@ void sa__holding_locked(sa_arena *a, const sa_stream_arena *sarena, sa_holding *
 void sa__summary_locked(sa_arena *a, sa_summary *s) {
   *s = (sa_summary){0};
   s->total = a->physical.cap;
-  s->reserved = a->physical.bytes - a->physical.growing;
+  s->reserved = sa__physical_made(&a->physical);
   size_t stitchable = a->physical.cache_bytes;
   for (const sa_superblock *sb = a->small.all_superblocks; sb != NULL; sb = sb->all_next) {
     if (sb->hdr.base == 0) continue;

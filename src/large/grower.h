@@ -38,10 +38,10 @@ void sa__grower_init(sa_arena *a);
 void sa__grower_fini(sa_arena *a);
 /* A span sp was just taken for a request of request bytes (and is live,
  * the arena's state whole: with sa__grower_inline the lock is let go): on
- * a climb
- * where the memory mapped ahead above its run runs low, ask the grower for
- * more (sa__run_ahead_wanted), unless exact (a graph pool's segment) or a
- * job is waiting or in flight. Only with SA_FLAG_BACKGROUND_GROWTH. */
+ * a climb where the memory mapped ahead above its run runs low, ask the
+ * grower for more (sa__run_ahead_wanted), unless exact (a graph pool's
+ * segment) or a job is waiting or in flight. Only with
+ * SA_FLAG_BACKGROUND_GROWTH. */
 void sa__grower_consider(sa_arena *a, const struct sa_span_s *sp, size_t request, bool exact);
 /* Set by the fuzzer: each job runs at once on the thread that asks for it,
  * letting go of the arena lock around the driver's calls as the grower's

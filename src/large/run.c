@@ -479,9 +479,7 @@ sa_status sa__run_ahead_claim(sa_arena *a, sa_run_ahead *job) {
 }
 
 void sa__run_ahead_publish(sa_arena *a, sa_run_ahead *job) {
-  sa__physical_adopt(a, job->phys);
-  sa_chunk *chunks = &job->phys->record;
-  chunks->next = NULL;
+  sa_chunk *chunks = sa__physical_adopt(a, job->phys);
   sa__free_insert(a, link_run(a, job->run, job->span, job->at, job->size, chunks, NULL));
   a->spans.reshape_futile = 0; /* free span memory, as a span freed */
 }
@@ -495,9 +493,7 @@ sa_status sa__run_ahead_abandon(sa_arena *a, sa_run_ahead *job, bool created, si
     sa__va_free(a, job->at, job->size);
     return why;
   }
-  sa__physical_adopt(a, job->phys);
-  sa_chunk *chunks = &job->phys->record;
-  chunks->next = NULL;
+  sa_chunk *chunks = sa__physical_adopt(a, job->phys);
   return sa__physical_unwind(a, job->at, job->size, chunks, mapped, why);
 }
 

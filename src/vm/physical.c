@@ -161,15 +161,16 @@ sa_status sa__physical_reserve(sa_arena *a, size_t size, size_t limit, sa_phys *
   return SA_OK;
 }
 
-void sa__physical_adopt(sa_arena *a, sa_phys *ph) {
+sa_chunk *sa__physical_adopt(sa_arena *a, sa_phys *ph) {
   SA_ASSERT(a->physical.growing >= ph->size);
   a->physical.growing -= ph->size;
   ph->next = a->physical.all;
   a->physical.all = ph;
   a->physical.nchunks++;
-  size_t held = a->physical.bytes - a->physical.growing;
+  size_t held = sa__physical_made(&a->physical);
   if (held > a->physical.peak) a->physical.peak = held;
   atomic_fetch_add_explicit(&a->physical.xcreated_bytes, ph->size, memory_order_relaxed);
+  return &ph->record; /* next is NULL since reserve */
 }
 
 void sa__physical_unreserve(sa_arena *a, sa_phys *ph) {
@@ -189,8 +190,7 @@ static sa_status phys_create(sa_arena *a, size_t size, size_t limit, sa_chunk **
     sa__physical_unreserve(a, ph);
     return st;
   }
-  sa__physical_adopt(a, ph);
-  *out = &ph->record;
+  *out = sa__physical_adopt(a, ph);
   return SA_OK;
 }
 

@@ -64,6 +64,10 @@ typedef struct sa_physical_s {
 #define SA_REMAP_TRICKLE 1024 /* ... plus a granule per 1024 span allocations */
 #define SA_STITCH_MAX 10 /* cached chunks a growth maps again, at most (by default) */
 
+/* The bytes of chunks the driver made: held, but for what is reserved for
+ * a chunk in the making (growing). What sa_stats reports as reserved. */
+static inline size_t sa__physical_made(const sa_physical *p) { return p->bytes - p->growing; }
+
 /* All with the arena lock held, but sa__physical_remap_allowance. */
 /* Chunks for need bytes (a granule multiple), *got bytes in all, at most
  * most: cached ones first, then new ones, within limit physical bytes
@@ -78,7 +82,7 @@ sa_status sa__physical_gather(sa_arena *a, size_t need, size_t ahead, size_t mos
  * chunks (the caller maps it); unreserve forgets it, the driver having
  * refused. phys_create is the three on the calling thread. */
 sa_status sa__physical_reserve(sa_arena *a, size_t size, size_t limit, sa_phys **out);
-void sa__physical_adopt(sa_arena *a, sa_phys *ph);
+sa_chunk *sa__physical_adopt(sa_arena *a, sa_phys *ph); /* its record, a list of one */
 void sa__physical_unreserve(sa_arena *a, sa_phys *ph);
 /* Map chunks back to back at va (claimed in the va space: size bytes, the
  * chunks' sum) with one access setting. On failure the range is the
