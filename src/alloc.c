@@ -72,7 +72,7 @@ static sa_status try_alloc(sa_arena *a, sa_tentry *e, size_t size, size_t limit,
      * superblocks carved between free spans go back to them: what earlier
      * work left behind (a thread's exit, a burst of small blocks) would
      * otherwise keep the free memory in pieces. */
-    if (ck_pr_load_ptr(&a->small.free_superblocks.head) != NULL) {
+    if (ck_pr_load_ptr(&a->small.free_carved.head) != NULL) {
       st = sa__span_alloc(a, e->sarena, size, limit, SA_SPAN_NO_RESHAPE, exact, out);
       if (st == SA_ERR_OUT_OF_MEMORY) sa__reclaim_carved(a);
     }

@@ -125,6 +125,7 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
   sa__pools_init(a);
   sa__grower_init(a);
   ck_stack_init(&a->small.free_superblocks);
+  ck_stack_init(&a->small.free_carved);
   a->id = atomic_fetch_add(&next_arena_id, 1);
 
   size_t total = 0;

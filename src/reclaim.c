@@ -26,8 +26,9 @@
 #include "small/thread_cache.h"
 #include "vm/physical.h"
 
-/* Superblocks on the global stack whose event completed (or, SA_WAIT,
- * once it has) are unmapped; the others go back on the stack. A pass holds
+/* Superblocks on the global stacks (carved_only: the carved ones' alone)
+ * whose event completed (or, SA_WAIT, once it has) are unmapped; the
+ * others go back on their stack. A pass holds
  * those until its end, out of every other pass's sight: passes take turns,
  * or an allocation's last pass, after its device sync, found the stack
  * empty while a concurrent sa_defragment held what it needed and failed
@@ -35,15 +36,15 @@
 static void unmap_free_superblocks(sa_arena *a, sa_wait wait, bool carved_only) {
   sa_superblock *keep = NULL, *carved = NULL, *sb;
   pthread_mutex_lock(&a->reclaim_lock);
-  while ((sb = sa__superblock_pop_global(a)) != NULL) {
+  while ((sb = carved_only ? sa__superblock_pop_carved(a) : sa__superblock_pop_global(a)) != NULL) {
     sa__hook(SA_HOOK_RECLAIM_POPPED, sb);
     if (!carved_only) {
       sa__superblock_unmap_or_keep(a, sb, wait, &keep);
       continue;
     }
     /* Carved ones whose work completed go back together, below. */
-    bool done = sb->span != NULL &&
-                (sb->event == NULL || sa__event_retire(a, sb->event, wait) == SA_OK);
+    SA_ASSERT(sb->span != NULL);
+    bool done = sb->event == NULL || sa__event_retire(a, sb->event, wait) == SA_OK;
     sa_superblock **to = done ? &carved : &keep;
     sb->next = *to;
     *to = sb;

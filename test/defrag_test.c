@@ -643,10 +643,18 @@ static void superblocks_past_the_target_come_from_free_spans(void **state) {
   teardown(&f);
 }
 
+static atomic_int reclaim_popped;
+static void count_reclaim_pops(sa_hook_point point, void *arg) {
+  (void)arg;
+  if (point == SA_HOOK_RECLAIM_POPPED) atomic_fetch_add(&reclaim_popped, 1);
+}
+
 /* Empty superblocks carved in a free span go back to it before a large
  * request reshapes: what earlier small blocks left (here, streams released
  * after their blocks were freed) does not keep the free memory in pieces,
- * and 64 MiB fits a's span again without a driver call. */
+ * and 64 MiB fits a's span again without a driver call. The pass takes
+ * the seven carved ones alone off the global stacks: the nine with memory
+ * of their own stay where they are, unlooked at. */
 static void carved_superblocks_go_back_before_a_reshape(void **state) {
   (void)state;
   sa_fixture f;
@@ -663,8 +671,14 @@ static void carved_superblocks_go_back_before_a_reshape(void **state) {
   uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
   uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
   uint64_t creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
+  assert_int_equal(stats(f.arena).superblocks_empty, 16);
+  atomic_store(&reclaim_popped, 0);
+  atomic_store(&sa__test_hook, count_reclaim_pops);
   void *c;
   sa_assert_ok(sa_alloc(f.arena, &c, 64 * MiB, f.streams[0]));
+  atomic_store(&sa__test_hook, NULL);
+  assert_int_equal(atomic_load(&reclaim_popped), 7);
+  assert_int_equal(stats(f.arena).superblocks_empty, 9);
   assert_ptr_equal(c, a);
   assert_int_equal(sa_host_call_count(SA_HOST_FN_MAP), maps);
   assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);

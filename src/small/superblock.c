@@ -113,10 +113,20 @@ static void count(sa_arena *a, const sa_superblock *sb, int empty, int active) {
 
 void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb) { count(a, sb, +1, -1); }
 
-/* sb onto the global stack as it is. */
+/* sb onto its global stack as it is: sb->span says which (set at carving,
+ * it stays until the unmap, which only one who popped sb does). */
 static void push_global(sa_arena *a, sa_superblock *sb) {
   sa__handoff_publish(&sb->xhandoff);
-  ck_stack_push_mpmc(&a->small.free_superblocks, &sb->link);
+  ck_stack_push_mpmc(sb->span != NULL ? &a->small.free_carved : &a->small.free_superblocks,
+                     &sb->link);
+}
+
+static sa_superblock *pop_from(ck_stack_t *stack) {
+  ck_stack_entry_t *e = ck_stack_pop_mpmc(stack);
+  if (e == NULL) return NULL;
+  sa_superblock *sb = (sa_superblock *)((char *)e - offsetof(sa_superblock, link));
+  sa__handoff_accept(&sb->xhandoff);
+  return sb;
 }
 
 void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e, uint64_t event_owner) {
@@ -128,12 +138,11 @@ void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e, uint64
 }
 
 sa_superblock *sa__superblock_pop_global(sa_arena *a) {
-  ck_stack_entry_t *e = ck_stack_pop_mpmc(&a->small.free_superblocks);
-  if (e == NULL) return NULL;
-  sa_superblock *sb = (sa_superblock *)((char *)e - offsetof(sa_superblock, link));
-  sa__handoff_accept(&sb->xhandoff);
-  return sb;
+  sa_superblock *sb = pop_from(&a->small.free_superblocks);
+  return sb != NULL ? sb : pop_from(&a->small.free_carved);
 }
+
+sa_superblock *sa__superblock_pop_carved(sa_arena *a) { return pop_from(&a->small.free_carved); }
 
 /* ------------------------------------------------------------------------
  * Slabs: superblocks mapped together

@@ -73,7 +73,12 @@ static inline uint64_t sa__block_inverse(size_t block_size) { /* block_size >= 2
 
 /* The arena's superblocks: descriptors, slabs, the global free stack. */
 typedef struct sa_small_s {
-  CK_CC_CACHELINE ck_stack_t free_superblocks; /* empty, mapped */
+  /* Empty superblocks, mapped: those with memory of their own (chunks, a
+   * slab's slot), and apart those carved in free span memory, so that a
+   * large request that misses gives the latter back to their runs without
+   * going through the former (reclaim.c). */
+  CK_CC_CACHELINE ck_stack_t free_superblocks;
+  CK_CC_CACHELINE ck_stack_t free_carved;
   _Atomic size_t xsuperblock_size; /* of the next one carved (sa_set_superblock_size) */
   /* Mapped superblocks, each counted in exactly one of these as it moves,
    * so that statistics add up without a snapshot. */
@@ -94,7 +99,11 @@ sa_status sa__superblock_format(sa_superblock *sb, unsigned cls); /* owner lock 
 /* sb (no stream owns it now) to the global stack with the event of its
  * last stream (NULL: none needed), recorded by stream arena event_owner. */
 void sa__superblock_to_global(sa_arena *a, sa_superblock *sb, sa_event e, uint64_t event_owner);
+/* An empty superblock from the global stacks: one with memory of its own
+ * first (a carved one left empty lets its memory go back to the free spans
+ * when a large request needs it), else a carved one; NULL: none. */
 sa_superblock *sa__superblock_pop_global(sa_arena *a);
+sa_superblock *sa__superblock_pop_carved(sa_arena *a); /* a carved one only */
 /* sb was popped from the global stack: unmap it (chunks to the cache) once
  * its work completed (SA_WAIT: after waiting), else put it on *keep for
  * sa__superblock_push_all, which puts such a list back on the stack. */
