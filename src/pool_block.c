@@ -1010,7 +1010,7 @@ size_t sa__pool_check(const sa_pool *pool) {
                "no two neighbouring free blocks could merge");
       nfree++;
       free_bytes += b->size;
-      if (b->event != NULL) nevented++;
+      if (evented_block(b)) nevented++; /* the count's own rule: not stream_only */
     }
     SA_CHECK(POOL, at == seg->base + seg->size, "blocks tile their segment: no gap, no overlap");
   }
