@@ -21,6 +21,7 @@ double driver_model_us(const sa_host_totals *w) {
       [SA_HOST_FN_MAP] = 1,          [SA_HOST_FN_SET_ACCESS] = 20,
       [SA_HOST_FN_EVENT_CREATE] = 0.45, [SA_HOST_FN_EVENT_RECORD] = 0.18,
       [SA_HOST_FN_EVENT_QUERY] = 0.18,  [SA_HOST_FN_STREAM_WAIT_EVENT] = 0.13,
+      [SA_HOST_FN_STREAM_QUERY] = 1.5,
   };
   const double per_chunk_access = 30, per_chunk_unmap = 25;
   const double per_mib_created = 0.075, per_mib_released = 0.5;

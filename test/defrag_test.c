@@ -230,7 +230,9 @@ static void grows_without_unmapping(sa_fixture *f, void **q, size_t size, size_t
 /* Without a budget the footprint target (1/64 above the highest live bytes
  * so far, plus 16 MiB) bounds growth: a 64 MiB request extends the freed
  * span at the run's low end by 32 MiB, 14 of them unmapped from the other
- * hole and 18 new, so the footprint stops at 146 MiB instead of 160. */
+ * hole and 18 new, so the footprint stops at 146 MiB instead of 160. The
+ * stream is alone: its frees recorded no event, and the reshape asks
+ * whether the stream is idle (its work ran), which completes them all. */
 static void footprint_target_reshapes_before_growing(void **state) {
   (void)state;
   sa_fixture f;
@@ -239,9 +241,11 @@ static void footprint_target_reshapes_before_growing(void **state) {
   void *p[4], *q;
   four_spans_two_freed(&f, p);
   uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  uint64_t queries = sa_host_call_count(SA_HOST_FN_STREAM_QUERY);
   sa_assert_ok(sa_alloc(f.arena, &q, 64 * MiB, f.streams[0]));
   assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * MiB);
   assert_true(sa_host_call_count(SA_HOST_FN_UNMAP) > unmaps);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_STREAM_QUERY), queries + 1);
   sa_assert_ok(sa_host_fill(f.streams[0], q, 64 * MiB, 0xABCDu));
   check_and_free_survivors(&f, p);
   assert_int_equal(violations(), v0);
@@ -533,8 +537,8 @@ static void a_return_to_the_peak_maps_nothing_ahead(void **state) {
 }
 
 /* initial_physical maps a pool up front, as one free range: large
- * requests that fit in it, freed and made again on two streams, make no
- * driver call for memory; a superblock grows beside it (the footprint
+ * requests that fit in it, freed and made again, make no driver call for
+ * memory; a superblock grows beside it (the footprint
  * target starts from it: nothing of it is unmapped to make room); a request
  * beyond it grows by what the pool's free end lacks; a trim gives it back. A refused create at startup fails
  * sa_arena_create with nothing left behind. */
@@ -548,7 +552,7 @@ static void initial_physical_is_a_pool_mapped_up_front(void **state) {
   void *p[3], *q;
   const size_t sizes[3] = {10 * MiB, 20 * MiB + 3 * KiB, 16 * MiB}; /* far below the pool */
   for (int round = 0; round < 3; round++) {
-    sa_stream s = f.streams[round % 2];
+    sa_stream s = f.streams[0];
     for (int i = 0; i < 3; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], sizes[i], s));
     for (int i = 0; i < 3; i++) sa_assert_ok(sa_free(p[i], s));
   }
@@ -559,10 +563,10 @@ static void initial_physical_is_a_pool_mapped_up_front(void **state) {
   assert_int_equal(t1.calls[SA_HOST_FN_MAP] - t0.calls[SA_HOST_FN_MAP], 1);
   assert_int_equal(stats(f.arena).reserved_bytes, 258 * MiB);
   void *big;
-  sa_assert_ok(sa_alloc(f.arena, &big, 300 * MiB, f.streams[1]));
+  sa_assert_ok(sa_alloc(f.arena, &big, 300 * MiB, f.streams[0]));
   size_t grown = stats(f.arena).reserved_bytes - 258 * MiB; /* what the pool's end missed */
   assert_true(grown >= 44 * MiB && grown <= 48 * MiB);
-  sa_assert_ok(sa_free(big, f.streams[1]));
+  sa_assert_ok(sa_free(big, f.streams[0]));
   sa_assert_ok(sa_free(q, f.streams[0]));
   sa_assert_ok(sa_trim(f.arena, 0));
   assert_int_equal(stats(f.arena).reserved_bytes, 0);
@@ -584,10 +588,12 @@ static void initial_physical_is_a_pool_mapped_up_front(void **state) {
   assert_int_equal(after.va_ranges, before.va_ranges);
 }
 
-/* a (64 MiB, freed) below b (64 MiB, live), on the first stream. */
+/* a (64 MiB, freed on the first stream) below b (64 MiB, live, on the
+ * second: with two streams that take spans, a's free records its event,
+ * so the other streams may use a's memory at once). */
 static void free_span_below_a_live_one(sa_fixture *f, void **a, void **b) {
   sa_assert_ok(sa_alloc(f->arena, a, 64 * MiB, f->streams[0]));
-  sa_assert_ok(sa_alloc(f->arena, b, 64 * MiB, f->streams[0]));
+  sa_assert_ok(sa_alloc(f->arena, b, 64 * MiB, f->streams[1]));
   sa_assert_ok(sa_free(*a, f->streams[0]));
 }
 
@@ -639,7 +645,7 @@ static void superblocks_past_the_target_come_from_free_spans(void **state) {
   free(json);
   assert_int_equal(in_a, 7);
   for (int i = 0; i < 16; i++) sa_assert_ok(sa_free(small[i], f.streams[i / 2]));
-  sa_assert_ok(sa_free(b, f.streams[0]));
+  sa_assert_ok(sa_free(b, f.streams[1]));
   teardown(&f);
 }
 
@@ -685,7 +691,7 @@ static void carved_superblocks_go_back_before_a_reshape(void **state) {
   assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_CREATE), creates);
   assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * MiB);
   sa_assert_ok(sa_free(c, f.streams[0]));
-  sa_assert_ok(sa_free(b, f.streams[0]));
+  sa_assert_ok(sa_free(b, f.streams[1]));
   teardown(&f);
 }
 
@@ -807,31 +813,44 @@ static void cached_chunks_give_way_on_a_full_device(void **state) {
 }
 
 /* sa_defragment keeps release_threshold_bytes of cached chunks; sa_trim
- * keeps what it is told. */
+ * keeps what it is told. A small block stays live throughout (base: its
+ * superblock's memory), so that a call on the stream can record the event
+ * sa_defragment asks for without mapping anything. */
 static void trim_honours_release_threshold(void **state) {
   (void)state;
   sa_fixture f;
   setup(&f, "release_threshold=8MiB," EXACT_GROWTH_IN_GRANULES, 1, SA_HOST_AUTO);
   sa_stream s = f.streams[0];
-  void *p[4];
+  void *p[4], *small, *probe;
+  sa_assert_ok(sa_alloc(f.arena, &small, 256, s));
+  sa_stats st = stats(f.arena);
+  size_t base = st.reserved_bytes, base_chunks = st.chunks_total;
   for (int i = 0; i < 4; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], 4 * MiB, s));
   for (int i = 0; i < 4; i++) sa_assert_ok(sa_free(p[i], s));
-  assert_int_equal(stats(f.arena).reserved_bytes, 16 * MiB);
+  assert_int_equal(stats(f.arena).reserved_bytes, base + 16 * MiB);
+  /* Alone in the arena, the stream recorded no event for these frees
+   * (timeline.c, "Pending"): the first sa_defragment, which names no
+   * stream, asks for one; the stream's next call records it. */
   sa_assert_ok(sa_defragment(f.arena));
-  sa_stats st = stats(f.arena);
-  assert_int_equal(st.reserved_bytes, 8 * MiB);
+  assert_int_equal(stats(f.arena).reserved_bytes, base + 16 * MiB);
+  sa_assert_ok(sa_alloc(f.arena, &probe, 256, s));
+  sa_assert_ok(sa_free(probe, s));
+  sa_assert_ok(sa_defragment(f.arena));
+  st = stats(f.arena);
+  assert_int_equal(st.reserved_bytes, base + 8 * MiB);
   assert_int_equal(st.cached_bytes, 8 * MiB);
-  assert_int_equal(st.chunks_total, 4); /* granule chunks */
+  assert_int_equal(st.chunks_total, base_chunks + 4); /* granule chunks */
   /* The four cached chunks serve a 32 MiB span, with twelve new ones (a
    * 32 MiB growth is made of granules) for the 24 MiB missing. */
   void *big;
   sa_assert_ok(sa_alloc(f.arena, &big, 32 * MiB, s));
   st = stats(f.arena);
-  assert_int_equal(st.reserved_bytes, 32 * MiB);
-  assert_int_equal(st.chunks_total, 16);
+  assert_int_equal(st.reserved_bytes, base + 32 * MiB);
+  assert_int_equal(st.chunks_total, base_chunks + 16);
   sa_assert_ok(sa_free(big, s));
   sa_assert_ok(sa_trim(f.arena, 4 * MiB));
-  assert_int_equal(stats(f.arena).reserved_bytes, 4 * MiB);
+  assert_int_equal(stats(f.arena).reserved_bytes, base + 4 * MiB);
+  sa_assert_ok(sa_free(small, s));
   sa_assert_ok(sa_trim(f.arena, 0));
   st = stats(f.arena);
   assert_int_equal(st.reserved_bytes, 0);
@@ -868,6 +887,18 @@ static void defragment_waits_for_pending_work(void **state) {
   assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
   sa_assert_ok(sa_host_stream_drain(s));
   assert_int_equal(violations(), v0);
+  /* The stream is alone in the arena: the big span's free recorded no
+   * event (timeline.c, "Pending"), and sa_defragment, which names no
+   * stream, can neither record one nor ask the stream. It asked for one:
+   * the stream's next call records it, and once that ran the span goes. */
+  sa_assert_ok(sa_defragment(f.arena));
+  assert_true(stats(f.arena).reserved_bytes + 8 * MiB > before); /* the span stays */
+  uint64_t records = sa_host_call_count(SA_HOST_FN_EVENT_RECORD);
+  void *probe;
+  sa_assert_ok(sa_alloc(f.arena, &probe, 256, s));
+  assert_true(sa_host_call_count(SA_HOST_FN_EVENT_RECORD) > records); /* the one wanted */
+  sa_assert_ok(sa_free(probe, s));
+  sa_assert_ok(sa_host_stream_drain(s));
   sa_assert_ok(sa_defragment(f.arena));
   sa_stats st = stats(f.arena);
   /* The big span's memory went; the small blocks' superblocks stay (the
@@ -1316,6 +1347,7 @@ static void split_piece_for_another_stream_waits(void **state) {
   setup(&f, "check_stream_order=1,keep_spans=0", 2, SA_HOST_MANUAL);
   sa_stream a = f.streams[0], b = f.streams[1];
   void *p, *q;
+  sa_fixture_stream_takes_a_span(f.arena, b);
   sa_assert_ok(sa_alloc(f.arena, &p, 12 * MiB, a));
   sa_assert_ok(sa_host_fill(a, p, 12 * MiB, 0xAAAAAAAAu)); /* pending on A */
   sa_assert_ok(sa_free(p, a));
@@ -1337,6 +1369,7 @@ static void a_superblock_carved_in_a_span_waits_for_its_work(void **state) {
   sa_stream a = f.streams[0], b = f.streams[1];
   uint64_t v0 = violations();
   void *x, *y, *blocks[40], *in_x = NULL;
+  sa_fixture_stream_takes_a_span(f.arena, b);
   sa_assert_ok(sa_alloc(f.arena, &x, 64 * MiB, a));
   sa_assert_ok(sa_alloc(f.arena, &y, 64 * MiB, a));
   sa_assert_ok(sa_host_fill(a, x, 64 * MiB, 0xAAAAAAAAu)); /* pending on A */

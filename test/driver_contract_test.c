@@ -114,6 +114,28 @@ static void written_memory_reads_back(void **state) {
   assert_int_equal(d->ops->stream_destroy(d, s), SA_OK);
 }
 
+/* A stream query answers SA_OK or SA_ERR_NOT_READY while work is queued
+ * (never a failure), and SA_OK once the stream was synchronized. */
+static void stream_query_says_idle_after_a_synchronize(void **state) {
+  (void)state;
+  uintptr_t va;
+  sa_chunk_handle c;
+  sa_stream s = new_stream();
+  assert_int_equal(d->ops->stream_query(d, s), SA_OK); /* nothing enqueued */
+  assert_int_equal(d->ops->va_reserve(d, g, 0, &va), SA_OK);
+  assert_int_equal(d->ops->chunk_create(d, g, &c), SA_OK);
+  map_rw(va, g, c);
+  fill(va, g, 0x5eed5eedu, s);
+  sa_status st = d->ops->stream_query(d, s);
+  assert_true(st == SA_OK || st == SA_ERR_NOT_READY);
+  assert_int_equal(d->ops->stream_synchronize(d, s), SA_OK);
+  assert_int_equal(d->ops->stream_query(d, s), SA_OK);
+  assert_int_equal(d->ops->unmap(d, va, g), SA_OK);
+  assert_int_equal(d->ops->chunk_release(d, c), SA_OK);
+  assert_int_equal(d->ops->va_release(d, va, g), SA_OK);
+  assert_int_equal(d->ops->stream_destroy(d, s), SA_OK);
+}
+
 static void remap_keeps_bytes(void **state) {
   (void)state;
   uintptr_t va, other;
@@ -499,6 +521,7 @@ int main(void) {
       cmocka_unit_test(granularity_is_a_power_of_two_within_device_memory),
       cmocka_unit_test(reserve_honours_alignment),
       cmocka_unit_test(written_memory_reads_back),
+      cmocka_unit_test(stream_query_says_idle_after_a_synchronize),
       cmocka_unit_test(remap_keeps_bytes),
       cmocka_unit_test(one_unmap_covers_several_chunks),
       cmocka_unit_test(a_chunk_maps_only_whole),

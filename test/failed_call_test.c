@@ -202,6 +202,7 @@ static void a_span_alloc_whose_wait_fails(void **state) {
   sa_stream a = f->streams[0], c = f->streams[2];
   void *p, *q;
   use_streams(f);
+  sa_fixture_stream_takes_a_span(f->arena, c); /* A is not alone: its free records */
   sa_assert_ok(sa_alloc(f->arena, &p, 5 * MiB, a));
   sa_assert_ok(sa_host_fill(a, p, 4096, 0xAAAAAAAAu)); /* still queued */
   sa_assert_ok(sa_free(p, a));
@@ -247,14 +248,18 @@ static void a_stream_release_whose_synchronize_fails(void **state) {
 /* sa_trim whose device-wide synchronize fails (as CUDA fails it during any
  * capture) goes on without it, keeping only what it alone would have made
  * safe: a free span freed on A with A's work still queued has an event of
- * its own, which the trim waits for, and then gives the span back. */
+ * its own (another stream takes spans: A is not alone), which the trim
+ * waits for, and then gives the span back. */
 static void a_trim_whose_device_synchronize_fails(void **state) {
   sa_fixture *f = *state;
   sa_stream a = f->streams[0];
-  void *p;
+  void *p, *other;
+  sa_assert_ok(sa_alloc(f->arena, &other, 5 * MiB, f->streams[1]));
   sa_assert_ok(sa_alloc(f->arena, &p, 5 * MiB, a));
   sa_assert_ok(sa_host_fill(a, p, 5 * MiB, 0xAAAAAAAAu)); /* still queued */
   sa_assert_ok(sa_free(p, a));
+  sa_assert_ok(sa_free(other, f->streams[1]));
+  sa_assert_ok(sa_host_stream_drain(f->streams[1]));
   assert_true(sa_host_stream_pending(a) > 0);
   assert_true(stats(f->arena).reserved_bytes > 0);
   uint64_t faults = sa_host_faults_injected();

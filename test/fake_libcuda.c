@@ -105,7 +105,7 @@ static fstream *resolve(CUstream s) {
   X(CtxSynchronize) X(CtxPushCurrent) X(CtxPopCurrent) X(MemGetAllocationGranularity)        \
   X(MemAddressReserve) X(MemAddressFree) X(MemCreate) X(MemRelease) X(MemMap) X(MemUnmap)    \
   X(MemSetAccess) X(EventCreate) X(EventDestroy) X(EventRecord) X(EventQuery)                \
-  X(EventSynchronize) X(StreamWaitEvent) X(StreamSynchronize) X(StreamGetCtx)                \
+  X(EventSynchronize) X(StreamWaitEvent) X(StreamSynchronize) X(StreamQuery) X(StreamGetCtx)  \
   X(StreamGetId) X(StreamIsCapturing) X(ThreadExchangeStreamCaptureMode) X(StreamCreate)     \
   X(StreamDestroy) X(MemsetD32Async) X(MemcpyDtoH) X(StreamBeginCapture) X(StreamEndCapture) \
   X(GraphDestroy)
@@ -337,6 +337,11 @@ static CUresult f_StreamSynchronize(CUstream s) {
   CALLED(StreamSynchronize);
   if (resolve(s) == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   return CUDA_SUCCESS; /* events recorded on it stay "not ready": conservative */
+}
+static CUresult f_StreamQuery(CUstream s) {
+  CALLED(StreamQuery);
+  if (resolve(s) == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  return CUDA_ERROR_NOT_READY; /* as its events: never known done, conservative */
 }
 static CUresult f_StreamGetCtx(CUstream s, CUcontext *c) {
   CALLED(StreamGetCtx);

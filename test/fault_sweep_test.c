@@ -204,6 +204,16 @@ static void workload(run *r) {
   block *again[3] = {alloc(r, 1000, 1), alloc(r, 9 * MiB, 0), alloc(r, 12 * MiB, 1)};
   for (int i = 0; i < 3; i++) release(r, again[i], i % 2);
   allowed(r, sa_trim(r->a, 0), "sa_trim");
+  /* Holes on stream 0, then a request larger than either under the
+   * budget: a reshape, which first asks whether the stream is idle. */
+  block *holes[4];
+  for (int i = 0; i < 4; i++) holes[i] = alloc(r, 9 * MiB, 0);
+  release(r, holes[0], 0);
+  release(r, holes[2], 0);
+  block *stitched = alloc(r, 14 * MiB, 0);
+  release(r, stitched, 0);
+  release(r, holes[1], 0);
+  release(r, holes[3], 0);
   block *after_trim = alloc(r, 2 * MiB, 0);
   release(r, sb[1], 1);
   allowed(r, sa_defragment(r->a), "sa_defragment");
@@ -263,7 +273,7 @@ static allowance allowed_leak(sa_host_fn fn, int sticky, bool in_destroy) {
     case SA_HOST_FN_EVENT_DESTROY: a.events = any; break;
     case SA_HOST_FN_UNMAP:
       a.va_ranges = 1; /* the arena has one range */
-      a.mappings = a.chunks = sticky ? SIZE_MAX : 8; /* one descriptor's pieces */
+      a.mappings = a.chunks = sticky ? SIZE_MAX : 16; /* one descriptor's pieces (a stitched run) */
       break;
     default: break;
   }

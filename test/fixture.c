@@ -256,6 +256,12 @@ int sa_fixture_run_with_host_driver_(const char *name, const struct CMUnitTest *
   return _cmocka_run_group_tests(name, tests, count, open_group_driver, close_group_driver);
 }
 
+void sa_fixture_stream_takes_a_span(sa_arena *arena, sa_stream s) {
+  void *p;
+  sa_assert_ok(sa_alloc(arena, &p, 8 * MiB, s));
+  sa_assert_ok(sa_free(p, s));
+}
+
 void *sa_fixture_take_behind(sa_arena *arena, size_t size, sa_stream s, sa_stream blocker,
                              uint32_t pattern) {
   sa_host_counters before, after;

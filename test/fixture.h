@@ -104,6 +104,11 @@ void sa_fixture_assert_status_(sa_status got, sa_status want, const char *expr,
 /* Messages the library writes to stderr: between begin and end, fd 2 goes
  * to a temporary file; end restores it and returns what was written (NUL-
  * terminated; the caller frees it), or NULL if the redirection failed. */
+/* Stream s allocates an 8 MiB span and frees it, so that the arena counts
+ * it among the streams that take spans: while one stream alone does, its
+ * frees may record no event (timeline.c, "Pending"), and a test of what
+ * other streams see of them wants them recorded. */
+void sa_fixture_stream_takes_a_span(sa_arena *arena, sa_stream s);
 /* size bytes allocated on stream s of arena while blocker's work on them
  * may still be queued (both hand-stepped): s fills and checks them, runs,
  * then blocker and s drain. Fails the test unless the check saw the fill,

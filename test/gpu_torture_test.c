@@ -314,12 +314,18 @@ static void scenario(how h, slow_kind kind) {
       SA(sa_alloc(a, &q, bytes, (sa_stream)B));
       break;
     }
-    case HAND_OVER_SPAN:
+    case HAND_OVER_SPAN: {
+      /* B takes spans too, so that A's free records its event (a stream
+       * alone in the arena may leave it pending, which B could not use). */
+      void *b_span;
+      SA(sa_alloc(a, &b_span, bytes, (sa_stream)B));
       slow_write(kind, A, p, bytes, scratch);
       SA(sa_free(p, (sa_stream)A));
       SA(sa_defragment(a)); /* A's free memory goes global behind an event */
       SA(sa_alloc(a, &q, bytes, (sa_stream)B));
+      SA(sa_free(b_span, (sa_stream)B));
       break;
+    }
     case CROSS_STREAM_FREE:
       slow_write(kind, B, p, bytes, scratch);
       SA(sa_free(p, (sa_stream)B)); /* B's work is the last use */

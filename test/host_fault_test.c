@@ -146,6 +146,9 @@ static sa_status call(sa_host_fn fn, trial *t) {
       st = d->ops->stream_id(d, t->s, &id);
       break;
     }
+    case SA_HOST_FN_STREAM_QUERY:
+      st = d->ops->stream_query(d, t->s);
+      break;
     default:
       fail_msg("no trial for fn %d", (int)fn);
   }

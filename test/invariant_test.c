@@ -319,6 +319,7 @@ static void timeline_check_names_two_slots_with_one_ticket(void **state) {
   sa_fixture f;
   setup(&f);
   void *p;
+  sa_fixture_stream_takes_a_span(f.arena, f.streams[1]); /* streams[0] is not alone */
   sa_assert_ok(sa_alloc(f.arena, &p, 4 * MiB, f.streams[0]));
   sa_assert_ok(sa_free(p, f.streams[0])); /* ticket 1 of streams[0]'s timeline */
   sa_stream_arena *sa = stream_arena_of(f.arena, f.streams[0]);
@@ -331,10 +332,11 @@ static void timeline_check_names_two_slots_with_one_ticket(void **state) {
 /* A span pair on streams[0], then a free that records no event: the
  * pending ticket, on *pending; *other: another free span, kept apart by
  * two live ones, which the caller frees. The stream's first frees record
- * (it has not retaken one yet). */
+ * (it has not retaken one yet, and is not alone: streams[1] takes spans). */
 static sa_stream_arena *pending_free(sa_fixture *f, void **pending, void **other, void **live) {
   sa_stream s = f->streams[0];
   void *p;
+  sa_fixture_stream_takes_a_span(f->arena, f->streams[1]);
   sa_assert_ok(sa_alloc(f->arena, &live[0], 4 * MiB, s));
   sa_assert_ok(sa_alloc(f->arena, other, 4 * MiB, s));
   sa_assert_ok(sa_alloc(f->arena, &live[1], 4 * MiB, s));
@@ -365,7 +367,8 @@ static void timeline_check_names_a_pending_ticket_without_its_span(void **state)
   setup(&f);
   void *p, *q, *live[2];
   sa_stream_arena *sa = pending_free(&f, &p, &q, live);
-  expect_broken(&f, break_pending_span, sa, "timeline", "the pending ticket has its span");
+  expect_broken(&f, break_pending_span, sa, "timeline",
+                "the pending ticket has its span, or earlier ones are pending too");
   for (int i = 0; i < 2; i++) sa_assert_ok(sa_free(live[i], f.streams[0]));
   teardown(&f);
 }
@@ -400,6 +403,55 @@ static void break_nholders(sa_fixture *f, void *arg) {
   pthread_mutex_lock(&f->arena->lock);
   f->arena->spans.nholders++;
   (void)sa__span_check(f->arena);
+}
+
+static void break_ntakers(sa_fixture *f, void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&f->arena->lock);
+  f->arena->spans.ntakers--; /* as if a stream that takes spans were alone */
+  (void)sa__span_check(f->arena);
+}
+
+static void span_check_names_a_taker_count_that_disagrees(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f);
+  sa_fixture_stream_takes_a_span(f.arena, f.streams[0]);
+  sa_fixture_stream_takes_a_span(f.arena, f.streams[1]);
+  assert_int_equal(f.arena->spans.ntakers, 2);
+  expect_broken(&f, break_ntakers, NULL, "span",
+                "spans.ntakers counts the stream arenas not gone that took a span");
+  sa_assert_ok(sa_host_drain_all());
+  teardown(&f);
+}
+
+/* A stream alone left more pending tickets apart than a record covers at
+ * most: one of its frees did not record when it had to. */
+static void break_pending_apart(sa_fixture *f, void *arg) {
+  sa_stream_arena *sa = arg;
+  pthread_mutex_lock(&f->arena->lock);
+  sa->timeline.pending_apart = SA_LAZY_MARK_RUN + 1;
+  sa__timeline_check(sa);
+}
+
+static void timeline_check_names_too_many_pending_tickets_apart(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f);
+  sa_stream s = f.streams[0];
+  void *p[3];
+  for (int i = 0; i < 3; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], 4 * MiB, s));
+  sa_assert_ok(sa_free(p[0], s)); /* alone: pending */
+  sa_assert_ok(sa_free(p[2], s)); /* apart from it, pending too */
+  sa_stream_arena *sa = stream_arena_of(f.arena, s);
+  assert_non_null(sa);
+  assert_int_equal(sa->timeline.pending_apart, 1);
+  assert_true(sa->timeline.pending_more);
+  expect_broken(&f, break_pending_apart, sa, "timeline",
+                "at most SA_LAZY_MARK_RUN pending tickets left apart before a record");
+  sa_assert_ok(sa_free(p[1], s));
+  sa_assert_ok(sa_host_drain_all());
+  teardown(&f);
 }
 
 /* An orphan (large/kept.h) that is live again, as if its entry had handed
@@ -640,6 +692,8 @@ int main(void) {
       cmocka_unit_test(timeline_check_names_a_pending_ticket_without_its_span),
       cmocka_unit_test(span_check_names_a_pending_mark_off_its_pending_span),
       cmocka_unit_test(span_check_names_a_holder_count_that_disagrees),
+      cmocka_unit_test(span_check_names_a_taker_count_that_disagrees),
+      cmocka_unit_test(timeline_check_names_too_many_pending_tickets_apart),
       cmocka_unit_test(orphans_check_names_an_orphan_handed_out),
       cmocka_unit_test(physical_check_names_a_chunk_cache_count_that_disagrees),
       cmocka_unit_test(stream_arena_check_names_an_empty_count_that_disagrees),

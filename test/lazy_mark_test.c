@@ -23,6 +23,7 @@
 #include <streamarena/streamarena.h>
 
 #include "fixture.h"
+#include "internal.h" /* SA_LAZY_MARK_RUN */
 #include "test/util.h"
 
 #define SPAN (16 * MiB)
@@ -127,12 +128,78 @@ static void an_unrecorded_free_goes_to_another_stream_behind_its_event(void **st
   taken_after_a_call_on_its_stream(f, p, A, B, 0xB1B1B1B1u);
 }
 
+/* A stream alone in its arena (no other takes spans) frees spans that lie
+ * apart, its fills of them queued: a run of them records one event per
+ * SA_LAZY_MARK_RUN + 2 frees (the first pending, SA_LAZY_MARK_RUN more
+ * left apart, then one that records, covering all), and the stream takes every one
+ * back at once, no growth, no wait, its work in order. */
+static void a_stream_alone_records_once_per_run_of_frees(void **state) {
+  sa_fixture *f = *state;
+  sa_stream A = f->streams[0];
+  enum { N = 2 * (SA_LAZY_MARK_RUN + 2) };
+  void *p[N], *sep[N], *q[N];
+  for (int i = 0; i < N; i++) {
+    sa_assert_ok(sa_alloc(f->arena, &p[i], SPAN, A));
+    sa_assert_ok(sa_alloc(f->arena, &sep[i], 2 * MiB, A)); /* keeps them apart */
+  }
+  uint64_t r0 = records(), v0 = violations();
+  for (int i = 0; i < N; i++) {
+    sa_assert_ok(sa_host_fill(A, p[i], 4096, 0xA0000000u + (uint32_t)i));
+    sa_assert_ok(sa_free(p[i], A));
+  }
+  assert_int_equal(records() - r0, 2);
+  assert_true(sa_host_stream_pending(A) > 0);
+  size_t reserved = 0;
+  sa_stats st;
+  sa_assert_ok(sa_get_stats(f->arena, &st));
+  reserved = st.reserved_bytes;
+  for (int i = 0; i < N; i++) {
+    sa_assert_ok(sa_alloc(f->arena, &q[i], SPAN, A));
+    bool one_of_them = false;
+    for (int k = 0; k < N; k++) one_of_them |= q[i] == p[k];
+    assert_true(one_of_them);
+    sa_assert_ok(sa_host_fill(A, q[i], 4096, 0xB0000000u + (uint32_t)i));
+  }
+  sa_assert_ok(sa_get_stats(f->arena, &st));
+  assert_int_equal(st.reserved_bytes, reserved);
+  assert_int_equal(records() - r0, 2);
+  sa_assert_ok(sa_host_drain_all());
+  assert_int_equal(violations(), v0);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(((uint32_t *)q[i])[0], 0xB0000000u + (uint32_t)i);
+    sa_assert_ok(sa_free(q[i], A));
+    sa_assert_ok(sa_free(sep[i], A));
+  }
+}
+
+/* A stream that takes spans after another did so alone finds the first
+ * one's frees unrecorded: it grows rather than wait (there is nothing to
+ * wait on), its attempt asks for the event, the first stream's next call
+ * records one, which covers every pending free, and the newcomer takes
+ * them behind a wait, its writes after the first stream's. */
+static void a_stream_arriving_waits_for_the_first_streams_next_call(void **state) {
+  sa_fixture *f = *state;
+  sa_stream A = f->streams[0], B = f->streams[1];
+  void *p[3], *sep[3];
+  for (int i = 0; i < 3; i++) {
+    sa_assert_ok(sa_alloc(f->arena, &p[i], SPAN, A));
+    sa_assert_ok(sa_alloc(f->arena, &sep[i], 2 * MiB, A));
+  }
+  uint64_t r0 = records();
+  for (int i = 0; i < 3; i++) free_unrecorded(p[i], A, 0xA5A5A5A5u);
+  assert_int_equal(records(), r0);
+  taken_after_a_call_on_its_stream(f, p[0], A, B, 0xB5B5B5B5u);
+  for (int i = 0; i < 3; i++) sa_assert_ok(sa_free(sep[i], A));
+}
+
 /* A second free on A while one is pending records one event, which covers
- * both: B may then take the first span behind it. */
+ * both: B may then take the first span behind it. B takes spans from the
+ * start, so A is not alone (a_stream_alone_records_once_per_run_of_frees). */
 static void a_second_free_records_the_event_for_both(void **state) {
   sa_fixture *f = *state;
   sa_stream A = f->streams[0], B = f->streams[1];
   void *sep, *p2;
+  sa_fixture_stream_takes_a_span(f->arena, B);
   void *p = retaken(f->arena, SPAN, A);
   sa_assert_ok(sa_alloc(f->arena, &sep, 2 * MiB, A)); /* keeps the two apart */
   sa_assert_ok(sa_alloc(f->arena, &p2, 2 * SPAN, A));
@@ -346,6 +413,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(an_unrecorded_free_goes_to_another_stream_behind_its_event,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(a_second_free_records_the_event_for_both, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_stream_alone_records_once_per_run_of_frees, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_stream_arriving_waits_for_the_first_streams_next_call,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(a_device_sync_makes_an_unrecorded_free_reusable,
                                       setup_full_device, teardown_full_device),
       cmocka_unit_test_setup_teardown(trim_unmaps_an_unrecorded_free, setup, teardown),

@@ -174,6 +174,7 @@ typedef enum sa_host_fn_e {
   SA_HOST_FN_DEVICE_SYNCHRONIZE,
   SA_HOST_FN_STREAM_VALIDATE, /* cuStreamGetCtx on CUDA */
   SA_HOST_FN_STREAM_ID,       /* cuStreamGetId on CUDA */
+  SA_HOST_FN_STREAM_QUERY,
   SA_HOST_FN_COUNT
 } sa_host_fn;
 

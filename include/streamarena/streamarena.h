@@ -663,7 +663,10 @@ sa_status sa_trim(sa_arena *arena, size_t keep_bytes);
 /* Return empty superblocks and cached chunks above release_threshold_bytes,
  * and coalesce free virtual ranges, without waiting: memory that came back
  * outside a call on its stream (a thread's exit, say) waits for sa_trim.
- * Runs by itself on the out-of-memory path. */
+ * So do the latest frees of a stream that is alone in taking large
+ * allocations, which mark their memory without an event until one of its
+ * calls records one: this call asks for it, and a later one, once that
+ * work ran, returns the memory. Runs by itself on the out-of-memory path. */
 sa_status sa_defragment(sa_arena *arena);
 
 typedef struct sa_stats_s {

@@ -209,6 +209,25 @@ static sa_status cuda_stream_synchronize(sa_driver *d, sa_stream stream) {
   return st;
 }
 
+static sa_status cuda_stream_query(sa_driver *d, sa_stream stream) {
+  cuda_driver *cd = as_cuda(d);
+  sa_status st = sa_cuda_refused_while_capturing(cd, stream);
+  if (st != SA_OK) return st;
+  bool implicit = stream_is_implicit(stream);
+  sa_cuda_ctx_saved saved;
+  if (implicit && (st = sa_cuda_ctx_enter(cd, &saved)) != SA_OK) return st;
+  CUstreamCaptureMode mode = sa_cuda_relaxed_begin();
+  CUresult r = sa_cu.StreamQuery((CUstream)stream);
+  sa_cuda_relaxed_end(mode);
+  if (r == CUDA_SUCCESS)
+    st = SA_OK;
+  else if (r == CUDA_ERROR_NOT_READY)
+    st = SA_ERR_NOT_READY; /* an answer, not a failure */
+  else
+    st = sa_cu_fail(r);
+  return implicit ? sa_cuda_ctx_leave(saved, st) : st;
+}
+
 static sa_status cuda_stream_id(sa_driver *d, sa_stream stream, uint64_t *id) {
   /* The implicit streams are never destroyed, so their handles are their
    * identity; their ids sit where cuStreamGetId's counter never reaches. */
@@ -313,6 +332,7 @@ static const sa_driver_ops cuda_ops = {
     .event_synchronize = cuda_event_synchronize,
     .stream_wait_event = cuda_stream_wait_event,
     .stream_synchronize = cuda_stream_synchronize,
+    .stream_query = cuda_stream_query,
     .stream_capture_check = cuda_stream_capture_check,
     .stream_validate = sa_cuda_stream_validate,
     .legacy_stream_check = sa_cuda_legacy_stream_check,

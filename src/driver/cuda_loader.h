@@ -74,6 +74,7 @@ extern "C" {
   X(EventSynchronize, v2000)                 \
   X(StreamWaitEvent, v3020)                  \
   X(StreamSynchronize, v2000)                \
+  X(StreamQuery, v2000)                      \
   X(StreamGetCtx, v9020)                     \
   X(StreamGetId, v12000)                     \
   X(StreamIsCapturing, v10000)               \
@@ -96,7 +97,6 @@ extern "C" {
   X(ModuleGetFunction, v2000)         \
   X(ModuleUnload, v2000)              \
   X(LaunchKernel, v4000)              \
-  X(StreamQuery, v2000)               \
   X(StreamWriteValue64, v11070)       \
   X(StreamWaitValue64, v11070)        \
   X(MemAlloc, v3020)                  \

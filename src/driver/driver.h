@@ -73,6 +73,10 @@ typedef struct sa_driver_ops_s {
   sa_status (*event_synchronize)(sa_driver *drv, sa_event event);
   sa_status (*stream_wait_event)(sa_driver *drv, sa_stream stream, sa_event event);
   sa_status (*stream_synchronize)(sa_driver *drv, sa_stream stream);
+  /* SA_OK when all work enqueued on stream so far completed, else
+   * SA_ERR_NOT_READY (an answer, not a failure); SA_ERR_STREAM_CAPTURING
+   * while it is captured. Only in a call that names stream. */
+  sa_status (*stream_query)(sa_driver *drv, sa_stream stream);
   /* SA_ERR_STREAM_CAPTURING when stream is being captured into a graph
    * (the check the ops above make first), else SA_OK; a capture is not
    * disturbed by asking. */

@@ -162,6 +162,12 @@ static sa_status host_stream_synchronize(sa_driver *drv, sa_stream stream) {
                                                   : sa_sim_stream_synchronize(stream, drv->device));
 }
 
+static sa_status host_stream_query(sa_driver *drv, sa_stream stream) {
+  HOST_WAIT_OP(SA_HOST_FN_STREAM_QUERY, refused_while_capturing(drv, stream) != SA_OK
+                                            ? SA_ERR_STREAM_CAPTURING
+                                            : sa_sim_stream_query(stream, drv->device));
+}
+
 static sa_status host_stream_capture_check(sa_driver *drv, sa_stream stream) {
   sa_sim_lock();
   sa_status st = refused_while_capturing(drv, stream);
@@ -346,6 +352,7 @@ static const sa_driver_ops host_ops = {
     .event_synchronize = host_event_synchronize,
     .stream_wait_event = host_stream_wait_event,
     .stream_synchronize = host_stream_synchronize,
+    .stream_query = host_stream_query,
     .stream_capture_check = host_stream_capture_check,
     .stream_validate = host_stream_validate,
     .legacy_stream_check = host_legacy_stream_check,

@@ -124,7 +124,7 @@ static bool absorb(sa_arena *a, sa_span *left, sa_span *right, sa_newer newer) {
 static bool joins(sa_arena *a, const sa_span *sp, const sa_span *n,
                   const sa_stream_arena *usable_for) {
   if (n == NULL || !sa__span_is_free(n)) return false;
-  if (sa__marks_pending_apart(sp, n) ||
+  if (sa__marks_pending_apart(a, sp, n) ||
       (usable_for != NULL && !sa__marks_waitable_for(n, usable_for))) {
     a->spans.apart = true;
     return false;

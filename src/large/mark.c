@@ -154,12 +154,18 @@ bool sa__marks_carry_pending(const sa_span *sp, const sa_stream_arena *sarena) {
   return false;
 }
 
-/* The stream whose pending mark sp carries, or NULL. */
+/* Does no event mark m's work yet (a pending mark), and none completed it? */
+static bool unmarked(const sa_mark *m) {
+  return m->recorded == NULL && !sa__timeline_has_event(m->stream, m->ticket) &&
+         !sa__mark_known_done(m);
+}
+
+/* The stream whose pending mark sp carries (its latest ticket or, with
+ * pending_more, an earlier one no event marks yet), or NULL. */
 static const sa_stream_arena *pending_stream(const sa_span *sp) {
   for (unsigned i = 0; i < sp->nmarks; i++) {
     const sa_mark *m = &sp->marks[i];
-    if (m->recorded == NULL && m->stream != NULL && m->ticket != 0 &&
-        m->ticket == m->stream->timeline.pending && !sa__mark_known_done(m))
+    if (m->recorded == NULL && m->stream != NULL && m->ticket != 0 && unmarked(m))
       return m->stream;
   }
   return NULL;
@@ -172,7 +178,9 @@ static bool marked_by_other(const sa_span *sp, const sa_stream_arena *s) {
   return false;
 }
 
-bool sa__marks_pending_apart(const sa_span *x, const sa_span *y) {
+bool sa__marks_pending_apart(const sa_arena *a, const sa_span *x, const sa_span *y) {
+  /* With one stream taking spans, no other waits for the memory merged. */
+  if (a->spans.ntakers <= 1) return false;
   const sa_stream_arena *px = pending_stream(x), *py = pending_stream(y);
   return (px != NULL && marked_by_other(y, px)) || (py != NULL && marked_by_other(x, py));
 }
@@ -207,12 +215,6 @@ bool sa__marks_clean_for(const sa_span *sp, const sa_stream_arena *sarena) {
   for (unsigned i = 0; i < sp->nmarks; i++)
     if (!ordered_by(&sp->marks[i], sarena) && !sa__mark_known_done(&sp->marks[i])) return false;
   return true;
-}
-
-/* Does no event mark m's work yet (a pending mark), and none completed it? */
-static bool unmarked(const sa_mark *m) {
-  return m->recorded == NULL && !sa__timeline_has_event(m->stream, m->ticket) &&
-         !sa__mark_known_done(m);
 }
 
 bool sa__marks_waitable_for(const sa_span *sp, const sa_stream_arena *sarena) {

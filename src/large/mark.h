@@ -57,8 +57,9 @@ bool sa__marks_carry_pending(const sa_span *sp, const sa_stream_arena *sarena);
 /* Must free neighbours x and y stay apart? Where one carries a stream's
  * pending mark and the other a mark of any other stream: merged, the
  * other stream's memory would wait for an event only the pending stream's
- * next call records (Note [Lazy free marks]). */
-bool sa__marks_pending_apart(const sa_span *x, const sa_span *y);
+ * next call records (Note [Lazy free marks]). Never while a single stream
+ * takes spans: no other waits for that memory. */
+bool sa__marks_pending_apart(const sa_arena *a, const sa_span *x, const sa_span *y);
 /* Make sp safe for sarena's stream: completion seen by a query or a device-side
  * wait for every mark sarena's stream does not order by itself. The marks stay
  * on sp (the caller drops them from the piece it hands out once this

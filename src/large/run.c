@@ -392,10 +392,11 @@ sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span_grow grow,
   if (u > 0 && grow == SA_SPAN_NO_RESHAPE) return SA_ERR_OUT_OF_MEMORY;
   if (u > 0) {
     /* Past the limit: free memory elsewhere whose work completed is
-     * unmapped and stitched here instead. The grower's own pending span
-     * may be some of it: an event recorded now (the call names its
-     * stream) lets a query see that span's work done. */
-    if (sarena != NULL) (void)sa__timeline_record_pending(a, sarena);
+     * unmapped and stitched here instead. The grower's own pending spans
+     * may be some of it: its stream found idle (the call names it)
+     * completed them all, else an event recorded now lets a query see
+     * their work done later. */
+    if (sarena != NULL) sa__timeline_bring_up_to_date(a, sarena);
     uintptr_t keep_lo, keep_hi;
     growth_keeps(&g, &keep_lo, &keep_hi);
     size_t most = sa__physical_stitch_limit(a); /* See Note [Stitching bound] */

@@ -173,6 +173,12 @@ sa_status sa__span_alloc(sa_arena *a, sa_stream_arena *sarena, size_t size, size
     /* keeps sarena alive */
     if (atomic_fetch_add_explicit(&sarena->xspans, 1, memory_order_relaxed) == 0)
       a->spans.nholders++;
+    if (!sarena->timeline.took_spans) {
+      sarena->timeline.took_spans = true;
+      /* One gone (its stream destroyed while a thread still named it) is
+       * not counted: mark_gone, which stops the count, came first. */
+      if (!sa__stream_arena_gone_locked(sarena)) a->spans.ntakers++;
+    }
     sp->request = size;
     sp->pool_segment = false;
     atomic_store_explicit(&sp->xstate, SA_BLOCK_LIVE, memory_order_release);
@@ -377,21 +383,35 @@ bool sa__span_may_hold_back(const sa_arena *a, size_t bytes) {
  * pending span, no other stream was recorded on sp, and the merged span
  * holds at most SA_LAZY_MARK_MAX. Then
  * yes if nothing is pending there, or if sp merges into the pending span
- * (one span still carries the later ticket). See Note [Lazy free marks]. */
-static bool free_lazily(sa_arena *a, sa_span *sp, sa_stream_arena *freer, unsigned nmarks) {
+ * (one span still carries the later ticket). A stream alone in its arena
+ * (no other stream arena live) needs none of these, and the earlier
+ * pending tickets may stay on their spans (*more; timeline.c, "Pending").
+ * See Note [Lazy free marks]. */
+static bool free_lazily(sa_arena *a, sa_span *sp, sa_stream_arena *freer, unsigned nmarks,
+                        bool *more) {
   sa_timeline *tl = &freer->timeline;
   size_t merged = merged_size(sp);
+  /* No other stream arena not gone has taken a span: none waits for these. */
+  bool alone = a->spans.ntakers == 1;
+  *more = false;
   /* Not with other streams' marks (sa_record_stream's): they keep a
    * pending span apart from its neighbours (sa__marks_pending_apart), so
    * a second free beside it could not merge into it. */
-  if (nmarks != 1 || sp->owner != freer || !tl->retaking ||
-      atomic_load_explicit(&tl->xwanted, memory_order_relaxed) || merged > SA_LAZY_MARK_MAX)
+  if (nmarks != 1 || sp->owner != freer ||
+      atomic_load_explicit(&tl->xwanted, memory_order_relaxed))
     return false;
+  if (!alone && (!tl->retaking || merged > SA_LAZY_MARK_MAX)) return false;
   if (!sa__span_may_hold_back(a, merged)) return false;
   sa__timeline_pending_settle(a, freer); /* a device sync may have completed it */
   if (tl->pending == 0) return true;
-  return (tl->pending_span == sp->prev || tl->pending_span == sp->next) &&
-         merges_reserved(sp, nmarks);
+  if ((tl->pending_span == sp->prev || tl->pending_span == sp->next) &&
+      tl->pending_span != NULL && merges_reserved(sp, nmarks))
+    return true;
+  /* Alone, one record per SA_LAZY_MARK_RUN frees: a reshape, which needs
+   * their work known done to unmap their memory, sees all but the latest
+   * few (the GPU is likely still at those anyway). */
+  *more = alone && tl->pending_apart < SA_LAZY_MARK_RUN;
+  return *more;
 }
 
 sa_status sa__span_free_live(sa_arena *a, sa_span *sp, sa_stream_arena *freer,
@@ -410,8 +430,9 @@ sa_status sa__span_free_live(sa_arena *a, sa_span *sp, sa_stream_arena *freer,
     }
     if (st == SA_OK) {
       sa_mark m = {freer, 0, NULL};
-      st = free_lazily(a, sp, freer, 1 + nrecorded)
-               ? sa__timeline_mark_lazily(a, freer, sp, &m.ticket)
+      bool more;
+      st = free_lazily(a, sp, freer, 1 + nrecorded, &more)
+               ? sa__timeline_mark_lazily(a, freer, sp, more, &m.ticket)
                : sa__timeline_mark(a, freer, &m.ticket);
       if (st == SA_OK) sa__marks_add(a, sp, m);
     }
@@ -568,14 +589,17 @@ size_t sa__span_check(const sa_arena *a) {
   SA_CHECK(SPAN, nfree == indexed, "the fit index holds the free spans and only them");
   SA_CHECK(SPAN, nlive == a->spans.nlive && nlive == a->spans.live_map.n,
            "spans.nlive and the live map count the live spans");
-  size_t holders = 0;
+  size_t holders = 0, takers = 0;
   for (const sa_stream_arena *sarena = a->streams.list; sarena != NULL; sarena = sarena->next) {
     sa__marks_pending_check(a, sarena);
     holders += atomic_load_explicit(&sarena->xspans, memory_order_relaxed) > 0;
+    takers += sarena->timeline.took_spans && !sa__stream_arena_gone_locked(sarena);
     visited++;
   }
   SA_CHECK(SPAN, holders == a->spans.nholders,
            "spans.nholders counts the stream arenas with live spans");
+  SA_CHECK(SPAN, takers == a->spans.ntakers,
+           "spans.ntakers counts the stream arenas not gone that took a span");
   return visited;
 }
 

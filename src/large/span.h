@@ -98,6 +98,9 @@ typedef struct sa_spans_s {
   size_t free_bytes;            /* in free spans */
   size_t nlive;                 /* live spans */
   size_t nholders;              /* stream arenas with live spans (xspans > 0) */
+  size_t ntakers;               /* stream arenas not gone that ever took a span
+                                   (timeline.took_spans): at 1, its frees record
+                                   lazily (timeline.c, "Pending") */
   uint64_t frees;               /* spans freed so far */
   uint64_t reshape_futile;      /* frees + 1 when the last reshape found too
                                    little (span.c): none again until a free */

@@ -34,6 +34,16 @@
  * (its generation: device_sync.c), which the out-of-memory path, sa_trim
  * and arena destroy do; sa_stream_release synchronizes the stream.
  *
+ * A stream alone in its arena (no other stream arena is live) has no one
+ * to hand its free memory to, and reshapes that would unmap it record
+ * first in the call that names it (run.c): there every free of its own
+ * spans leaves its ticket pending, whatever its size, and earlier pending
+ * tickets stay on their spans (pending_more) until a record covers them
+ * all, a device sync completes them, or the stream takes them back. RMM's
+ * random allocations then record no event at all, where each free recorded
+ * one (docs/DEFRAG.md). A stream that arrives later finds such spans
+ * unmarked and wants them: the first stream's next call records.
+ *
  * Only a free's own stream takes tickets: a stream that sa_record_stream
  * named gets an event of its own per free (span.c, "Marks"), since the
  * ring's shortcut (an older ticket judged by a later event) holds only for
@@ -90,11 +100,16 @@ void sa__timeline_check(const sa_stream_arena *sarena) {
     SA_CHECK(TIMELINE, tl->ev[k] != NULL, "a slot with a ticket has an event");
     SA_CHECK(TIMELINE, t != tl->pending, "no event marks the pending ticket");
   }
+  SA_CHECK(TIMELINE, tl->pending_apart <= SA_LAZY_MARK_RUN,
+           "at most SA_LAZY_MARK_RUN pending tickets left apart before a record");
   if (tl->pending != 0) {
     SA_CHECK(TIMELINE, tl->pending == tl->next, "the pending ticket is the last handed out");
-    SA_CHECK(TIMELINE, tl->pending_span != NULL, "the pending ticket has its span");
+    SA_CHECK(TIMELINE, tl->pending_span != NULL || tl->pending_more,
+             "the pending ticket has its span, or earlier ones are pending too");
   } else {
-    SA_CHECK(TIMELINE, tl->pending_span == NULL && tl->pending_gen == 0,
+    SA_CHECK(TIMELINE,
+             tl->pending_span == NULL && tl->pending_gen == 0 && !tl->pending_more &&
+                 tl->pending_apart == 0,
              "without a pending ticket, no pending span");
     SA_CHECK(TIMELINE, !atomic_load_explicit(&tl->xwanted, memory_order_relaxed),
              "only a pending ticket is wanted");
@@ -106,6 +121,8 @@ static void forget_pending(sa_timeline *tl) {
   tl->pending = 0;
   tl->pending_gen = 0;
   tl->pending_span = NULL;
+  tl->pending_more = false;
+  tl->pending_apart = 0;
   atomic_store_explicit(&tl->xwanted, false, memory_order_relaxed);
 }
 
@@ -154,10 +171,16 @@ sa_status sa__timeline_mark(sa_arena *a, sa_stream_arena *sarena, uint64_t *tick
 }
 
 sa_status sa__timeline_mark_lazily(sa_arena *a, sa_stream_arena *sarena, struct sa_span_s *sp,
-                                   uint64_t *ticket) {
+                                   bool more, uint64_t *ticket) {
   sa_status st = a->drv->ops->stream_capture_check(a->drv, sarena->stream);
   if (st != SA_OK) return st;
   sa_timeline *tl = &sarena->timeline;
+  SA_ASSERT(tl->pending == 0 || more || tl->pending_span == sp->prev ||
+            tl->pending_span == sp->next);
+  if (more && tl->pending != 0) {
+    tl->pending_more = true;
+    tl->pending_apart++;
+  }
   tl->pending = ++tl->next;
   /* Read after the free's work was enqueued (the caller's): a device sync
    * that starts later completes it (device_sync.c). */
@@ -191,6 +214,8 @@ void sa__timeline_pending_moved(sa_stream_arena *sarena, struct sa_span_s *to) {
   SA_ASSERT(tl->pending != 0);
   if (to != NULL)
     tl->pending_span = to;
+  else if (tl->pending_more)
+    tl->pending_span = NULL; /* a record at its ticket covers the earlier ones */
   else
     forget_pending(tl); /* its ticket is never recorded: no mark names it */
 }
@@ -210,6 +235,18 @@ sa_status sa__timeline_record_pending(sa_arena *a, sa_stream_arena *sarena) {
   sa_status st = tl->pending != 0 ? record_at(a, sarena, tl->pending) : SA_OK;
   SA_VALIDATE(sa__timeline_check(sarena));
   return st;
+}
+
+void sa__timeline_bring_up_to_date(sa_arena *a, sa_stream_arena *sarena) {
+  sa_timeline *tl = &sarena->timeline;
+  if (sarena->synced || tl->done == tl->next) return; /* every ticket completed */
+  if (a->drv->ops->stream_query(a->drv, sarena->stream) == SA_OK) {
+    advance(a, tl, tl->next);
+    forget_pending(tl);
+  } else {
+    (void)sa__timeline_record_pending(a, sarena);
+  }
+  SA_VALIDATE(sa__timeline_check(sarena));
 }
 
 sa_status sa__timeline_record_wanted(sa_arena *a, sa_stream_arena *sarena) {

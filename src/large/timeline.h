@@ -15,6 +15,9 @@ typedef struct sa_stream_arena_s sa_stream_arena; /* small/stream_arena.h */
 
 /* A stream's timeline, in its stream arena (arena lock, but xwanted). */
 #define SA_TIMELINE_EVENTS 8
+/* Pending tickets a stream alone in its arena may leave on spans of their
+ * own before a free records ("Pending", timeline.c). */
+#define SA_LAZY_MARK_RUN 8
 typedef struct sa_timeline_s {
   sa_event ev[SA_TIMELINE_EVENTS];
   uint64_t ticket[SA_TIMELINE_EVENTS]; /* the ticket its last record marks; 0: none */
@@ -24,10 +27,19 @@ typedef struct sa_timeline_s {
    * event marks yet, on one free span. */
   uint64_t pending;                    /* 0, or next: taken without a record */
   uint64_t pending_gen;                /* the device-sync generation at that free */
-  struct sa_span_s *pending_span;      /* the free span that carries it, or NULL */
+  struct sa_span_s *pending_span;      /* the free span that carries it, or NULL (taken
+                                          while earlier ones are pending too) */
+  bool pending_more;                   /* earlier tickets taken without a record may be
+                                          carried by other free spans ("Pending":
+                                          a stream alone in its arena) */
+  unsigned pending_apart;              /* earlier pending tickets left on spans of
+                                          their own since the last record (at
+                                          most SA_LAZY_MARK_RUN) */
   _Atomic bool xwanted;                /* someone waits for an event at pending: the
                                           stream's next named call records it (read
                                           without the lock by thread_cache.c) */
+  bool took_spans;                     /* the stream took a span (counted in
+                                          spans.ntakers while not gone) */
   bool retaking;                       /* the stream took its latest free's span again,
                                           and nobody wanted a pending one since: its
                                           frees may leave their mark pending */
@@ -38,12 +50,14 @@ typedef struct sa_timeline_s {
 sa_status sa__timeline_mark(sa_arena *a, sa_stream_arena *sarena, uint64_t *ticket);
 /* A free's ticket with no event recorded, for sp (just freed, before it
  * merges with its neighbours): the pending one from now on. The caller
- * made sure that none is pending, or that sp merges into the pending span.
+ * made sure that none is pending, or that sp merges into the pending span,
+ * or (more) that the earlier pending tickets may stay on spans of their
+ * own until a record covers them all.
  * SA_ERR_STREAM_CAPTURING if the stream is being captured (nothing
  * changed): memory freed in a capture could be handed out again before
  * the graph runs, so the free is refused as one that records is. */
 sa_status sa__timeline_mark_lazily(sa_arena *a, sa_stream_arena *sarena, struct sa_span_s *sp,
-                                   uint64_t *ticket);
+                                   bool more, uint64_t *ticket);
 /* Completed, as far as the host knows without a driver call? */
 bool sa__timeline_known_done(const sa_stream_arena *sarena, uint64_t ticket);
 /* Does an event mark ticket (or a later point), which a query or a wait
@@ -72,6 +86,12 @@ void sa__timeline_retaken(sa_stream_arena *sarena, uint64_t ticket);
  * ticket, if any. SA_OK if none was pending or it was recorded; else the
  * driver's status, and nothing changed. */
 sa_status sa__timeline_record_pending(sa_arena *a, sa_stream_arena *sarena);
+/* In a call that names sarena's stream, before a reshape unmaps free span
+ * memory: a stream that has completed all its work (one query) has
+ * completed every ticket, the pending ones too; else the pending ticket's
+ * event is recorded, as sa__timeline_record_pending. Nothing changes on a
+ * driver failure. */
+void sa__timeline_bring_up_to_date(sa_arena *a, sa_stream_arena *sarena);
 /* In a call that names sarena's stream: if someone wants it, record the
  * event for the pending ticket. SA_OK if none was wanted or it was
  * recorded; else the driver's status, and nothing changed. */
@@ -81,7 +101,9 @@ sa_status sa__timeline_record_wanted(sa_arena *a, sa_stream_arena *sarena);
 void sa__timeline_pending_settle(sa_arena *a, sa_stream_arena *sarena);
 /* The pending span's descriptor changed (a merge, a carve): to carries
  * the pending mark now, or NULL: no free span does (taken whole by the
- * stream), and the ticket is forgotten, never to be recorded. */
+ * stream), and the ticket is forgotten, never to be recorded, unless
+ * earlier pending tickets may be on other spans (pending_more): then a
+ * record at it still covers them. */
 void sa__timeline_pending_moved(sa_stream_arena *sarena, struct sa_span_s *to);
 /* sarena's work is all done (released, or the arena is going), or nothing
  * waits on it any more (no free span marks it): events back. */

@@ -20,7 +20,7 @@ static const char *const fn_names[SA_HOST_FN_COUNT] = {
     "map",          "unmap",         "set_access",        "event_create",
     "event_destroy", "event_record", "event_query",       "event_synchronize",
     "stream_wait_event", "stream_synchronize", "device_synchronize",
-    "stream_validate", "stream_id",
+    "stream_validate", "stream_id", "stream_query",
 };
 
 /* Static descriptions for sa_last_driver_error (the name must outlive us). */
@@ -42,6 +42,7 @@ static const char *const fault_names[SA_HOST_FN_COUNT] = {
     "host: injected fault in device_synchronize",
     "host: injected fault in stream_validate",
     "host: injected fault in stream_id",
+    "host: injected fault in stream_query",
 };
 
 const char *sa_host_fn_name(sa_host_fn fn) {

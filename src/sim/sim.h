@@ -215,6 +215,9 @@ int sa_sim_stream_on_device(const sa_sim_stream *s, int device);
 sa_status sa_sim_stream_create(int device, sa_host_mode mode, sa_stream *out);
 sa_status sa_sim_stream_destroy(sa_stream stream);
 sa_status sa_sim_stream_synchronize(sa_stream stream, int device);
+/* SA_OK once every operation enqueued on stream completed, else
+ * SA_ERR_NOT_READY (cuStreamQuery). */
+sa_status sa_sim_stream_query(sa_stream stream, int device);
 /* The driver's id of a live stream (refused while it is captured). */
 sa_status sa_sim_stream_id(sa_stream stream, int device, uint64_t *id);
 /* Complete all work of device's streams, its default stream included

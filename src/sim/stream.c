@@ -384,6 +384,15 @@ sa_status sa_sim_stream_synchronize(sa_stream handle, int device) {
   return SA_OK;
 }
 
+sa_status sa_sim_stream_query(sa_stream handle, int device) {
+  sa_sim_stream *s = sa_sim_stream_for_call(handle, device, "stream_query");
+  if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
+  sa_status st = sa_sim_capture_refuse_on(s);
+  if (st == SA_OK) st = sa_sim_capture_unsafe_call();
+  if (st != SA_OK) return st;
+  return s->completed == s->enqueued ? SA_OK : SA_ERR_NOT_READY;
+}
+
 sa_status sa_sim_stream_id(sa_stream handle, int device, uint64_t *id) {
   sa_sim_stream *s = sa_sim_stream_for_call(handle, device, "stream_id");
   if (s == NULL) return SA_ERR_UNKNOWN_STREAM;

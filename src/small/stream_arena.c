@@ -275,6 +275,7 @@ static void mark_gone(sa_arena *a, sa_stream_arena *sarena, gone_work work) {
     sarena->synced = work == GONE_WORK_DONE;
     atomic_store_explicit(&sarena->xgone, true, memory_order_release);
     sa__chain_remove(&a->streams.live_index, &sarena->live_link); /* never looked up again */
+    if (sarena->timeline.took_spans) a->spans.ntakers--;
     sarena->gone_next = a->streams.gone; /* for reap */
     a->streams.gone = sarena;
     atomic_fetch_add_explicit(&a->streams.xgone, 1, memory_order_release);
