@@ -116,9 +116,10 @@ void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb) { count(a, sb,
 /* sb onto its global stack as it is: sb->span says which (set at carving,
  * it stays until the unmap, which only one who popped sb does). */
 static void push_global(sa_arena *a, sa_superblock *sb) {
+  /* Read before the hand-off: once it is published, the popper owns sb. */
+  ck_stack_t *stack = sb->span != NULL ? &a->small.free_carved : &a->small.free_superblocks;
   sa__handoff_publish(&sb->xhandoff);
-  ck_stack_push_mpmc(sb->span != NULL ? &a->small.free_carved : &a->small.free_superblocks,
-                     &sb->link);
+  ck_stack_push_mpmc(stack, &sb->link);
 }
 
 static sa_superblock *pop_from(ck_stack_t *stack) {
