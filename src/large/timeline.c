@@ -34,15 +34,19 @@
  * (its generation: device_sync.c), which the out-of-memory path, sa_trim
  * and arena destroy do; sa_stream_release synchronizes the stream.
  *
- * A stream alone in its arena (no other stream arena is live) has no one
- * to hand its free memory to, and reshapes that would unmap it record
- * first in the call that names it (run.c): there every free of its own
- * spans leaves its ticket pending, whatever its size, and earlier pending
- * tickets stay on their spans (pending_more) until a record covers them
- * all, a device sync completes them, or the stream takes them back. RMM's
- * random allocations then record no event at all, where each free recorded
- * one (docs/DEFRAG.md). A stream that arrives later finds such spans
- * unmarked and wants them: the first stream's next call records.
+ * A stream alone in taking spans (spans.ntakers is 1: no other stream
+ * arena not gone ever took one) has no one to hand its free memory to:
+ * every free of its own spans may leave its ticket pending, whatever its
+ * size, and up to SA_LAZY_MARK_RUN earlier pending tickets stay on spans of
+ * their own (pending_more, pending_apart) before a free records the one
+ * event that covers them all; a device sync also completes them, and the
+ * stream may take them back at any time. A reshape, which must know their
+ * work done before it unmaps, asks the stream whether it is idle in the
+ * call that names it (sa__timeline_bring_up_to_date). RMM's random
+ * allocations then record one event per run of frees, where each free
+ * recorded one (docs/DEFRAG.md, "A stream alone"). A stream that starts
+ * taking spans later finds such spans unmarked and wants them: the first
+ * stream's next call records.
  *
  * Only a free's own stream takes tickets: a stream that sa_record_stream
  * named gets an event of its own per free (span.c, "Marks"), since the
