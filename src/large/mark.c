@@ -161,11 +161,11 @@ static bool unmarked(const sa_mark *m) {
 }
 
 /* The stream whose pending mark sp carries (its latest ticket or, with
- * pending_more, an earlier one no event marks yet), or NULL. */
+ * pending_apart, an earlier one no event marks yet), or NULL. */
 static const sa_stream_arena *pending_stream(const sa_span *sp) {
   for (unsigned i = 0; i < sp->nmarks; i++) {
     const sa_mark *m = &sp->marks[i];
-    if (m->recorded == NULL && m->stream != NULL && m->ticket != 0 && unmarked(m))
+    if (m->stream != NULL && m->ticket != 0 && unmarked(m))
       return m->stream;
   }
   return NULL;

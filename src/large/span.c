@@ -383,9 +383,10 @@ bool sa__span_may_hold_back(const sa_arena *a, size_t bytes) {
  * pending span, no other stream was recorded on sp, and the merged span
  * holds at most SA_LAZY_MARK_MAX. Then
  * yes if nothing is pending there, or if sp merges into the pending span
- * (one span still carries the later ticket). A stream alone in its arena
- * (no other stream arena live) needs none of these, and the earlier
- * pending tickets may stay on their spans (*more; timeline.c, "Pending").
+ * (one span still carries the later ticket). A stream alone in taking
+ * spans (spans.ntakers is 1) needs neither the retaking nor the bound on
+ * the merged span, and up to SA_LAZY_MARK_RUN earlier pending tickets may
+ * stay on their spans (*more; timeline.c, "Pending").
  * See Note [Lazy free marks]. */
 static bool free_lazily(sa_arena *a, sa_span *sp, sa_stream_arena *freer, unsigned nmarks,
                         bool *more) {

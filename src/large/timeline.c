@@ -38,7 +38,7 @@
  * arena not gone ever took one) has no one to hand its free memory to:
  * every free of its own spans may leave its ticket pending, whatever its
  * size, and up to SA_LAZY_MARK_RUN earlier pending tickets stay on spans of
- * their own (pending_more, pending_apart) before a free records the one
+ * their own (pending_apart) before a free records the one
  * event that covers them all; a device sync also completes them, and the
  * stream may take them back at any time. A reshape, which must know their
  * work done before it unmaps, asks the stream whether it is idle in the
@@ -108,12 +108,11 @@ void sa__timeline_check(const sa_stream_arena *sarena) {
            "at most SA_LAZY_MARK_RUN pending tickets left apart before a record");
   if (tl->pending != 0) {
     SA_CHECK(TIMELINE, tl->pending == tl->next, "the pending ticket is the last handed out");
-    SA_CHECK(TIMELINE, tl->pending_span != NULL || tl->pending_more,
+    SA_CHECK(TIMELINE, tl->pending_span != NULL || tl->pending_apart > 0,
              "the pending ticket has its span, or earlier ones are pending too");
   } else {
     SA_CHECK(TIMELINE,
-             tl->pending_span == NULL && tl->pending_gen == 0 && !tl->pending_more &&
-                 tl->pending_apart == 0,
+             tl->pending_span == NULL && tl->pending_gen == 0 && tl->pending_apart == 0,
              "without a pending ticket, no pending span");
     SA_CHECK(TIMELINE, !atomic_load_explicit(&tl->xwanted, memory_order_relaxed),
              "only a pending ticket is wanted");
@@ -125,7 +124,6 @@ static void forget_pending(sa_timeline *tl) {
   tl->pending = 0;
   tl->pending_gen = 0;
   tl->pending_span = NULL;
-  tl->pending_more = false;
   tl->pending_apart = 0;
   atomic_store_explicit(&tl->xwanted, false, memory_order_relaxed);
 }
@@ -181,10 +179,7 @@ sa_status sa__timeline_mark_lazily(sa_arena *a, sa_stream_arena *sarena, struct 
   sa_timeline *tl = &sarena->timeline;
   SA_ASSERT(tl->pending == 0 || more || tl->pending_span == sp->prev ||
             tl->pending_span == sp->next);
-  if (more && tl->pending != 0) {
-    tl->pending_more = true;
-    tl->pending_apart++;
-  }
+  if (more && tl->pending != 0) tl->pending_apart++;
   tl->pending = ++tl->next;
   /* Read after the free's work was enqueued (the caller's): a device sync
    * that starts later completes it (device_sync.c). */
@@ -218,7 +213,7 @@ void sa__timeline_pending_moved(sa_stream_arena *sarena, struct sa_span_s *to) {
   SA_ASSERT(tl->pending != 0);
   if (to != NULL)
     tl->pending_span = to;
-  else if (tl->pending_more)
+  else if (tl->pending_apart > 0)
     tl->pending_span = NULL; /* a record at its ticket covers the earlier ones */
   else
     forget_pending(tl); /* its ticket is never recorded: no mark names it */

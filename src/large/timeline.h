@@ -29,12 +29,10 @@ typedef struct sa_timeline_s {
   uint64_t pending_gen;                /* the device-sync generation at that free */
   struct sa_span_s *pending_span;      /* the free span that carries it, or NULL (taken
                                           while earlier ones are pending too) */
-  bool pending_more;                   /* earlier tickets taken without a record may be
-                                          carried by other free spans ("Pending":
-                                          a stream alone in its arena) */
   unsigned pending_apart;              /* earlier pending tickets left on spans of
-                                          their own since the last record (at
-                                          most SA_LAZY_MARK_RUN) */
+                                          their own since the last record (at most
+                                          SA_LAZY_MARK_RUN; "Pending": a stream
+                                          alone in taking spans) */
   _Atomic bool xwanted;                /* someone waits for an event at pending: the
                                           stream's next named call records it (read
                                           without the lock by thread_cache.c) */
@@ -102,7 +100,7 @@ void sa__timeline_pending_settle(sa_arena *a, sa_stream_arena *sarena);
 /* The pending span's descriptor changed (a merge, a carve): to carries
  * the pending mark now, or NULL: no free span does (taken whole by the
  * stream), and the ticket is forgotten, never to be recorded, unless
- * earlier pending tickets may be on other spans (pending_more): then a
+ * earlier pending tickets may be on other spans (pending_apart): then a
  * record at it still covers them. */
 void sa__timeline_pending_moved(sa_stream_arena *sarena, struct sa_span_s *to);
 /* sarena's work is all done (released, or the arena is going), or nothing
