@@ -373,23 +373,34 @@ void sa_sim_device_synchronize(int device) {
   sa_sim_settle();
 }
 
+/* The stream a host wait or query names (call: its name in reports), if
+ * CUDA would allow one now: not on a stream being captured, nor while an
+ * unsafe call would end any capture; NULL and *st otherwise. */
+static sa_sim_stream *stream_to_wait_on(sa_stream handle, int device, const char *call,
+                                        sa_status *st) {
+  sa_sim_stream *s = sa_sim_stream_for_call(handle, device, call);
+  if (s == NULL) {
+    *st = SA_ERR_UNKNOWN_STREAM;
+    return NULL;
+  }
+  *st = sa_sim_capture_refuse_on(s);
+  if (*st == SA_OK) *st = sa_sim_capture_unsafe_call();
+  return *st == SA_OK ? s : NULL;
+}
+
 sa_status sa_sim_stream_synchronize(sa_stream handle, int device) {
-  sa_sim_stream *s = sa_sim_stream_for_call(handle, device, "stream_synchronize");
-  if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
-  sa_status st = sa_sim_capture_refuse_on(s);
-  if (st == SA_OK) st = sa_sim_capture_unsafe_call();
-  if (st != SA_OK) return st;
+  sa_status st;
+  sa_sim_stream *s = stream_to_wait_on(handle, device, "stream_synchronize", &st);
+  if (s == NULL) return st;
   sa_sim_drive(s, s->enqueued);
   sa_sim_settle();
   return SA_OK;
 }
 
 sa_status sa_sim_stream_query(sa_stream handle, int device) {
-  sa_sim_stream *s = sa_sim_stream_for_call(handle, device, "stream_query");
-  if (s == NULL) return SA_ERR_UNKNOWN_STREAM;
-  sa_status st = sa_sim_capture_refuse_on(s);
-  if (st == SA_OK) st = sa_sim_capture_unsafe_call();
-  if (st != SA_OK) return st;
+  sa_status st;
+  sa_sim_stream *s = stream_to_wait_on(handle, device, "stream_query", &st);
+  if (s == NULL) return st;
   return s->completed == s->enqueued ? SA_OK : SA_ERR_NOT_READY;
 }
 
