@@ -536,6 +536,46 @@ static void a_return_to_the_peak_maps_nothing_ahead(void **state) {
   teardown(&f);
 }
 
+/* Below the live peak, a growth for a small request (at most 8 granules)
+ * maps 4 granules ahead, within the target or past it; a larger request
+ * maps only what it misses. Sixteen spans of 6 MiB - 64 KiB (the peak),
+ * every other one freed, then requests that fit no hole, each growing the
+ * free top of the run: 10 MiB - 64 KiB misses 4 MiB and maps 8 more; the
+ * next one misses 8 and maps 8 more; 20 MiB misses 12 (what the 8 mapped
+ * ahead leave) and maps nothing more. With exact_growth=1 each grows by
+ * what it misses alone. Fragmentation traces grow fewer times so (Note
+ * [Mapping ahead below the peak]). */
+static void a_small_growth_below_the_peak_maps_a_little_ahead(void **state) {
+  (void)state;
+  const char *specs[2] = {"check_stream_order=1", "exact_growth=1,check_stream_order=1"};
+  const size_t growths[2][3] = {{12 * MiB, 16 * MiB, 12 * MiB}, {4 * MiB, 10 * MiB, 20 * MiB}};
+  const size_t sizes[3] = {10 * MiB - 64 * KiB, 10 * MiB - 64 * KiB, 20 * MiB};
+  enum { N = 16 };
+  for (int k = 0; k < 2; k++) {
+    sa_fixture f;
+    setup(&f, specs[k], 1, SA_HOST_AUTO);
+    sa_stream s = f.streams[0];
+    void *p[N], *q[3];
+    for (int i = 0; i < N; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], 6 * MiB - 64 * KiB, s));
+    for (int i = 0; i < N; i += 2) sa_assert_ok(sa_free(p[i], s));
+    size_t peak = stats(f.arena).live_bytes_peak;
+    for (int i = 0; i < 3; i++) {
+      size_t before = stats(f.arena).reserved_bytes;
+      uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
+      sa_assert_ok(sa_alloc(f.arena, &q[i], sizes[i], s));
+      sa_stats st = stats(f.arena);
+      assert_true(st.live_bytes < peak); /* below the peak */
+      assert_int_equal(sa_host_call_count(SA_HOST_FN_MAP) - maps, 1);
+      if (st.reserved_bytes - before != growths[k][i])
+        fail_msg("%s, request %d: grew %zu bytes, not %zu", specs[k], i,
+                 st.reserved_bytes - before, growths[k][i]);
+    }
+    for (int i = 0; i < 3; i++) sa_assert_ok(sa_free(q[i], s));
+    for (int i = 1; i < N; i += 2) sa_assert_ok(sa_free(p[i], s));
+    teardown(&f);
+  }
+}
+
 /* initial_physical maps a pool up front, as one free range: large
  * requests that fit in it, freed and made again, make no driver call for
  * memory; a superblock grows beside it (the footprint
@@ -1630,6 +1670,7 @@ int main(void) {
       cmocka_unit_test(a_climb_maps_ahead_up_to_the_footprint_target),
       cmocka_unit_test(a_climb_maps_ahead_exactly_to_the_footprint_target),
       cmocka_unit_test(a_return_to_the_peak_maps_nothing_ahead),
+      cmocka_unit_test(a_small_growth_below_the_peak_maps_a_little_ahead),
       cmocka_unit_test(a_larger_footprint_target_climbs_in_fewer_growths),
       cmocka_unit_test(initial_physical_is_a_pool_mapped_up_front),
       cmocka_unit_test(soft_budget_gives_way_while_work_is_pending),

@@ -312,19 +312,44 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
 #define SA_AHEAD_FLOOR 4
 #define SA_AHEAD_SHARE_SHIFT 9 /* 1/512: the default target's share (physical.c) */
 
-static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
-  if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 ||
-      (a->cfg.flags & SA_FLAG_EXACT_GROWTH))
-    return 0;
+static bool ahead_allowed(const sa_arena *a) {
+  return !a->physical.budgeted && a->cfg.reserve_limit_bytes == 0 &&
+         !(a->cfg.flags & SA_FLAG_EXACT_GROWTH);
+}
+
+static bool climbs(const sa_arena *a, size_t request) {
   int64_t live = atomic_load_explicit(&a->stats.xlive_bytes, memory_order_relaxed);
-  if (live + (int64_t)request <= atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed))
-    return 0;
+  return live + (int64_t)request >
+         atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed);
+}
+
+static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
+  if (!ahead_allowed(a) || !climbs(a, request)) return 0;
   size_t held = a->physical.bytes + missing, target = sa__physical_soft_limit(a);
   if (held >= target) return 0;
   size_t most = sa__physical_ahead_share(a, held);
   if (most < SA_AHEAD_FLOOR * a->gran) most = SA_AHEAD_FLOOR * a->gran;
   size_t ahead = target - held < most ? target - held : most;
   return ahead & ~(a->gran - 1);
+}
+
+/* The bytes a growth maps beyond its request: a climb's (map_ahead), or
+ * SA_AHEAD_FLOOR granules for a growth below the live peak of a request
+ * of at most SA_AHEAD_SMALL granules, within the target or past it. Such a
+ * growth means that no free span fitted though the memory was held once:
+ * the free memory lies in pieces (a reshape past the target stitches some
+ * of it here), and the next requests miss the same way; for small ones a
+ * growth's fixed cost (a chunk, a map, an access setting) is most of what
+ * it costs, and what is mapped ahead serves them or shortens their growth.
+ * Unused, it is free memory like any other, which the next reshape may
+ * unmap. Larger requests map nothing ahead: a few granules would not serve
+ * the next one. See Note [Mapping ahead below the peak] for the figures. */
+#define SA_AHEAD_SMALL (2 * SA_AHEAD_FLOOR)
+
+static size_t growth_ahead(const sa_arena *a, size_t request, size_t missing) {
+  if (ahead_allowed(a) && !climbs(a, request))
+    return request <= SA_AHEAD_SMALL * a->gran ? SA_AHEAD_FLOOR * a->gran : 0;
+  return map_ahead(a, request, missing);
 }
 
 /* The range a reshape for g leaves mapped: the free span the growth
@@ -403,7 +428,7 @@ sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span_grow grow,
     if (unmap_free_chunks(a, u, most, keep_lo, keep_hi, SA_QUERY) < u)
       a->spans.reshape_futile = a->spans.frees + 1; /* none again until a span is freed */
   }
-  size_t ahead = w.exact ? 0 : map_ahead(a, w.need, g.size);
+  size_t ahead = w.exact ? 0 : growth_ahead(a, w.need, g.size);
   /* A fresh run maps ahead at most its request again: it lies apart from
    * the run the climb was extending, and what it maps ahead may never be
    * used (See Note [Mapping ahead]). */
