@@ -181,7 +181,8 @@ const char *sa_backend_name(sa_backend backend);
 #define SA_FLAG_OOM_REPORT 0x2u         /* write a report to stderr on OOM */
 #define SA_FLAG_EXACT_GROWTH 0x4u       /* a growth maps only what its request
                                            misses: nothing ahead on a climb to
-                                           a new live peak (docs/DEFRAG.md) */
+                                           a new live peak, nor for a small
+                                           request below it (docs/DEFRAG.md) */
 /* Each thread keeps the last span (large allocation, at most 512 MiB) it
  * freed on a stream, for that stream's next request of the same size,
  * which it then serves without a lock: a loop of one large size on one
