@@ -510,7 +510,9 @@ static void a_larger_footprint_target_climbs_in_fewer_growths(void **state) {
  * last growth of the climb mapped 8 MiB ahead) and the outer two freed, 16
  * MiB more fits in no free span and grows the free top of the run by
  * exactly the 4 MiB it misses, though the target (48.5 MiB) has room for
- * 4 MiB more. */
+ * 4 MiB more: a climb would map those ahead, and the 4 granules a small
+ * growth below the peak maps ahead (the next test) do not fit under the
+ * target, so none are mapped. */
 static void a_return_to_the_peak_maps_nothing_ahead(void **state) {
   (void)state;
   sa_fixture f;
@@ -537,7 +539,7 @@ static void a_return_to_the_peak_maps_nothing_ahead(void **state) {
 }
 
 /* Below the live peak, a growth for a small request (at most 8 granules)
- * maps 4 granules ahead, within the target or past it; a larger request
+ * maps 4 granules ahead, within the limit the growth has; a larger request
  * maps only what it misses. Sixteen spans of 6 MiB - 64 KiB (the peak),
  * every other one freed, then requests that fit no hole, each growing the
  * free top of the run: 10 MiB - 64 KiB misses 4 MiB and maps 8 more; the

@@ -335,7 +335,9 @@ static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
 
 /* The bytes a growth maps beyond its request: a climb's (map_ahead), or
  * SA_AHEAD_FLOOR granules for a growth below the live peak of a request
- * of at most SA_AHEAD_SMALL granules, within the target or past it. Such a
+ * of at most SA_AHEAD_SMALL granules, within the limit the growth is
+ * given (the footprint target, or more where the arena grows past it after
+ * a reshape fell short: sa__physical_gather adds them only below it). Such a
  * growth means that no free span fitted though the memory was held once:
  * the free memory lies in pieces (a reshape past the target stitches some
  * of it here), and the next requests miss the same way; for small ones a
