@@ -168,14 +168,20 @@ static sa_status cuda_event_record(sa_driver *d, sa_event event, sa_stream strea
   CU_ON_STREAM(as_cuda(d), stream, sa_cu.EventRecord((CUevent)event, (CUstream)stream));
 }
 
+/* A query's result: the work completed, or not yet (an answer, not a
+ * failure), or the driver's failure. */
+static sa_status query_answer(CUresult r) {
+  if (r == CUDA_SUCCESS) return SA_OK;
+  if (r == CUDA_ERROR_NOT_READY) return SA_ERR_NOT_READY;
+  return sa_cu_fail(r);
+}
+
 static sa_status cuda_event_query(sa_driver *d, sa_event event) {
   (void)d;
   CUstreamCaptureMode saved = sa_cuda_relaxed_begin();
   CUresult r = sa_cu.EventQuery((CUevent)event);
   sa_cuda_relaxed_end(saved);
-  if (r == CUDA_SUCCESS) return SA_OK;
-  if (r == CUDA_ERROR_NOT_READY) return SA_ERR_NOT_READY; /* an answer, not a failure */
-  return sa_cu_fail(r);
+  return query_answer(r);
 }
 
 static sa_status cuda_event_synchronize(sa_driver *d, sa_event event) {
@@ -219,12 +225,7 @@ static sa_status cuda_stream_query(sa_driver *d, sa_stream stream) {
   CUstreamCaptureMode mode = sa_cuda_relaxed_begin();
   CUresult r = sa_cu.StreamQuery((CUstream)stream);
   sa_cuda_relaxed_end(mode);
-  if (r == CUDA_SUCCESS)
-    st = SA_OK;
-  else if (r == CUDA_ERROR_NOT_READY)
-    st = SA_ERR_NOT_READY; /* an answer, not a failure */
-  else
-    st = sa_cu_fail(r);
+  st = query_answer(r);
   return implicit ? sa_cuda_ctx_leave(saved, st) : st;
 }
 
