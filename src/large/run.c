@@ -323,14 +323,18 @@ static bool climbs(const sa_arena *a, size_t request) {
          atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed);
 }
 
-static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
-  if (!ahead_allowed(a) || !climbs(a, request)) return 0;
+/* The bytes a climb maps ahead by the rules above, where mapping ahead is allowed. */
+static size_t climb_ahead(const sa_arena *a, size_t missing) {
   size_t held = a->physical.bytes + missing, target = sa__physical_soft_limit(a);
   if (held >= target) return 0;
   size_t most = sa__physical_ahead_share(a, held);
   if (most < SA_AHEAD_FLOOR * a->gran) most = SA_AHEAD_FLOOR * a->gran;
   size_t ahead = target - held < most ? target - held : most;
   return ahead & ~(a->gran - 1);
+}
+
+static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
+  return ahead_allowed(a) && climbs(a, request) ? climb_ahead(a, missing) : 0;
 }
 
 /* The bytes a growth maps beyond its request: a climb's (map_ahead), or
@@ -349,9 +353,9 @@ static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
 #define SA_AHEAD_SMALL (2 * SA_AHEAD_FLOOR)
 
 static size_t growth_ahead(const sa_arena *a, size_t request, size_t missing) {
-  if (ahead_allowed(a) && !climbs(a, request))
-    return request <= SA_AHEAD_SMALL * a->gran ? SA_AHEAD_FLOOR * a->gran : 0;
-  return map_ahead(a, request, missing);
+  if (!ahead_allowed(a)) return 0;
+  if (climbs(a, request)) return climb_ahead(a, missing);
+  return request <= SA_AHEAD_SMALL * a->gran ? SA_AHEAD_FLOOR * a->gran : 0;
 }
 
 /* The range a reshape for g leaves mapped: the free span the growth
