@@ -101,9 +101,6 @@ void sa_fixture_assert_driver_error(const char *needle);
 void sa_fixture_assert_status_(sa_status got, sa_status want, const char *expr,
                                const char *file, int line);
 
-/* Messages the library writes to stderr: between begin and end, fd 2 goes
- * to a temporary file; end restores it and returns what was written (NUL-
- * terminated; the caller frees it), or NULL if the redirection failed. */
 /* Stream s allocates an 8 MiB span and frees it, so that the arena counts
  * it among the streams that take spans: while one stream alone does, its
  * frees may record no event (timeline.c, "Pending"), and a test of what
@@ -117,6 +114,9 @@ void sa_fixture_stream_takes_a_span(sa_arena *arena, sa_stream s);
 void *sa_fixture_take_behind(sa_arena *arena, size_t size, sa_stream s, sa_stream blocker,
                              uint32_t pattern);
 
+/* Messages the library writes to stderr: between begin and end, fd 2 goes
+ * to a temporary file; end restores it and returns what was written (NUL-
+ * terminated; the caller frees it), or NULL if the redirection failed. */
 void sa_fixture_stderr_begin(void);
 char *sa_fixture_stderr_end(void);
 /* Non-overlapping occurrences of needle in haystack. */
