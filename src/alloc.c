@@ -289,6 +289,7 @@ static sa_status alloc_slow(sa_arena *a, void **out, size_t size, sa_stream s,
 static sa_status alloc_kept(sa_arena *a, sa_tentry *e, sa_span *sp, size_t size, sa_stream s,
                             void **out) {
   sa__span_kept_reuse(sp);
+  e->kept_unused = 0; /* keeping pays: free.c's keep_span */
   sa__count(&e->xfast_allocs);
   sa__count(&e->xkept_reuses);
   /* As a small block's: a pair of one size publishes nothing. */

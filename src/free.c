@@ -293,6 +293,14 @@ sa_status sa__free_slow(void *ptr, sa_stream s, sa_free_trace trace) {
   return SA_OK;
 }
 
+/* Is keeping worth a try on e? Not while its kept spans go back unused
+ * (SA_KEPT_UNUSED_MAX in a row): then one free in SA_KEPT_PROBE looks
+ * whether the thread's requests repeat again. */
+static bool keeping_pays(sa_tentry *e) {
+  if (e->kept_unused < SA_KEPT_UNUSED_MAX) return true;
+  return ++e->kept_passed % SA_KEPT_PROBE == 0;
+}
+
 /* Keep the span at ptr, freed on s, in the thread's entry for s (the last
  * one, which keeps none yet) for s's next request of its size
  * (large/kept.h): true where it was kept. Not where a pool's block may lie
@@ -302,7 +310,8 @@ static bool keep_span(sa_tentry *e, void *ptr, sa_stream s) {
   sa_arena *a = atomic_load_explicit(&e->xarena, memory_order_relaxed);
   if (!(a->cfg.flags & SA_FLAG_KEEP_SPANS) ||
       e->epoch != atomic_load_explicit(&a->xstream_epoch, memory_order_relaxed) ||
-      e->sarena == NULL || atomic_load_explicit(&a->pools.xnsegs, memory_order_acquire) != 0)
+      e->sarena == NULL || atomic_load_explicit(&a->pools.xnsegs, memory_order_acquire) != 0 ||
+      !keeping_pays(e))
     return false;
   sa_desc *desc = sa__pagemap_at(&a->range, (uintptr_t)ptr - e->va_base);
   if (desc == NULL || desc->kind != SA_DESC_RUN) return false;
@@ -312,6 +321,7 @@ static bool keep_span(sa_tentry *e, void *ptr, sa_stream s) {
   size_t request;
   if (!sa__span_keep(a, e->sarena, (uintptr_t)ptr, &sp, &request)) return false;
   e->kept_request = request;
+  if (e->kept_unused < SA_KEPT_UNUSED_MAX) e->kept_unused++; /* until it is reused */
   atomic_store_explicit(&e->xkept, sp, memory_order_relaxed);
   sa__count(&e->xfast_frees);
   sa__tentry_live_account(e, -(int64_t)request, request); /* as alloc_kept */

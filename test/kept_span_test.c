@@ -24,6 +24,7 @@
 #include <streamarena/streamarena.h>
 
 #include "fixture.h"
+#include "internal.h" /* SA_KEPT_UNUSED_MAX, SA_KEPT_PROBE */
 #include "test/util.h"
 
 #define SPAN (16 * MiB)
@@ -152,6 +153,43 @@ static void a_span_that_best_fit_would_retake_is_kept(void **state) {
   sa_assert_ok(sa_free(q, a));
   assert_true(kept(f->arena, a, q, SPAN / 2, &r));
   sa_assert_ok(sa_free(r, a));
+}
+
+/* Free p (of size bytes) on s: was it kept? A keep counts as a fast free. */
+static bool free_kept(sa_arena *a, void *p, sa_stream s) {
+  uint64_t fast = stats(a).fast_frees;
+  sa_assert_ok(sa_free(p, s));
+  return stats(a).fast_frees == fast + 1;
+}
+
+/* Requests of ever new sizes (RMM's random loop) give every kept span back
+ * unused: after SA_KEPT_UNUSED_MAX of them the thread keeps one free in
+ * SA_KEPT_PROBE (free.c, keeping_pays), and once a span is reused (a pair
+ * of one size again) it keeps every one again. Each free here is one a
+ * keep would take: the span carved at the base of the run's one free span. */
+static void kept_spans_that_go_unused_stop_the_keeping(void **state) {
+  sa_fixture *f = *state;
+  sa_stream s = f->streams[0];
+  void *p;
+  unsigned frees = SA_KEPT_UNUSED_MAX + 2 * SA_KEPT_PROBE, nkept = 0;
+  for (unsigned i = 0; i < frees; i++) {
+    sa_assert_ok(sa_alloc(f->arena, &p, SPAN - i * 64 * KiB, s));
+    bool k = free_kept(f->arena, p, s);
+    if (i < SA_KEPT_UNUSED_MAX) assert_true(k); /* each kept until the streak */
+    nkept += k;
+  }
+  assert_int_equal(nkept, SA_KEPT_UNUSED_MAX + 2); /* then one in SA_KEPT_PROBE */
+  /* One size again: a probe keeps a span, the next request reuses it, and
+   * from then on every free is kept. */
+  uint64_t reuses = 0;
+  for (unsigned i = 0; i < SA_KEPT_PROBE + 8; i++) {
+    uint64_t fast = stats(f->arena).fast_allocs;
+    sa_assert_ok(sa_alloc(f->arena, &p, SPAN, s));
+    reuses += stats(f->arena).fast_allocs == fast + 1;
+    bool k = free_kept(f->arena, p, s);
+    if (reuses > 0) assert_true(k);
+  }
+  assert_true(reuses >= 8);
 }
 
 /* A call on s: the thread's entry for s becomes its last one, which a free
@@ -565,6 +603,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(a_kept_span_is_freed_already, setup, teardown),
       cmocka_unit_test_setup_teardown(another_size_gives_the_kept_span_back_first, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(kept_spans_that_go_unused_stop_the_keeping, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(a_span_that_best_fit_would_retake_is_kept, setup,
                                       teardown),

@@ -193,9 +193,11 @@ const char *sa_backend_name(sa_backend backend);
  * budget, and only while the thread stays on the fast paths: its next slow-path call into the arena (a request of another
  * size, a small block's refill, another free), its out-of-memory pass or
  * sa_trim gives it back; until then it serves no other stream or thread; a span kept by a thread that exited waits for its stream's next
- * call, its release, or a device-wide synchronize (sa_trim's). Free and
- * double-free rules do not change. On by default (sa_config_init sets
- * it; keep_spans=0 or clearing the flag turns it off). */
+ * call, its release, or a device-wide synchronize (sa_trim's). A thread
+ * whose last 4 spans kept all went back unused (requests of ever new
+ * sizes) keeps one free in 16 until one is reused. Free and double-free
+ * rules do not change. On by default (sa_config_init sets it;
+ * keep_spans=0 or clearing the flag turns it off). */
 #define SA_FLAG_KEEP_SPANS 0x8u
 /* A climb to a new live peak finds memory mapped ahead by a thread of the
  * arena's own: where a large request taken from the free top of a range

@@ -35,6 +35,18 @@
 #define SA_KEPT_MAX SA_LAZY_MARK_MAX
 #endif
 
+/* A thread whose spans kept go back unused (requests of ever new sizes)
+ * pays for each keep, a lock hold and a driver call, for nothing: after
+ * SA_KEPT_UNUSED_MAX kept in a row and none reused, it keeps one free in
+ * SA_KEPT_PROBE, until one is reused again (free.c's keep_span). See
+ * Note [Kept spans]. */
+#ifndef SA_KEPT_UNUSED_MAX
+#define SA_KEPT_UNUSED_MAX 4u
+#endif
+#ifndef SA_KEPT_PROBE
+#define SA_KEPT_PROBE 16u
+#endif
+
 /* Keep the live span at p, freed by the caller in a call naming sarena's
  * stream, which is not being captured (a free in a capture is refused: its
  * memory would be handed out again before the graph runs). true, with *out

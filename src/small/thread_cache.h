@@ -39,6 +39,9 @@ struct sa_tentry_s {
   _Atomic(struct sa_span_s *) xkept;
   size_t kept_request;
   _Atomic uint64_t xkept_reuses; /* large allocations it served (the owner's) */
+  /* The owner's: spans kept since one was reused, and frees not kept
+   * meanwhile (free.c's keep_span stops keeping where none is reused). */
+  uint32_t kept_unused, kept_passed;
   uint64_t last_use;          /* its thread cache's clock: least recently used goes */
   struct sa_tentry_s *arena_next, *arena_prev; /* arena's entry list */
   struct sa_tentry_s *bound_next, *bound_prev; /* sarena's bound list */
