@@ -156,8 +156,8 @@ bool sa__marks_carry_pending(const sa_span *sp, const sa_stream_arena *sarena) {
 
 /* Does no event mark m's work yet (a pending mark), and none completed it? */
 static bool unmarked(const sa_mark *m) {
-  return m->recorded == NULL && !sa__timeline_has_event(m->stream, m->ticket) &&
-         !sa__mark_known_done(m);
+  return m->recorded == NULL && !sa__mark_known_done(m) &&
+         !sa__timeline_has_event(m->stream, m->ticket);
 }
 
 /* The stream whose pending mark sp carries (its latest ticket or, with
