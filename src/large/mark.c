@@ -178,15 +178,6 @@ static bool marked_by_other(const sa_span *sp, const sa_stream_arena *s) {
   return false;
 }
 
-/* The stream whose free marks are all of sp's marks (none recorded), or
- * NULL; sp's marks are not empty. */
-static const sa_stream_arena *sole_stream(const sa_span *sp) {
-  const sa_stream_arena *s = sp->marks[0].stream;
-  for (unsigned i = 0; s != NULL && i < sp->nmarks; i++)
-    if (sp->marks[i].recorded != NULL || sp->marks[i].stream != s) return NULL;
-  return s;
-}
-
 /* The rule itself: a pending mark on one span, the other marked by another
  * stream. */
 static bool pending_apart_by_marks(const sa_span *x, const sa_span *y) {
@@ -197,11 +188,13 @@ static bool pending_apart_by_marks(const sa_span *x, const sa_span *y) {
 bool sa__marks_pending_apart(const sa_arena *a, const sa_span *x, const sa_span *y) {
   /* With one stream taking spans, no other waits for the memory merged. */
   if (a->spans.ntakers <= 1) return false;
-  /* Nor where one of them has no mark, or both only one stream's: a
-   * pending mark there is that stream's, and the other span is not
-   * marked by another. The common case, without a look at the timeline. */
-  const sa_stream_arena *sx = x->nmarks > 0 ? sole_stream(x) : NULL;
-  if (x->nmarks == 0 || y->nmarks == 0 || (sx != NULL && sx == sole_stream(y))) {
+  /* Nor where one of them has no mark, or both only one stream's free
+   * marks (a recorded first mark names no stream, which marked_by_other
+   * counts as another): a pending mark there is that stream's, and the
+   * other span is not marked by another. The common case, without a look
+   * at the timeline. */
+  if (x->nmarks == 0 || y->nmarks == 0 ||
+      (!marked_by_other(x, x->marks[0].stream) && !marked_by_other(y, x->marks[0].stream))) {
     SA_ASSERT(!pending_apart_by_marks(x, y));
     return false;
   }
