@@ -323,6 +323,52 @@ static void a_reshape_the_ledger_cannot_cover_is_not_begun(void **state) {
   teardown(&f);
 }
 
+/* 32 spans of 4 MiB, one chunk each (a growth is one chunk), every other
+ * one freed and its work done: 64 MiB live, 128 MiB held, 16 holes of one
+ * chunk each; the ledger is given credit for any reshape. */
+#define HOLES 16
+static void holes_of_one_chunk(sa_fixture *f, void *p[2 * HOLES]) {
+  sa_stream s = f->streams[0];
+  for (int i = 0; i < 2 * HOLES; i++) sa_assert_ok(sa_alloc(f->arena, &p[i], 4 * MiB, s));
+  for (int i = 0; i < 2 * HOLES; i += 2) sa_assert_ok(sa_free(p[i], s));
+  sa_assert_ok(sa_host_stream_drain(s));
+  atomic_store(&f->arena->physical.xcreated_bytes, 64 * GiB);
+  assert_int_equal(stats(f->arena).reserved_bytes, 128 * MiB);
+}
+
+/* A reshape the free spans cannot cover within the stitching bound is not
+ * begun. The target is 146 MiB (128 + 2 + 16). A 40 MiB request needs 22
+ * MiB moved, 6 of the holes: it reshapes and stays at the target. A 64 MiB
+ * request needs 46 MiB, 12 holes, past the SA_STITCH_MAX chunks a reshape
+ * may unmap: moving 10 would still leave it past the target (at 148 MiB,
+ * after 10 unmaps), so it grows past it at once, unmapping nothing. */
+static void a_reshape_the_free_spans_cannot_cover_is_not_begun(void **state) {
+  (void)state;
+  assert_true(SA_STITCH_MAX < 12 && SA_STITCH_MAX >= 6);
+  const size_t request[2] = {40 * MiB, 64 * MiB};
+  for (int k = 0; k < 2; k++) {
+    sa_fixture f;
+    setup(&f, "exact_growth=1,check_stream_order=1", 1, SA_HOST_MANUAL);
+    void *p[2 * HOLES], *q;
+    holes_of_one_chunk(&f, p);
+    uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+    sa_assert_ok(sa_alloc(f.arena, &q, request[k], f.streams[0]));
+    uint64_t unmapped = sa_host_call_count(SA_HOST_FN_UNMAP) - unmaps;
+    size_t reserved = stats(f.arena).reserved_bytes;
+    if (k == 0) { /* 5 holes moved under the bottom one */
+      assert_int_equal(unmapped, 5);
+      assert_int_equal(reserved, 144 * MiB);
+    } else { /* the bottom hole grown down by the 60 MiB it misses */
+      assert_int_equal(unmapped, 0);
+      assert_int_equal(reserved, 188 * MiB);
+    }
+    sa_assert_ok(sa_host_fill(f.streams[0], q, request[k], 0x5EEDu));
+    sa_assert_ok(sa_free(q, f.streams[0]));
+    for (int i = 1; i < 2 * HOLES; i += 2) sa_assert_ok(sa_free(p[i], f.streams[0]));
+    teardown(&f);
+  }
+}
+
 /* A reshape is charged to the ledger: the 32 MiB moved under the 64 MiB
  * request are more than the 1/8 of the 128 MiB created, so the next request
  * that would reshape (96 MiB, below the peak; the other free span, in the
@@ -1664,6 +1710,7 @@ int main(void) {
       cmocka_unit_test(a_new_live_peak_grows_rather_than_reshape),
       cmocka_unit_test(the_remapping_ledger_bounds_reshaping),
       cmocka_unit_test(a_reshape_the_ledger_cannot_cover_is_not_begun),
+      cmocka_unit_test(a_reshape_the_free_spans_cannot_cover_is_not_begun),
       cmocka_unit_test(a_reshape_is_charged_to_the_remapping_ledger),
       cmocka_unit_test(superblocks_past_the_target_come_from_free_spans),
       cmocka_unit_test(carved_superblocks_go_back_before_a_reshape),

@@ -378,6 +378,9 @@ static void growth_keeps(const growth *g, uintptr_t *lo, uintptr_t *hi) {
   *lo = *hi = 0;
 }
 
+typedef enum { UNMAP_DO, UNMAP_DRY } unmap_mode;
+static size_t walk_free_chunks(sa_arena *a, size_t bytes, size_t chunks, uintptr_t keep_lo,
+                               uintptr_t keep_hi, sa_wait wait, unmap_mode mode);
 static size_t unmap_free_chunks(sa_arena *a, size_t bytes, size_t chunks, uintptr_t keep_lo,
                                 uintptr_t keep_hi, sa_wait wait);
 
@@ -430,8 +433,12 @@ sa_status sa__run_grow(sa_arena *a, sa_want w, size_t limit, sa_span_grow grow,
     if (sarena != NULL) sa__timeline_bring_up_to_date(a, sarena);
     uintptr_t keep_lo, keep_hi;
     growth_keeps(&g, &keep_lo, &keep_hi);
+    /* A reshape the free spans cannot cover within the stitching bound
+     * would leave the growth past the limit all the same, after paying
+     * for its unmaps: it is not begun (See Note [No partial reshape]). */
     size_t most = sa__physical_stitch_limit(a); /* See Note [Stitching bound] */
-    if (unmap_free_chunks(a, u, most, keep_lo, keep_hi, SA_QUERY) < u)
+    if (walk_free_chunks(a, u, most, keep_lo, keep_hi, SA_QUERY, UNMAP_DRY) < u ||
+        unmap_free_chunks(a, u, most, keep_lo, keep_hi, SA_QUERY) < u)
       a->spans.reshape_futile = a->spans.frees + 1; /* none again until a span is freed */
   }
   size_t ahead = w.exact ? 0 : growth_ahead(a, w.need, g.size);
@@ -672,9 +679,12 @@ static size_t whole_chunks(const sa_span *sp, size_t bytes, size_t most, uintptr
   return n;
 }
 
-/* sa__run_unmap_free, unmapping at most chunks chunks. */
-static size_t unmap_free_chunks(sa_arena *a, size_t bytes, size_t chunks, uintptr_t keep_lo,
-                                uintptr_t keep_hi, sa_wait wait) {
+/* sa__run_unmap_free, unmapping at most chunks chunks; with UNMAP_DRY,
+ * the bytes it could unmap, changing nothing (a span whose work is still
+ * running counts, its marks not asked). */
+
+static size_t walk_free_chunks(sa_arena *a, size_t bytes, size_t chunks, uintptr_t keep_lo,
+                               uintptr_t keep_hi, sa_wait wait, unmap_mode mode) {
   sa__free_rejoin(a);
   size_t unmapped = 0;
   sa_span *next;
@@ -684,13 +694,18 @@ static size_t unmap_free_chunks(sa_arena *a, size_t bytes, size_t chunks, uintpt
     if (sp->base < keep_hi && keep_lo < sp->base + sp->size) continue;
     uintptr_t lo, hi;
     size_t n = whole_chunks(sp, bytes - unmapped, chunks, &lo, &hi);
-    if (n == 0 || !sa__marks_reached(a, sp, wait)) continue;
-    if (cut(a, sp->run, sp, lo, hi)) {
+    if (n == 0) continue;
+    if (mode == UNMAP_DRY || (sa__marks_reached(a, sp, wait) && cut(a, sp->run, sp, lo, hi))) {
       unmapped += hi - lo;
       chunks -= n;
     }
   }
   return unmapped;
+}
+
+static size_t unmap_free_chunks(sa_arena *a, size_t bytes, size_t chunks, uintptr_t keep_lo,
+                                uintptr_t keep_hi, sa_wait wait) {
+  return walk_free_chunks(a, bytes, chunks, keep_lo, keep_hi, wait, UNMAP_DO);
 }
 
 size_t sa__run_unmap_free(sa_arena *a, size_t bytes, uintptr_t keep_lo, uintptr_t keep_hi,
