@@ -41,11 +41,23 @@ static sa_stats stats(sa_arena *a) {
   return st;
 }
 
+/* The footprint target's tests lay out their spans in units of U: a MiB
+ * with the user's chunk_size, 4 MiB with one chunk per growth. The target's
+ * floor (sa__physical_target_floor: 16 and 64 MiB) scales with it, and so
+ * each layout is the same in both, as are their chunk counts. */
+static size_t U = MiB;
+
 static void setup(sa_fixture *f, const char *spec, size_t streams, sa_host_mode mode) {
+  U = spec != NULL && strstr(spec, "chunk_size=") != NULL ? MiB : SA_TARGET_FLOOR / SA_TARGET_FLOOR_CHUNKED * MiB;
   sa_assert_ok(sa_fixture_setup(f, spec, streams, mode));
 }
 
 static void teardown(sa_fixture *f) { sa_assert_ok(sa_fixture_teardown(f)); }
+
+/* The bytes the footprint target allows over any peak (physical.c). */
+static size_t target_floor(const sa_fixture *f) {
+  return sa__physical_target_floor(f->arena) * f->arena->gran;
+}
 
 /* ---------------------------------------------------------------------- */
 
@@ -80,9 +92,10 @@ static void small_frees_become_one_span_under_cap(void **state) {
   teardown(&f);
 }
 
-/* Within the footprint target (here its floor: 16 MiB above the peak) the
+/* Within the footprint target (here its floor: 64 MiB above the peak) the
  * arena grows rather than remap: a large request that fits no free span
- * maps new memory beside the freed superblocks and unmaps nothing. */
+ * maps new memory beside the freed superblocks and unmaps nothing (16 MiB,
+ * and 8 MiB ahead for a small growth below the live peak). */
 static void spans_grow_rather_than_remap_without_a_budget(void **state) {
   (void)state;
   sa_fixture f;
@@ -93,7 +106,7 @@ static void spans_grow_rather_than_remap_without_a_budget(void **state) {
   uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
   void *big;
   sa_assert_ok(sa_alloc(f.arena, &big, 16 * MiB, f.streams[1]));
-  assert_int_equal(stats(f.arena).reserved_bytes, 32 * MiB);
+  assert_int_equal(stats(f.arena).reserved_bytes, 40 * MiB);
   assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
   sa_assert_ok(sa_free(big, f.streams[1]));
   teardown(&f);
@@ -199,8 +212,8 @@ static void soft_budget_gives_way_while_work_is_pending(void **state) {
 static void four_spans_two_freed(sa_fixture *f, void *p[4]) {
   sa_stream s = f->streams[0];
   for (int i = 0; i < 4; i++) {
-    sa_assert_ok(sa_alloc(f->arena, &p[i], 32 * MiB, s));
-    sa_assert_ok(sa_host_fill(s, p[i], 32 * MiB, 0x1000u + (uint32_t)i));
+    sa_assert_ok(sa_alloc(f->arena, &p[i], 32 * U, s));
+    sa_assert_ok(sa_host_fill(s, p[i], 32 * U, 0x1000u + (uint32_t)i));
   }
   sa_assert_ok(sa_free(p[0], s));
   sa_assert_ok(sa_free(p[2], s));
@@ -210,8 +223,8 @@ static void four_spans_two_freed(sa_fixture *f, void *p[4]) {
 static void check_and_free_survivors(sa_fixture *f, void *p[4]) {
   sa_stream s = f->streams[0];
   uint64_t bad = 0;
-  sa_assert_ok(sa_host_check(s, p[1], 32 * MiB, 0x1001u, &bad));
-  sa_assert_ok(sa_host_check(s, p[3], 32 * MiB, 0x1003u, &bad));
+  sa_assert_ok(sa_host_check(s, p[1], 32 * U, 0x1001u, &bad));
+  sa_assert_ok(sa_host_check(s, p[3], 32 * U, 0x1003u, &bad));
   sa_assert_ok(sa_host_stream_drain(s));
   assert_int_equal(bad, 0);
   sa_assert_ok(sa_free(p[1], s));
@@ -242,11 +255,11 @@ static void footprint_target_reshapes_before_growing(void **state) {
   four_spans_two_freed(&f, p);
   uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
   uint64_t queries = sa_host_call_count(SA_HOST_FN_STREAM_QUERY);
-  sa_assert_ok(sa_alloc(f.arena, &q, 64 * MiB, f.streams[0]));
-  assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * MiB);
+  sa_assert_ok(sa_alloc(f.arena, &q, 64 * U, f.streams[0]));
+  assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * U);
   assert_true(sa_host_call_count(SA_HOST_FN_UNMAP) > unmaps);
   assert_int_equal(sa_host_call_count(SA_HOST_FN_STREAM_QUERY), queries + 1);
-  sa_assert_ok(sa_host_fill(f.streams[0], q, 64 * MiB, 0xABCDu));
+  sa_assert_ok(sa_host_fill(f.streams[0], q, 64 * U, 0xABCDu));
   check_and_free_survivors(&f, p);
   assert_int_equal(violations(), v0);
   sa_assert_ok(sa_free(q, f.streams[0]));
@@ -261,7 +274,7 @@ static void a_new_live_peak_grows_rather_than_reshape(void **state) {
   setup(&f, EXACT_GROWTH_IN_GRANULES "check_stream_order=1", 1, SA_HOST_MANUAL);
   void *p[4], *q;
   four_spans_two_freed(&f, p);
-  grows_without_unmapping(&f, &q, 96 * MiB, 192 * MiB); /* live 160 MiB */
+  grows_without_unmapping(&f, &q, 96 * U, 192 * U); /* live 160 MiB */
   check_and_free_survivors(&f, p);
   sa_assert_ok(sa_free(q, f.streams[0]));
   teardown(&f);
@@ -284,7 +297,7 @@ static void the_remapping_ledger_bounds_reshaping(void **state) {
     void *p[4], *q;
     four_spans_two_freed(&f, p);
     atomic_store(&f.arena->physical.xremapped_bytes, atomic_load(&f.arena->physical.xcreated_bytes) / share[k]);
-    grows_without_unmapping(&f, &q, 64 * MiB, 160 * MiB);
+    grows_without_unmapping(&f, &q, 64 * U, 160 * U);
     check_and_free_survivors(&f, p);
     sa_assert_ok(sa_free(q, f.streams[0]));
     teardown(&f);
@@ -294,9 +307,9 @@ static void the_remapping_ledger_bounds_reshaping(void **state) {
   void *p[4], *q;
   four_spans_two_freed(&f, p);
   uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
-  sa_assert_ok(sa_alloc(f.arena, &q, 64 * MiB, f.streams[0]));
+  sa_assert_ok(sa_alloc(f.arena, &q, 64 * U, f.streams[0]));
   assert_true(sa_host_call_count(SA_HOST_FN_UNMAP) > unmaps);
-  assert_int_equal(stats(f.arena).reserved_bytes_peak, 128 * MiB);
+  assert_int_equal(stats(f.arena).reserved_bytes_peak, 128 * U);
   check_and_free_survivors(&f, p);
   sa_assert_ok(sa_free(q, f.streams[0]));
   teardown(&f);
@@ -314,55 +327,55 @@ static void a_reshape_the_ledger_cannot_cover_is_not_begun(void **state) {
   void *p[4], *q;
   four_spans_two_freed(&f, p);
   size_t created = atomic_load(&f.arena->physical.xcreated_bytes);
-  atomic_store(&f.arena->physical.xremapped_bytes, created - 6 * MiB);
-  assert_int_equal(sa__physical_remap_allowance(f.arena, 146 * MiB), 6 * MiB);
-  grows_without_unmapping(&f, &q, 64 * MiB, 160 * MiB);
-  assert_int_equal(atomic_load(&f.arena->physical.xremapped_bytes), created - 6 * MiB);
+  atomic_store(&f.arena->physical.xremapped_bytes, created - 6 * U);
+  assert_int_equal(sa__physical_remap_allowance(f.arena, 146 * U), 6 * U);
+  grows_without_unmapping(&f, &q, 64 * U, 160 * U);
+  assert_int_equal(atomic_load(&f.arena->physical.xremapped_bytes), created - 6 * U);
   check_and_free_survivors(&f, p);
   sa_assert_ok(sa_free(q, f.streams[0]));
   teardown(&f);
 }
 
-/* 32 spans of 4 MiB, one chunk each (a growth is one chunk), every other
- * one freed and its work done: 64 MiB live, 128 MiB held, 16 holes of one
+/* 32 spans of 4 U, one chunk each (a growth is one chunk), every other
+ * one freed and its work done: 64 U live, 128 U held, 16 holes of one
  * chunk each; the ledger is given credit for any reshape. */
 #define HOLES 16
 static void holes_of_one_chunk(sa_fixture *f, void *p[2 * HOLES]) {
   sa_stream s = f->streams[0];
-  for (int i = 0; i < 2 * HOLES; i++) sa_assert_ok(sa_alloc(f->arena, &p[i], 4 * MiB, s));
+  for (int i = 0; i < 2 * HOLES; i++) sa_assert_ok(sa_alloc(f->arena, &p[i], 4 * U, s));
   for (int i = 0; i < 2 * HOLES; i += 2) sa_assert_ok(sa_free(p[i], s));
   sa_assert_ok(sa_host_stream_drain(s));
   atomic_store(&f->arena->physical.xcreated_bytes, 64 * GiB);
-  assert_int_equal(stats(f->arena).reserved_bytes, 128 * MiB);
+  assert_int_equal(stats(f->arena).reserved_bytes, 128 * U);
 }
 
 /* A reshape the free spans cannot cover within the stitching bound is not
- * begun. The target is 146 MiB (128 + 2 + 16). A 40 MiB request needs 22
- * MiB moved, 6 of the holes: it reshapes and stays at the target. A 64 MiB
- * request needs 46 MiB, 12 holes, past the SA_STITCH_MAX chunks a reshape
- * may unmap: moving 10 would still leave it past the target (at 148 MiB,
+ * begun. The target is 146 U (128 + 2 + 16). A 40 U request needs 22 U
+ * moved, 6 of the holes: it reshapes and stays at the target. A 64 U
+ * request needs 46 U, 12 holes, past the SA_STITCH_MAX chunks a reshape
+ * may unmap: moving 10 would still leave it past the target (at 148 U,
  * after 10 unmaps), so it grows past it at once, unmapping nothing. */
 static void a_reshape_the_free_spans_cannot_cover_is_not_begun(void **state) {
   (void)state;
   assert_true(SA_STITCH_MAX < 12 && SA_STITCH_MAX >= 6);
-  const size_t request[2] = {40 * MiB, 64 * MiB};
   for (int k = 0; k < 2; k++) {
     sa_fixture f;
     setup(&f, "exact_growth=1,check_stream_order=1", 1, SA_HOST_MANUAL);
+    size_t request = (k == 0 ? 40 : 64) * U;
     void *p[2 * HOLES], *q;
     holes_of_one_chunk(&f, p);
     uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
-    sa_assert_ok(sa_alloc(f.arena, &q, request[k], f.streams[0]));
+    sa_assert_ok(sa_alloc(f.arena, &q, request, f.streams[0]));
     uint64_t unmapped = sa_host_call_count(SA_HOST_FN_UNMAP) - unmaps;
     size_t reserved = stats(f.arena).reserved_bytes;
     if (k == 0) { /* 5 holes moved under the bottom one */
       assert_int_equal(unmapped, 5);
-      assert_int_equal(reserved, 144 * MiB);
-    } else { /* the bottom hole grown down by the 60 MiB it misses */
+      assert_int_equal(reserved, 144 * U);
+    } else { /* the bottom hole grown down by the 60 U it misses */
       assert_int_equal(unmapped, 0);
-      assert_int_equal(reserved, 188 * MiB);
+      assert_int_equal(reserved, 188 * U);
     }
-    sa_assert_ok(sa_host_fill(f.streams[0], q, request[k], 0x5EEDu));
+    sa_assert_ok(sa_host_fill(f.streams[0], q, request, 0x5EEDu));
     sa_assert_ok(sa_free(q, f.streams[0]));
     for (int i = 1; i < 2 * HOLES; i += 2) sa_assert_ok(sa_free(p[i], f.streams[0]));
     teardown(&f);
@@ -381,15 +394,15 @@ static void a_reshape_is_charged_to_the_remapping_ledger(void **state) {
   void *p[4], *q, *r;
   four_spans_two_freed(&f, p);
   uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
-  sa_assert_ok(sa_alloc(f.arena, &q, 64 * MiB, s)); /* reshapes: the ledger allows it */
+  sa_assert_ok(sa_alloc(f.arena, &q, 64 * U, s)); /* reshapes: the ledger allows it */
   assert_true(sa_host_call_count(SA_HOST_FN_UNMAP) > unmaps);
-  assert_int_equal(stats(f.arena).reserved_bytes, 128 * MiB);
+  assert_int_equal(stats(f.arena).reserved_bytes, 128 * U);
   sa_assert_ok(sa_free(q, s));
   sa_assert_ok(sa_free(p[3], s));
   sa_assert_ok(sa_host_stream_drain(s)); /* the free spans' work is done */
-  grows_without_unmapping(&f, &r, 96 * MiB, 160 * MiB); /* live 128 MiB */
+  grows_without_unmapping(&f, &r, 96 * U, 160 * U); /* live 128 MiB */
   uint64_t bad = 0;
-  sa_assert_ok(sa_host_check(s, p[1], 32 * MiB, 0x1001u, &bad));
+  sa_assert_ok(sa_host_check(s, p[1], 32 * U, 0x1001u, &bad));
   sa_assert_ok(sa_host_stream_drain(s));
   assert_int_equal(bad, 0);
   sa_assert_ok(sa_free(p[1], s));
@@ -408,12 +421,12 @@ static void a_reserve_limit_of_the_device_grows_as_a_pool(void **state) {
   setup(&f, "reserve_limit=1TiB,check_stream_order=1", 1, SA_HOST_MANUAL);
   void *p[4], *q;
   four_spans_two_freed(&f, p);
-  grows_without_unmapping(&f, &q, 64 * MiB, 160 * MiB);
+  grows_without_unmapping(&f, &q, 64 * U, 160 * U);
   uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
   void *r;
-  sa_assert_ok(sa_alloc(f.arena, &r, 256 * MiB, f.streams[0]));
+  sa_assert_ok(sa_alloc(f.arena, &r, 256 * U, f.streams[0]));
   assert_int_equal(sa_host_call_count(SA_HOST_FN_MAP) - maps, 1);
-  assert_int_equal(stats(f.arena).reserved_bytes, 160 * MiB + 256 * MiB);
+  assert_int_equal(stats(f.arena).reserved_bytes, 160 * U + 256 * U);
   check_and_free_survivors(&f, p);
   sa_assert_ok(sa_free(q, f.streams[0]));
   sa_assert_ok(sa_free(r, f.streams[0]));
@@ -448,16 +461,17 @@ static void a_growth_is_one_chunk_unless_chunk_size_is_set(void **state) {
 }
 
 /* A climb to a new live peak maps ahead (1/512 of what is held, at least
- * 4 granules, within the footprint target: the highest live bytes so far,
- * 1/64 more, plus 16 MiB), so that the climb's next requests find memory
- * mapped: a 64 MiB request and sixteen of 1 MiB + 64 KiB make GROWTHS_AHEAD
- * growths, against GROWTHS_EXACT with exact_growth=1, and the footprint
- * stays within the target. Nothing is mapped for a request below the peak. */
-#define GROWTHS_AHEAD 3
+ * half the target's floor, within the footprint target: the highest live
+ * bytes so far, 1/64 more, plus the floor, 64 MiB), so that the climb's
+ * next requests find memory mapped: a 64 MiB request and sixteen of 1 MiB +
+ * 64 KiB make GROWTHS_AHEAD growths, against GROWTHS_EXACT with
+ * exact_growth=1, and the footprint stays within the target. Nothing is
+ * mapped for a request below the peak. */
+#define GROWTHS_AHEAD 2
 #define GROWTHS_EXACT 10
-#define CLIMB_GROWTHS_TIGHT 48
-#define CLIMB_GROWTHS_BALANCED 10
-#define CLIMB_GROWTHS_FAST 5
+#define CLIMB_GROWTHS_TIGHT 24
+#define CLIMB_GROWTHS_BALANCED 7
+#define CLIMB_GROWTHS_FAST 4
 static void a_climb_maps_ahead_up_to_the_footprint_target(void **state) {
   (void)state;
   const char *specs[2] = {"check_stream_order=1", "exact_growth=1,check_stream_order=1"};
@@ -474,7 +488,7 @@ static void a_climb_maps_ahead_up_to_the_footprint_target(void **state) {
     uint64_t made = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE) - creates;
     if (made != growths[k]) fail_msg("%s: %llu growths", specs[k], (unsigned long long)made);
     sa_stats st = stats(f.arena);
-    size_t peak = 64 * MiB + 16 * size, target = peak + peak / 64 + 16 * MiB;
+    size_t peak = 64 * MiB + 16 * size, target = peak + peak / 64 + target_floor(&f);
     assert_true(st.reserved_bytes_peak >= peak && st.reserved_bytes_peak <= target);
     /* Below the peak: what is freed serves, nothing new is mapped. */
     sa_assert_ok(sa_free(p[15], s));
@@ -500,7 +514,7 @@ static void a_climb_maps_ahead_exactly_to_the_footprint_target(void **state) {
   void *big, *p, *q;
   sa_assert_ok(sa_alloc(f.arena, &big, 2 * GiB, s)); /* nothing ahead: past the target */
   assert_int_equal(stats(f.arena).reserved_bytes, 2 * GiB);
-  size_t target = 2 * GiB + 2 * GiB / 64 + 16 * MiB;
+  size_t target = 2 * GiB + 2 * GiB / 64 + target_floor(&f);
   sa_assert_ok(sa_alloc(f.arena, &p, target - 2 * GiB - 2 * MiB, s));
   assert_int_equal(stats(f.arena).reserved_bytes, target);
   uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
@@ -516,7 +530,8 @@ static void a_climb_maps_ahead_exactly_to_the_footprint_target(void **state) {
  * memory for fewer driver calls. A climb of 48 spans of 24 MiB + 64 KiB
  * (a training step's first forward pass) grows fewer times at 1.5 and
  * fewer again at 3, mapping up to the target ahead, and the footprint stays
- * within each target (its peak times the target, plus 16 MiB). No growth
+ * within each target (its peak times the target, plus the floor). At the
+ * default each growth maps the floor's half, 32 MiB, ahead. No growth
  * of a climb runs a reclaim pass (each did, before the limit an
  * allocation first tries counted its own request in the peak). */
 static void a_larger_footprint_target_climbs_in_fewer_growths(void **state) {
@@ -541,7 +556,7 @@ static void a_larger_footprint_target_climbs_in_fewer_growths(void **state) {
      * passes the target's limit into the reclaiming loop. */
     if (st.defragmentations != 0)
       fail_msg("%s: %llu reclaim passes", specs[k], (unsigned long long)st.defragmentations);
-    size_t peak = N * size, target = (size_t)((double)peak * targets[k]) + 16 * MiB;
+    size_t peak = N * size, target = (size_t)((double)peak * targets[k]) + target_floor(&f);
     if (st.reserved_bytes_peak < peak || st.reserved_bytes_peak > target)
       fail_msg("%s: %zu bytes held for %zu live, target %zu", specs[k], st.reserved_bytes_peak,
                peak, target);
@@ -552,33 +567,32 @@ static void a_larger_footprint_target_climbs_in_fewer_growths(void **state) {
 
 /* Mapping ahead is for a climb past the highest live bytes so far, not for
  * a request that brings them back to it (a training step that peaks where
- * the last one did): with 12, 16 and 4 MiB live (the peak, 32 MiB; the
- * last growth of the climb mapped 8 MiB ahead) and the outer two freed, 16
- * MiB more fits in no free span and grows the free top of the run by
- * exactly the 4 MiB it misses, though the target (48.5 MiB) has room for
- * 4 MiB more: a climb would map those ahead, and the 4 granules a small
- * growth below the peak maps ahead (the next test) do not fit under the
- * target, so none are mapped. */
+ * the last one did): with 12, 16 and 4 U live (the peak, 32 U; the last
+ * growth of the climb mapped 8 U ahead, half the target's floor) and the
+ * outer two freed, 16 U more fits in no free span and grows the free top
+ * of the run by exactly the 4 U it misses, though the target (48.5 U) has
+ * room for 4 U more: a climb would map those ahead. */
 static void a_return_to_the_peak_maps_nothing_ahead(void **state) {
   (void)state;
   sa_fixture f;
   setup(&f, "check_stream_order=1", 1, SA_HOST_AUTO);
   sa_stream s = f.streams[0];
   void *p[3], *q;
-  const size_t sizes[3] = {12 * MiB, 16 * MiB, 4 * MiB};
+  const size_t sizes[3] = {12 * U, 16 * U, 4 * U};
+  assert_int_equal(target_floor(&f), 16 * U);
   for (int i = 0; i < 3; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], sizes[i], s));
   for (int i = 0; i < 2; i++) assert_ptr_equal((char *)p[i] + sizes[i], p[i + 1]);
   sa_stats st = stats(f.arena);
-  assert_int_equal(st.live_bytes_peak, 32 * MiB);
+  assert_int_equal(st.live_bytes_peak, 32 * U);
   size_t before = st.reserved_bytes;
-  assert_int_equal(before, 40 * MiB); /* 8 MiB mapped ahead, unused */
+  assert_int_equal(before, 40 * U); /* 8 U mapped ahead, unused */
   sa_assert_ok(sa_free(p[0], s));
-  sa_assert_ok(sa_free(p[2], s)); /* 12 MiB free at the top, 12 at the bottom */
-  sa_assert_ok(sa_alloc(f.arena, &q, 16 * MiB, s)); /* live 32 MiB again */
+  sa_assert_ok(sa_free(p[2], s)); /* 12 U free at the top, 12 at the bottom */
+  sa_assert_ok(sa_alloc(f.arena, &q, 16 * U, s)); /* live 32 U again */
   assert_ptr_equal(q, p[2]);
   st = stats(f.arena);
-  assert_int_equal(st.live_bytes_peak, 32 * MiB);
-  assert_int_equal(st.reserved_bytes, before + 4 * MiB);
+  assert_int_equal(st.live_bytes_peak, 32 * U);
+  assert_int_equal(st.reserved_bytes, before + 4 * U);
   sa_assert_ok(sa_free(q, s));
   sa_assert_ok(sa_free(p[1], s));
   teardown(&f);
@@ -586,32 +600,40 @@ static void a_return_to_the_peak_maps_nothing_ahead(void **state) {
 
 /* Below the live peak, a growth for a small request (at most 8 granules)
  * maps 4 granules ahead, within the limit the growth has; a larger request
- * maps only what it misses. Sixteen spans of 6 MiB - 64 KiB (the peak),
- * every other one freed, then requests that fit no hole, each growing the
- * free top of the run: 10 MiB - 64 KiB misses 4 MiB and maps 8 more; the
- * next one misses 8 and maps 8 more; 20 MiB misses 12 (what the 8 mapped
- * ahead leave) and maps nothing more. With exact_growth=1 each grows by
- * what it misses alone. Fragmentation traces grow fewer times so (Note
- * [Mapping ahead below the peak]). */
+ * maps only what it misses. Sixteen spans of 6 MiB - 64 KiB, then a filler
+ * that leaves 1 MiB of what the climb mapped ahead free at the top of the
+ * run (the peak), every other span freed, then requests that fit no hole:
+ * 10 MiB - 64 KiB grows the freed span at the run's low end by the 4 MiB
+ * it misses and 8 more (the request takes the new bottom, the 8 stay free
+ * above it); the next one grows the free top by the 10 it misses and 8
+ * more; 20 MiB misses 12 there (what the 8 mapped ahead leave) and maps
+ * nothing more. With exact_growth=1 each grows by what it misses alone: 4
+ * at the bottom, then 10 and 20 at the top. Fragmentation traces grow
+ * fewer times so (Note [Mapping ahead below the peak]). */
 static void a_small_growth_below_the_peak_maps_a_little_ahead(void **state) {
   (void)state;
   const char *specs[2] = {"check_stream_order=1", "exact_growth=1,check_stream_order=1"};
-  const size_t growths[2][3] = {{12 * MiB, 16 * MiB, 12 * MiB}, {4 * MiB, 10 * MiB, 20 * MiB}};
+  const size_t growths[2][3] = {{12 * MiB, 18 * MiB, 12 * MiB}, {4 * MiB, 10 * MiB, 20 * MiB}};
   const size_t sizes[3] = {10 * MiB - 64 * KiB, 10 * MiB - 64 * KiB, 20 * MiB};
   enum { N = 16 };
   for (int k = 0; k < 2; k++) {
     sa_fixture f;
     setup(&f, specs[k], 1, SA_HOST_AUTO);
     sa_stream s = f.streams[0];
-    void *p[N], *q[3];
+    void *p[N], *q[3], *filler = NULL;
     for (int i = 0; i < N; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], 6 * MiB - 64 * KiB, s));
+    sa_stats st = stats(f.arena);
+    size_t top = st.reserved_bytes - st.live_bytes; /* the free top of the run */
+    assert_true(top >= MiB);
+    if (top > MiB) sa_assert_ok(sa_alloc(f.arena, &filler, top - MiB, s));
+    assert_int_equal(stats(f.arena).reserved_bytes, st.reserved_bytes); /* it fitted */
     for (int i = 0; i < N; i += 2) sa_assert_ok(sa_free(p[i], s));
     size_t peak = stats(f.arena).live_bytes_peak;
     for (int i = 0; i < 3; i++) {
       size_t before = stats(f.arena).reserved_bytes;
       uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
       sa_assert_ok(sa_alloc(f.arena, &q[i], sizes[i], s));
-      sa_stats st = stats(f.arena);
+      st = stats(f.arena);
       assert_true(st.live_bytes < peak); /* below the peak */
       assert_int_equal(sa_host_call_count(SA_HOST_FN_MAP) - maps, 1);
       if (st.reserved_bytes - before != growths[k][i])
@@ -620,6 +642,7 @@ static void a_small_growth_below_the_peak_maps_a_little_ahead(void **state) {
     }
     for (int i = 0; i < 3; i++) sa_assert_ok(sa_free(q[i], s));
     for (int i = 1; i < N; i += 2) sa_assert_ok(sa_free(p[i], s));
+    if (filler != NULL) sa_assert_ok(sa_free(filler, s));
     teardown(&f);
   }
 }
@@ -652,8 +675,10 @@ static void initial_physical_is_a_pool_mapped_up_front(void **state) {
   assert_int_equal(stats(f.arena).reserved_bytes, 258 * MiB);
   void *big;
   sa_assert_ok(sa_alloc(f.arena, &big, 300 * MiB, f.streams[0]));
-  size_t grown = stats(f.arena).reserved_bytes - 258 * MiB; /* what the pool's end missed */
-  assert_true(grown >= 44 * MiB && grown <= 48 * MiB);
+  /* What the pool's end missed, and as a climb up to half the target's
+   * floor ahead, where the room beside the growth has it. */
+  size_t grown = stats(f.arena).reserved_bytes - 258 * MiB, ahead = target_floor(&f) / 2;
+  assert_true(grown >= 44 * MiB && grown <= 48 * MiB + ahead);
   sa_assert_ok(sa_free(big, f.streams[0]));
   sa_assert_ok(sa_free(q, f.streams[0]));
   sa_assert_ok(sa_trim(f.arena, 0));
@@ -676,12 +701,16 @@ static void initial_physical_is_a_pool_mapped_up_front(void **state) {
   assert_int_equal(after.va_ranges, before.va_ranges);
 }
 
-/* a (64 MiB, freed on the first stream) below b (64 MiB, live, on the
+/* The tests of superblocks past the footprint target: superblocks of 2 U,
+ * so that the target's floor holds as many of them as it did at 2 MiB. */
+#define SUPERBLOCKS_IN_U "superblock_size=8MiB,"
+
+/* a (64 U, freed on the first stream) below b (64 U, live, on the
  * second: with two streams that take spans, a's free records its event,
  * so the other streams may use a's memory at once). */
 static void free_span_below_a_live_one(sa_fixture *f, void **a, void **b) {
-  sa_assert_ok(sa_alloc(f->arena, a, 64 * MiB, f->streams[0]));
-  sa_assert_ok(sa_alloc(f->arena, b, 64 * MiB, f->streams[1]));
+  sa_assert_ok(sa_alloc(f->arena, a, 64 * U, f->streams[0]));
+  sa_assert_ok(sa_alloc(f->arena, b, 64 * U, f->streams[1]));
   sa_assert_ok(sa_free(*a, f->streams[0]));
 }
 
@@ -700,13 +729,13 @@ static void small_blocks_past_the_target(sa_fixture *f, void *small[16]) {
 static void superblocks_past_the_target_come_from_free_spans(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "check_stream_order=1", 8, SA_HOST_AUTO);
+  setup(&f, SUPERBLOCKS_IN_U "check_stream_order=1", 8, SA_HOST_AUTO);
   void *a, *b, *small[16];
   free_span_below_a_live_one(&f, &a, &b);
   uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
   uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
   small_blocks_past_the_target(&f, small);
-  assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * MiB);
+  assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * U);
   /* Up to the target (146 MiB) nine superblocks map memory of their own;
    * the other seven are carved in a's free span as it lies: nothing is
    * unmapped or mapped again for them. */
@@ -720,7 +749,7 @@ static void superblocks_past_the_target_come_from_free_spans(void **state) {
   sa_assert_ok(sa_snapshot_write(f.arena, mem));
   assert_int_equal(fclose(mem), 0);
   for (int i = 0; i < 16; i++) {
-    if ((uintptr_t)small[i] - (uintptr_t)a >= 64 * MiB) continue;
+    if ((uintptr_t)small[i] - (uintptr_t)a >= 64 * U) continue;
     in_a++;
     /* A snapshot lists it as a superblock, not as a live span too. */
     const sa_desc *d = sa__pagemap_get(&f.arena->range, (uintptr_t)small[i]);
@@ -752,12 +781,12 @@ static void count_reclaim_pops(sa_hook_point point, void *arg) {
 static void carved_superblocks_go_back_before_a_reshape(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "keep_spans=0,check_stream_order=1", 8, SA_HOST_AUTO);
+  setup(&f, SUPERBLOCKS_IN_U "keep_spans=0,check_stream_order=1", 8, SA_HOST_AUTO);
   void *a, *b, *small[16];
   free_span_below_a_live_one(&f, &a, &b);
   small_blocks_past_the_target(&f, small);
   int in_a = 0;
-  for (int i = 0; i < 16; i++) in_a += (uintptr_t)small[i] - (uintptr_t)a < 64 * MiB;
+  for (int i = 0; i < 16; i++) in_a += (uintptr_t)small[i] - (uintptr_t)a < 64 * U;
   assert_int_equal(in_a, 7); /* as superblocks_past_the_target_come_from_free_spans */
   for (int i = 0; i < 16; i++) sa_assert_ok(sa_free(small[i], f.streams[i / 2]));
   for (size_t i = 0; i < f.stream_count; i++)
@@ -769,7 +798,7 @@ static void carved_superblocks_go_back_before_a_reshape(void **state) {
   atomic_store(&reclaim_popped, 0);
   atomic_store(&sa__test_hook, count_reclaim_pops);
   void *c;
-  sa_assert_ok(sa_alloc(f.arena, &c, 64 * MiB, f.streams[0]));
+  sa_assert_ok(sa_alloc(f.arena, &c, 64 * U, f.streams[0]));
   atomic_store(&sa__test_hook, NULL);
   assert_int_equal(atomic_load(&reclaim_popped), 7);
   assert_int_equal(stats(f.arena).superblocks_empty, 9);
@@ -777,7 +806,7 @@ static void carved_superblocks_go_back_before_a_reshape(void **state) {
   assert_int_equal(sa_host_call_count(SA_HOST_FN_MAP), maps);
   assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
   assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_CREATE), creates);
-  assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * MiB);
+  assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * U);
   sa_assert_ok(sa_free(c, f.streams[0]));
   sa_assert_ok(sa_free(b, f.streams[1]));
   teardown(&f);
@@ -1428,14 +1457,17 @@ static bool b_writes_behind_a(sa_stream a, sa_stream b, void *q, size_t bytes) {
 }
 
 /* A piece carved for another stream waits for the work of the stream that
- * freed the span; that stream's own work runs last and cannot clobber it. */
+ * freed the span; that stream's own work runs last and cannot clobber it.
+ * B's own span (the fixture's) is live again, and each growth maps only
+ * what it misses, so that A's freed span is the only free memory. */
 static void split_piece_for_another_stream_waits(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "check_stream_order=1,keep_spans=0", 2, SA_HOST_MANUAL);
+  setup(&f, "exact_growth=1,check_stream_order=1,keep_spans=0", 2, SA_HOST_MANUAL);
   sa_stream a = f.streams[0], b = f.streams[1];
-  void *p, *q;
+  void *own, *p, *q;
   sa_fixture_stream_takes_a_span(f.arena, b);
+  sa_assert_ok(sa_alloc(f.arena, &own, 8 * MiB, b));
   sa_assert_ok(sa_alloc(f.arena, &p, 12 * MiB, a));
   sa_assert_ok(sa_host_fill(a, p, 12 * MiB, 0xAAAAAAAAu)); /* pending on A */
   sa_assert_ok(sa_free(p, a));
@@ -1443,33 +1475,34 @@ static void split_piece_for_another_stream_waits(void **state) {
   assert_true((uintptr_t)q >= (uintptr_t)p && (uintptr_t)q < (uintptr_t)p + 12 * MiB);
   assert_true(b_writes_behind_a(a, b, q, 7 * MiB));
   sa_assert_ok(sa_free(q, b));
+  sa_assert_ok(sa_free(own, b));
   teardown(&f);
 }
 
 /* A superblock carved in a span that another stream freed is used behind
- * that stream's work: blocks of 1 MiB on stream B past the target land in
+ * that stream's work: blocks of U on stream B past the target land in
  * the span A freed while A's fill of it is still queued, and B's writes run
  * after it (settle in sa__span_take_superblock). */
 static void a_superblock_carved_in_a_span_waits_for_its_work(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "check_stream_order=1,keep_spans=0", 2, SA_HOST_MANUAL);
+  setup(&f, SUPERBLOCKS_IN_U "check_stream_order=1,keep_spans=0", 2, SA_HOST_MANUAL);
   sa_stream a = f.streams[0], b = f.streams[1];
   uint64_t v0 = violations();
   void *x, *y, *blocks[40], *in_x = NULL;
   sa_fixture_stream_takes_a_span(f.arena, b);
-  sa_assert_ok(sa_alloc(f.arena, &x, 64 * MiB, a));
-  sa_assert_ok(sa_alloc(f.arena, &y, 64 * MiB, a));
-  sa_assert_ok(sa_host_fill(a, x, 64 * MiB, 0xAAAAAAAAu)); /* pending on A */
+  sa_assert_ok(sa_alloc(f.arena, &x, 64 * U, a));
+  sa_assert_ok(sa_alloc(f.arena, &y, 64 * U, a));
+  sa_assert_ok(sa_host_fill(a, x, 64 * U, 0xAAAAAAAAu)); /* pending on A */
   sa_assert_ok(sa_free(x, a));
   int n = 0;
   while (in_x == NULL && n < 40) {
-    sa_assert_ok(sa_alloc(f.arena, &blocks[n], MiB, b));
-    if ((uintptr_t)blocks[n] - (uintptr_t)x < 64 * MiB) in_x = blocks[n];
+    sa_assert_ok(sa_alloc(f.arena, &blocks[n], U, b));
+    if ((uintptr_t)blocks[n] - (uintptr_t)x < 64 * U) in_x = blocks[n];
     n++;
   }
   assert_non_null(in_x);
-  assert_true(b_writes_behind_a(a, b, in_x, MiB));
+  assert_true(b_writes_behind_a(a, b, in_x, U));
   assert_int_equal(violations(), v0);
   for (int i = 0; i < n; i++) sa_assert_ok(sa_free(blocks[i], b));
   sa_assert_ok(sa_free(y, a));
@@ -1557,24 +1590,24 @@ static void a_carved_superblock_keeps_its_pages_when_runs_cut_and_join(void **st
 static void carved_superblocks_given_back_can_be_reshaped(void **state) {
   (void)state;
   sa_fixture f;
-  setup(&f, "exact_growth=1", 1, SA_HOST_AUTO);
+  setup(&f, SUPERBLOCKS_IN_U "exact_growth=1", 1, SA_HOST_AUTO);
   sa_stream s = f.streams[0];
   void *sp[5], *small[34], *big;
-  size_t sizes[5] = {10 * MiB, 16 * MiB, 2 * MiB, 64 * MiB, 36 * MiB};
+  size_t sizes[5] = {10 * U, 16 * U, 2 * U, 64 * U, 36 * U};
   for (int i = 0; i < 5; i++) sa_assert_ok(sa_alloc(f.arena, &sp[i], sizes[i], s));
   uintptr_t d = (uintptr_t)sp[1];
   sa_assert_ok(sa_free(sp[1], s));
   sa_assert_ok(sa_free(sp[3], s));
   sa_assert_ok(sa_free(sp[4], s));
-  for (int i = 0; i < 34; i++) sa_assert_ok(sa_alloc(f.arena, &small[i], MiB, s));
-  assert_int_equal(stats(f.arena).reserved_bytes, 146 * MiB);
+  for (int i = 0; i < 34; i++) sa_assert_ok(sa_alloc(f.arena, &small[i], U, s));
+  assert_int_equal(stats(f.arena).reserved_bytes, 146 * U);
   for (int i = 0; i < 34; i++) {
-    bool carved = (uintptr_t)small[i] - d < 16 * MiB;
+    bool carved = (uintptr_t)small[i] - d < 16 * U;
     assert_int_equal(carved, i >= 18); /* D holds the last 8 superblocks */
     if (carved || i % 2) sa_assert_ok(sa_free(small[i], s));
   }
-  sa_assert_ok(sa_alloc(f.arena, &big, 102 * MiB, s));
-  assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * MiB);
+  sa_assert_ok(sa_alloc(f.arena, &big, 102 * U, s));
+  assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * U);
   sa_assert_ok(sa_free(big, s));
   for (int i = 0; i < 18; i += 2) sa_assert_ok(sa_free(small[i], s));
   sa_assert_ok(sa_free(sp[0], s));

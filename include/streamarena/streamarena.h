@@ -255,11 +255,12 @@ typedef struct sa_config_s {
                                      only when that is not enough; default
                                      0 = the footprint target, 1/64 above
                                      the highest live bytes so far (plus
-                                     16 MiB), remapping within a ledger */
+                                     64 MiB, or 16 with chunk_size set),
+                                     remapping within a ledger */
   double footprint_target;        /* the footprint/speed trade without a
                                      reserve_limit: the physical bytes held
                                      stay within this many times the highest
-                                     live bytes so far (plus 16 MiB) before
+                                     live bytes so far (plus 64 MiB) before
                                      the arena reshapes, and a climb to a new
                                      live peak maps ahead in proportion, so
                                      a larger target buys fewer growths and

@@ -303,14 +303,16 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
  * is at most a share of what is held (sa__physical_ahead_share: 1/512 at
  * the default footprint target, more for a larger one) and within the
  * target, which keeps the default's peak where it is with none mapped
- * ahead (See Note [Mapping ahead]). It is at least SA_AHEAD_FLOOR
- * granules (half the target's floor, which the target allows over any
- * peak): at 1/512 alone a climb below a few GiB grows a granule or two at
- * a time, a chunk's fixed cost each. Not under a budget or a
- * reserve_limit, which are limits the user set, not targets to fill, nor
- * with SA_FLAG_EXACT_GROWTH. */
-#define SA_AHEAD_FLOOR 4
+ * ahead (See Note [Mapping ahead]). It is at least climb_floor, half the
+ * target's floor, which the target allows over any peak: at 1/512 alone a
+ * climb below a few GiB grows a granule or two at a time, a chunk's fixed
+ * cost each. Not under a budget or a reserve_limit, which are limits the
+ * user set, not targets to fill, nor with SA_FLAG_EXACT_GROWTH. */
 #define SA_AHEAD_SHARE_SHIFT 9 /* 1/512: the default target's share (physical.c) */
+
+static size_t climb_floor(const sa_arena *a) {
+  return sa__physical_target_floor(a) / 2 * a->gran;
+}
 
 static bool ahead_allowed(const sa_arena *a) {
   return !a->physical.budgeted && a->cfg.reserve_limit_bytes == 0 &&
@@ -328,7 +330,8 @@ static size_t climb_ahead(const sa_arena *a, size_t missing) {
   size_t held = a->physical.bytes + missing, target = sa__physical_soft_limit(a);
   if (held >= target) return 0;
   size_t most = sa__physical_ahead_share(a, held);
-  if (most < SA_AHEAD_FLOOR * a->gran) most = SA_AHEAD_FLOOR * a->gran;
+  size_t least = climb_floor(a);
+  if (most < least) most = least;
   size_t ahead = target - held < most ? target - held : most;
   return ahead & ~(a->gran - 1);
 }
@@ -338,7 +341,7 @@ static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
 }
 
 /* The bytes a growth maps beyond its request: a climb's (map_ahead), or
- * SA_AHEAD_FLOOR granules for a growth below the live peak of a request
+ * SA_AHEAD_BELOW granules for a growth below the live peak of a request
  * of at most SA_AHEAD_SMALL granules, within the limit the growth is
  * given (the footprint target, or more where the arena grows past it after
  * a reshape fell short: sa__physical_gather adds them only below it). Such a
@@ -350,12 +353,13 @@ static size_t map_ahead(const sa_arena *a, size_t request, size_t missing) {
  * Unused, it is free memory like any other, which the next reshape may
  * unmap. Larger requests map nothing ahead: a few granules would not serve
  * the next one. See Note [Mapping ahead below the peak] for the figures. */
-#define SA_AHEAD_SMALL (2 * SA_AHEAD_FLOOR)
+#define SA_AHEAD_BELOW 4
+#define SA_AHEAD_SMALL (2 * SA_AHEAD_BELOW)
 
 static size_t growth_ahead(const sa_arena *a, size_t request, size_t missing) {
   if (!ahead_allowed(a)) return 0;
   if (climbs(a, request)) return climb_ahead(a, missing);
-  return request <= SA_AHEAD_SMALL * a->gran ? SA_AHEAD_FLOOR * a->gran : 0;
+  return request <= SA_AHEAD_SMALL * a->gran ? SA_AHEAD_BELOW * a->gran : 0;
 }
 
 /* The range a reshape for g leaves mapped: the free span the growth
@@ -474,7 +478,8 @@ size_t sa__run_ahead_wanted(const sa_arena *a, const sa_span *sp, size_t request
    * ahead bytes to be used up, so more would stay unused at every peak. */
   size_t ahead = map_ahead(a, request, 0), room = top_room(sp->run);
   size_t most = a->physical.bytes >> SA_AHEAD_SHARE_SHIFT;
-  if (most < SA_AHEAD_FLOOR * a->gran) most = SA_AHEAD_FLOOR * a->gran;
+  size_t least = climb_floor(a);
+  if (most < least) most = least;
   if (ahead > most) ahead = most;
   const sa_run *r = sp->run;
   /* Only where sp came from the run's top: a climb extends that run, and

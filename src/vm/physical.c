@@ -383,16 +383,27 @@ static size_t target_excess_of(const sa_arena *a, size_t bytes) {
   return bytes / SA_TARGET_UNIT * x + bytes % SA_TARGET_UNIT * x / SA_TARGET_UNIT;
 }
 
+/* The floor of the footprint target, in granules. Below the threads'
+ * unpublished live bytes, it keeps a small arena from reshaping at every
+ * growth; and a climb maps half of it ahead at least (run.c). Where a
+ * growth is one chunk, whatever its size, the floor is what spares a
+ * climb of requests of a few MiB a chunk each: SA_TARGET_FLOOR. With the
+ * user's chunk_size a growth costs by its chunks, so room to map ahead
+ * saves nothing and only holds memory: SA_TARGET_FLOOR_CHUNKED. See Note
+ * [Footprint target's floor]. */
+size_t sa__physical_target_floor(const sa_arena *a) {
+  return a->cfg.chunk_size == 0 ? SA_TARGET_FLOOR : SA_TARGET_FLOOR_CHUNKED;
+}
+
 /* The soft limit on physical bytes, past which an allocation reshapes
  * free memory before it grows: reserve_limit when the user set one, else
  * the footprint target, the highest live bytes so far times
  * footprint_target (by default 1 + 1/64, the peak's own rounding, a
- * granule here and there) plus SA_TARGET_FLOOR granules (below the threads'
- * unpublished live bytes, the floor keeps a small arena from reshaping at
- * every growth). The arena cannot know a run's peak in advance; the peak
- * so far is what it has proved it needs, and the user's footprint_target
- * says how much more memory a run may hold to make fewer driver calls.
- * See Note [Footprint target]. */
+ * granule here and there) plus the target's floor (sa__physical_target_floor).
+ * The arena cannot know a run's peak in advance; the peak so far is what
+ * it has proved it needs, and the user's footprint_target says how much
+ * more memory a run may hold to make fewer driver calls. See Note
+ * [Footprint target]. */
 size_t sa__physical_soft_limit(const sa_arena *a) { return sa__physical_soft_limit_with(a, 0); }
 
 size_t sa__physical_soft_limit_with(const sa_arena *a, size_t request) {
@@ -405,7 +416,7 @@ size_t sa__physical_soft_limit_with(const sa_arena *a, size_t request) {
    * arena neither reshapes it away nor grows past it by more than the
    * target's slack. */
   if (p < a->cfg.initial_physical_bytes) p = a->cfg.initial_physical_bytes;
-  size_t target = p + target_excess_of(a, p) + SA_TARGET_FLOOR * a->gran;
+  size_t target = p + target_excess_of(a, p) + sa__physical_target_floor(a) * a->gran;
   if (target < p) target = SIZE_MAX; /* wrapped */
   return target < a->physical.reserve_limit ? target : a->physical.reserve_limit;
 }

@@ -58,7 +58,8 @@ typedef struct sa_physical_s {
 } sa_physical;
 
 #define SA_TARGET_UNIT 4096 /* footprint target: the peak times (1 + excess/4096) */
-#define SA_TARGET_FLOOR 8    /* ... plus 8 granules */
+#define SA_TARGET_FLOOR 32   /* ... plus 32 granules (one chunk per growth) */
+#define SA_TARGET_FLOOR_CHUNKED 8 /* ... or 8, with the user's chunk_size */
 #define SA_CHUNK_MAX ((size_t)2 << 30) /* bytes per chunk created, at most */
 #define SA_REMAP_SHARE 8   /* remap at most 1/8 of the bytes created */
 #define SA_REMAP_TRICKLE 1024 /* ... plus a granule per 1024 span allocations */
@@ -115,6 +116,9 @@ size_t sa__physical_soft_limit_with(const sa_arena *a, size_t request);
  * for the footprint target: 8 x (footprint_target - 1)^2, which is 1/512
  * at the default and the whole excess from 1.125 up. */
 size_t sa__physical_ahead_share(const sa_arena *a, size_t n);
+/* The granules the footprint target allows over any peak: see
+ * sa__physical_soft_limit_with. */
+size_t sa__physical_target_floor(const sa_arena *a);
 /* The most chunks a growth maps again (cached ones, or free span memory
  * a reshape unmaps for it): SA_STITCH_MAX where a growth is one chunk,
  * SIZE_MAX where the user asked for small chunks or a budget. */
