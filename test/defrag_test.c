@@ -202,11 +202,11 @@ static void soft_budget_gives_way_while_work_is_pending(void **state) {
   teardown(&f);
 }
 
-/* Four 32 MiB spans in a run, the first and third freed: the shape the
- * footprint-target tests below start from (peak live 128 MiB, so a target
- * of 128 + 2 + 16 = 146 MiB). The second and fourth hold patterns. Those
- * tests run with EXACT_GROWTH_IN_GRANULES, so that every growth is what
- * its request misses, in chunks a reshape can take one by one. */
+/* Four 32 U spans in a run, the first and third freed: the shape the
+ * footprint-target tests below start from (peak live 128 U, so a target
+ * of 128 + 2 + 16 = 146 U). The second and fourth hold patterns. Most of
+ * those tests run with EXACT_GROWTH_IN_GRANULES, so that every growth is
+ * what its request misses, in chunks a reshape can take one by one. */
 #define EXACT_GROWTH_IN_GRANULES "exact_growth=1,chunk_size=2MiB,"
 
 static void four_spans_two_freed(sa_fixture *f, void *p[4]) {
@@ -241,9 +241,10 @@ static void grows_without_unmapping(sa_fixture *f, void **q, size_t size, size_t
 }
 
 /* Without a budget the footprint target (1/64 above the highest live bytes
- * so far, plus 16 MiB) bounds growth: a 64 MiB request extends the freed
- * span at the run's low end by 32 MiB, 14 of them unmapped from the other
- * hole and 18 new, so the footprint stops at 146 MiB instead of 160. The
+ * so far, plus 16 U: the floor with the user's chunk_size) bounds growth: a
+ * 64 U request extends the freed span at the run's low end by 32 U, 14 of
+ * them unmapped from the other hole and 18 new, so the footprint stops at
+ * 146 U instead of 160. The
  * stream is alone: its frees recorded no event, and the reshape asks
  * whether the stream is idle (its work ran), which completes them all. */
 static void footprint_target_reshapes_before_growing(void **state) {
@@ -501,10 +502,11 @@ static void a_climb_maps_ahead_up_to_the_footprint_target(void **state) {
   }
 }
 
-/* Mapping ahead stops at the footprint target, not short of it: past 2 GiB
- * held, 1/512 of it is 4 MiB, more than the 2 MiB left below the target
- * (2 GiB peak live, 1/64 more, 16 MiB), so a climb that leaves 2 MiB maps
- * those 2 MiB ahead; all or nothing, it would map none. The next step of
+/* Mapping ahead stops at the footprint target, not short of it: at 2 GiB
+ * held a climb maps 32 MiB ahead at least (half the target's floor), more
+ * than the 2 MiB left below the target (2 GiB peak live, 1/64 more, the
+ * floor), so a climb that leaves 2 MiB maps those 2 MiB ahead; all or
+ * nothing, it would map none. The next step of
  * the climb then finds them mapped. */
 static void a_climb_maps_ahead_exactly_to_the_footprint_target(void **state) {
   (void)state;
