@@ -471,8 +471,8 @@ static void a_growth_is_one_chunk_unless_chunk_size_is_set(void **state) {
 #define GROWTHS_AHEAD 2
 #define GROWTHS_EXACT 10
 #define CLIMB_GROWTHS_TIGHT 24
-#define CLIMB_GROWTHS_BALANCED 7
-#define CLIMB_GROWTHS_FAST 4
+#define CLIMB_GROWTHS_BALANCED 10
+#define CLIMB_GROWTHS_FAST 5
 static void a_climb_maps_ahead_up_to_the_footprint_target(void **state) {
   (void)state;
   const char *specs[2] = {"check_stream_order=1", "exact_growth=1,check_stream_order=1"};

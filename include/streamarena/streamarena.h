@@ -260,7 +260,8 @@ typedef struct sa_config_s {
   double footprint_target;        /* the footprint/speed trade without a
                                      reserve_limit: the physical bytes held
                                      stay within this many times the highest
-                                     live bytes so far (plus 64 MiB) before
+                                     live bytes so far (plus 64 MiB below
+                                     1.125, 16 MiB from there) before
                                      the arena reshapes, and a climb to a new
                                      live peak maps ahead in proportion, so
                                      a larger target buys fewer growths and

@@ -387,12 +387,15 @@ static size_t target_excess_of(const sa_arena *a, size_t bytes) {
  * unpublished live bytes, it keeps a small arena from reshaping at every
  * growth; and a climb maps half of it ahead at least (run.c). Where a
  * growth is one chunk, whatever its size, the floor is what spares a
- * climb of requests of a few MiB a chunk each: SA_TARGET_FLOOR. With the
- * user's chunk_size a growth costs by its chunks, so room to map ahead
- * saves nothing and only holds memory: SA_TARGET_FLOOR_CHUNKED. See Note
- * [Footprint target's floor]. */
+ * climb of requests of a few MiB a chunk each: SA_TARGET_FLOOR. Not where
+ * that room comes otherwise, and the larger floor would only hold memory
+ * (SA_TARGET_FLOOR_CHUNKED): with the user's chunk_size, where a growth
+ * costs by its chunks, so that room ahead saves nothing; and from a
+ * footprint_target of 1.125 up, where a climb maps up to the target
+ * (sa__physical_ahead_share). See Note [Footprint target's floor]. */
 size_t sa__physical_target_floor(const sa_arena *a) {
-  return a->cfg.chunk_size == 0 ? SA_TARGET_FLOOR : SA_TARGET_FLOOR_CHUNKED;
+  bool room_otherwise = a->cfg.chunk_size != 0 || a->physical.target_excess >= SA_TARGET_UNIT / 8;
+  return room_otherwise ? SA_TARGET_FLOOR_CHUNKED : SA_TARGET_FLOOR;
 }
 
 /* The soft limit on physical bytes, past which an allocation reshapes
