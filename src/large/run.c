@@ -687,7 +687,6 @@ static size_t whole_chunks(const sa_span *sp, size_t bytes, size_t most, uintptr
 /* sa__run_unmap_free, unmapping at most chunks chunks; with UNMAP_DRY,
  * the bytes it could unmap, changing nothing (a span whose work is still
  * running counts, its marks not asked). */
-
 static size_t walk_free_chunks(sa_arena *a, size_t bytes, size_t chunks, uintptr_t keep_lo,
                                uintptr_t keep_hi, sa_wait wait, unmap_mode mode) {
   sa__free_rejoin(a);
