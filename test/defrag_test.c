@@ -41,23 +41,23 @@ static sa_stats stats(sa_arena *a) {
   return st;
 }
 
-/* The footprint target's tests lay out their spans in units of U: a MiB
- * with the user's chunk_size, 4 MiB with one chunk per growth. The target's
- * floor (sa__physical_target_floor: 16 and 64 MiB) scales with it, and so
- * each layout is the same in both, as are their chunk counts. */
-static size_t U = MiB;
-
-static void setup(sa_fixture *f, const char *spec, size_t streams, sa_host_mode mode) {
-  U = spec != NULL && strstr(spec, "chunk_size=") != NULL ? MiB : SA_TARGET_FLOOR / SA_TARGET_FLOOR_CHUNKED * MiB;
-  sa_assert_ok(sa_fixture_setup(f, spec, streams, mode));
-}
-
-static void teardown(sa_fixture *f) { sa_assert_ok(sa_fixture_teardown(f)); }
-
 /* The bytes the footprint target allows over any peak (physical.c). */
 static size_t target_floor(const sa_fixture *f) {
   return sa__physical_target_floor(f->arena) * f->arena->gran;
 }
+
+/* The footprint target's tests lay out their spans in units of U, a
+ * sixteenth of the target's floor: a MiB with the user's chunk_size, 4 MiB
+ * with one chunk per growth (floors of 16 and 64 MiB). So each layout is
+ * the same in both, as are their chunk counts. */
+static size_t U = MiB;
+
+static void setup(sa_fixture *f, const char *spec, size_t streams, sa_host_mode mode) {
+  sa_assert_ok(sa_fixture_setup(f, spec, streams, mode));
+  U = target_floor(f) / 16;
+}
+
+static void teardown(sa_fixture *f) { sa_assert_ok(sa_fixture_teardown(f)); }
 
 /* ---------------------------------------------------------------------- */
 

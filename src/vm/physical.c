@@ -389,13 +389,16 @@ static size_t target_excess_of(const sa_arena *a, size_t bytes) {
  * growth is one chunk, whatever its size, the floor is what spares a
  * climb of requests of a few MiB a chunk each: SA_TARGET_FLOOR. Not where
  * that room comes otherwise, and the larger floor would only hold memory
- * (SA_TARGET_FLOOR_CHUNKED): with the user's chunk_size, where a growth
- * costs by its chunks, so that room ahead saves nothing; and from a
- * footprint_target of 1.125 up, where a climb maps up to the target
- * (sa__physical_ahead_share). See Note [Footprint target's floor]. */
+ * (SA_TARGET_FLOOR_SMALL): with the user's chunk_size, where a growth
+ * costs by its chunks, so that room ahead saves nothing; and where the
+ * share a climb maps ahead is the target's whole excess (from a
+ * footprint_target of 1.125 up), so that a climb maps up to the target.
+ * See Note [Footprint target's floor]. */
 size_t sa__physical_target_floor(const sa_arena *a) {
-  bool room_otherwise = a->cfg.chunk_size != 0 || a->physical.target_excess >= SA_TARGET_UNIT / 8;
-  return room_otherwise ? SA_TARGET_FLOOR_CHUNKED : SA_TARGET_FLOOR;
+  bool climb_fills_target =
+      sa__physical_ahead_share(a, SA_TARGET_UNIT) >= target_excess_of(a, SA_TARGET_UNIT);
+  bool room_otherwise = a->cfg.chunk_size != 0 || climb_fills_target;
+  return room_otherwise ? SA_TARGET_FLOOR_SMALL : SA_TARGET_FLOOR;
 }
 
 /* The soft limit on physical bytes, past which an allocation reshapes

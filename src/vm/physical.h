@@ -59,7 +59,7 @@ typedef struct sa_physical_s {
 
 #define SA_TARGET_UNIT 4096 /* footprint target: the peak times (1 + excess/4096) */
 #define SA_TARGET_FLOOR 32   /* ... plus 32 granules (one chunk per growth) */
-#define SA_TARGET_FLOOR_CHUNKED 8 /* ... or 8 (chunk_size, or a target from 1.125) */
+#define SA_TARGET_FLOOR_SMALL 8 /* ... or 8 (chunk_size, or a target from 1.125) */
 #define SA_CHUNK_MAX ((size_t)2 << 30) /* bytes per chunk created, at most */
 #define SA_REMAP_SHARE 8   /* remap at most 1/8 of the bytes created */
 #define SA_REMAP_TRICKLE 1024 /* ... plus a granule per 1024 span allocations */
