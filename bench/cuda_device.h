@@ -13,6 +13,8 @@
 #define SA_BENCH_CUDA_DEVICE_H
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <cuda.h>
 
@@ -39,6 +41,18 @@ int bench_cu_open(bench_cu *cu, int device, char *why, size_t why_size);
 
 /* Release the primary context. */
 void bench_cu_close(bench_cu *cu);
+
+/* A driver call that must succeed: on failure the program prog exits with
+ * status 1, naming the call, its error and the line. */
+#define BENCH_CU_CHECK(prog, call)                                                    \
+  do {                                                                                \
+    CUresult r_ = (call);                                                             \
+    if (r_ != CUDA_SUCCESS) {                                                         \
+      fprintf(stderr, "%s: %s: %s (line %d)\n", prog, #call, sa_cu_error_name(r_),    \
+              __LINE__);                                                              \
+      exit(1);                                                                        \
+    }                                                                                 \
+  } while (0)
 
 #ifdef __cplusplus
 }

@@ -44,15 +44,7 @@ static double now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    CUresult r_ = (call);                                                            \
-    if (r_ != CUDA_SUCCESS) {                                                        \
-      fprintf(stderr, "driver_costs: %s: %s (line %d)\n", #call, sa_cu_error_name(r_), \
-              __LINE__);                                                             \
-      exit(1);                                                                       \
-    }                                                                                \
-  } while (0)
+#define CHECK(call) BENCH_CU_CHECK("driver_costs", call)
 
 /* Time one call into *slot. */
 #define TIMED(slot, call)   \
