@@ -157,8 +157,8 @@ static int gate_check(range *r, int device) {
   CHECK(sa_cu.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
   void *host;
   CHECK(sa_cu.MemHostAlloc(&host, 4096, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
-  volatile uint64_t *counter = host;
-  *counter = 0;
+  uint64_t *counter = host; /* the GPU reads it: written with atomic stores */
+  __atomic_store_n(counter, 0, __ATOMIC_SEQ_CST);
   CUdeviceptr counter_dev;
   CHECK(sa_cu.MemHostGetDevicePointer(&counter_dev, host, 0));
   range_map(r, device);
@@ -170,8 +170,7 @@ static int gate_check(range *r, int device) {
   CUresult q = sa_cu.StreamQuery(s);
   printf("gate: the stream 2 ms later, counter 0: %s\n", sa_cu_error_name(q));
   double us = range_set_access(r, device);
-  atomic_thread_fence(memory_order_seq_cst);
-  *counter = 1;
+  __atomic_store_n(counter, 1, __ATOMIC_SEQ_CST);
   CHECK(sa_cu.StreamSynchronize(s));
   int bad = 0;
   if (enq == CUDA_SUCCESS) {
