@@ -768,6 +768,59 @@ static void superblocks_past_the_target_come_from_free_spans(void **state) {
   teardown(&f);
 }
 
+/* A superblock smaller than a granule, which only a slab holds, at the
+ * footprint target's edge: where the superblock itself fits under the
+ * target but a new slab (a granule) would not, it is carved in the free
+ * span as it lies. Before, the slab failed at the target, the
+ * out-of-memory loop unmapped a whole chunk of the free span for it, and
+ * the slab's growth released that chunk to make room for one granule: the
+ * free run cut and its memory gone (after RMM's peer benchmark's threads,
+ * 2.2 GiB for two granules, and a growth of gigabytes later). b's half
+ * granule puts the target off the granule grid, so that the superblocks
+ * of a granule below it leave less than a granule. */
+static void a_slab_at_the_target_does_not_cut_a_free_span(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "keep_spans=0,check_stream_order=1", 3, SA_HOST_AUTO);
+  sa_arena *ar = f.arena;
+  void *a, *b;
+  sa_assert_ok(sa_alloc(ar, &a, 64 * U, f.streams[0]));
+  sa_assert_ok(sa_alloc(ar, &b, 64 * U + ar->gran / 2, f.streams[1]));
+  sa_assert_ok(sa_free(a, f.streams[0]));
+  /* Blocks of 256 KiB (superblocks of a granule from the first: eight
+   * blocks fill one) on the second stream, up to the target's last
+   * granule; no slab is made for them. */
+  enum { MOST = 2048 };
+  static void *small[MOST];
+  size_t n = 0;
+  while (n < MOST && sa__physical_soft_limit(ar) - ar->physical.bytes >= ar->gran)
+    sa_assert_ok(sa_alloc(ar, &small[n++], 256 * KiB, f.streams[1]));
+  size_t gap = sa__physical_soft_limit(ar) - ar->physical.bytes;
+  assert_true(n < MOST && gap < ar->gran);
+  assert_null(ar->small.slabs);
+  assert_int_equal(atomic_load(&ar->physical.xcarved_bytes), 0);
+  uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
+  uint64_t releases = sa_host_call_count(SA_HOST_FN_CHUNK_RELEASE);
+  uint64_t creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
+  size_t reserved = stats(ar).reserved_bytes;
+  /* The third stream's first 64 KiB block: a superblock smaller than a
+   * granule and than the gap, which a slab would have to hold. */
+  void *c;
+  sa_assert_ok(sa_alloc(ar, &c, 64 * KiB, f.streams[2]));
+  const sa_desc *d = sa__pagemap_get(&ar->range, (uintptr_t)c);
+  assert_int_equal(d->kind, SA_DESC_SUPERBLOCK);
+  assert_true(d->size < ar->gran && d->size <= gap);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_UNMAP), unmaps);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_RELEASE), releases);
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_CHUNK_CREATE), creates);
+  assert_int_equal(stats(ar).reserved_bytes, reserved);
+  assert_int_equal(atomic_load(&ar->physical.xcarved_bytes), d->size); /* in free span memory */
+  sa_assert_ok(sa_free(c, f.streams[2]));
+  for (size_t k = 0; k < n; k++) sa_assert_ok(sa_free(small[k], f.streams[1]));
+  sa_assert_ok(sa_free(b, f.streams[1]));
+  teardown(&f);
+}
+
 static atomic_int reclaim_popped;
 static void count_reclaim_pops(sa_hook_point point, void *arg) {
   (void)arg;
@@ -1748,6 +1801,7 @@ int main(void) {
       cmocka_unit_test(a_reshape_the_free_spans_cannot_cover_is_not_begun),
       cmocka_unit_test(a_reshape_is_charged_to_the_remapping_ledger),
       cmocka_unit_test(superblocks_past_the_target_come_from_free_spans),
+      cmocka_unit_test(a_slab_at_the_target_does_not_cut_a_free_span),
       cmocka_unit_test(carved_superblocks_go_back_before_a_reshape),
             cmocka_unit_test(a_reserve_limit_of_the_device_grows_as_a_pool),
       cmocka_unit_test(a_growth_is_one_chunk_unless_chunk_size_is_set),

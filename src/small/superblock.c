@@ -414,20 +414,34 @@ void sa__superblock_push_all(sa_arena *a, sa_superblock *list) {
   }
 }
 
+/* A slab with a free slot of size bytes? */
+static bool slab_has_slot(const sa_arena *a, size_t size) {
+  for (const sa_slab *sl = a->small.slabs; sl != NULL; sl = sl->next)
+    if (sl->slot == size) return true;
+  return false;
+}
+
 /* Past the footprint target, where a new superblock would otherwise
  * remap free span memory (within the ledger, physical.c) or grow past the
  * target, it is carved in free span memory as it lies, with no driver
- * call. Below the target new memory is mapped for it, as a climb's next
- * large requests need the free spans whole. Within the remapping ledger
- * (physical.c), as the reshape it replaces was. Not where the user asked
- * for remapping (a budget, a reserve_limit, a chunk_size), whose reshapes
- * stitch unmapped pieces, for a lower footprint at more driver time. See
- * Note [Superblocks carved in free spans]. */
+ * call. Past it counts what placing it elsewhere would map: for a
+ * superblock smaller than a granule, which only a slab holds, a new slab
+ * (a granule at least) where none has a free slot of its size. Below the
+ * target new memory is mapped for it, as a climb's next large requests
+ * need the free spans whole. Within the remapping ledger (physical.c), as
+ * the reshape it replaces was. Not where the user asked for remapping (a
+ * budget, a reserve_limit, a chunk_size), whose reshapes stitch unmapped
+ * pieces, for a lower footprint at more driver time. See Note
+ * [Superblocks carved in free spans]. */
 static bool carve_in_spans(const sa_arena *a, size_t size) {
   if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 || a->cfg.chunk_size != 0)
     return false;
   size_t soft = sa__physical_soft_limit(a);
-  return a->physical.bytes + size > soft && sa__physical_remap_allowance(a, soft) >= size;
+  bool past = a->physical.bytes + size > soft;
+  /* The slabs are walked only at the target's edge. */
+  if (!past && size < a->gran)
+    past = a->physical.bytes + (size_t)slab_slots(a, size) * size > soft && !slab_has_slot(a, size);
+  return past && sa__physical_remap_allowance(a, soft) >= size;
 }
 
 /* Memory for sb (hdr.size bytes), its pages named: free span memory
