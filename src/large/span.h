@@ -191,11 +191,12 @@ sa_status sa__span_take_superblock(sa_arena *a, sa_stream_arena *sarena, size_t 
 /* The superblock's span is free again, no work on it pending (its event
  * completed), its pages the run's. */
 void sa__span_give_back_superblock(sa_arena *a, sa_span *sp);
-/* The same for n superblocks' spans at once (sps is sorted by base here):
- * neighbours among them join before the free spans beside them, so that
- * superblocks carved side by side cost one fit index insertion, not one
- * each (the streams and threads of earlier work can leave hundreds). */
-void sa__span_give_back_superblocks(sa_arena *a, sa_span **sps, size_t n);
+/* The same for n superblocks' spans at once (sps is sorted by base here,
+ * through tmp, room for n more): neighbours among them join before the
+ * free spans beside them, so that superblocks carved side by side cost one
+ * fit index insertion, not one each (the streams and threads of earlier
+ * work can leave hundreds). */
+void sa__span_give_back_superblocks(sa_arena *a, sa_span **sps, sa_span **tmp, size_t n);
 /* Destroy: wait for free spans' work, unmap every run, free descriptors.
  * Before the stream arenas go (marks name them). */
 sa_status sa__span_fini(sa_arena *a);
