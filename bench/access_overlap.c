@@ -209,11 +209,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "access_overlap: --gib takes 1 to 64, --rounds at least 1\n");
     return 2;
   }
-  char why[256];
-  if (bench_cu_open(&cu, device, why, sizeof why) != 0) {
-    printf("access_overlap: skipped (%s)\n", why);
-    return 0;
-  }
+  if (!bench_cu_open_or_skip(&cu, device, "access_overlap")) return 0;
   range r;
   memset(&r, 0, sizeof r);
   r.n = gib;

@@ -42,6 +42,13 @@ int bench_cu_open(bench_cu *cu, int device, char *why, size_t why_size) {
   return 0;
 }
 
+bool bench_cu_open_or_skip(bench_cu *cu, int device, const char *prog) {
+  char why[256];
+  if (bench_cu_open(cu, device, why, sizeof why) == 0) return true;
+  printf("%s: skipped (%s)\n", prog, why);
+  return false;
+}
+
 void bench_cu_close(bench_cu *cu) {
   if (cu->ctx == NULL) return;
   CUresult r = sa_cu.DevicePrimaryCtxRelease(cu->dev);

@@ -12,6 +12,7 @@
 #ifndef SA_BENCH_CUDA_DEVICE_H
 #define SA_BENCH_CUDA_DEVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,10 @@ typedef struct bench_cu_s {
  * PyTorch users configure it). Returns 0, or -1 with the reason in why (no
  * driver, no device, a failed call). */
 int bench_cu_open(bench_cu *cu, int device, char *why, size_t why_size);
+
+/* bench_cu_open for a program that needs a GPU: false, after printing
+ * "PROG: skipped (why)", where there is none; the program then exits 0. */
+bool bench_cu_open_or_skip(bench_cu *cu, int device, const char *prog);
 
 /* Release the primary context. */
 void bench_cu_close(bench_cu *cu);

@@ -270,11 +270,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "driver_costs: --schedule needs --ops N > 0 and --rounds 1..%d\n", MAX_REPS);
     return 2;
   }
-  char why[256];
-  if (bench_cu_open(&cu, device, why, sizeof why) != 0) {
-    printf("driver_costs: skipped (%s)\n", why);
-    return 0;
-  }
+  if (!bench_cu_open_or_skip(&cu, device, "driver_costs")) return 0;
   if (schedule != NULL) {
     int rc = run_schedule(schedule, ops, rounds);
     bench_cu_close(&cu);

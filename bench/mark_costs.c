@@ -118,11 +118,7 @@ int main(int argc, char **argv) {
     }
   }
   if (calls < 1) calls = 1;
-  char why[256];
-  if (bench_cu_open(&cu, device, why, sizeof why) != 0) {
-    printf("mark_costs: skipped (%s)\n", why);
-    return 0;
-  }
+  if (!bench_cu_open_or_skip(&cu, device, "mark_costs")) return 0;
   rig r;
   memset(&r, 0, sizeof r);
   CHECK(sa_cu.StreamCreate(&r.s, CU_STREAM_NON_BLOCKING));
