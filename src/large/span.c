@@ -290,6 +290,7 @@ static void superblock_span_freed(sa_arena *a, sa_span *sp) {
  * thirds of giving back a thousand superblocks, on a large request's path
  * (See Note [Superblocks carved in free spans]). */
 static void sort_by_base(sa_span **sps, sa_span **tmp, size_t n) {
+  SA_ASSERT(n < 2 || tmp != NULL);
   sa_span **src = sps, **dst = tmp;
   for (size_t w = 1; w < n; w *= 2) {
     for (size_t lo = 0; lo < n; lo += 2 * w) {
@@ -304,13 +305,15 @@ static void sort_by_base(sa_span **sps, sa_span **tmp, size_t n) {
     dst = t;
   }
   if (src != sps) memcpy(sps, src, n * sizeof *sps);
+#if SA_INVARIANTS
+  for (size_t i = 1; i < n; i++) SA_ASSERT(sps[i - 1]->base < sps[i]->base);
+#endif
 }
 
 void sa__span_give_back_superblocks(sa_arena *a, sa_span **sps, sa_span **tmp, size_t n) {
   sort_by_base(sps, tmp, n);
   for (size_t i = 0; i < n;) {
     sa_span *head = sps[i++];
-    SA_ASSERT(i == 1 || sps[i - 2]->base < head->base);
     superblock_span_freed(a, head);
     /* Its neighbours given back with it join it first: no marks, no starts. */
     for (; i < n && sps[i] == head->next; i++) {
