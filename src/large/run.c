@@ -303,15 +303,17 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
  * is at most a share of what is held (sa__physical_ahead_share: 1/512 at
  * the default footprint target, more for a larger one) and within the
  * target, which keeps the default's peak where it is with none mapped
- * ahead (See Note [Mapping ahead]). It is at least climb_floor, half the
- * target's floor, which the target allows over any peak: at 1/512 alone a
- * climb below a few GiB grows a granule or two at a time, a chunk's fixed
- * cost each. Not under a budget or a reserve_limit, which are limits the
+ * ahead (See Note [Mapping ahead]). It is at least half the target's
+ * floor (climb_most), which the target allows over any peak: at 1/512
+ * alone a climb below a few GiB grows a granule or two at a time, a
+ * chunk's fixed cost each. Not under a budget or a reserve_limit, which are limits the
  * user set, not targets to fill, nor with SA_FLAG_EXACT_GROWTH. */
 #define SA_AHEAD_SHARE_SHIFT 9 /* 1/512: the default target's share (physical.c) */
 
-static size_t climb_floor(const sa_arena *a) {
-  return sa__physical_target_floor(a) / 2 * a->gran;
+/* share, the most a climb maps ahead, raised to half the target's floor. */
+static size_t climb_most(const sa_arena *a, size_t share) {
+  size_t least = sa__physical_target_floor(a) / 2 * a->gran;
+  return share > least ? share : least;
 }
 
 static bool ahead_allowed(const sa_arena *a) {
@@ -329,9 +331,7 @@ static bool climbs(const sa_arena *a, size_t request) {
 static size_t climb_ahead(const sa_arena *a, size_t missing) {
   size_t held = a->physical.bytes + missing, target = sa__physical_soft_limit(a);
   if (held >= target) return 0;
-  size_t most = sa__physical_ahead_share(a, held);
-  size_t least = climb_floor(a);
-  if (most < least) most = least;
+  size_t most = climb_most(a, sa__physical_ahead_share(a, held));
   size_t ahead = target - held < most ? target - held : most;
   return ahead & ~(a->gran - 1);
 }
@@ -477,9 +477,7 @@ size_t sa__run_ahead_wanted(const sa_arena *a, const sa_span *sp, size_t request
    * that much mapped ahead all along a climb, where a growth leaves its
    * ahead bytes to be used up, so more would stay unused at every peak. */
   size_t ahead = map_ahead(a, request, 0), room = top_room(sp->run);
-  size_t most = a->physical.bytes >> SA_AHEAD_SHARE_SHIFT;
-  size_t least = climb_floor(a);
-  if (most < least) most = least;
+  size_t most = climb_most(a, a->physical.bytes >> SA_AHEAD_SHARE_SHIFT);
   if (ahead > most) ahead = most;
   const sa_run *r = sp->run;
   /* Only where sp came from the run's top: a climb extends that run, and
