@@ -204,10 +204,11 @@ typedef struct run_s {
   costly slowest[SLOWEST_MAX];    /* the costliest allocations, costliest first */
 } run;
 
-/* Keeps c among r's nslowest costliest allocations. */
+/* Keeps c (some driver time: c->us > 0) among r's nslowest costliest
+ * allocations; an empty slot's us is 0. */
 static void keep_costly(run *r, const costly *c) {
   unsigned k = r->nslowest;
-  while (k > 0 && (r->slowest[k - 1].us == 0 || r->slowest[k - 1].us < c->us)) k--;
+  while (k > 0 && r->slowest[k - 1].us < c->us) k--;
   if (k >= r->nslowest) return;
   memmove(&r->slowest[k + 1], &r->slowest[k], (r->nslowest - 1 - k) * sizeof *c);
   r->slowest[k] = *c;
