@@ -17,6 +17,7 @@
 #include "driver/driver.h"
 #include "large/span.h"
 #include "pool_block.h"
+#include "reclaim.h"
 #include "registry.h"
 #include "report.h"
 #include "small/stream_arena.h"
@@ -296,11 +297,14 @@ sa_status sa_stream_release(sa_arena *a, sa_stream s) {
   st = sa__stream_arena_release(a, s, &sarena);
   if (sarena == NULL) return st;
   /* Its work is done: what every thread cached for it comes back now, and
-   * its empty superblocks go to the global stack without an event. */
+   * its empty superblocks go to the global stack without an event; those
+   * carved in free span memory go back to those spans (reclaim.h). */
+  uint64_t id = sarena->id; /* the reap may free sarena */
   sa__tentry_release_stream(sarena);
   sa__stream_arena_shed(sarena, SA_UNNAMED);
   sa__stream_arena_unbind(sarena);
   sa__stream_arenas_reap(a);
+  sa__reclaim_released(a, id);
   return SA_OK;
 }
 

@@ -10,7 +10,7 @@
  *
  * Calls stream_arena.c, superblock.c, span.c, device_sync.c and
  * physical.c, never a thread cache: the caller flushes its own first.
- * Called by alloc.c.
+ * Called by alloc.c, and by arena.c after a stream's release.
  */
 #include <stdlib.h>
 
@@ -26,25 +26,45 @@
 #include "small/thread_cache.h"
 #include "vm/physical.h"
 
+/* Is a carved superblock's work done? Its event, if any, queried
+ * (SA_QUERY) or waited for (SA_WAIT); or, in a pass after stream arena
+ * `released` was released (nonzero), known without a driver call: no
+ * event, or one its stream recorded, which the release's synchronize
+ * completed. Another stream's event is then not asked about: a release
+ * queries nothing. When done, the event is back in the pool. */
+static bool carved_done(sa_arena *a, sa_superblock *sb, sa_wait wait, uint64_t released) {
+  if (sb->event == NULL) return true;
+  if (released == 0) return sa__event_retire(a, sb->event, wait) == SA_OK;
+  if (sb->event_owner != released) return false;
+  sa__event_drop(a, sb->event);
+  return true;
+}
+
 /* Superblocks on the global stacks (carved_only: the carved ones' alone)
- * whose event completed (or, SA_WAIT, once it has) are unmapped; the
- * others go back on their stack. A pass holds
- * those until its end, out of every other pass's sight: passes take turns,
- * or an allocation's last pass, after its device sync, found the stack
- * empty while a concurrent sa_defragment held what it needed and failed
- * (defrag_test: allocation_waits_for_a_concurrent_reclaim_pass). */
-static void unmap_free_superblocks(sa_arena *a, sa_wait wait, bool carved_only) {
+ * whose work is done (carved_done; SA_WAIT: once it is) are unmapped; the
+ * others go back on their stack. A pass after a release (released) stops
+ * looking once SA_RELEASE_KEEP_MAX were kept: a release is not a walk of
+ * every other stream's leftovers. A pass holds those until its end, out of
+ * every other pass's sight: passes take turns, or an allocation's last
+ * pass, after its device sync, found the stack empty while a concurrent
+ * sa_defragment held what it needed and failed (defrag_test:
+ * allocation_waits_for_a_concurrent_reclaim_pass). */
+static void unmap_free_superblocks(sa_arena *a, sa_wait wait, bool carved_only,
+                                   uint64_t released) {
   sa_superblock *keep = NULL, *carved = NULL, *sb;
+  unsigned kept = 0;
   pthread_mutex_lock(&a->reclaim_lock);
-  while ((sb = carved_only ? sa__superblock_pop_carved(a) : sa__superblock_pop_global(a)) != NULL) {
+  while ((released == 0 || kept < SA_RELEASE_KEEP_MAX) &&
+         (sb = carved_only ? sa__superblock_pop_carved(a) : sa__superblock_pop_global(a)) != NULL) {
     sa__hook(SA_HOOK_RECLAIM_POPPED, sb);
     if (!carved_only) {
       sa__superblock_unmap_or_keep(a, sb, wait, &keep);
       continue;
     }
-    /* Carved ones whose work completed go back together, below. */
+    /* Carved ones whose work is done go back together, below. */
     SA_ASSERT(sb->span != NULL);
-    bool done = sb->event == NULL || sa__event_retire(a, sb->event, wait) == SA_OK;
+    bool done = carved_done(a, sb, wait, released);
+    kept += !done;
     sa_superblock **to = done ? &carved : &keep;
     sb->next = *to;
     *to = sb;
@@ -79,7 +99,7 @@ void sa__reclaim(sa_arena *a, size_t need, sa_wait wait, unsigned what) {
    * free span may be the one a request grows in place. */
   if (what & SA_RECLAIM_SUPERBLOCKS) {
     sa__stream_arenas_settle(a); /* empties to the global stack, as they may go */
-    unmap_free_superblocks(a, wait, false);
+    unmap_free_superblocks(a, wait, false, 0);
   }
   if (what & SA_RECLAIM_SPANS) {
     pthread_mutex_lock(&a->lock);
@@ -88,7 +108,13 @@ void sa__reclaim(sa_arena *a, size_t need, sa_wait wait, unsigned what) {
   }
 }
 
-void sa__reclaim_carved(sa_arena *a) { unmap_free_superblocks(a, SA_QUERY, true); }
+void sa__reclaim_carved(sa_arena *a) { unmap_free_superblocks(a, SA_QUERY, true, 0); }
+
+void sa__reclaim_released(sa_arena *a, uint64_t released) {
+  SA_ASSERT(released != 0);
+  if (ck_pr_load_ptr(&a->small.free_carved.head) == NULL) return;
+  unmap_free_superblocks(a, SA_QUERY, true, released);
+}
 
 void sa__reclaim_release(sa_arena *a, size_t keep_bytes) {
   pthread_mutex_lock(&a->lock);

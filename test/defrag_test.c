@@ -827,13 +827,13 @@ static void count_reclaim_pops(sa_hook_point point, void *arg) {
   if (point == SA_HOOK_RECLAIM_POPPED) atomic_fetch_add(&reclaim_popped, 1);
 }
 
-/* Empty superblocks carved in a free span go back to it before a large
- * request reshapes: what earlier small blocks left (here, streams released
- * after their blocks were freed) does not keep the free memory in pieces,
- * and 64 MiB fits a's span again without a driver call. The pass takes
- * the seven carved ones alone off the global stacks: the nine with memory
- * of their own stay where they are, unlooked at. */
-static void carved_superblocks_go_back_before_a_reshape(void **state) {
+/* Empty superblocks carved in a free span go back to it when their
+ * streams are released (reclaim.h): what earlier small blocks left does
+ * not keep the free memory in pieces until a large request finds no free
+ * span, and 64 MiB fits a's span again without a driver call, with no
+ * superblock left for that request to give back. The nine with memory of
+ * their own stay on the global stack, for any stream. */
+static void carved_superblocks_go_back_at_their_streams_release(void **state) {
   (void)state;
   sa_fixture f;
   setup(&f, SUPERBLOCKS_IN_U "keep_spans=0,check_stream_order=1", 8, SA_HOST_AUTO);
@@ -844,18 +844,20 @@ static void carved_superblocks_go_back_before_a_reshape(void **state) {
   for (int i = 0; i < 16; i++) in_a += (uintptr_t)small[i] - (uintptr_t)a < 64 * U;
   assert_int_equal(in_a, 7); /* as superblocks_past_the_target_come_from_free_spans */
   for (int i = 0; i < 16; i++) sa_assert_ok(sa_free(small[i], f.streams[i / 2]));
+  uint64_t queries = sa_host_call_count(SA_HOST_FN_EVENT_QUERY);
   for (size_t i = 0; i < f.stream_count; i++)
     sa_assert_ok(sa_stream_release(f.arena, f.streams[i]));
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_EVENT_QUERY), queries); /* none asked */
+  assert_int_equal(stats(f.arena).superblocks_empty, 9);
   uint64_t maps = sa_host_call_count(SA_HOST_FN_MAP);
   uint64_t unmaps = sa_host_call_count(SA_HOST_FN_UNMAP);
   uint64_t creates = sa_host_call_count(SA_HOST_FN_CHUNK_CREATE);
-  assert_int_equal(stats(f.arena).superblocks_empty, 16);
   atomic_store(&reclaim_popped, 0);
   atomic_store(&sa__test_hook, count_reclaim_pops);
   void *c;
   sa_assert_ok(sa_alloc(f.arena, &c, 64 * U, f.streams[0]));
   atomic_store(&sa__test_hook, NULL);
-  assert_int_equal(atomic_load(&reclaim_popped), 7);
+  assert_int_equal(atomic_load(&reclaim_popped), 0);
   assert_int_equal(stats(f.arena).superblocks_empty, 9);
   assert_ptr_equal(c, a);
   assert_int_equal(sa_host_call_count(SA_HOST_FN_MAP), maps);
@@ -864,6 +866,110 @@ static void carved_superblocks_go_back_before_a_reshape(void **state) {
   assert_int_equal(stats(f.arena).reserved_bytes_peak, 146 * U);
   sa_assert_ok(sa_free(c, f.streams[0]));
   sa_assert_ok(sa_free(b, f.streams[1]));
+  teardown(&f);
+}
+
+/* b takes a span (two streams take spans); then a span of size bytes on
+ * a, freed below a live one (*y, 64 MiB) and its work done: the free span
+ * that b's superblocks past the target are carved in. */
+static void span_freed_below_a_live_one(sa_arena *ar, sa_stream a, sa_stream b, size_t size,
+                                        void **y) {
+  void *x;
+  sa_fixture_stream_takes_a_span(ar, b);
+  sa_assert_ok(sa_alloc(ar, &x, size, a));
+  sa_assert_ok(sa_alloc(ar, y, 64 * MiB, a));
+  sa_assert_ok(sa_free(x, a));
+  sa_assert_ok(sa_host_drain_all());
+}
+
+/* Blocks of block bytes on stream b, past the footprint target, until
+ * `want` superblocks are carved for them in free spans; then freed on b
+ * with b's work queued, so that the superblocks they empty past the two b
+ * keeps go to the global stack behind b's events. Fills carved[] with the
+ * carved superblocks. */
+static void carved_behind_events(sa_arena *ar, sa_stream b, size_t block, int want, void **blocks,
+                                 int most, const sa_desc **carved) {
+  int n = 0, ncarved = 0;
+  while (n < most && ncarved < want) {
+    sa_assert_ok(sa_alloc(ar, &blocks[n], block, b));
+    const sa_desc *d = sa__pagemap_get(&ar->range, (uintptr_t)blocks[n++]);
+    assert_int_equal(d->kind, SA_DESC_SUPERBLOCK);
+    bool seen = false;
+    for (int k = 0; k < ncarved; k++) seen |= carved[k] == d;
+    if (!seen && ((const sa_superblock *)d)->span != NULL) carved[ncarved++] = d;
+  }
+  assert_int_equal(ncarved, want);
+  sa_assert_ok(sa_host_fill(b, blocks[0], 4096, 0xB0B0B0B0u)); /* b's work queued */
+  for (int i = n - 1; i >= 0; i--) sa_assert_ok(sa_free(blocks[i], b));
+}
+
+/* The carved superblock on top of the global stack. */
+static const sa_superblock *carved_top(sa_arena *ar) {
+  ck_stack_entry_t *top = ck_pr_load_ptr(&ar->small.free_carved.head);
+  return top != NULL ? (const sa_superblock *)((char *)top - offsetof(sa_superblock, link)) : NULL;
+}
+
+/* A release gives back what it knows done without asking the driver:
+ * carved empties that another stream's event fences stay on the global
+ * stack, unasked, for a large request that needs them (sa__reclaim_carved);
+ * those its own stream fenced go back, done by its synchronize. */
+static void a_release_asks_nothing_of_other_streams_superblocks(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, SUPERBLOCKS_IN_U "check_stream_order=1,keep_spans=0", 2, SA_HOST_MANUAL);
+  sa_arena *ar = f.arena;
+  sa_stream a = f.streams[0], b = f.streams[1];
+  enum { MOST = 512 };
+  static void *blocks[MOST];
+  static const sa_desc *carved[MOST];
+  void *y;
+  span_freed_below_a_live_one(ar, a, b, 64 * U, &y);
+  enum { CARVED = 4 };
+  carved_behind_events(ar, b, MiB, CARVED, blocks, MOST, carved);
+  const sa_superblock *top = carved_top(ar);
+  assert_non_null(top);
+  assert_non_null(top->event); /* some wait behind b's event */
+  size_t empty = stats(ar).superblocks_empty;
+  uint64_t queries = sa_host_call_count(SA_HOST_FN_EVENT_QUERY);
+  sa_assert_ok(sa_stream_release(ar, a));
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_EVENT_QUERY), queries);
+  assert_int_equal(stats(ar).superblocks_empty, empty); /* b's stay */
+  assert_ptr_equal(carved_top(ar), top);
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_stream_release(ar, b));
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_EVENT_QUERY), queries);
+  assert_null(carved_top(ar)); /* all back in their spans */
+  for (int k = 0; k < CARVED; k++) /* given back: a spare descriptor, no span */
+    assert_null(((const sa_superblock *)carved[k])->span);
+  sa_assert_ok(sa_free(y, a));
+  teardown(&f);
+}
+
+/* A release looks at no more than SA_RELEASE_KEEP_MAX superblocks it
+ * cannot give back: another stream's carved empties, however many, cost
+ * each release a bounded walk. The rest stay on the stack unlooked at. */
+static void a_release_looks_at_a_bounded_number_of_others(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, "superblock_size=2MiB,check_stream_order=1,keep_spans=0", 2, SA_HOST_MANUAL);
+  sa_arena *ar = f.arena;
+  sa_stream a = f.streams[0], b = f.streams[1];
+  enum { WANT = SA_RELEASE_KEEP_MAX + 16, MOST = 8 * (WANT + 128) };
+  static void *blocks[MOST];
+  static const sa_desc *carved[MOST];
+  size_t xsize = 6144 * MiB;
+  void *y;
+  span_freed_below_a_live_one(ar, a, b, xsize, &y);
+  carved_behind_events(ar, b, 256 * KiB, WANT, blocks, MOST, carved);
+  atomic_store(&reclaim_popped, 0);
+  atomic_store(&sa__test_hook, count_reclaim_pops);
+  sa_assert_ok(sa_stream_release(ar, a));
+  atomic_store(&sa__test_hook, NULL);
+  assert_int_equal(atomic_load(&reclaim_popped), SA_RELEASE_KEEP_MAX);
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_stream_release(ar, b)); /* b's own: all of them go back */
+  assert_null(carved_top(ar));
+  sa_assert_ok(sa_free(y, a));
   teardown(&f);
 }
 
@@ -1802,7 +1908,9 @@ int main(void) {
       cmocka_unit_test(a_reshape_is_charged_to_the_remapping_ledger),
       cmocka_unit_test(superblocks_past_the_target_come_from_free_spans),
       cmocka_unit_test(a_slab_at_the_target_does_not_cut_a_free_span),
-      cmocka_unit_test(carved_superblocks_go_back_before_a_reshape),
+      cmocka_unit_test(carved_superblocks_go_back_at_their_streams_release),
+      cmocka_unit_test(a_release_asks_nothing_of_other_streams_superblocks),
+      cmocka_unit_test(a_release_looks_at_a_bounded_number_of_others),
             cmocka_unit_test(a_reserve_limit_of_the_device_grows_as_a_pool),
       cmocka_unit_test(a_growth_is_one_chunk_unless_chunk_size_is_set),
       cmocka_unit_test(a_climb_maps_ahead_up_to_the_footprint_target),

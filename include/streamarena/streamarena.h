@@ -448,11 +448,14 @@ sa_status sa_record_stream(void *p, sa_stream other);
  * used again: this call synchronizes the stream (cuStreamSynchronize; no
  * event is recorded), then every thread's cached blocks and open
  * cross-stream batches for it, and its empty superblocks, are free for
- * every stream, within sa_trim's reach. Blocks still allocated from it stay
- * valid and may be freed later on any other stream. Blocks recorded on it
- * (sa_record_stream) no longer wait for it. No thread may use the stream
- * during the call (a later use starts over, as a stream new to the arena);
- * destroying it afterwards is the caller's.
+ * every stream, within sa_trim's reach; empty superblocks carved in free
+ * span memory (past the footprint target) whose work is known done go back
+ * to those free spans, whole again for large requests (no driver call).
+ * Blocks still allocated from it stay valid and may be freed later on any
+ * other stream. Blocks recorded on it (sa_record_stream) no longer wait for
+ * it. No thread may use the stream during the call (a later use starts
+ * over, as a stream new to the arena); destroying it afterwards is the
+ * caller's.
  * Optional: a stream destroyed without it is safe too (see the top of this
  * header), its memory just comes back later. Releasing a stream the arena
  * has not seen is SA_OK; so is releasing a new stream that got the handle
