@@ -146,6 +146,7 @@ sa_status sa_arena_create(const sa_config *config, sa_arena **out) {
     a->large_threshold_explicit = r.large_threshold_explicit;
     a->physical.cap = r.physical_cap;
     a->physical.target_excess = r.target_excess;
+    a->physical.target_floor_bytes = sa__physical_target_floor(a) * a->gran;
     a->range.size = r.va_size;
     size_t soft = a->cfg.reserve_limit_bytes;
     a->physical.reserve_limit = soft != 0 && soft < a->physical.cap ? soft : a->physical.cap;

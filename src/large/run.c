@@ -312,7 +312,7 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
 
 /* share, the most a climb maps ahead, raised to half the target's floor. */
 static size_t climb_most(const sa_arena *a, size_t share) {
-  size_t least = sa__physical_target_floor(a) / 2 * a->gran;
+  size_t least = a->physical.target_floor_bytes / 2; /* the floor is whole granules, even */
   return share > least ? share : least;
 }
 

@@ -422,7 +422,7 @@ size_t sa__physical_soft_limit_with(const sa_arena *a, size_t request) {
    * arena neither reshapes it away nor grows past it by more than the
    * target's slack. */
   if (p < a->cfg.initial_physical_bytes) p = a->cfg.initial_physical_bytes;
-  size_t target = p + target_excess_of(a, p) + sa__physical_target_floor(a) * a->gran;
+  size_t target = p + target_excess_of(a, p) + a->physical.target_floor_bytes;
   if (target < p) target = SIZE_MAX; /* wrapped */
   return target < a->physical.reserve_limit ? target : a->physical.reserve_limit;
 }
@@ -489,6 +489,8 @@ size_t sa__physical_check(const sa_arena *a) {
   }
   SA_CHECK(LEDGER, cached_by_chunk == a->physical.cache_bytes,
            "chunks' cached bytes sum to physical.cache_bytes");
+  SA_CHECK(LEDGER, a->physical.target_floor_bytes == sa__physical_target_floor(a) * a->gran,
+           "physical.target_floor_bytes is the target's floor");
   SA_CHECK(LEDGER, held + a->physical.growing == a->physical.bytes,
            "physical.bytes is the sum of chunk sizes and the bytes reserved for growing");
   SA_CHECK(LEDGER, n == a->physical.nchunks, "physical.nchunks counts the chunks");

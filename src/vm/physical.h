@@ -41,6 +41,9 @@ typedef struct sa_physical_s {
                                    spans near whole granules take whole ones */
   size_t target_excess;         /* the footprint target over the peak, in
                                    1/SA_TARGET_UNIT (footprint_target - 1) */
+  size_t target_floor_bytes;    /* sa__physical_target_floor's granules in
+                                   bytes: set once at creation, as its inputs
+                                   are (read at every soft-limit call) */
   sa_phys *all;                 /* every chunk */
   sa_chunk *cache;              /* unmapped chunks, no pending work */
   size_t cache_bytes;
@@ -60,6 +63,8 @@ typedef struct sa_physical_s {
 #define SA_TARGET_UNIT 4096 /* footprint target: the peak times (1 + excess/4096) */
 #define SA_TARGET_FLOOR 32   /* ... plus 32 granules (one chunk per growth) */
 #define SA_TARGET_FLOOR_SMALL 8 /* ... or 8 (chunk_size, or a target from 1.125) */
+_Static_assert(SA_TARGET_FLOOR % 2 == 0 && SA_TARGET_FLOOR_SMALL % 2 == 0,
+               "a climb maps half the floor, whole granules (run.c)");
 #define SA_CHUNK_MAX ((size_t)2 << 30) /* bytes per chunk created, at most */
 #define SA_REMAP_SHARE 8   /* remap at most 1/8 of the bytes created */
 #define SA_REMAP_TRICKLE 1024 /* ... plus a granule per 1024 span allocations */
@@ -117,7 +122,8 @@ size_t sa__physical_soft_limit_with(const sa_arena *a, size_t request);
  * at the default and the whole excess from 1.125 up. */
 size_t sa__physical_ahead_share(const sa_arena *a, size_t n);
 /* The granules the footprint target allows over any peak: see
- * sa__physical_soft_limit_with. */
+ * sa__physical_soft_limit_with. Computed once, at creation, into
+ * physical.target_floor_bytes. */
 size_t sa__physical_target_floor(const sa_arena *a);
 /* The most chunks a growth maps again (cached ones, or free span memory
  * a reshape unmaps for it): SA_STITCH_MAX where a growth is one chunk,
