@@ -945,6 +945,43 @@ static void a_release_asks_nothing_of_other_streams_superblocks(void **state) {
   teardown(&f);
 }
 
+/* A release names a stream arena, not a handle: the old stream's carved
+ * empties, behind its events, survive the release of a new stream that
+ * got its handle (destroyed with its work queued, the old stream's
+ * arena goes unsynced and the release ends there). */
+static void a_recycled_handles_release_gives_back_none_of_the_old_streams(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f, SUPERBLOCKS_IN_U "check_stream_order=1,keep_spans=0", 2, SA_HOST_MANUAL);
+  sa_arena *ar = f.arena;
+  sa_stream a = f.streams[0], b = f.streams[1], old;
+  enum { MOST = 512, CARVED = 4 };
+  static void *blocks[MOST];
+  static const sa_desc *carved[MOST];
+  void *y;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &old));
+  span_freed_below_a_live_one(ar, a, b, 64 * U, &y);
+  carved_behind_events(ar, old, MiB, CARVED, blocks, MOST, carved);
+  const sa_superblock *top = carved_top(ar);
+  assert_non_null(top);
+  assert_non_null(top->event); /* behind old's event, its fill still queued */
+  sa_assert_ok(sa_host_stream_destroy(old));
+  sa_stream fresh;
+  sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &fresh));
+  assert_ptr_equal(fresh, old); /* the handle comes back */
+  uint64_t queries = sa_host_call_count(SA_HOST_FN_EVENT_QUERY);
+  size_t empty = stats(ar).superblocks_empty;
+  sa_assert_ok(sa_stream_release(ar, fresh));
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_EVENT_QUERY), queries);
+  assert_int_equal(stats(ar).superblocks_empty, empty);
+  assert_ptr_equal(carved_top(ar), top);
+  assert_non_null(top->event);
+  sa_assert_ok(sa_host_drain_all());
+  sa_assert_ok(sa_host_stream_destroy(fresh));
+  sa_assert_ok(sa_free(y, a));
+  teardown(&f);
+}
+
 /* A release looks at no more than SA_RELEASE_KEEP_MAX superblocks it
  * cannot give back: another stream's carved empties, however many, cost
  * each release a bounded walk. The rest stay on the stack unlooked at. */
@@ -1911,6 +1948,7 @@ int main(void) {
       cmocka_unit_test(carved_superblocks_go_back_at_their_streams_release),
       cmocka_unit_test(a_release_asks_nothing_of_other_streams_superblocks),
       cmocka_unit_test(a_release_looks_at_a_bounded_number_of_others),
+      cmocka_unit_test(a_recycled_handles_release_gives_back_none_of_the_old_streams),
             cmocka_unit_test(a_reserve_limit_of_the_device_grows_as_a_pool),
       cmocka_unit_test(a_growth_is_one_chunk_unless_chunk_size_is_set),
       cmocka_unit_test(a_climb_maps_ahead_up_to_the_footprint_target),
