@@ -21,11 +21,11 @@ void sa__reclaim_carved(sa_arena *a);
 /* The same after the release of stream arena `released` (its id), with no
  * driver call: carved superblocks with no event, or with one its stream
  * recorded (done: the release synchronized it), go back to their runs;
- * another stream's wait on the stack for sa__reclaim_carved. A stream's
- * empties are free for all once it is released, and a carved one split the
- * free spans around it until a large request found no free span and gave
- * it back, on that request's time (See Note [Superblocks carved in free
- * spans]). */
+ * those behind another stream's event wait on the stack for
+ * sa__reclaim_carved. Left there, a released stream's carved empties would
+ * split the free spans around them until a large request that no free
+ * span holds gave them back, on that request's time (See Note
+ * [Superblocks carved in free spans]). */
 void sa__reclaim_released(sa_arena *a, uint64_t released);
 /* Superblocks such a pass looks at and leaves before it stops. */
 #define SA_RELEASE_KEEP_MAX 256
