@@ -882,13 +882,19 @@ static void span_freed_below_a_live_one(sa_arena *ar, sa_stream a, sa_stream b, 
   sa_assert_ok(sa_host_drain_all());
 }
 
+/* The carved superblock on top of the global stack. */
+static const sa_superblock *carved_top(sa_arena *ar) {
+  ck_stack_entry_t *top = ck_pr_load_ptr(&ar->small.free_carved.head);
+  return top != NULL ? (const sa_superblock *)((char *)top - offsetof(sa_superblock, link)) : NULL;
+}
+
 /* Blocks of block bytes on stream b, past the footprint target, until
  * `want` superblocks are carved for them in free spans; then freed on b
  * with b's work queued, so that the superblocks they empty past the two b
  * keeps go to the global stack behind b's events. Fills carved[] with the
- * carved superblocks. */
-static void carved_behind_events(sa_arena *ar, sa_stream b, size_t block, int want, void **blocks,
-                                 int most, const sa_desc **carved) {
+ * carved superblocks; returns the stack's top, which waits behind one. */
+static const sa_superblock *carved_behind_events(sa_arena *ar, sa_stream b, size_t block, int want,
+                                                 void **blocks, int most, const sa_desc **carved) {
   int n = 0, ncarved = 0;
   while (n < most && ncarved < want) {
     sa_assert_ok(sa_alloc(ar, &blocks[n], block, b));
@@ -901,12 +907,23 @@ static void carved_behind_events(sa_arena *ar, sa_stream b, size_t block, int wa
   assert_int_equal(ncarved, want);
   sa_assert_ok(sa_host_fill(b, blocks[0], 4096, 0xB0B0B0B0u)); /* b's work queued */
   for (int i = n - 1; i >= 0; i--) sa_assert_ok(sa_free(blocks[i], b));
+  const sa_superblock *top = carved_top(ar);
+  assert_non_null(top);
+  assert_non_null(top->event);
+  return top;
 }
 
-/* The carved superblock on top of the global stack. */
-static const sa_superblock *carved_top(sa_arena *ar) {
-  ck_stack_entry_t *top = ck_pr_load_ptr(&ar->small.free_carved.head);
-  return top != NULL ? (const sa_superblock *)((char *)top - offsetof(sa_superblock, link)) : NULL;
+/* sa_stream_release(s) asks the driver nothing and leaves the carved
+ * superblocks on the global stack as they were, top (behind its event)
+ * first. */
+static void release_leaves_carved(sa_arena *ar, sa_stream s, const sa_superblock *top) {
+  uint64_t queries = sa_host_call_count(SA_HOST_FN_EVENT_QUERY);
+  size_t empty = stats(ar).superblocks_empty;
+  sa_assert_ok(sa_stream_release(ar, s));
+  assert_int_equal(sa_host_call_count(SA_HOST_FN_EVENT_QUERY), queries);
+  assert_int_equal(stats(ar).superblocks_empty, empty);
+  assert_ptr_equal(carved_top(ar), top);
+  assert_non_null(top->event);
 }
 
 /* A release gives back what it knows done without asking the driver:
@@ -919,22 +936,14 @@ static void a_release_asks_nothing_of_other_streams_superblocks(void **state) {
   setup(&f, SUPERBLOCKS_IN_U "check_stream_order=1,keep_spans=0", 2, SA_HOST_MANUAL);
   sa_arena *ar = f.arena;
   sa_stream a = f.streams[0], b = f.streams[1];
-  enum { MOST = 512 };
+  enum { MOST = 512, CARVED = 4 };
   static void *blocks[MOST];
   static const sa_desc *carved[MOST];
   void *y;
   span_freed_below_a_live_one(ar, a, b, 64 * U, &y);
-  enum { CARVED = 4 };
-  carved_behind_events(ar, b, MiB, CARVED, blocks, MOST, carved);
-  const sa_superblock *top = carved_top(ar);
-  assert_non_null(top);
-  assert_non_null(top->event); /* some wait behind b's event */
-  size_t empty = stats(ar).superblocks_empty;
+  const sa_superblock *top = carved_behind_events(ar, b, MiB, CARVED, blocks, MOST, carved);
+  release_leaves_carved(ar, a, top); /* b's stay */
   uint64_t queries = sa_host_call_count(SA_HOST_FN_EVENT_QUERY);
-  sa_assert_ok(sa_stream_release(ar, a));
-  assert_int_equal(sa_host_call_count(SA_HOST_FN_EVENT_QUERY), queries);
-  assert_int_equal(stats(ar).superblocks_empty, empty); /* b's stay */
-  assert_ptr_equal(carved_top(ar), top);
   sa_assert_ok(sa_host_drain_all());
   sa_assert_ok(sa_stream_release(ar, b));
   assert_int_equal(sa_host_call_count(SA_HOST_FN_EVENT_QUERY), queries);
@@ -961,21 +970,13 @@ static void a_recycled_handles_release_gives_back_none_of_the_old_streams(void *
   void *y;
   sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &old));
   span_freed_below_a_live_one(ar, a, b, 64 * U, &y);
-  carved_behind_events(ar, old, MiB, CARVED, blocks, MOST, carved);
-  const sa_superblock *top = carved_top(ar);
-  assert_non_null(top);
-  assert_non_null(top->event); /* behind old's event, its fill still queued */
+  /* Behind old's events, its fill still queued. */
+  const sa_superblock *top = carved_behind_events(ar, old, MiB, CARVED, blocks, MOST, carved);
   sa_assert_ok(sa_host_stream_destroy(old));
   sa_stream fresh;
   sa_assert_ok(sa_host_stream_create(SA_HOST_MANUAL, &fresh));
   assert_ptr_equal(fresh, old); /* the handle comes back */
-  uint64_t queries = sa_host_call_count(SA_HOST_FN_EVENT_QUERY);
-  size_t empty = stats(ar).superblocks_empty;
-  sa_assert_ok(sa_stream_release(ar, fresh));
-  assert_int_equal(sa_host_call_count(SA_HOST_FN_EVENT_QUERY), queries);
-  assert_int_equal(stats(ar).superblocks_empty, empty);
-  assert_ptr_equal(carved_top(ar), top);
-  assert_non_null(top->event);
+  release_leaves_carved(ar, fresh, top);
   sa_assert_ok(sa_host_drain_all());
   sa_assert_ok(sa_host_stream_destroy(fresh));
   sa_assert_ok(sa_free(y, a));
