@@ -170,6 +170,25 @@ assert "**2.00 (1.00-9.00)** / **1.000** (with construction 3.00)" in md, md
 print("rounds: ok")
 PY
 
+# --trace-rounds: the rounds in one process, the backends taking turns in
+# each; it numbers the rounds, so --trace-round with it is refused.
+if "$bench" --trace-rounds=2 --trace-round=1 --workloads=trace "${traces[0]}" > /dev/null 2>&1; then
+  echo "--trace-rounds with --trace-round must fail"; exit 1
+fi
+if ! "$bench" --quick --backends=streamarena,test-count --plugin="$plugin" --workloads=trace \
+  --trace-rounds=3 --json="$out/turns.jsonl" "${traces[0]}" > "$out/turns.log" 2>&1; then
+  tail -n 20 "$out/turns.log"; echo "peer_bench --trace-rounds failed"; exit 1
+fi
+python3 - "$out/turns.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+tr = [(r["round"], r["backend"]) for r in rows
+      if r["type"] == "result" and r["workload"] == "trace"]
+want = [(n, b) for n in (1, 2, 3) for b in ("streamarena", "test-count")]
+assert tr == want, tr
+print("turns: ok")
+PY
+
 # The random workloads in several processes (run.sh --after-rounds): plot.py
 # gives the median of the processes and their range.
 python3 - "$json" "$plot" "$out/md_after" <<'PY'
