@@ -15,7 +15,7 @@
 //             4 GiB, live capped at 16000 MiB
 //   prodcons  allocated on one thread and stream, freed on another
 //   trace     each trace replayed on a fresh instance: us per op, peak
-//             reserved over peak live; with --trace-rounds, after the other
+//             reserved over peak live; with --trace-turns, after the other
 //             workloads, in rounds in which the backends take turns
 //   after     one instance replays the traces, runs the pairs' and threads'
 //             cases untimed, then RMM's random allocations up to 4 GiB
@@ -62,7 +62,7 @@ const char usage_text[] =
     "  --trace-round=N     tag the trace results as round N (run.sh replays every\n"
     "                      trace in rounds, the backends interleaved; plot.py takes\n"
     "                      the median)\n"
-    "  --trace-rounds=N    replay the traces N times, the backends taking turns in\n"
+    "  --trace-turns=N     replay the traces N times, the backends taking turns in\n"
     "                      each round (after the other workloads): the machine's\n"
     "                      spells, which last longer than a replay, fall on all\n"
     "                      backends alike; results tagged with their round\n"
@@ -81,7 +81,7 @@ struct Args {
   Options opt;
   std::vector<std::string> backends, workloads, plugins;
   std::string sa_conf, json;
-  unsigned trace_rounds = 0; // 0: each backend replays the traces once, in turn
+  unsigned trace_turns = 0; // 0: each backend replays the traces once, in turn
   bool sa_conf_set = false, require_gpu = false, list = false;
 };
 
@@ -118,7 +118,7 @@ int parse(int argc, char **argv, Args *a) {
   static const char *const with_value[] = {
       "--backends", "--plugin",      "--workloads",    "--threads", "--reps", "--rep-ms",
       "--random-n", "--random-runs", "--random-max-s", "--random-slowest", "--trace-round",
-      "--trace-rounds", "--trace-gap-us", "--sa-conf", "--json"};
+      "--trace-turns", "--trace-gap-us", "--sa-conf", "--json"};
   for (int i = 1; i < argc; i++) {
     std::string arg = argv[i], name = arg, v;
     if (arg == "-h" || arg == "--help") {
@@ -183,9 +183,9 @@ int parse(int argc, char **argv, Args *a) {
     } else if (name == "--trace-round") {
       ok = to_u64(v, 1, 99, &n);
       a->opt.trace_round = static_cast<unsigned>(n);
-    } else if (name == "--trace-rounds") {
+    } else if (name == "--trace-turns") {
       ok = to_u64(v, 1, 99, &n);
-      a->trace_rounds = static_cast<unsigned>(n);
+      a->trace_turns = static_cast<unsigned>(n);
     } else if (name == "--trace-gap-us") {
       ok = to_u64(v, 0, 100000, &n);
       a->opt.trace_gap_us = static_cast<unsigned>(n);
@@ -323,11 +323,11 @@ int main(int argc, char **argv) {
     if (reg.find(name) == nullptr) report.error(name, "backends", "no such backend (--list)");
   header(dev, a, report, argc, argv);
 
-  if (a.trace_rounds != 0 && a.opt.trace_round != 0) {
-    std::fprintf(stderr, "peer_bench: --trace-rounds numbers the rounds itself: no --trace-round\n");
+  if (a.trace_turns != 0 && a.opt.trace_round != 0) {
+    std::fprintf(stderr, "peer_bench: --trace-turns numbers the rounds itself: no --trace-round\n");
     return 2;
   }
-  // With --trace-rounds, the backends that replay the traces, for the rounds at the end.
+  // With --trace-turns, the backends that replay the traces, for the rounds at the end.
   struct Replayer {
     const peer_backend *b;
     peer_env env;
@@ -368,7 +368,7 @@ int main(int argc, char **argv) {
         if (!a.workloads.empty()) report.skip(b->name, "trace", "no trace files given");
         continue;
       }
-      if (fns[w] == run_trace && a.trace_rounds != 0) {
+      if (fns[w] == run_trace && a.trace_turns != 0) {
         replayers.push_back({b, env});
         continue;
       }
@@ -376,7 +376,7 @@ int main(int argc, char **argv) {
       (void)fns[w](c); // failures are in the report
     }
   }
-  for (unsigned round = 1; round <= a.trace_rounds; round++) {
+  for (unsigned round = 1; round <= a.trace_turns; round++) {
     Options o = a.opt;
     o.trace_round = round;
     for (const Replayer &r : replayers) {

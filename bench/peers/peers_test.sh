@@ -170,14 +170,14 @@ assert "**2.00 (1.00-9.00)** / **1.000** (with construction 3.00)" in md, md
 print("rounds: ok")
 PY
 
-# --trace-rounds: the rounds in one process, the backends taking turns in
+# --trace-turns: the rounds in one process, the backends taking turns in
 # each; it numbers the rounds, so --trace-round with it is refused.
-if "$bench" --trace-rounds=2 --trace-round=1 --workloads=trace "${traces[0]}" > /dev/null 2>&1; then
-  echo "--trace-rounds with --trace-round must fail"; exit 1
+if "$bench" --trace-turns=2 --trace-round=1 --workloads=trace "${traces[0]}" > /dev/null 2>&1; then
+  echo "--trace-turns with --trace-round must fail"; exit 1
 fi
 if ! "$bench" --quick --backends=streamarena,test-count --plugin="$plugin" --workloads=trace \
-  --trace-rounds=3 --json="$out/turns.jsonl" "${traces[0]}" > "$out/turns.log" 2>&1; then
-  tail -n 20 "$out/turns.log"; echo "peer_bench --trace-rounds failed"; exit 1
+  --trace-turns=3 --json="$out/turns.jsonl" "${traces[0]}" > "$out/turns.log" 2>&1; then
+  tail -n 20 "$out/turns.log"; echo "peer_bench --trace-turns failed"; exit 1
 fi
 python3 - "$out/turns.jsonl" <<'PY'
 import json, sys
