@@ -5,7 +5,8 @@
 #
 #   bash .gpu/peers/run.sh [--quick] [--backends=a,b] [--only=traces|after] [--no-record]
 #                          [--steps=N] [--per-backend-s=S] [--trace-rounds=R]
-#                          [--deadline-s=S] [--after-rounds=R] [TRACE...]
+#                          [--trace-processes] [--deadline-s=S] [--after-rounds=R]
+#                          [TRACE...]
 #   --quick          small counts (a smoke run, not figures to report)
 #   --backends       default: streamarena,streamarena-torch,
 #                    streamarena-prefill,streamarena-ft1.2,streamarena-ft1.5,
@@ -33,15 +34,21 @@
 #                    shipped traces and any TRACE given)
 #   --steps          training steps of the recorded trace (default 30; 8 quick)
 #   --per-backend-s  time limit of one backend's process (default 75; 45 quick)
-#   --trace-rounds   rounds of trace replays, the backends interleaved
-#                    (default 3; 1 quick): RESULTS.md gives the median
+#   --trace-rounds   rounds of trace replays, the backends taking turns in
+#                    each (default 3; 1 quick): RESULTS.md gives the median
+#   --trace-processes  a process per backend and round of trace replays (the
+#                    first backend moving on by one each round), instead of
+#                    the rounds in one process (peer_bench --trace-turns),
+#                    where the machine's spells fall on every backend alike
+#                    (docs/BENCHMARKS.md, runs CL-CP); PyTorch's default
+#                    allocator has a process of its own either way
 #   --deadline-s     the whole run's time limit (default 420; 240 quick): a
 #                    backend that would start past it is left out, and one
 #                    that would end past it gets less time
 #
-# A process per backend (and per round of trace replays): each allocator
-# starts fresh, and PyTorch's settings (expandable segments) are fixed per
-# process. Writes three files
+# A process per backend for the timed workloads, and one for the trace
+# replays of all but PyTorch's default allocator (each replay on a fresh
+# instance): PyTorch's settings (expandable segments) are fixed per process. Writes three files
 # under $OUT (default /tmp/peers-out): results.jsonl (every result as it
 # comes, what plot.py reads), RESULTS.md, and peers.tar.gz with the rest:
 # the plots peers_*.png, machine.txt, the recorded torch_trace.csv.gz, a log
@@ -53,7 +60,7 @@ mkdir -p "$FINAL"
 OUT=$(mktemp -d /tmp/peers-run.XXXXXX) # the work folder; bundled at the end
 
 start=$(date +%s)
-quick=0 record=1 only="" steps="" per_s="" deadline="" trace_rounds="" after_rounds="" backends="streamarena,streamarena-torch,streamarena-prefill,streamarena-ft1.2,streamarena-ft1.5,streamarena-ft2,streamarena-ft3,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,rmm-streamarena,torch,torch-expandable"
+quick=0 record=1 turns=1 only="" steps="" per_s="" deadline="" trace_rounds="" after_rounds="" backends="streamarena,streamarena-torch,streamarena-prefill,streamarena-ft1.2,streamarena-ft1.5,streamarena-ft2,streamarena-ft3,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,rmm-streamarena,torch,torch-expandable"
 extra=()
 for a in "$@"; do
   case "$a" in
@@ -66,6 +73,7 @@ for a in "$@"; do
     --per-backend-s=*) per_s=${a#*=} ;;
     --deadline-s=*) deadline=${a#*=} ;;
     --trace-rounds=*) trace_rounds=${a#*=} ;;
+    --trace-processes) turns=0 ;;
     --after-rounds=*) after_rounds=${a#*=} ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     --*) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
@@ -153,9 +161,11 @@ PY
 
 # --- one process per backend and workload group ----------------------------
 # Phase 1: each backend's pairs, threads, random and prodcons in one process.
-# Phase 2: the trace replays in rounds, every backend once per round (the
-# first backend moves on by one each round), so that a noisy spell of the
-# machine falls on all of them alike; plot.py reports the median.
+# Phase 2: the trace replays in rounds, every backend once per round, so
+# that a noisy spell of the machine falls on all of them alike: in one
+# process, the backends taking turns (or, --trace-processes, a process
+# each, the first backend moving on by one each round); plot.py reports
+# the median.
 declare -A rc
 keys=() # every process, in order
 IFS=, read -r -a list <<<"$backends"
@@ -230,11 +240,55 @@ replayers=()
 [ "$only" = after ] && list=() # no trace rounds
 for b in "${list[@]}"; do [ "$b" = streamarena-prefill ] || replayers+=("$b"); done
 n=${#replayers[@]}
-for ((round = 1; round <= trace_rounds && n > 0; round++)); do
-  for ((k = 0; k < n; k++)); do
-    run_backend "${replayers[$(((k + round - 1) % n))]}" trace "$round"
+# The replayers but PyTorch's default allocator in one process, in turns.
+run_turns() {
+  local names=() plugin=() env=() b left key="turns/trace" r t0
+  for b in "${replayers[@]}"; do
+    case "$b" in
+      torch) continue ;; # a process of its own: its settings are not expandable segments'
+      rmm-*) plugin=(--plugin="$here/plugins/peer_rmm.so") ;;
+      torch-expandable)
+        if [ -z "$torch_plugin" ]; then rc["$b/trace"]=skipped; keys+=("$b/trace"); continue; fi
+        env=(-u PYTORCH_ALLOC_CONF -u PYTORCH_CUDA_ALLOC_CONF
+             LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib:/usr/local/cuda/lib64"
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
+    esac
+    names+=("$b")
   done
-done
+  [ ${#names[@]} -gt 0 ] || return 0
+  [ -z "$torch_plugin" ] || [ ${#env[@]} -eq 0 ] || plugin+=(--plugin="$torch_plugin")
+  keys+=("$key")
+  left=$((deadline - ($(date +%s) - start)))
+  if [ $left -lt 20 ]; then
+    echo "run.sh: the trace turns left out: the run's deadline (${deadline} s) is near"
+    rc[$key]=deadline
+    return
+  fi
+  echo "== trace turns: $(IFS=,; echo "${names[*]}")"
+  t0=$(date +%s)
+  env "${env[@]}" timeout -k 10 "$left" "$here/peer_bench" "${bench_args[@]}" --workloads=trace \
+    --trace-turns="$trace_rounds" --backends="$(IFS=,; echo "${names[*]}")" "${plugin[@]}" \
+    --json="$results" "${traces[@]}" >> "$OUT/peer_bench-turns.log" 2>&1
+  r=$?
+  rc[$key]=$r
+  echo "trace turns: exit $r in $(($(date +%s) - t0)) s"
+  if [ $r -eq 124 ] || [ $r -eq 137 ]; then
+    echo "{\"type\": \"error\", \"backend\": \"turns\", \"workload\": \"trace\", \"error\": \"stopped after $left s (what it measured before is kept)\"}" >> "$results"
+  fi
+  [ $r -eq 0 ] || tail -n 15 "$OUT/peer_bench-turns.log"
+}
+if [ $turns -eq 1 ] && [ $n -gt 0 ]; then
+  run_turns
+  for b in "${replayers[@]}"; do
+    [ "$b" != torch ] || for ((round = 1; round <= trace_rounds; round++)); do run_backend torch trace "$round"; done
+  done
+else
+  for ((round = 1; round <= trace_rounds && n > 0; round++)); do
+    for ((k = 0; k < n; k++)); do
+      run_backend "${replayers[$(((k + round - 1) % n))]}" trace "$round"
+    done
+  done
+fi
 
 # --- the tables, RESULTS.md and plots --------------------------------------
 echo
