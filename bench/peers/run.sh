@@ -48,11 +48,12 @@
 #
 # A process per backend for the timed workloads, and one for the trace
 # replays of all but PyTorch's default allocator (each replay on a fresh
-# instance): PyTorch's settings (expandable segments) are fixed per process. Writes three files
-# under $OUT (default /tmp/peers-out): results.jsonl (every result as it
-# comes, what plot.py reads), RESULTS.md, and peers.tar.gz with the rest:
-# the plots peers_*.png, machine.txt, the recorded torch_trace.csv.gz, a log
-# per backend. Prints the tables last. Exit 1 if a backend failed.
+# instance): PyTorch's settings (expandable segments) are fixed per
+# process. Writes three files under $OUT (default /tmp/peers-out):
+# results.jsonl (every result as it comes, what plot.py reads), RESULTS.md,
+# and peers.tar.gz with the rest: the plots peers_*.png, machine.txt, the
+# recorded torch_trace.csv.gz, a log per process. Prints the tables last.
+# Exit 1 if a backend failed.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 FINAL=${OUT:-/tmp/peers-out}
