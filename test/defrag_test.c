@@ -471,8 +471,8 @@ static void a_growth_is_one_chunk_unless_chunk_size_is_set(void **state) {
 #define GROWTHS_AHEAD 2
 #define GROWTHS_EXACT 10
 #define CLIMB_GROWTHS_TIGHT 24
-#define CLIMB_GROWTHS_BALANCED 10
-#define CLIMB_GROWTHS_FAST 5
+#define CLIMB_GROWTHS_BALANCED 5
+#define CLIMB_GROWTHS_FAST 4
 static void a_climb_maps_ahead_up_to_the_footprint_target(void **state) {
   (void)state;
   const char *specs[2] = {"check_stream_order=1", "exact_growth=1,check_stream_order=1"};
@@ -533,7 +533,9 @@ static void a_climb_maps_ahead_exactly_to_the_footprint_target(void **state) {
  * (a training step's first forward pass) grows fewer times at 1.5 and
  * fewer again at 3, mapping up to the target ahead, and the footprint stays
  * within each target (its peak times the target, plus the floor). At the
- * default each growth maps the floor's half, 32 MiB, ahead. No growth
+ * default each growth maps the floor's half, 32 MiB, ahead; from 1.5 the
+ * floor is 64 granules, so that every growth of the climb maps 64 MiB
+ * ahead at least, where half the small peak so far is less. No growth
  * of a climb runs a reclaim pass (each did, before the limit an
  * allocation first tries counted its own request in the peak). */
 static void a_larger_footprint_target_climbs_in_fewer_growths(void **state) {

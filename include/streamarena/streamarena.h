@@ -261,7 +261,8 @@ typedef struct sa_config_s {
                                      reserve_limit: the physical bytes held
                                      stay within this many times the highest
                                      live bytes so far (plus 64 MiB below
-                                     1.125, 16 MiB from there) before
+                                     1.125, 16 MiB from there, 128 MiB
+                                     from 1.5; 16 MiB with chunk_size) before
                                      the arena reshapes, and a climb to a new
                                      live peak maps ahead in proportion, so
                                      a larger target buys fewer growths and

@@ -393,12 +393,17 @@ static size_t target_excess_of(const sa_arena *a, size_t bytes) {
  * costs by its chunks, so that room ahead saves nothing; and where the
  * share a climb maps ahead is the target's whole excess (from a
  * footprint_target of 1.125 up), so that a climb maps up to the target.
+ * But from a target of 1.5 (SA_TARGET_WIDE), where the user has traded
+ * memory for speed, the excess alone makes a climb of a few GiB grow a
+ * dozen times, each a chunk's fixed cost, the first ones for a few MiB:
+ * SA_TARGET_FLOOR_WIDE spares the smallest of them (without chunk_size).
  * See Note [Footprint target's floor]. */
 size_t sa__physical_target_floor(const sa_arena *a) {
+  if (a->cfg.chunk_size != 0) return SA_TARGET_FLOOR_SMALL;
+  if (a->physical.target_excess >= SA_TARGET_WIDE) return SA_TARGET_FLOOR_WIDE;
   bool climb_fills_target =
       sa__physical_ahead_share(a, SA_TARGET_UNIT) >= target_excess_of(a, SA_TARGET_UNIT);
-  bool room_otherwise = a->cfg.chunk_size != 0 || climb_fills_target;
-  return room_otherwise ? SA_TARGET_FLOOR_SMALL : SA_TARGET_FLOOR;
+  return climb_fills_target ? SA_TARGET_FLOOR_SMALL : SA_TARGET_FLOOR;
 }
 
 /* The soft limit on physical bytes, past which an allocation reshapes
