@@ -170,8 +170,19 @@ PY
 declare -A rc
 keys=() # every process, in order
 IFS=, read -r -a list <<<"$backends"
+# A process ended: its exit status kept, a stop for time recorded in the
+# results (what it measured before stays there), its log's tail on failure.
+process_done() { # key, exit status, seconds it had, log, backend, workload, start
+  local key=$1 r=$2 limit=$3 log=$4 b=$5 workload=$6 t0=$7
+  rc[$key]=$r
+  echo "$key: exit $r in $(($(date +%s) - t0)) s"
+  if [ "$r" -eq 124 ] || [ "$r" -eq 137 ]; then
+    echo "{\"type\": \"error\", \"backend\": \"$b\", \"workload\": \"$workload\", \"error\": \"stopped after $limit s (what it measured before is kept)\"}" >> "$results"
+  fi
+  [ "$r" -eq 0 ] || tail -n 15 "$log"
+}
 run_backend() { # backend, workloads (peer_bench --workloads), round (0: not the traces), [label]
-  local b=$1 workloads=$2 round=$3 plugin=() env=() conf=() left limit t0 r key=$1
+  local b=$1 workloads=$2 round=$3 plugin=() env=() conf=() left limit t0 key=$1
   [ "$round" = 0 ] || key="$b/trace $round"
   [ -z "${4:-}" ] || key="$b/$4"
   keys+=("$key")
@@ -207,13 +218,7 @@ run_backend() { # backend, workloads (peer_bench --workloads), round (0: not the
   env "${env[@]}" timeout -k 10 "$limit" "$here/peer_bench" "${bench_args[@]}" --workloads="$workloads" \
     "${round_arg[@]}" "${conf[@]}" --backends="$b" "${plugin[@]}" --json="$results" "${traces[@]}" \
     >> "$OUT/peer_bench-$b.log" 2>&1
-  r=$?
-  rc[$key]=$r
-  echo "$key: exit $r in $(($(date +%s) - t0)) s"
-  if [ $r -eq 124 ] || [ $r -eq 137 ]; then
-    echo "{\"type\": \"error\", \"backend\": \"$b\", \"workload\": \"${workloads%%,*}\", \"error\": \"stopped after $limit s (what it measured before is kept)\"}" >> "$results"
-  fi
-  [ $r -eq 0 ] || tail -n 15 "$OUT/peer_bench-$b.log"
+  process_done "$key" $? "$limit" "$OUT/peer_bench-$b.log" "$b" "${workloads%%,*}" "$t0"
 }
 for b in "${list[@]}"; do
   [ "$only" = traces ] || [ "$only" = after ] && break
@@ -243,7 +248,7 @@ for b in "${list[@]}"; do [ "$b" = streamarena-prefill ] || replayers+=("$b"); d
 n=${#replayers[@]}
 # The replayers but PyTorch's default allocator in one process, in turns.
 run_turns() {
-  local names=() plugin=() env=() b left key="turns/trace" r t0
+  local names=() plugin=() env=() b left key="turns/trace" t0
   for b in "${replayers[@]}"; do
     case "$b" in
       torch) continue ;; # a process of its own: its settings are not expandable segments'
@@ -270,13 +275,7 @@ run_turns() {
   env "${env[@]}" timeout -k 10 "$left" "$here/peer_bench" "${bench_args[@]}" --workloads=trace \
     --trace-turns="$trace_rounds" --backends="$(IFS=,; echo "${names[*]}")" "${plugin[@]}" \
     --json="$results" "${traces[@]}" >> "$OUT/peer_bench-turns.log" 2>&1
-  r=$?
-  rc[$key]=$r
-  echo "trace turns: exit $r in $(($(date +%s) - t0)) s"
-  if [ $r -eq 124 ] || [ $r -eq 137 ]; then
-    echo "{\"type\": \"error\", \"backend\": \"turns\", \"workload\": \"trace\", \"error\": \"stopped after $left s (what it measured before is kept)\"}" >> "$results"
-  fi
-  [ $r -eq 0 ] || tail -n 15 "$OUT/peer_bench-turns.log"
+  process_done "$key" $? "$left" "$OUT/peer_bench-turns.log" turns trace "$t0"
 }
 if [ $turns -eq 1 ] && [ $n -gt 0 ]; then
   run_turns
