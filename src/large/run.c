@@ -306,8 +306,9 @@ static sa_status map_run(sa_arena *a, uintptr_t at, size_t size, sa_chunk *chunk
  * ahead (See Note [Mapping ahead]). It is at least half the target's
  * floor (climb_most), which the target allows over any peak: at 1/512
  * alone a climb below a few GiB grows a granule or two at a time, a
- * chunk's fixed cost each. Not under a budget or a reserve_limit, which are limits the
- * user set, not targets to fill, nor with SA_FLAG_EXACT_GROWTH. */
+ * chunk's fixed cost each. Not under a budget or a reserve_limit, which
+ * are limits the user set, not targets to fill, nor with
+ * SA_FLAG_EXACT_GROWTH. */
 #define SA_AHEAD_SHARE_SHIFT 9 /* 1/512: the default target's share (physical.c) */
 
 /* share, the most a climb maps ahead, raised to half the target's floor. */
