@@ -266,11 +266,14 @@ typedef struct sa_config_s {
                                      the arena reshapes, and a climb to a new
                                      live peak maps ahead in proportion, so
                                      a larger target buys fewer growths and
-                                     remaps. From 1 to 8; SA_FOOTPRINT_TIGHT
-                                     (1 + 1/64, the default), _BALANCED (1.5,
-                                     about RMM's pool's footprint on a
-                                     training trace), _FAST (3, about
-                                     PyTorch's default caching allocator's);
+                                     remaps; from 2 to 2.5, superblocks
+                                     wanted at half the live peak or below
+                                     are carved in free memory. From 1 to
+                                     8; SA_FOOTPRINT_TIGHT (1 + 1/64, the
+                                     default), _BALANCED (1.5, about RMM's
+                                     pool's footprint on a training
+                                     trace), _FAST (3, about PyTorch's
+                                     default caching allocator's);
                                      0 = the default. Not with a
                                      reserve_limit; under max_physical the
                                      budget's rules apply (docs/DEFRAG.md) */
