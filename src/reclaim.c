@@ -53,6 +53,7 @@ static void unmap_free_superblocks(sa_arena *a, sa_wait wait, bool carved_only,
                                    uint64_t released) {
   sa_superblock *keep = NULL, *carved = NULL, *sb;
   unsigned kept = 0;
+  size_t ndone = 0;
   pthread_mutex_lock(&a->reclaim_lock);
   while ((released == 0 || kept < SA_RELEASE_KEEP_MAX) &&
          (sb = carved_only ? sa__superblock_pop_carved(a) : sa__superblock_pop_global(a)) != NULL) {
@@ -65,11 +66,12 @@ static void unmap_free_superblocks(sa_arena *a, sa_wait wait, bool carved_only,
     SA_ASSERT(sb->span != NULL);
     bool done = carved_done(a, sb, wait, released);
     kept += !done;
+    ndone += done;
     sa_superblock **to = done ? &carved : &keep;
     sb->next = *to;
     *to = sb;
   }
-  if (carved != NULL) sa__superblock_unmap_carved(a, carved);
+  if (carved != NULL) sa__superblock_unmap_carved(a, carved, ndone);
   sa__superblock_push_all(a, keep);
   pthread_mutex_unlock(&a->reclaim_lock);
   if (carved_only) return; /* a slab's unmap is a driver call */

@@ -381,9 +381,7 @@ void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, sa_wait wait,
   }
 }
 
-void sa__superblock_unmap_carved(sa_arena *a, sa_superblock *list) {
-  size_t n = 0;
-  for (const sa_superblock *sb = list; sb != NULL; sb = sb->next) n++;
+void sa__superblock_unmap_carved(sa_arena *a, sa_superblock *list, size_t n) {
   sa_span **spans = malloc(2 * n * sizeof *spans); /* and the sort's; NULL: one at a time */
   pthread_mutex_lock(&a->lock);
   size_t k = 0;
@@ -398,6 +396,7 @@ void sa__superblock_unmap_carved(sa_arena *a, sa_superblock *list) {
     else
       sa__span_give_back_superblock(a, sp);
   }
+  SA_ASSERT(k == n || spans == NULL);
   if (spans != NULL) sa__span_give_back_superblocks(a, spans, spans + n, k);
   SA_VALIDATE_PACED(&a->small.slab_pace, sa__slabs_check(a));
   pthread_mutex_unlock(&a->lock);

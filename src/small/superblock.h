@@ -110,12 +110,12 @@ sa_superblock *sa__superblock_pop_carved(sa_arena *a); /* a carved one only */
 void sa__superblock_unmap_or_keep(sa_arena *a, sa_superblock *sb, sa_wait wait,
                                   sa_superblock **keep);
 void sa__superblock_push_all(sa_arena *a, sa_superblock *list);
-/* The superblocks of list (popped from the global stack, carved in free
+/* The n superblocks of list (popped from the global stack, carved in free
  * span memory, their events retired) give their memory back to the free
  * spans of their runs, in one hold of the arena lock and one fit index
  * insertion per group of neighbours (sa__span_give_back_superblocks); their
  * descriptors go to the spares. No driver call: nothing fails. */
-void sa__superblock_unmap_carved(sa_arena *a, sa_superblock *list);
+void sa__superblock_unmap_carved(sa_arena *a, sa_superblock *list, size_t n);
 void sa__superblock_emptied(sa_arena *a, const sa_superblock *sb); /* its last block came back */
 /* Validators; each returns the elements it visited (SA_VALIDATE_PACED).
  * One superblock, its owner's lock held (or the world lock): used, nfree,
