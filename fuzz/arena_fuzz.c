@@ -16,7 +16,8 @@
  * Extended operations (an op byte with the top bit set) and configurations
  * (a configuration byte with the top bit set, then two more bytes):
  *   - configurations: reserve_limit, chunk_size, initial_physical,
- *     release_threshold, exact_growth, footprint_target, background_growth
+ *     release_threshold, exact_growth, footprint_target (1.5, 2, 3, 8),
+ *     background_growth
  *     (its jobs run at once on the asking thread, sa__grower_inline, so that
  *     a run stays deterministic), more large thresholds;
  *   - two SA_HOST_AUTO streams beside the three hand-stepped ones;
@@ -1278,10 +1279,14 @@ static void setup(input *in) {
   if (extended && (e2 & 0x04))
     n += snprintf(spec + n, sizeof spec - (size_t)n, ",keep_spans=1,background_growth=1");
   /* A larger footprint target: more mapped ahead, larger slabs (refused
-   * beside a reserve_limit: then the base spec, as for any refused one). */
+   * beside a reserve_limit: then the base spec, as for any refused one);
+   * 2 carves superblocks far below the peak. The third entry takes a bit
+   * no other choice reads alone: chunk_size's low bit XOR initial's. */
   static const char *const targets[] = {"", ",footprint_target=1.5", ",footprint_target=fast",
                                         ",footprint_target=8"};
-  if (extended) n += snprintf(spec + n, sizeof spec - (size_t)n, "%s", targets[e2 >> 6]);
+  const char *target = targets[e2 >> 6];
+  if ((e2 >> 6) == 2 && (((e1 >> 2) ^ (e1 >> 4)) & 1)) target = ",footprint_target=2";
+  if (extended) n += snprintf(spec + n, sizeof spec - (size_t)n, "%s", target);
   sa_config cfg;
   sa_config_init(&cfg);
   char err[256];

@@ -136,6 +136,15 @@ seeds = {
     "abandoned": bytes([EXTENDED, 0x00, 0x20])
     + op(ON_THREAD, 1) + alloc(1, 0, 100) + alloc(2, 2, 9000) + free(0, 1)
     + op(ON_THREAD, 0) + alloc(3, 1, 50) + op(ABANDON, 0),
+    # footprint_target=2 without a budget (the third target with chunk's
+    # and initial's low bits apart; initial_physical 2 MiB): eight large
+    # blocks make the peak, six go, and the small blocks of two streams
+    # after them get superblocks carved far below the peak
+    "far_below_peak": bytes([EXTENDED | NO_BUDGET | 0x03, 0x10, 0x80])
+    + b"".join(alloc(1, 2, 40000) for _ in range(8))
+    + b"".join(free(0, 1) for _ in range(6))
+    + alloc(2, 0, 100) + alloc(3, 1, 3000) + alloc(2, 1, 9000)
+    + op(VERIFY) + op(STATS),
 }
 
 here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
