@@ -232,13 +232,37 @@ assert "streamarena-torch: 2.00 / 1.005 | faster" in line, line
 print("streamarena-torch against the peers: ok")
 PY
 
+# The targets' table, with known figures on a trace of its own: the
+# default ahead of expandable segments (met); the curve at the pool's
+# footprint (1.400) has only ft2's point, slower than the pool (not met:
+# ft1.5 is faster but holds more than the pool).
+python3 - "$json" "$plot" "$out/md_goals" <<'PY'
+import json, sys
+from known import plot_md
+rows = [json.loads(l) for l in open(sys.argv[1])]
+tr = [r for r in rows if r["type"] == "result" and r["workload"] == "trace"]
+base = dict(tr[0])
+base.pop("round", None)
+made = [dict(base, backend=b, us_per_op=us, ratio=ratio, case="goal.csv")
+        for b, us, ratio in (("streamarena", 1.0, 1.010), ("torch-expandable", 2.0, 1.012),
+                             ("rmm-pool", 0.5, 1.400), ("streamarena-ft2", 0.6, 1.280),
+                             ("streamarena-ft1.5", 0.4, 1.500))]
+md = plot_md(rows + made, sys.argv[1] + ".goals", sys.argv[2], sys.argv[3])
+lines = [l for l in md.splitlines() if l.startswith("| goal.csv: ")]
+assert len(lines) == 2, lines
+assert lines[0].endswith("| 1.00 / 1.010 | 2.00 / 1.012 | met |"), lines[0]
+assert lines[1].endswith("| streamarena-ft2: 0.60 / 1.280 | 0.50 / 1.400 | **not met** |"), lines[1]
+print("targets: ok")
+PY
+
 python3 "$plot" --no-plots --out "$out/md" "$json" > "$out/plot.log"
 for want in "ns per alloc+free pair" "trace replay" "streamarena" "test-count" "pt.csv.gz" \
   "cold, with construction" "streamarena's footprint curve" \
   "| transformer.csv | streamarena-ft1.5 | 1.500 |" "| transformer.csv | streamarena | 1.016 |" \
   "each peer against streamarena's fastest curve point (or streamarena-torch" \
   "| transformer.csv | test-count |" \
-  "| random-4GiB-after | first after other work |"; do
+  "| random-4GiB-after | first after other work |" \
+  "streamarena against its targets" "| 256 B alloc+free pair, one thread: at most 25 ns |"; do
   grep -qF -- "$want" "$out/md/RESULTS.md" || { echo "RESULTS.md lacks: $want"; exit 1; }
 done
 echo PASS

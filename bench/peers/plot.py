@@ -240,6 +240,7 @@ def sections(rows):
 
     if traces:
         out += curve_section(res, bks, traces)
+    out += goals_section(res, bks, traces)
 
     fails = [r for r in rows if r.get("type") == "error"]
     skips = [r for r in rows if r.get("type") == "skip"]
@@ -249,6 +250,74 @@ def sections(rows):
         out.append(("failures and skips", table(["backend", "workload", "what"], body, text=True),
                     None))
     return out
+
+
+# The targets streamarena holds itself to (README, "Benchmarks"), each
+# checked on one run's figures as the tables above give them.
+EXPANDABLE, POOL = "torch-expandable", "rmm-pool"
+SMALL_PAIR_NS = 25.0   # one thread's 256 B alloc+free pair, at most
+RANDOM_OF_BEST = 2.0   # RMM's random up to 4 GiB: at most this x the best peer's
+
+
+def met(ok):
+    return "met" if ok else "**not met**"
+
+
+def goals_section(res, bks, traces):
+    """A row per target: streamarena's figure, the reference it is held to,
+    and whether it holds (traces: medians of the rounds, footprints to three
+    decimals as shown)."""
+    body = []
+    peers = [b for b in bks if is_peer(b)]
+    for t in traces:
+        e = trace_summary(res, EXPANDABLE, t)
+        # The default, and the configuration a PyTorch program gets from
+        # streamarena.torch.install() where the run has it.
+        for b, what in (("streamarena", "the default"), (TORCH_CONFIG, TORCH_CONFIG)):
+            s = trace_summary(res, b, t)
+            if s and e:
+                ok = s["us"] <= e["us"] and round(s["ratio"], 3) <= round(e["ratio"], 3)
+                body.append([f"{t}: {what} at most expandable segments' us/op and footprint",
+                             f"{s['us']:.2f} / {s['ratio']:.3f}",
+                             f"{e['us']:.2f} / {e['ratio']:.3f}", met(ok)])
+        p = trace_summary(res, POOL, t)
+        fit = [x for x in curve_points(res, bks, t)
+               if round(x[2]["ratio"], 3) <= round(p["ratio"], 3)] if p else []
+        if p and fit:
+            _, b, r = min(fit, key=lambda x: x[2]["us"])
+            body.append([f"{t}: the curve at RMM pool's footprint or below, at most its us/op",
+                         f"{b}: {r['us']:.2f} / {r['ratio']:.3f}",
+                         f"{p['us']:.2f} / {p['ratio']:.3f}", met(r["us"] <= p["us"])])
+        elif p:
+            body.append([f"{t}: the curve at RMM pool's footprint or below, at most its us/op",
+                         "no point at that footprint", f"{p['us']:.2f} / {p['ratio']:.3f}",
+                         met(False)])
+    for case, key, what in (("random-4GiB", "with_create", "fresh, with construction"),
+                            ("random-4GiB-after", "us", "first after other work")):
+        s = random_summary(res, "streamarena", case, 1)
+        ref = [(random_summary(res, b, case, 1), b) for b in peers]
+        ref = [(r[key], b) for r, b in ref if r and r[key] is not None]
+        if s and s[key] is not None and ref:
+            best, b = min(ref)
+            body.append([f"RMM's random up to 4 GiB, {what}: at most {RANDOM_OF_BEST:g} x the "
+                         f"best peer's us/alloc", f"{s[key]:.2f} ({s[key] / best:.2f} x)",
+                         f"{b}: {best:.2f}", met(s[key] <= RANDOM_OF_BEST * best)])
+    s = result(res, "streamarena", "pairs", "16MiB")
+    ref = [(r["ns_per_pair"], b) for r, b in ((result(res, b, "pairs", "16MiB"), b)
+                                               for b in peers) if r]
+    if s and ref:
+        best, b = min(ref)
+        body.append(["16 MiB alloc+free pair: at most the best peer's ns",
+                     f"{s['ns_per_pair']:.1f}", f"{b}: {best:.1f}", met(s["ns_per_pair"] <= best)])
+    s = result(res, "streamarena", "pairs", "256B")
+    if s:
+        body.append([f"256 B alloc+free pair, one thread: at most {SMALL_PAIR_NS:g} ns",
+                     f"{s['ns_per_pair']:.1f}", f"{SMALL_PAIR_NS:g}",
+                     met(s["ns_per_pair"] <= SMALL_PAIR_NS)])
+    if not body:
+        return []
+    return [("streamarena against its targets, on this run's figures (medians as above)",
+             table(["target", "streamarena", "held to", "holds"], body, text=True), None)]
 
 
 def curve_points(res, bks, trace):
