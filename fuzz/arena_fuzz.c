@@ -1280,7 +1280,7 @@ static void setup(input *in) {
     n += snprintf(spec + n, sizeof spec - (size_t)n, ",keep_spans=1,background_growth=1");
   /* A larger footprint target: more mapped ahead, larger slabs (refused
    * beside a reserve_limit: then the base spec, as for any refused one);
-   * 2 carves superblocks far below the peak. The third entry takes a bit
+   * 2 carves every superblock in free spans. The third entry takes a bit
    * no other choice reads alone: chunk_size's low bit XOR initial's. */
   static const char *const targets[] = {"", ",footprint_target=1.5", ",footprint_target=fast",
                                         ",footprint_target=8"};

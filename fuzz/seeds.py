@@ -139,8 +139,8 @@ seeds = {
     # footprint_target=2 without a budget (the third target with chunk's
     # and initial's low bits apart; initial_physical 2 MiB): eight large
     # blocks make the peak, six go, and the small blocks of two streams
-    # after them get superblocks carved far below the peak
-    "far_below_peak": bytes([EXTENDED | NO_BUDGET | 0x03, 0x10, 0x80])
+    # after them get superblocks carved in the free spans
+    "carved_at_target_2": bytes([EXTENDED | NO_BUDGET | 0x03, 0x10, 0x80])
     + b"".join(alloc(1, 2, 40000) for _ in range(8))
     + b"".join(free(0, 1) for _ in range(6))
     + alloc(2, 0, 100) + alloc(3, 1, 3000) + alloc(2, 1, 9000)

@@ -420,22 +420,20 @@ static bool slab_has_slot(const sa_arena *a, size_t size) {
   return false;
 }
 
-/* With a footprint target from 2 to 2.5 (SA_TARGET_CARVE_LOW, _HIGH) and
- * the live bytes at half their peak or below, the free spans hold at least
- * as much memory as is live: memory the peak needed, which the target
- * keeps. A superblock then is carved in them rather than given new memory,
- * a slab's chunk that costs what a growth does (Note [Chunk costs]); even
- * where a slab has a free slot, so that slabs empty and their chunks,
- * unmapped, serve later growths. Below 2, or on a climb, a superblock in a
- * hole too often made one of the next large requests grow instead; above
- * 2.5 such a growth maps so much ahead that it cost more footprint than
- * the carving saved. See Note [Superblocks far below the peak]. */
-static bool far_below_peak(const sa_arena *a, size_t size) {
+/* With a footprint target from 2 to 2.5 (SA_TARGET_CARVE_LOW, _HIGH) a
+ * superblock is carved in free span memory wherever a span fits it, not
+ * only past the target: a slab's new chunk costs what a growth does (Note
+ * [Chunk costs]), and at those targets the room the target leaves the
+ * large requests' growths absorbs what the superblocks take: about half
+ * the growths, the footprint within the target as before. Even where a
+ * slab has a free slot, so that slabs empty and their chunks, unmapped,
+ * serve later growths. Below 2 a superblock in a hole too often made one
+ * of the next large requests grow; above 2.5 such a growth maps so much
+ * ahead that it cost more footprint than the carving saved. See Note
+ * [Superblocks carved at a target of 2]. */
+static bool carve_in_spans_always(const sa_arena *a) {
   size_t excess = a->physical.target_excess;
-  if (excess < SA_TARGET_CARVE_LOW || excess > SA_TARGET_CARVE_HIGH) return false;
-  int64_t peak = atomic_load_explicit(&a->stats.xlive_peak, memory_order_relaxed);
-  int64_t live = atomic_load_explicit(&a->stats.xlive_bytes, memory_order_relaxed);
-  return peak > 0 && live >= 0 && (size_t)live + size <= (size_t)peak / 2;
+  return excess >= SA_TARGET_CARVE_LOW && excess <= SA_TARGET_CARVE_HIGH;
 }
 
 /* Past the footprint target, where a new superblock would otherwise
@@ -445,7 +443,7 @@ static bool far_below_peak(const sa_arena *a, size_t size) {
  * superblock smaller than a granule, which only a slab holds, a new slab
  * (a granule at least) where none has a free slot of its size. Below the
  * target new memory is mapped for it, as a climb's next large requests
- * need the free spans whole (but far below the peak: far_below_peak).
+ * need the free spans whole (but at 2 to 2.5: carve_in_spans_always).
  * Within the remapping ledger (physical.c), as the reshape it replaces
  * was. Not where the user asked for remapping (a budget, a reserve_limit,
  * a chunk_size), whose reshapes stitch unmapped pieces, for a lower
@@ -454,7 +452,7 @@ static bool far_below_peak(const sa_arena *a, size_t size) {
 static bool carve_in_spans(const sa_arena *a, size_t size) {
   if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 || a->cfg.chunk_size != 0)
     return false;
-  if (far_below_peak(a, size)) return true;
+  if (carve_in_spans_always(a)) return true;
   size_t soft = sa__physical_soft_limit(a);
   bool past = a->physical.bytes + size > soft;
   /* The slabs are walked only at the target's edge. */
