@@ -267,8 +267,8 @@ typedef struct sa_config_s {
                                      live peak maps ahead in proportion, so
                                      a larger target buys fewer growths and
                                      remaps; from 2 to 2.5, superblocks
-                                     wanted at half the live peak or below
-                                     are carved in free memory. From 1 to
+                                     are carved in free span memory where
+                                     a span fits them. From 1 to
                                      8; SA_FOOTPRINT_TIGHT (1 + 1/64, the
                                      default), _BALANCED (1.5, about RMM's
                                      pool's footprint on a training
