@@ -268,8 +268,8 @@ typedef struct sa_config_s {
                                      a larger target buys fewer growths and
                                      remaps; from 2 to 2.5, superblocks
                                      are carved in free span memory where
-                                     a span fits them. From 1 to
-                                     8; SA_FOOTPRINT_TIGHT (1 + 1/64, the
+                                     a span fits them. From 1 to 8;
+                                     SA_FOOTPRINT_TIGHT (1 + 1/64, the
                                      default), _BALANCED (1.5, about RMM's
                                      pool's footprint on a training
                                      trace), _FAST (3, about PyTorch's

@@ -429,8 +429,10 @@ static bool slab_has_slot(const sa_arena *a, size_t size) {
  * slab has a free slot, so that slabs empty and their chunks, unmapped,
  * serve later growths. Below 2 a superblock in a hole too often made one
  * of the next large requests grow; above 2.5 such a growth maps so much
- * ahead that it cost more footprint than the carving saved. See Note
- * [Superblocks carved at a target of 2]. */
+ * ahead that it cost more footprint than the carving saved. It asks the
+ * remapping ledger for nothing (it replaces no reshape), though its bytes
+ * count there as every carve's do. See Note [Superblocks carved at a
+ * target of 2]. */
 static bool carve_in_spans_always(const sa_arena *a) {
   size_t excess = a->physical.target_excess;
   return excess >= SA_TARGET_CARVE_LOW && excess <= SA_TARGET_CARVE_HIGH;
