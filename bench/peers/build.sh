@@ -21,8 +21,10 @@
 #
 # Staged: peer_bench, plugins/peer_rmm.so and peer_torch.so, lib/ (librmm,
 # librapids_logger, and what peer_bench needs beyond the base system),
-# run.sh (bench/peers/run.sh), plot.py, record_torch_trace.py with the
-# converter it uses (bench/torch_trace.py), the shipped traces, src/ (the torch plug-in's source, for a rebuild there), MANIFEST.
+# run.sh (bench/peers/run.sh), plot.py, ab.sh and ab.py (two builds
+# compared: tools/gpu-ab.sh), record_torch_trace.py with the converter it
+# uses (bench/torch_trace.py), the shipped traces, src/ (the torch
+# plug-in's source, for a rebuild there), MANIFEST.
 # Then checks that the staged program and the RMM plug-in load here.
 set -euo pipefail
 
@@ -104,8 +106,8 @@ ldd "$dest/peer_bench" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | while
   esac
 done
 
-cp bench/peers/run.sh bench/peers/plot.py bench/peers/record_torch_trace.py bench/torch_trace.py \
-  "$dest/"
+cp bench/peers/run.sh bench/peers/plot.py bench/peers/ab.sh bench/peers/ab.py \
+  bench/peers/record_torch_trace.py bench/torch_trace.py "$dest/"
 cp bench/traces/*.csv bench/traces/*.csv.gz "$dest/traces/"
 {
   echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!*.md' || echo '+dirty') ($(git rev-parse --abbrev-ref HEAD))"

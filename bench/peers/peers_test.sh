@@ -255,6 +255,42 @@ assert lines[1].endswith("| streamarena-ft2: 0.60 / 1.280 | 0.50 / 1.400 | **not
 print("targets: ok")
 PY
 
+# ab.sh: two builds (here the same one twice) in alternate processes, each
+# replay paired with the reference's of its round; ab.py's table. Then
+# ab.py on known figures: a backend at 0.8, 0.9 and 2.0 x the reference
+# over the rounds after the first (1.2 x in the first, left out) has the
+# median 0.9, two of three below 1.
+ab="$(dirname "$plot")/ab.sh"
+if bash "$ab" --base="$bench" --new="$bench" -- --workloads=trace "${traces[0]}" \
+  > /dev/null 2>&1; then
+  echo "ab.sh without --trace-turns must fail"; exit 1
+fi
+if ! OUT="$out/ab" bash "$ab" --base="$bench" --new="$bench" --processes=2 --ref=test-count -- \
+  --quick --backends=streamarena,test-count --plugin="$plugin" --workloads=trace \
+  --trace-turns=3 "${traces[0]}" > "$out/ab.log" 2>&1; then
+  tail -n 20 "$out/ab.log"; echo "ab.sh failed"; exit 1
+fi
+for label in base new; do
+  grep -qE "^\| transformer.csv \| streamarena \| $label \| [0-9.]+ \| [0-4] of 4 \|" "$out/ab/ab.md" ||
+    { cat "$out/ab.log"; echo "ab.md lacks the $label row"; exit 1; }
+done
+python3 - "$(dirname "$plot")/ab.py" "$out/ab_known.jsonl" <<'PY'
+import json, subprocess, sys
+rows = []
+for rnd, us in ((1, 1.2), (2, 0.8), (3, 0.9), (4, 2.0)):
+    for backend, u in (("rmm-pool", 1.0), ("streamarena-ft2", us)):
+        rows.append({"type": "result", "workload": "trace", "case": "k.csv", "round": rnd,
+                     "backend": backend, "us_per_op": u, "ratio": 1.25,
+                     "ab_label": "new", "ab_process": 1})
+with open(sys.argv[2], "w") as f:
+    f.write("".join(json.dumps(r) + "\n" for r in rows))
+table = subprocess.run([sys.executable, sys.argv[1], sys.argv[2]], check=True,
+                       capture_output=True, text=True).stdout
+want = "| k.csv | streamarena-ft2 | new | 0.900 | 2 of 3 | 0.900 | 1.250 |"
+assert want in table, table
+print("ab: ok")
+PY
+
 python3 "$plot" --no-plots --out "$out/md" "$json" > "$out/plot.log"
 for want in "ns per alloc+free pair" "trace replay" "streamarena" "test-count" "pt.csv.gz" \
   "cold, with construction" "streamarena's footprint curve" \
