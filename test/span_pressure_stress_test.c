@@ -45,6 +45,7 @@
 
 #include "driver/driver.h"
 #include "fixture.h"
+#include "internal.h"
 #include "test/util.h"
 
 #define MAX_WORKERS 8
@@ -397,7 +398,7 @@ static void add(counts *dst, const counts *src) {
     ((uint64_t *)dst)[k] += ((const uint64_t *)src)[k];
 }
 
-static void stress(const char *spec) {
+static void stress(const char *spec, bool carves) {
   bool long_run = env_long("STREAMARENA_LONG", 0) > 0;
   g.workers = (int)env_long("STREAMARENA_SPAN_STRESS_THREADS", 6);
   if (g.workers > MAX_WORKERS) g.workers = MAX_WORKERS;
@@ -444,6 +445,10 @@ static void stress(const char *spec) {
   me.drv->ops->event_destroy(me.drv, me.ev);
   sa_driver_close(me.drv);
   add(&total, &me.c);
+  /* A configuration meant to carve superblocks in free spans did (past the
+   * target, or at 2 wherever a span fits: both happen in this workload). */
+  size_t carved = atomic_load(&g.f.arena->physical.xcarved_bytes);
+  if (carves && carved == 0) fail_msg("[%s] no superblock was carved in a free span", spec);
   sa_assert_ok(sa_trim(g.f.arena, 0));
   sa_stats st;
   sa_assert_ok(sa_get_stats(g.f.arena, &st));
@@ -483,23 +488,31 @@ static void stress(const char *spec) {
 
 static void under_max_physical(void **state) {
   (void)state;
-  stress("max_physical=384MiB,chunk_size=4MiB");
+  stress("max_physical=384MiB,chunk_size=4MiB", false);
 }
 
 static void under_reserve_limit(void **state) {
   (void)state;
-  stress("reserve_limit=256MiB,chunk_size=4MiB");
+  stress("reserve_limit=256MiB,chunk_size=4MiB", false);
 }
 
 static void under_footprint_target(void **state) {
   (void)state;
-  stress("chunk_size=4MiB");
+  stress("chunk_size=4MiB", false);
 }
 
 /* No budget and no chunk_size: superblocks come from slabs (superblock.c). */
 static void with_slabs(void **state) {
   (void)state;
-  stress("check_stream_order=1");
+  stress("check_stream_order=1", false);
+}
+
+/* At a footprint target of 2 every superblock is carved in free span
+ * memory where a span fits (superblock.c, carve_in_spans_always): the
+ * threads' superblocks and spans share the runs. */
+static void superblocks_carved_at_a_target_of_2(void **state) {
+  (void)state;
+  stress("footprint_target=2,check_stream_order=1", true);
 }
 
 int main(void) {
@@ -508,6 +521,7 @@ int main(void) {
       cmocka_unit_test(under_reserve_limit),
       cmocka_unit_test(under_footprint_target),
       cmocka_unit_test(with_slabs),
+      cmocka_unit_test(superblocks_carved_at_a_target_of_2),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
