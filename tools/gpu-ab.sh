@@ -7,6 +7,7 @@
 # the check below loads the RMM plug-in into the base build.
 #
 #   RMM_ROOT=DIR [TORCH_ROOT=DIR] tools/gpu-ab.sh BASE
+# (after tools/gpu-check.sh where both are wanted: that one clears .gpu/)
 # then, with the device tool (carry [".gpu"]), e.g.:
 #   bash .gpu/peers/ab.sh --processes=4 -- \
 #     --plugin=.gpu/peers/plugins/peer_rmm.so --require-gpu \
