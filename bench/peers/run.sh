@@ -181,28 +181,40 @@ process_done() { # key, exit status, seconds it had, log, backend, workload, sta
   fi
   [ "$r" -eq 0 ] || tail -n 15 "$log"
 }
-run_backend() { # backend, workloads (peer_bench --workloads), round (0: not the traces), [label]
-  local b=$1 workloads=$2 round=$3 plugin=() env=() conf=() left limit t0 key=$1
-  [ "$round" = 0 ] || key="$b/trace $round"
-  [ -z "${4:-}" ] || key="$b/$4"
-  keys+=("$key")
-  case "$b" in
-    streamarena-prefill)
-      free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
-      if [ -z "$free_mib" ]; then rc[$key]=skipped; return; fi
-      conf=(--sa-conf=initial_physical=$((free_mib / 2))MiB) ;;
-    rmm-*) plugin=(--plugin="$here/plugins/peer_rmm.so") ;;
+# What a process running backend $1 needs: its plug-in (bplugin, empty for
+# a built-in backend) and for PyTorch's an environment (benv, else empty).
+# Returns 1 where that plug-in is not there (the torch backends without
+# torch).
+backend_needs() {
+  bplugin=() benv=()
+  case "$1" in
+    rmm-*) bplugin=("$here/plugins/peer_rmm.so") ;;
     torch|torch-expandable)
-      if [ -z "$torch_plugin" ]; then rc[$key]=skipped; return; fi
-      plugin=(--plugin="$torch_plugin")
+      [ -n "$torch_plugin" ] || return 1
+      bplugin=("$torch_plugin")
       # torch's libraries find its CUDA runtime through their own rpath;
       # the toolkit's is the fallback.
       # The allocator's settings are the backend's alone: none inherited
       # from the caller's environment ("default settings" means default).
-      env=(-u PYTORCH_ALLOC_CONF -u PYTORCH_CUDA_ALLOC_CONF
-           LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib:/usr/local/cuda/lib64")
-      [ "$b" = torch-expandable ] && env+=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
+      benv=(-u PYTORCH_ALLOC_CONF -u PYTORCH_CUDA_ALLOC_CONF
+            LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib:/usr/local/cuda/lib64")
+      [ "$1" = torch-expandable ] && benv+=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
   esac
+  return 0
+}
+run_backend() { # backend, workloads (peer_bench --workloads), round (0: not the traces), [label]
+  local b=$1 workloads=$2 round=$3 plugin=() env=() conf=() left limit t0 key=$1 bplugin benv
+  [ "$round" = 0 ] || key="$b/trace $round"
+  [ -z "${4:-}" ] || key="$b/$4"
+  keys+=("$key")
+  if ! backend_needs "$b"; then rc[$key]=skipped; return; fi
+  [ ${#bplugin[@]} -eq 0 ] || plugin=(--plugin="${bplugin[0]}")
+  env=("${benv[@]}")
+  if [ "$b" = streamarena-prefill ]; then
+    free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
+    if [ -z "$free_mib" ]; then rc[$key]=skipped; return; fi
+    conf=(--sa-conf=initial_physical=$((free_mib / 2))MiB)
+  fi
   left=$((deadline - ($(date +%s) - start)))
   if [ $left -lt 20 ]; then
     echo "run.sh: $key left out: the run's deadline (${deadline} s) is near"
@@ -248,21 +260,19 @@ for b in "${list[@]}"; do [ "$b" = streamarena-prefill ] || replayers+=("$b"); d
 n=${#replayers[@]}
 # The replayers but PyTorch's default allocator in one process, in turns.
 run_turns() {
-  local names=() plugin=() env=() b left key="turns/trace" t0
+  local names=() plugins=() plugin=() env=() b p left key="turns/trace" t0 bplugin benv
   for b in "${replayers[@]}"; do
-    case "$b" in
-      torch) continue ;; # a process of its own: its settings are not expandable segments'
-      rmm-*) plugin=(--plugin="$here/plugins/peer_rmm.so") ;;
-      torch-expandable)
-        if [ -z "$torch_plugin" ]; then rc["$b/trace"]=skipped; keys+=("$b/trace"); continue; fi
-        env=(-u PYTORCH_ALLOC_CONF -u PYTORCH_CUDA_ALLOC_CONF
-             LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib:/usr/local/cuda/lib64"
-             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
-    esac
+    # torch: a process of its own, its settings are not expandable segments'.
+    [ "$b" != torch ] || continue
+    if ! backend_needs "$b"; then rc["$b/trace"]=skipped; keys+=("$b/trace"); continue; fi
+    for p in "${bplugin[@]}"; do # each plug-in once, however many backends it has
+      [[ " ${plugins[*]} " == *" $p "* ]] || plugins+=("$p")
+    done
+    [ ${#benv[@]} -eq 0 ] || env=("${benv[@]}")
     names+=("$b")
   done
   [ ${#names[@]} -gt 0 ] || return 0
-  [ -z "$torch_plugin" ] || [ ${#env[@]} -eq 0 ] || plugin+=(--plugin="$torch_plugin")
+  for p in "${plugins[@]}"; do plugin+=(--plugin="$p"); done
   keys+=("$key")
   left=$((deadline - ($(date +%s) - start)))
   if [ $left -lt 20 ]; then
