@@ -202,6 +202,17 @@ backend_needs() {
   esac
   return 0
 }
+# The seconds the run has left, in left; where fewer than 20 remain the
+# process for key (backend, workload) is left out, with a skip row saying
+# so, and it returns 1.
+time_left() { # key, backend, workload
+  left=$((deadline - ($(date +%s) - start)))
+  [ $left -lt 20 ] || return 0
+  echo "run.sh: $1 left out: the run's deadline (${deadline} s) is near"
+  echo "{\"type\": \"skip\", \"backend\": \"$2\", \"workload\": \"$3\", \"why\": \"left out: the run's deadline (${deadline} s) came\"}" >> "$results"
+  rc[$1]=deadline
+  return 1
+}
 run_backend() { # backend, workloads (peer_bench --workloads), round (0: not the traces), [label]
   local b=$1 workloads=$2 round=$3 plugin=() env=() conf=() left limit t0 key=$1 bplugin benv
   [ "$round" = 0 ] || key="$b/trace $round"
@@ -215,13 +226,7 @@ run_backend() { # backend, workloads (peer_bench --workloads), round (0: not the
     if [ -z "$free_mib" ]; then rc[$key]=skipped; return; fi
     conf=(--sa-conf=initial_physical=$((free_mib / 2))MiB)
   fi
-  left=$((deadline - ($(date +%s) - start)))
-  if [ $left -lt 20 ]; then
-    echo "run.sh: $key left out: the run's deadline (${deadline} s) is near"
-    echo "{\"type\": \"skip\", \"backend\": \"$b\", \"workload\": \"${workloads%%,*}\", \"why\": \"left out: the run's deadline (${deadline} s) came\"}" >> "$results"
-    rc[$key]=deadline
-    return
-  fi
+  time_left "$key" "$b" "${workloads%%,*}" || return 0
   limit=$((left < per_s ? left : per_s))
   local round_arg=()
   [ "$round" = 0 ] || round_arg=(--trace-round="$round")
@@ -274,12 +279,7 @@ run_turns() {
   [ ${#names[@]} -gt 0 ] || return 0
   for p in "${plugins[@]}"; do plugin+=(--plugin="$p"); done
   keys+=("$key")
-  left=$((deadline - ($(date +%s) - start)))
-  if [ $left -lt 20 ]; then
-    echo "run.sh: the trace turns left out: the run's deadline (${deadline} s) is near"
-    rc[$key]=deadline
-    return
-  fi
+  time_left "$key" turns trace || return 0
   echo "== trace turns: $(IFS=,; echo "${names[*]}")"
   t0=$(date +%s)
   env "${env[@]}" timeout -k 10 "$left" "$here/peer_bench" "${bench_args[@]}" --workloads=trace \
