@@ -1280,12 +1280,10 @@ static void setup(input *in) {
     n += snprintf(spec + n, sizeof spec - (size_t)n, ",keep_spans=1,background_growth=1");
   /* A larger footprint target: more mapped ahead, larger slabs (refused
    * beside a reserve_limit: then the base spec, as for any refused one);
-   * 2 carves every superblock in free spans. The third entry takes a bit
-   * no other choice reads alone: chunk_size's low bit XOR initial's. */
+   * fast (2) carves every superblock in free spans. */
   static const char *const targets[] = {"", ",footprint_target=1.5", ",footprint_target=fast",
-                                        ",footprint_target=8"};
+                                        ",footprint_target=1.2"};
   const char *target = targets[e2 >> 6];
-  if ((e2 >> 6) == 2 && (((e1 >> 2) ^ (e1 >> 4)) & 1)) target = ",footprint_target=2";
   if (extended) n += snprintf(spec + n, sizeof spec - (size_t)n, "%s", target);
   sa_config cfg;
   sa_config_init(&cfg);

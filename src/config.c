@@ -570,6 +570,11 @@ sa_status sa__config_resolve(const sa_config *c, size_t gran, size_t total, sa_r
   }
   r->superblock_size = sb;
   r->target_excess = (size_t)(((ft != 0 ? ft : SA_FOOTPRINT_TIGHT) - 1.0) * SA_TARGET_UNIT + 0.5);
+  /* Past 2 the room would only be mapped ahead on a climb and never used,
+   * and a chunk costs by its bytes as well as by the call: every trace
+   * measured was slower there and held more (Note [Footprint target above
+   * 2]). */
+  if (r->target_excess > SA_TARGET_EXCESS_MAX) r->target_excess = SA_TARGET_EXCESS_MAX;
   r->large_threshold = lt;
   r->physical_cap = cap;
   r->va_size = (va + gran - 1) / gran * gran;

@@ -531,22 +531,26 @@ static void a_climb_maps_ahead_exactly_to_the_footprint_target(void **state) {
 /* The footprint target is the user's trade: a larger one holds more
  * memory for fewer driver calls. A climb of 48 spans of 24 MiB + 64 KiB
  * (a training step's first forward pass) grows fewer times at 1.5 and
- * fewer again at 3, mapping up to the target ahead, and the footprint stays
- * within each target (its peak times the target, plus the floor). At the
- * default each growth maps the floor's half, 32 MiB, ahead; from 1.5 the
- * floor is 64 granules, so that every growth of the climb maps 64 MiB
- * ahead at least, where half the small peak so far is less. No growth
+ * fewer again at 2 (fast), mapping up to the target ahead, and the
+ * footprint stays within each target (its peak times the target, plus the
+ * floor). A target of 8 acts as 2: the same growths, within 2's target.
+ * At the default each growth maps the floor's half, 32 MiB, ahead; from
+ * 1.5 the floor is 64 granules, so that every growth of the climb maps 64
+ * MiB ahead at least, where half the small peak so far is less. No growth
  * of a climb runs a reclaim pass (each did, before the limit an
  * allocation first tries counted its own request in the peak). */
 static void a_larger_footprint_target_climbs_in_fewer_growths(void **state) {
   (void)state;
-  const char *specs[3] = {"check_stream_order=1", "footprint_target=balanced,check_stream_order=1",
-                          "footprint_target=3,check_stream_order=1"};
-  const double targets[3] = {SA_FOOTPRINT_TIGHT, SA_FOOTPRINT_BALANCED, SA_FOOTPRINT_FAST};
-  const uint64_t growths[3] = {CLIMB_GROWTHS_TIGHT, CLIMB_GROWTHS_BALANCED, CLIMB_GROWTHS_FAST};
+  const char *specs[4] = {"check_stream_order=1", "footprint_target=balanced,check_stream_order=1",
+                          "footprint_target=fast,check_stream_order=1",
+                          "footprint_target=8,check_stream_order=1"};
+  const double targets[4] = {SA_FOOTPRINT_TIGHT, SA_FOOTPRINT_BALANCED, SA_FOOTPRINT_FAST,
+                             SA_FOOTPRINT_FAST};
+  const uint64_t growths[4] = {CLIMB_GROWTHS_TIGHT, CLIMB_GROWTHS_BALANCED, CLIMB_GROWTHS_FAST,
+                               CLIMB_GROWTHS_FAST};
   const size_t size = 24 * MiB + 64 * KiB;
   enum { N = 48 };
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 4; k++) {
     sa_fixture f;
     setup(&f, specs[k], 1, SA_HOST_AUTO);
     sa_stream s = f.streams[0];
@@ -823,18 +827,18 @@ static void a_slab_at_the_target_does_not_cut_a_free_span(void **state) {
   teardown(&f);
 }
 
-/* With a footprint target from 2 to 2.5 every superblock is carved in
- * free span memory where a span fits it, near the peak and far below it
- * alike, rather than given a chunk: the small blocks' slabs were a third
- * of a training trace's growths at 2. Not at 1.5 or 3, where it moved the
- * large requests' growths. Eight large blocks make the peak; one goes and
- * a small block comes, five more go and a small block of another class
- * comes. */
+/* With a footprint target of 2 every superblock is carved in free span
+ * memory where a span fits it, near the peak and far below it alike,
+ * rather than given a chunk: the small blocks' slabs were a third of a
+ * training trace's growths at 2. Not at 1.5, where it moved the large
+ * requests' growths; at 2.5 and 3 too, which act as 2. Eight large blocks
+ * make the peak; one goes and a small block comes, five more go and a
+ * small block of another class comes. */
 static void superblocks_at_a_target_of_2_are_carved_in_free_spans(void **state) {
   (void)state;
   const char *specs[4] = {"footprint_target=1.5", "footprint_target=2", "footprint_target=2.5",
                           "footprint_target=3"};
-  const bool carves[4] = {false, true, true, false};
+  const bool carves[4] = {false, true, true, true};
   enum { N = 8 };
   for (int k = 0; k < 4; k++) {
     sa_fixture f;

@@ -58,8 +58,8 @@ for r in res:
     if r["backend"] == "test-count" and r["workload"] == "trace":
         assert r["reserved_peak"] == r["peak_live"], r
 pt = [r for r in res if r["workload"] == "trace" and r["case"] == "pt.csv.gz"]
-# streamarena (default, torch, prefill, keep, four curve points) and test-count
-assert len(pt) == 9 and all(r["format"] == "pytorch" and r["ops"] == 8 for r in pt), pt
+# streamarena (default, torch, prefill, keep, three curve points) and test-count
+assert len(pt) == 8 and all(r["format"] == "pytorch" and r["ops"] == 8 for r in pt), pt
 # streamarena-torch: the same library with the configuration TORCH.md gives PyTorch
 about = {r["backend"]: r["about"] for r in rows if r["type"] == "backend"}
 assert "large_threshold=1KiB" in about["streamarena-torch"], about
@@ -69,8 +69,7 @@ assert "keep_spans=1" in about["streamarena-keep"], about
 assert any(r["backend"] == "streamarena-keep" for r in pt), pt
 # streamarena's footprint curve: each point says its footprint_target and
 # replays every trace.
-curve = ("streamarena", "streamarena-ft1.2", "streamarena-ft1.5", "streamarena-ft2",
-         "streamarena-ft3")
+curve = ("streamarena", "streamarena-ft1.2", "streamarena-ft1.5", "streamarena-ft2")
 for b in curve[1:]:
     assert "footprint_target=" + b[len("streamarena-ft"):] in about[b], about[b]
     assert len([r for r in res if r["backend"] == b and r["workload"] == "trace"]) == ntraces, b

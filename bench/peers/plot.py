@@ -19,8 +19,8 @@ import os
 import sys
 
 ORDER = ["streamarena", "streamarena-ft1.2", "streamarena-ft1.5", "streamarena-ft2",
-         "streamarena-ft3", "cudaMallocAsync", "rmm-pool", "rmm-arena", "rmm-async",
-         "rmm-streamarena", "torch", "torch-expandable"]
+         "cudaMallocAsync", "rmm-pool", "rmm-arena", "rmm-async", "rmm-streamarena", "torch",
+         "torch-expandable"]
 DEFAULT_TARGET = 1 + 1 / 64  # footprint_target's default (SA_FOOTPRINT_TIGHT)
 CURVE_PREFIX = "streamarena-ft"
 # The configuration streamarena.torch.install() gives PyTorch: compared with

@@ -10,7 +10,7 @@
 #   --quick          small counts (a smoke run, not figures to report)
 #   --backends       default: streamarena,streamarena-torch,
 #                    streamarena-prefill,streamarena-ft1.2,streamarena-ft1.5,
-#                    streamarena-ft2,streamarena-ft3,cudaMallocAsync,rmm-pool,
+#                    streamarena-ft2,cudaMallocAsync,rmm-pool,
 #                    rmm-arena,rmm-async,rmm-streamarena,torch,torch-expandable
 #                    (rmm-streamarena: streamarena through RMM's resource
 #                    interface; streamarena-torch and the points of
@@ -61,7 +61,7 @@ mkdir -p "$FINAL"
 OUT=$(mktemp -d /tmp/peers-run.XXXXXX) # the work folder; bundled at the end
 
 start=$(date +%s)
-quick=0 record=1 turns=1 only="" steps="" per_s="" deadline="" trace_rounds="" after_rounds="" backends="streamarena,streamarena-torch,streamarena-prefill,streamarena-ft1.2,streamarena-ft1.5,streamarena-ft2,streamarena-ft3,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,rmm-streamarena,torch,torch-expandable"
+quick=0 record=1 turns=1 only="" steps="" per_s="" deadline="" trace_rounds="" after_rounds="" backends="streamarena,streamarena-torch,streamarena-prefill,streamarena-ft1.2,streamarena-ft1.5,streamarena-ft2,cudaMallocAsync,rmm-pool,rmm-arena,rmm-async,rmm-streamarena,torch,torch-expandable"
 extra=()
 for a in "$@"; do
   case "$a" in

@@ -216,7 +216,7 @@ const char *sa_backend_name(sa_backend backend);
  * footprint_target=tight|balanced|fast). */
 #define SA_FOOTPRINT_TIGHT 1.015625 /* 1 + 1/64: the default */
 #define SA_FOOTPRINT_BALANCED 1.5
-#define SA_FOOTPRINT_FAST 3.0
+#define SA_FOOTPRINT_FAST 2.0 /* the fastest: a larger target acts as it */
 #define SA_FOOTPRINT_MAX 8.0
 
 /* sa_config.peer_access: every device of the backend. */
@@ -266,14 +266,16 @@ typedef struct sa_config_s {
                                      the arena reshapes, and a climb to a new
                                      live peak maps ahead in proportion, so
                                      a larger target buys fewer growths and
-                                     remaps; from 2 to 2.5, superblocks
-                                     are carved in free span memory where
-                                     a span fits them. From 1 to 8;
-                                     SA_FOOTPRINT_TIGHT (1 + 1/64, the
-                                     default), _BALANCED (1.5, about RMM's
-                                     pool's footprint on a training
-                                     trace), _FAST (3, about PyTorch's
-                                     default caching allocator's);
+                                     remaps; at 2, superblocks are carved in
+                                     free span memory where a span fits
+                                     them. From 1 to 8, but a target above 2
+                                     acts as 2: the room past it would only
+                                     be mapped ahead and left unused, and
+                                     memory costs driver time by its bytes
+                                     (docs/DEFRAG.md). SA_FOOTPRINT_TIGHT
+                                     (1 + 1/64, the default), _BALANCED
+                                     (1.5, about RMM's pool's footprint on
+                                     a training trace), _FAST (2);
                                      0 = the default. Not with a
                                      reserve_limit; under max_physical the
                                      budget's rules apply (docs/DEFRAG.md) */

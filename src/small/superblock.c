@@ -420,22 +420,19 @@ static bool slab_has_slot(const sa_arena *a, size_t size) {
   return false;
 }
 
-/* With a footprint target from 2 to 2.5 (SA_TARGET_CARVE_LOW, _HIGH) a
- * superblock is carved in free span memory wherever a span fits it, not
+/* With a footprint target of 2 (SA_TARGET_CARVE; a larger one acts as 2)
+ * a superblock is carved in free span memory wherever a span fits it, not
  * only past the target: a slab's new chunk costs what a growth does (Note
- * [Chunk costs]), and at those targets the room the target leaves the
- * large requests' growths absorbs what the superblocks take: about half
- * the growths, the footprint within the target as before. Even where a
- * slab has a free slot, so that slabs empty and their chunks, unmapped,
- * serve later growths. Below 2 a superblock in a hole too often made one
- * of the next large requests grow; above 2.5 such a growth maps so much
- * ahead that it cost more footprint than the carving saved. It asks the
- * remapping ledger for nothing (it replaces no reshape), though its bytes
- * count there as every carve's do. See Note [Superblocks carved at a
- * target of 2]. */
+ * [Chunk costs]), and at 2 the room the target leaves the large requests'
+ * growths absorbs what the superblocks take: about half the growths, the
+ * footprint within the target as before. Even where a slab has a free
+ * slot, so that slabs empty and their chunks, unmapped, serve later
+ * growths. Below 2 a superblock in a hole too often made one of the next
+ * large requests grow. It asks the remapping ledger for nothing (it
+ * replaces no reshape), though its bytes count there as every carve's do.
+ * See Note [Superblocks carved at a target of 2]. */
 static bool carve_in_spans_always(const sa_arena *a) {
-  size_t excess = a->physical.target_excess;
-  return excess >= SA_TARGET_CARVE_LOW && excess <= SA_TARGET_CARVE_HIGH;
+  return a->physical.target_excess >= SA_TARGET_CARVE;
 }
 
 /* Past the footprint target, where a new superblock would otherwise
@@ -445,7 +442,7 @@ static bool carve_in_spans_always(const sa_arena *a) {
  * superblock smaller than a granule, which only a slab holds, a new slab
  * (a granule at least) where none has a free slot of its size. Below the
  * target new memory is mapped for it, as a climb's next large requests
- * need the free spans whole (but at 2 to 2.5: carve_in_spans_always).
+ * need the free spans whole (but at 2: carve_in_spans_always).
  * Within the remapping ledger (physical.c), as the reshape it replaces
  * was. Not where the user asked for remapping (a budget, a reserve_limit,
  * a chunk_size), whose reshapes stitch unmapped pieces, for a lower

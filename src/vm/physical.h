@@ -65,8 +65,8 @@ typedef struct sa_physical_s {
 #define SA_TARGET_FLOOR_SMALL 8 /* ... or 8 (chunk_size, or a target from 1.125 below 1.5) */
 #define SA_TARGET_FLOOR_WIDE 64 /* ... or 64 (a target from SA_TARGET_WIDE) */
 #define SA_TARGET_WIDE (SA_TARGET_UNIT / 2) /* an excess of 1/2: footprint_target 1.5 */
-#define SA_TARGET_CARVE_LOW SA_TARGET_UNIT /* from an excess of 1 (footprint_target 2) */
-#define SA_TARGET_CARVE_HIGH (SA_TARGET_UNIT * 3 / 2) /* ... to 3/2 (2.5): superblock.c */
+#define SA_TARGET_EXCESS_MAX SA_TARGET_UNIT /* an excess of 1: a larger target acts as 2 */
+#define SA_TARGET_CARVE SA_TARGET_UNIT /* from an excess of 1 (2): superblock.c */
 _Static_assert(SA_TARGET_FLOOR % 2 == 0 && SA_TARGET_FLOOR_SMALL % 2 == 0 &&
                    SA_TARGET_FLOOR_WIDE % 2 == 0,
                "a climb maps half the floor, whole granules (run.c)");
