@@ -201,21 +201,25 @@ static uint32_t slab_slots(const sa_arena *a, size_t size) {
  * allocation time (See Note [Slab lists]). */
 SA_DLIST_FUNCTIONS(slab, sa_slab, next, prev)
 
-/* A free slot of size bytes in a slab: its address, 0 if none. */
-static uintptr_t slab_take(sa_arena *a, size_t size, sa_slab **slab, uint32_t *slot) {
-  for (sa_slab *sl = a->small.slabs; sl != NULL; sl = sl->next) {
-    if (sl->slot != size) continue;
-    *slab = sl;
-    *slot = sl->free_slots[--sl->nfree];
-    sl->ncarved++;
-    a->small.slab_free_bytes -= size;
-    if (sl->nfree == 0) {
-      slab_unlink(&a->small.slabs, sl);
-      slab_push(&a->small.full_slabs, sl);
-    }
-    return sl->hdr.base + (uintptr_t)*slot * size;
+/* The first slab with a free slot of size bytes, NULL if none. */
+static sa_slab *slab_with_slot(const sa_arena *a, size_t size) {
+  for (sa_slab *sl = a->small.slabs; sl != NULL; sl = sl->next)
+    if (sl->slot == size) return sl;
+  return NULL;
+}
+
+/* A free slot of slab sl (one of slab_with_slot's): its address. */
+static uintptr_t slab_take(sa_arena *a, sa_slab *sl, sa_slab **slab, uint32_t *slot) {
+  SA_ASSERT(sl->nfree > 0);
+  *slab = sl;
+  *slot = sl->free_slots[--sl->nfree];
+  sl->ncarved++;
+  a->small.slab_free_bytes -= sl->slot;
+  if (sl->nfree == 0) {
+    slab_unlink(&a->small.slabs, sl);
+    slab_push(&a->small.full_slabs, sl);
   }
-  return 0;
+  return sl->hdr.base + (uintptr_t)*slot * sl->slot;
 }
 
 /* Map a new slab of k slots of size bytes within limit physical bytes; its
@@ -413,13 +417,6 @@ void sa__superblock_push_all(sa_arena *a, sa_superblock *list) {
   }
 }
 
-/* A slab with a free slot of size bytes? */
-static bool slab_has_slot(const sa_arena *a, size_t size) {
-  for (const sa_slab *sl = a->small.slabs; sl != NULL; sl = sl->next)
-    if (sl->slot == size) return true;
-  return false;
-}
-
 /* With a footprint target of 2 (SA_TARGET_CARVE; a larger one acts as 2)
  * a superblock is carved in free span memory wherever a span fits it, not
  * only past the target: a slab's new chunk costs what a growth does (Note
@@ -448,15 +445,14 @@ static bool carve_in_spans_always(const sa_arena *a) {
  * a chunk_size), whose reshapes stitch unmapped pieces, for a lower
  * footprint at more driver time. See Note [Superblocks carved in free
  * spans]. */
-static bool carve_in_spans(const sa_arena *a, size_t size) {
+static bool carve_in_spans(const sa_arena *a, size_t size, const sa_slab *free_slot) {
   if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 || a->cfg.chunk_size != 0)
     return false;
   if (carve_in_spans_always(a)) return true;
   size_t soft = sa__physical_soft_limit(a);
   bool past = a->physical.bytes + size > soft;
-  /* The slabs are walked only at the target's edge. */
   if (!past && size < a->gran)
-    past = a->physical.bytes + (size_t)slab_slots(a, size) * size > soft && !slab_has_slot(a, size);
+    past = a->physical.bytes + (size_t)slab_slots(a, size) * size > soft && free_slot == NULL;
   return past && sa__physical_remap_allowance(a, soft) >= size;
 }
 
@@ -466,7 +462,8 @@ static bool carve_in_spans(const sa_arena *a, size_t size) {
  * than a granule), else a chunk of its own. Arena lock held. */
 static sa_status place(sa_arena *a, sa_stream_arena *sarena, sa_superblock *sb, size_t limit) {
   size_t size = sb->hdr.size;
-  if (carve_in_spans(a, size)) {
+  sa_slab *sl = slab_with_slot(a, size); /* carving in spans leaves the slabs as they are */
+  if (carve_in_spans(a, size, sl)) {
     sa_status st = sa__span_take_superblock(a, sarena, size, &sb->hdr, &sb->span);
     if (st != SA_OK) return st;
     if (sb->span != NULL) {
@@ -475,12 +472,15 @@ static sa_status place(sa_arena *a, sa_stream_arena *sarena, sa_superblock *sb, 
       return SA_OK;
     }
   }
-  uintptr_t at = slab_take(a, size, &sb->slab, &sb->slot);
+  uintptr_t at = sl != NULL ? slab_take(a, sl, &sb->slab, &sb->slot) : 0;
   uint32_t k = slab_slots(a, size);
   if (at == 0 && k > 1) {
     sa_status st = slab_new(a, size, k, limit);
     if (st != SA_OK && size < a->gran) return st; /* only a slab holds it */
-    if (st == SA_OK) at = slab_take(a, size, &sb->slab, &sb->slot);
+    if (st == SA_OK) { /* slab_new pushed it first */
+      SA_ASSERT(a->small.slabs->slot == size && a->small.slabs->nfree == k);
+      at = slab_take(a, a->small.slabs, &sb->slab, &sb->slot);
+    }
   }
   if (at != 0) {
     sb->hdr.base = at;
