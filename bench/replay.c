@@ -22,6 +22,8 @@
  *                       exit 1 if on any trace streamarena makes more than
  *                       N virtual-memory driver calls (chunk create and
  *                       release, map, unmap, set access) per 1000 operations
+ *     --check-chunks=N  exit 1 if on any trace streamarena creates more than
+ *                       N physical chunks (each a growth's fixed driver cost)
  *     --check-driver-us=U
  *                       exit 1 if on any trace streamarena's driver calls
  *                       would take more than U microseconds per operation
@@ -78,6 +80,7 @@ typedef struct options_s {
   const char *conf;
   double check_ratio; /* 0: no check */
   double check_vmm;   /* 0: no check */
+  double check_chunks; /* 0: no check */
   double check_us;    /* 0: no check */
   bool no_budget;
   double reserve;     /* 0: no reserve_limit */
@@ -353,6 +356,8 @@ static const char help_text[] =
     "  --reserve F            reserve_limit = F x each trace's peak live bytes\n"
     "  --check-vmm-calls N    exit 1 if on any trace streamarena makes more than N\n"
     "                         virtual-memory driver calls per 1000 operations\n"
+    "  --check-chunks N       exit 1 if on any trace streamarena creates more than N\n"
+    "                         physical chunks (each a growth's fixed driver cost)\n"
     "  --check-driver-us U    exit 1 if on any trace streamarena's driver calls\n"
     "                         would take more than U us per operation at the\n"
     "                         H200's cost per call (a model)\n"
@@ -366,7 +371,7 @@ static const char help_text[] =
 static int usage(void) {
   fprintf(stderr, "usage: replay [--capacity=SIZE | --headroom=F] [--conf=SPEC] "
           "[--no-budget] [--reserve=F] [--check-ratio=R] [--check-vmm-calls=N] "
-          "[--check-driver-us=U] "
+          "[--check-chunks=N] [--check-driver-us=U] "
           "[--expect-first-fit-oom] "
           "[--snapshot=DIR] TRACE.csv...\n"
           "       replay --help    for what each option does\n");
@@ -455,6 +460,11 @@ static int parse_options(int argc, char **argv, options *o, int *first) {
     } else if ((v = option_value(argc, argv, &i, "--check-vmm-calls", &missing)) != NULL) {
       if (!parse_double(v, &o->check_vmm) || !(o->check_vmm > 0)) {
         fprintf(stderr, "replay: --check-vmm-calls: '%s' is not a number > 0\n", v);
+        return 2;
+      }
+    } else if ((v = option_value(argc, argv, &i, "--check-chunks", &missing)) != NULL) {
+      if (!parse_double(v, &o->check_chunks) || !(o->check_chunks > 0)) {
+        fprintf(stderr, "replay: --check-chunks: '%s' is not a number > 0\n", v);
         return 2;
       }
     } else if ((v = option_value(argc, argv, &i, "--check-driver-us", &missing)) != NULL) {
@@ -581,6 +591,11 @@ int main(int argc, char **argv) {
     if (o.check_vmm > 0 && vmm > o.check_vmm) {
       printf("CHECK FAILED: %s: %.1f virtual-memory driver calls per 1000 operations > %.1f\n",
              r->name, vmm, o.check_vmm);
+      failed = 1;
+    }
+    double chunks = (double)r->work.calls[SA_HOST_FN_CHUNK_CREATE];
+    if (o.check_chunks > 0 && chunks > o.check_chunks) {
+      printf("CHECK FAILED: %s: %.0f chunks created > %.0f\n", r->name, chunks, o.check_chunks);
       failed = 1;
     }
     double us = h200_us_per_op(r);

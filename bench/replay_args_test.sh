@@ -42,6 +42,11 @@ expect 2 "'64MiB,max_physical=1GiB' is not a size" --capacity 64MiB,max_physical
 expect 2 "'0.5' is not a number >= 1" --headroom 0.5 "$rmm_log"
 expect 2 "unknown option --bogus" --bogus "$rmm_log"
 expect 2 "unknown key 'foo'" --conf foo=1 "$rmm_log"
+expect 2 "--check-chunks: '0' is not a number > 0" --check-chunks 0 "$rmm_log"
+# The RMM log makes 12 chunks under a 64 MiB budget (a granule each): a
+# bound of 12 holds, one of 11 fails the run.
+expect 0 "driver: 12 chunks created" --capacity 64MiB --check-chunks=12 "$rmm_log"
+expect 1 "rmm_log.csv: 12 chunks created > 11" --capacity 64MiB --check-chunks=11 "$rmm_log"
 expect 2 "--conf given twice" --conf max_physical=32MiB --conf superblock_size=4MiB "$rmm_log"
 expect 2 "no trace given" --capacity 64MiB
 # An option after a trace: refused before anything is replayed (it was
