@@ -137,9 +137,9 @@ seeds = {
     + op(ON_THREAD, 1) + alloc(1, 0, 100) + alloc(2, 2, 9000) + free(0, 1)
     + op(ON_THREAD, 0) + alloc(3, 1, 50) + op(ABANDON, 0),
     # footprint_target=2 without a budget (the third target, fast;
-    # initial_physical 2 MiB): eight large
-    # blocks make the peak, six go, and the small blocks of two streams
-    # after them get superblocks carved in the free spans
+    # initial_physical 2 MiB): eight large blocks make the peak, six go,
+    # and the small blocks of two streams after them get superblocks
+    # carved in the free spans
     "carved_at_target_2": bytes([EXTENDED | NO_BUDGET | 0x03, 0x10, 0x80])
     + b"".join(alloc(1, 2, 40000) for _ in range(8))
     + b"".join(free(0, 1) for _ in range(6))
