@@ -201,6 +201,13 @@ bool sa__marks_pending_apart(const sa_arena *a, const sa_span *x, const sa_span 
   return pending_apart_by_marks(x, y);
 }
 
+bool sa__marks_join_pending(const sa_arena *a, const sa_span *pending,
+                            const sa_stream_arena *freer) {
+  /* The freed span would carry only freer's pending mark: the rule above
+   * keeps it apart exactly where pending is marked by another. */
+  return a->spans.ntakers <= 1 || !marked_by_other(pending, freer);
+}
+
 bool sa__marks_reached(sa_arena *a, sa_span *sp, sa_wait wait) {
   unsigned kept = 0;
   for (unsigned i = 0; i < sp->nmarks; i++) {
@@ -308,6 +315,9 @@ void sa__marks_check(const sa_span *sp) {
       SA_CHECK(SPAN,
                m->ticket != tl->pending || tl->pending_span == sp || sa__mark_known_done(m),
                "a pending mark is on its stream's pending span only");
+      /* Else nothing would ever let another stream, or an unmap, past it. */
+      SA_CHECK(SPAN, sa__timeline_covers(m->stream, m->ticket),
+               "a free's mark is known done, evented, pending or after a lost record");
     }
   }
 }

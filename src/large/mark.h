@@ -46,6 +46,11 @@ bool sa__marks_clean_for(const sa_span *sp, const sa_stream_arena *sarena);
 /* Can sarena's stream use sp after waiting (sa__marks_settle)? Not while
  * another stream's pending mark is on it: no event exists to wait on. */
 bool sa__marks_waitable_for(const sa_span *sp, const sa_stream_arena *sarena);
+/* Would a span that freer frees now, its mark left pending, join pending,
+ * freer's pending span, or stay apart from it (sa__marks_pending_apart:
+ * pending carries another stream's mark and another stream takes spans)? */
+bool sa__marks_join_pending(const sa_arena *a, const sa_span *pending,
+                            const sa_stream_arena *freer);
 /* Ask the streams of sp's pending marks to record their events (at their
  * next named call): someone could not use sp. */
 void sa__marks_want(const sa_span *sp);

@@ -402,12 +402,12 @@ bool sa__span_may_hold_back(const sa_arena *a, size_t bytes) {
  * the stream is seen retaking what it frees (a loop of pairs, a step that
  * frees a temporary and allocates the next) and no one waits for its
  * pending span, no other stream was recorded on sp, and the merged span
- * holds at most SA_LAZY_MARK_MAX. Then
- * yes if nothing is pending there, or if sp merges into the pending span
- * (one span still carries the later ticket). A stream alone in taking
- * spans (spans.ntakers is 1) needs neither the retaking nor the bound on
- * the merged span, and up to SA_LAZY_MARK_RUN earlier pending tickets may
- * stay on their spans (*more; timeline.c, "Pending").
+ * holds at most SA_LAZY_MARK_MAX. Then yes if nothing is pending there, or
+ * if sp merges into the pending span (one span still carries the later
+ * ticket; sa__marks_join_pending). A stream alone in taking spans
+ * (spans.ntakers is 1) needs neither the retaking nor the bound on the
+ * merged span, and up to SA_LAZY_MARK_RUN earlier pending tickets may stay
+ * on their spans (*more; timeline.c, "Pending").
  * See Note [Lazy free marks]. */
 static bool free_lazily(sa_arena *a, sa_span *sp, sa_stream_arena *freer, unsigned nmarks,
                         bool *more) {
@@ -426,8 +426,13 @@ static bool free_lazily(sa_arena *a, sa_span *sp, sa_stream_arena *freer, unsign
   if (!sa__span_may_hold_back(a, merged)) return false;
   sa__timeline_pending_settle(a, freer); /* a device sync may have completed it */
   if (tl->pending == 0) return true;
+  /* The merge must happen: a pending span that took another stream's
+   * marks while its stream was alone stays apart from the new one once
+   * a second stream takes spans, and its earlier ticket, no longer the
+   * pending one, would then wait for a record nobody asks for. */
   if ((tl->pending_span == sp->prev || tl->pending_span == sp->next) &&
-      tl->pending_span != NULL && merges_reserved(sp, nmarks))
+      tl->pending_span != NULL && sa__marks_join_pending(a, tl->pending_span, freer) &&
+      merges_reserved(sp, nmarks))
     return true;
   /* Alone, one record per SA_LAZY_MARK_RUN frees: a reshape, which needs
    * their work known done to unmap their memory, sees all but the latest

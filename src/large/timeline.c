@@ -155,10 +155,13 @@ static sa_status record_at(sa_arena *a, sa_stream_arena *sarena, uint64_t t) {
      * (older tickets map to a later slot, or wait for the next record). */
     if (in_flight) atomic_fetch_sub_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
     tl->ticket[k] = 0;
+    if (in_flight) tl->record_lost = true;
     return st;
   }
   if (!in_flight) atomic_fetch_add_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
   tl->ticket[k] = t;
+  SA_ASSERT(t >= tl->next); /* a new ticket or the pending one, the latest */
+  tl->record_lost = false;  /* so its event covers every earlier one */
   if (t > tl->next) tl->next = t;
   forget_pending(tl);
   return SA_OK;
@@ -203,6 +206,12 @@ bool sa__timeline_has_event(const sa_stream_arena *sarena, uint64_t t) {
   for (unsigned k = 0; k < SA_TIMELINE_EVENTS; k++)
     if (sarena->timeline.ticket[k] >= t) return true;
   return false;
+}
+
+bool sa__timeline_covers(const sa_stream_arena *sarena, uint64_t t) {
+  const sa_timeline *tl = &sarena->timeline;
+  return sa__timeline_known_done(sarena, t) || sa__timeline_has_event(sarena, t) ||
+         (tl->pending != 0 && t <= tl->pending) || tl->record_lost;
 }
 
 void sa__timeline_pending_settle(sa_arena *a, sa_stream_arena *sarena) {

@@ -38,6 +38,8 @@ typedef struct sa_timeline_s {
                                           without the lock by thread_cache.c) */
   bool took_spans;                     /* the stream took a span (counted in
                                           spans.ntakers while not gone) */
+  bool record_lost;                    /* a failed record cleared a slot in flight: the
+                                          tickets it marked wait for the next record */
   bool retaking;                       /* the stream took its latest free's span again,
                                           and nobody wanted a pending one since: its
                                           frees may leave their mark pending */
@@ -61,6 +63,10 @@ bool sa__timeline_known_done(const sa_stream_arena *sarena, uint64_t ticket);
 /* Does an event mark ticket (or a later point), which a query or a wait
  * can use? Not the pending ticket's. */
 bool sa__timeline_has_event(const sa_stream_arena *sarena, uint64_t ticket);
+/* Validator's question: will ticket's work become known complete with no
+ * later free: done, an event at or after it, the pending ticket (its record
+ * or a device sync), or after a failed record (the stream's next one)? */
+bool sa__timeline_covers(const sa_stream_arena *sarena, uint64_t ticket);
 /* SA_OK once sarena's work up to ticket completed (SA_WAIT: after waiting),
  * SA_ERR_NOT_READY if not yet (the pending ticket: until an event marks it
  * or a device sync, whatever wait asks; the stream is asked to record), or
