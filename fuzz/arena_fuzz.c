@@ -16,10 +16,10 @@
  * Extended operations (an op byte with the top bit set) and configurations
  * (a configuration byte with the top bit set, then two more bytes):
  *   - configurations: reserve_limit, chunk_size, initial_physical,
- *     release_threshold, exact_growth, footprint_target (1.5, 2, 3, 8),
- *     background_growth
- *     (its jobs run at once on the asking thread, sa__grower_inline, so that
- *     a run stays deterministic), more large thresholds;
+ *     release_threshold, exact_growth, footprint_target (1.2, 1.5, fast),
+ *     background_growth (its jobs run at once on the asking thread,
+ *     sa__grower_inline, so that a run stays deterministic), more large
+ *     thresholds;
  *   - two SA_HOST_AUTO streams beside the three hand-stepped ones;
  *   - streams synchronized and destroyed without sa_stream_release (not
  *     while a live block is recorded on them: the contract's rules), and
@@ -1283,8 +1283,7 @@ static void setup(input *in) {
    * fast (2) carves every superblock in free spans. */
   static const char *const targets[] = {"", ",footprint_target=1.5", ",footprint_target=fast",
                                         ",footprint_target=1.2"};
-  const char *target = targets[e2 >> 6];
-  if (extended) n += snprintf(spec + n, sizeof spec - (size_t)n, "%s", target);
+  if (extended) n += snprintf(spec + n, sizeof spec - (size_t)n, "%s", targets[e2 >> 6]);
   sa_config cfg;
   sa_config_init(&cfg);
   char err[256];
