@@ -439,12 +439,11 @@ static bool carve_in_spans_always(const sa_arena *a) {
  * superblock smaller than a granule, which only a slab holds, a new slab
  * (a granule at least) where none has a free slot of its size. Below the
  * target new memory is mapped for it, as a climb's next large requests
- * need the free spans whole (but at 2: carve_in_spans_always).
- * Within the remapping ledger (physical.c), as the reshape it replaces
- * was. Not where the user asked for remapping (a budget, a reserve_limit,
- * a chunk_size), whose reshapes stitch unmapped pieces, for a lower
- * footprint at more driver time. See Note [Superblocks carved in free
- * spans]. */
+ * need the free spans whole (but at 2: carve_in_spans_always). Within the
+ * remapping ledger (physical.c), as the reshape it replaces was. Not where
+ * the user asked for remapping (a budget, a reserve_limit, a chunk_size),
+ * whose reshapes stitch unmapped pieces, for a lower footprint at more
+ * driver time. See Note [Superblocks carved in free spans]. */
 static bool carve_in_spans(const sa_arena *a, size_t size, const sa_slab *free_slot) {
   if (a->physical.budgeted || a->cfg.reserve_limit_bytes != 0 || a->cfg.chunk_size != 0)
     return false;
