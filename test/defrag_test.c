@@ -528,6 +528,34 @@ static void a_climb_maps_ahead_exactly_to_the_footprint_target(void **state) {
   teardown(&f);
 }
 
+/* The footprint target's floor, in granules, follows the target as the
+ * header says: 8 at 1 (no excess to map ahead into) and from 1.125 (a
+ * climb maps up to the target) to below 1.5, 32 just above 1 and at the
+ * default, 64 from 1.5, and 8 with the user's chunk_size whatever the
+ * target. */
+static void the_target_floor_follows_the_target(void **state) {
+  (void)state;
+  static const struct {
+    const char *spec;
+    size_t granules;
+  } cases[] = {
+      {"footprint_target=1", 8},        {"footprint_target=1.001", 32},
+      {"", 32},                         {"footprint_target=1.1", 32},
+      {"footprint_target=1.125", 8},    {"footprint_target=1.4", 8},
+      {"footprint_target=1.5", 64},     {"footprint_target=fast", 64},
+      {"footprint_target=1,chunk_size=4MiB", 8},
+      {"footprint_target=fast,chunk_size=4MiB", 8},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    sa_fixture f;
+    setup(&f, cases[k].spec, 1, SA_HOST_AUTO);
+    size_t got = sa__physical_target_floor(f.arena);
+    if (got != cases[k].granules)
+      fail_msg("'%s': a floor of %zu granules, not %zu", cases[k].spec, got, cases[k].granules);
+    teardown(&f);
+  }
+}
+
 /* The footprint target is the user's trade: a larger one holds more
  * memory for fewer driver calls. A climb of 48 spans of 24 MiB + 64 KiB
  * (a training step's first forward pass) grows fewer times at 1.5 and
@@ -2013,6 +2041,7 @@ int main(void) {
       cmocka_unit_test(a_climb_maps_ahead_exactly_to_the_footprint_target),
       cmocka_unit_test(a_return_to_the_peak_maps_nothing_ahead),
       cmocka_unit_test(a_small_growth_below_the_peak_maps_a_little_ahead),
+      cmocka_unit_test(the_target_floor_follows_the_target),
       cmocka_unit_test(a_larger_footprint_target_climbs_in_fewer_growths),
       cmocka_unit_test(superblocks_at_a_target_of_2_are_carved_in_free_spans),
       cmocka_unit_test(initial_physical_is_a_pool_mapped_up_front),

@@ -260,9 +260,10 @@ typedef struct sa_config_s {
   double footprint_target;        /* the footprint/speed trade without a
                                      reserve_limit: the physical bytes held
                                      stay within this many times the highest
-                                     live bytes so far (plus 64 MiB below
-                                     1.125, 16 MiB from there, 128 MiB
-                                     from 1.5; 16 MiB with chunk_size) before
+                                     live bytes so far (plus 64 MiB above
+                                     1 and below 1.125, 16 MiB at 1 and
+                                     from 1.125, 128 MiB from 1.5; 16 MiB
+                                     with chunk_size) before
                                      the arena reshapes, and a climb to a new
                                      live peak maps ahead in proportion, so
                                      a larger target buys fewer growths and

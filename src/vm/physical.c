@@ -392,7 +392,9 @@ static size_t target_excess_of(const sa_arena *a, size_t bytes) {
  * (SA_TARGET_FLOOR_SMALL): with the user's chunk_size, where a growth
  * costs by its chunks, so that room ahead saves nothing; and where the
  * share a climb maps ahead is the target's whole excess (from a
- * footprint_target of 1.125 up), so that a climb maps up to the target.
+ * footprint_target of 1.125 up), so that a climb maps up to the target;
+ * and at a target of 1 (an excess below 1/SA_TARGET_UNIT), which has no
+ * excess to map ahead into: the user asked for the least memory held.
  * But from a target of 1.5 (SA_TARGET_WIDE), where the user has traded
  * memory for speed, the excess alone makes a climb of a few GiB grow a
  * dozen times, each a chunk's fixed cost, the first ones for a few MiB:
@@ -401,6 +403,7 @@ static size_t target_excess_of(const sa_arena *a, size_t bytes) {
 size_t sa__physical_target_floor(const sa_arena *a) {
   if (a->cfg.chunk_size != 0) return SA_TARGET_FLOOR_SMALL;
   if (a->physical.target_excess >= SA_TARGET_WIDE) return SA_TARGET_FLOOR_WIDE;
+  if (a->physical.target_excess == 0) return SA_TARGET_FLOOR_SMALL;
   bool climb_fills_target =
       sa__physical_ahead_share(a, SA_TARGET_UNIT) >= target_excess_of(a, SA_TARGET_UNIT);
   return climb_fills_target ? SA_TARGET_FLOOR_SMALL : SA_TARGET_FLOOR;

@@ -62,7 +62,7 @@ typedef struct sa_physical_s {
 
 #define SA_TARGET_UNIT 4096 /* footprint target: the peak times (1 + excess/4096) */
 #define SA_TARGET_FLOOR 32   /* ... plus 32 granules (one chunk per growth) */
-#define SA_TARGET_FLOOR_SMALL 8 /* ... or 8 (chunk_size, or a target from 1.125 below 1.5) */
+#define SA_TARGET_FLOOR_SMALL 8 /* ... or 8 (chunk_size, a target of 1, or from 1.125 below 1.5) */
 #define SA_TARGET_FLOOR_WIDE 64 /* ... or 64 (a target from SA_TARGET_WIDE) */
 #define SA_TARGET_WIDE (SA_TARGET_UNIT / 2) /* an excess of 1/2: footprint_target 1.5 */
 #define SA_TARGET_EXCESS_MAX SA_TARGET_UNIT /* an excess of 1: a larger target acts as 2 */
