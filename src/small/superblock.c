@@ -461,7 +461,10 @@ static bool carve_in_spans(const sa_arena *a, size_t size, const sa_slab *free_s
  * than a granule), else a chunk of its own. Arena lock held. */
 static sa_status place(sa_arena *a, sa_stream_arena *sarena, sa_superblock *sb, size_t limit) {
   size_t size = sb->hdr.size;
-  sa_slab *sl = slab_with_slot(a, size); /* carving in spans leaves the slabs as they are */
+  /* Carving in spans leaves the slabs as they are; where it is always
+   * tried first, their walk waits until it finds no span. */
+  bool always = carve_in_spans_always(a);
+  sa_slab *sl = always ? NULL : slab_with_slot(a, size);
   if (carve_in_spans(a, size, sl)) {
     sa_status st = sa__span_take_superblock(a, sarena, size, &sb->hdr, &sb->span);
     if (st != SA_OK) return st;
@@ -471,6 +474,7 @@ static sa_status place(sa_arena *a, sa_stream_arena *sarena, sa_superblock *sb, 
       return SA_OK;
     }
   }
+  if (always) sl = slab_with_slot(a, size);
   uintptr_t at = sl != NULL ? slab_take(a, sl, &sb->slab, &sb->slot) : 0;
   uint32_t k = slab_slots(a, size);
   if (at == 0 && k > 1) {
