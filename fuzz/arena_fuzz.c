@@ -16,7 +16,7 @@
  * Extended operations (an op byte with the top bit set) and configurations
  * (a configuration byte with the top bit set, then two more bytes):
  *   - configurations: reserve_limit, chunk_size, initial_physical,
- *     release_threshold, exact_growth, footprint_target (1.2, 1.5, fast),
+ *     release_threshold, exact_growth, footprint_target (1, 1.2, 1.5, fast),
  *     background_growth (its jobs run at once on the asking thread,
  *     sa__grower_inline, so that a run stays deterministic), more large
  *     thresholds;
@@ -1284,6 +1284,11 @@ static void setup(input *in) {
   static const char *const targets[] = {"", ",footprint_target=1.5", ",footprint_target=fast",
                                         ",footprint_target=1.2"};
   if (extended) n += snprintf(spec + n, sizeof spec - (size_t)n, "%s", targets[e2 >> 6]);
+  /* The tightest target, 1: the least floor, so that growths pass the
+   * target and superblocks are carved in free spans past it. Where no
+   * threshold is named, e2's low bits choose nothing else. */
+  if (extended && !explicit_threshold && (e2 & 3) == 3 && (e2 >> 6) == 0)
+    n += snprintf(spec + n, sizeof spec - (size_t)n, ",footprint_target=1");
   sa_config cfg;
   sa_config_init(&cfg);
   char err[256];
