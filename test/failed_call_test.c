@@ -72,6 +72,10 @@ static int setup3(void **state) { return setup(state, NULL, 3); }
 /* Spans freed go back to the arena with their events (a kept span has
  * none to wait for or fail). */
 static int setup3_unkept(void **state) { return setup(state, "keep_spans=0", 3); }
+/* Spans in chunks of their own: a trim unmaps each free one whole. */
+static int setup2_exact(void **state) {
+  return setup(state, "keep_spans=0,exact_growth=1,chunk_size=2MiB", 2);
+}
 
 static int teardown(void **state) {
   sa_host_fault_clear();
@@ -273,6 +277,49 @@ static void a_trim_whose_device_synchronize_fails(void **state) {
   assert_int_equal(after.cached_bytes, 0);
 }
 
+/* A record that fails in a slot whose event was the only one at or after
+ * an earlier free's ticket leaves that free's span with no event to query
+ * (the timeline's record_lost): X's ticket 1 is in slot 1, tickets 2-8
+ * were left pending by Z's frees and forgotten when Z took its span back
+ * whole, and Y's free at ticket 9 fails to record in slot 1. Nothing
+ * records on A afterwards. A trim's device synchronize, which started after
+ * the failure, completes every ticket handed out before it: X's memory is
+ * unmapped, and the arena holds only the live spans. */
+static void a_trim_after_a_lost_record_unmaps_what_it_stranded(void **state) {
+  sa_fixture *f = *state;
+  sa_stream a = f->streams[0], b = f->streams[1];
+  void *z, *g1, *x, *g2, *y;
+  sa_assert_ok(sa_alloc(f->arena, &z, 4 * MiB, a));
+  sa_assert_ok(sa_alloc(f->arena, &g1, 2 * MiB, a)); /* guards: no span merges */
+  sa_assert_ok(sa_alloc(f->arena, &x, 8 * MiB, a));
+  sa_assert_ok(sa_alloc(f->arena, &g2, 2 * MiB, a));
+  sa_assert_ok(sa_alloc(f->arena, &y, 2 * MiB, a));
+  sa_assert_ok(sa_host_fill(a, x, 4096, 0xAAAAAAAAu)); /* queued on A */
+  sa_assert_ok(sa_record_stream(x, b));
+  sa_assert_ok(sa_free(x, a)); /* two marks: records ticket 1 */
+  for (int i = 2; i <= 8; i++) { /* tickets 2-8: pending, then forgotten */
+    void *again;
+    sa_assert_ok(sa_free(z, a));
+    sa_assert_ok(sa_alloc(f->arena, &again, 4 * MiB, a));
+    assert_ptr_equal(again, z);
+  }
+  sa_assert_ok(sa_record_stream(y, b));
+  sa_assert_ok(sa_host_fault_inject(SA_HOST_FN_EVENT_RECORD, 2, 0)); /* A's, after B's */
+  sa_assert_status(sa_free(y, a), SA_ERR_DRIVER);
+  sa_host_fault_clear();
+  assert_true(sa_host_stream_pending(a) > 0);
+  sa_assert_ok(sa_trim(f->arena, 0));
+  assert_int_equal(sa_host_stream_pending(a), 0);
+  sa_stats after = stats(f->arena);
+  assert_int_equal(after.large_spans, 4); /* z, the guards, y */
+  if (after.reserved_bytes != 10 * MiB)
+    fail_msg("%zu MiB held after the trim, 10 live", (size_t)(after.reserved_bytes / MiB));
+  sa_assert_ok(sa_free(y, a));
+  sa_assert_ok(sa_free(z, a));
+  sa_assert_ok(sa_free(g1, a));
+  sa_assert_ok(sa_free(g2, a));
+}
+
 /* The first sa_malloc_async creates the default arena; its range cannot be
  * reserved. It fails with no arena made, and the next call makes one. */
 static void a_default_arena_whose_creation_fails(void **state) {
@@ -316,6 +363,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(a_trim_whose_device_synchronize_fails, setup3_unkept,
                                       teardown),
+      cmocka_unit_test_setup_teardown(a_trim_after_a_lost_record_unmaps_what_it_stranded,
+                                      setup2_exact, teardown),
       cmocka_unit_test(a_default_arena_whose_creation_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -129,7 +129,7 @@ void sa__marks_prune_known(sa_arena *a, sa_span *sp) {
     }
     /* A pending mark known done (a device sync) is no one's pending any
      * more: its span need not be followed. */
-    if (m.stream != NULL) sa__timeline_pending_settle(a, m.stream);
+    if (m.stream != NULL) sa__timeline_settle(a, m.stream);
     mark_drop(a, m);
   }
   sp->nmarks = kept;

@@ -424,7 +424,7 @@ static bool free_lazily(sa_arena *a, sa_span *sp, sa_stream_arena *freer, unsign
     return false;
   if (!alone && (!tl->retaking || merged > SA_LAZY_MARK_MAX)) return false;
   if (!sa__span_may_hold_back(a, merged)) return false;
-  sa__timeline_pending_settle(a, freer); /* a device sync may have completed it */
+  sa__timeline_settle(a, freer); /* a device sync may have completed it */
   if (tl->pending == 0) return true;
   /* The merge must happen: a pending span that took another stream's
    * marks while its stream was alone stays apart from the new one once

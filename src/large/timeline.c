@@ -117,6 +117,19 @@ void sa__timeline_check(const sa_stream_arena *sarena) {
     SA_CHECK(TIMELINE, !atomic_load_explicit(&tl->xwanted, memory_order_relaxed),
              "only a pending ticket is wanted");
   }
+  if (tl->record_lost)
+    SA_CHECK(TIMELINE, tl->lost_next <= tl->next, "a lost record's tickets were handed out");
+  else
+    SA_CHECK(TIMELINE, tl->lost_next == 0 && tl->lost_gen == 0,
+             "without a lost record, no lost tickets");
+}
+
+/* No ticket waits for a record because one failed: a record since covers
+ * them, or a device sync completed them. */
+static void records_found(sa_timeline *tl) {
+  tl->record_lost = false;
+  tl->lost_next = 0;
+  tl->lost_gen = 0;
 }
 
 /* Forget the pending mark: recorded, known done, or carried by no span. */
@@ -155,13 +168,19 @@ static sa_status record_at(sa_arena *a, sa_stream_arena *sarena, uint64_t t) {
      * (older tickets map to a later slot, or wait for the next record). */
     if (in_flight) atomic_fetch_sub_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
     tl->ticket[k] = 0;
-    if (in_flight) tl->record_lost = true;
+    if (in_flight) {
+      /* Every ticket it could strand was handed out by now: a device sync
+       * that starts later completes them (device_sync.h). */
+      tl->record_lost = true;
+      tl->lost_next = tl->next;
+      tl->lost_gen = sa__sync_gen(&a->sync);
+    }
     return st;
   }
   if (!in_flight) atomic_fetch_add_explicit(&a->events.xin_flight, 1, memory_order_relaxed);
   tl->ticket[k] = t;
   SA_ASSERT(t >= tl->next); /* a new ticket or the pending one, the latest */
-  tl->record_lost = false;  /* so its event covers every earlier one */
+  records_found(tl); /* its event covers every earlier ticket */
   if (t > tl->next) tl->next = t;
   forget_pending(tl);
   return SA_OK;
@@ -194,10 +213,13 @@ sa_status sa__timeline_mark_lazily(sa_arena *a, sa_stream_arena *sarena, struct 
 
 bool sa__timeline_known_done(const sa_stream_arena *sarena, uint64_t t) {
   const sa_timeline *tl = &sarena->timeline;
+  sa_sync *sync = &sarena->arena->sync;
   if (sarena->synced || t <= tl->done) return true;
   /* Every ticket is at most the pending one, whose free came before a
    * device sync that started after its generation. */
-  return tl->pending != 0 && sa__clean_since(&sarena->arena->sync, tl->pending_gen);
+  if (tl->pending != 0 && sa__clean_since(sync, tl->pending_gen)) return true;
+  /* One a failed record left without an event was handed out before it. */
+  return tl->record_lost && t <= tl->lost_next && sa__clean_since(sync, tl->lost_gen);
 }
 
 bool sa__timeline_has_event(const sa_stream_arena *sarena, uint64_t t) {
@@ -214,8 +236,12 @@ bool sa__timeline_covers(const sa_stream_arena *sarena, uint64_t t) {
          (tl->pending != 0 && t <= tl->pending) || tl->record_lost;
 }
 
-void sa__timeline_pending_settle(sa_arena *a, sa_stream_arena *sarena) {
+void sa__timeline_settle(sa_arena *a, sa_stream_arena *sarena) {
   sa_timeline *tl = &sarena->timeline;
+  if (tl->record_lost && sa__clean_since(&a->sync, tl->lost_gen)) {
+    advance(a, tl, tl->lost_next);
+    records_found(tl);
+  }
   if (tl->pending == 0 || !sa__timeline_known_done(sarena, tl->pending)) return;
   advance(a, tl, tl->pending);
   forget_pending(tl);
@@ -263,12 +289,12 @@ void sa__timeline_bring_up_to_date(sa_arena *a, sa_stream_arena *sarena) {
 
 sa_status sa__timeline_record_wanted(sa_arena *a, sa_stream_arena *sarena) {
   if (!atomic_load_explicit(&sarena->timeline.xwanted, memory_order_relaxed)) return SA_OK;
-  sa__timeline_pending_settle(a, sarena); /* a device sync may have made it needless */
+  sa__timeline_settle(a, sarena); /* a device sync may have made it needless */
   return sa__timeline_record_pending(a, sarena);
 }
 
 sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sarena, uint64_t t, sa_wait wait) {
-  sa__timeline_pending_settle(a, sarena);
+  sa__timeline_settle(a, sarena);
   if (sa__timeline_known_done(sarena, t)) return SA_OK;
   sa_timeline *tl = &sarena->timeline;
   unsigned k = slot_for(tl, t);
@@ -305,6 +331,7 @@ sa_status sa__timeline_wait(sa_arena *a, sa_stream_arena *sarena, uint64_t t, sa
 void sa__timeline_release(sa_arena *a, sa_stream_arena *sarena) {
   sa_timeline *tl = &sarena->timeline;
   advance(a, tl, tl->next);
+  records_found(tl);
   for (unsigned k = 0; k < SA_TIMELINE_EVENTS; k++) {
     if (tl->ev[k] != NULL) sa__event_put(a, tl->ev[k]);
     tl->ev[k] = NULL;

@@ -39,7 +39,10 @@ typedef struct sa_timeline_s {
   bool took_spans;                     /* the stream took a span (counted in
                                           spans.ntakers while not gone) */
   bool record_lost;                    /* a failed record cleared a slot in flight: the
-                                          tickets it marked wait for the next record */
+                                          tickets it marked wait for the next record,
+                                          or a device sync started after the failure */
+  uint64_t lost_next, lost_gen;        /* next and the device-sync generation at the
+                                          failure, while record_lost (else 0) */
   bool retaking;                       /* the stream took its latest free's span again,
                                           and nobody wanted a pending one since: its
                                           frees may leave their mark pending */
@@ -65,7 +68,8 @@ bool sa__timeline_known_done(const sa_stream_arena *sarena, uint64_t ticket);
 bool sa__timeline_has_event(const sa_stream_arena *sarena, uint64_t ticket);
 /* Validator's question: will ticket's work become known complete with no
  * later free: done, an event at or after it, the pending ticket (its record
- * or a device sync), or after a failed record (the stream's next one)? */
+ * or a device sync), or after a failed record (the stream's next one, or a
+ * device sync)? */
 bool sa__timeline_covers(const sa_stream_arena *sarena, uint64_t ticket);
 /* SA_OK once sarena's work up to ticket completed (SA_WAIT: after waiting),
  * SA_ERR_NOT_READY if not yet (the pending ticket: until an event marks it
@@ -100,9 +104,10 @@ void sa__timeline_bring_up_to_date(sa_arena *a, sa_stream_arena *sarena);
  * event for the pending ticket. SA_OK if none was wanted or it was
  * recorded; else the driver's status, and nothing changed. */
 sa_status sa__timeline_record_wanted(sa_arena *a, sa_stream_arena *sarena);
-/* The pending mark is known complete (a device sync after its free): its
- * ticket counts as done, and none is pending any more. */
-void sa__timeline_pending_settle(sa_arena *a, sa_stream_arena *sarena);
+/* What a device sync completed counts as done: the pending mark (a sync
+ * after its free), none pending any more; the tickets a failed record left
+ * without an event (a sync after the failure). */
+void sa__timeline_settle(sa_arena *a, sa_stream_arena *sarena);
 /* The pending span's descriptor changed (a merge, a carve): to carries
  * the pending mark now, or NULL: no free span does (taken whole by the
  * stream), and the ticket is forgotten, never to be recorded, unless
