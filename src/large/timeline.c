@@ -301,7 +301,8 @@ sa_status sa__timeline_reached(sa_arena *a, sa_stream_arena *sarena, uint64_t t,
   if (k == SA_TIMELINE_EVENTS) {
     if (t > tl->next) return SA_ERR_INTERNAL; /* a ticket never handed out */
     /* No event to query or wait on yet (the pending ticket, or one whose
-     * slot a failed record cleared): the stream's next record covers it. */
+     * slot a failed record cleared): the stream's next record covers it,
+     * or a device sync that starts now (sa__timeline_settle). */
     sa__timeline_want(sarena);
     return SA_ERR_NOT_READY;
   }
