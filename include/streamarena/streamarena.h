@@ -747,7 +747,11 @@ sa_status sa_get_stats(sa_arena *arena, sa_stats *out);
 /* Write the arena's state as JSON: spans, superblocks, chunks and blocks with
  * their state, per stream arena and size class. out is flushed before the
  * call returns; SA_ERR_INVALID_ARGUMENT if it could not be written (a full
- * disk, a stream not open for writing) or a pointer is NULL. */
+ * disk, a stream not open for writing) or a pointer is NULL. For a view
+ * that adds up, it holds every stream arena's lock at once, as the report
+ * of SA_FLAG_OOM_REPORT does: under ThreadSanitizer, which follows at most
+ * 64 locks held by one thread and stops the program past them, use them
+ * with fewer streams than that. */
 sa_status sa_snapshot_write(sa_arena *arena, FILE *out);
 
 #ifdef __cplusplus
