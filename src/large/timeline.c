@@ -238,7 +238,7 @@ bool sa__timeline_covers(const sa_stream_arena *sarena, uint64_t t) {
 
 void sa__timeline_settle(sa_arena *a, sa_stream_arena *sarena) {
   sa_timeline *tl = &sarena->timeline;
-  if (tl->record_lost && sa__clean_since(&a->sync, tl->lost_gen)) {
+  if (tl->record_lost && sa__timeline_known_done(sarena, tl->lost_next)) {
     advance(a, tl, tl->lost_next);
     records_found(tl);
   }
