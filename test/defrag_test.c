@@ -1562,12 +1562,17 @@ static void oom_report_summarises_the_arena(void **state) {
 }
 
 
-/* The fit index (span_index.c) is a treap: in order by (size, base), every
- * node's priority at least its children's, so its depth stays logarithmic
- * whatever order spans come and go in (here: address order, the order a
- * run is carved and freed in), and the ceiling is the smallest (size, base)
- * at or after the key. The library's validator, sa__fit_check, checks the
- * treap (it aborts naming the rule broken: invariant_test) and counts it. */
+/* The fit index (span_index.c) is bins of sizes, each a treap: in order by
+ * (size, base), every node's priority at least its children's, so a bin's
+ * depth stays logarithmic whatever order spans come and go in (here:
+ * address order, the order a run is carved and freed in), and the ceiling
+ * is the smallest (size, base) at or after the key, in the key's bin or as
+ * the least of the next bin that holds any. The library's validator,
+ * sa__fit_check, checks each treap, the bins and their bits (it aborts
+ * naming the rule broken: invariant_test) and counts them. Two spreads of
+ * sizes: few sizes (many equal keys in one bin, told apart by base), and
+ * sizes from a quantum to 64 GiB (hundreds of bins, searches that cross
+ * words of the bitmap). */
 
 static const sa_span *brute_ceiling(const sa_span *sp, const bool *in, size_t n, size_t size,
                                     uintptr_t base) {
@@ -1592,11 +1597,24 @@ static void check_index(sa_arena *a, const sa_span *sp, const bool *in, size_t n
     assert_ptr_equal(sa__fit_ceiling(a, size, sp[i].base + 1),
                      brute_ceiling(sp, in, n, size, sp[i].base + 1));
     assert_ptr_equal(sa__fit_ceiling(a, size + 1, 0), brute_ceiling(sp, in, n, size + 1, 0));
+    assert_ptr_equal(sa__fit_ceiling(a, size * 3, 0), brute_ceiling(sp, in, n, size * 3, 0));
   }
+  assert_null(sa__fit_ceiling(a, (size_t)1 << 50, 0)); /* above every span */
 }
 
-static void free_span_index_stays_a_balanced_treap(void **state) {
-  (void)state;
+static size_t few_sizes(size_t i) { return ((i * 7) % 5 + 1) * MiB + (i % 3) * 256; }
+
+/* 256 B to 64 GiB, spread evenly over the powers of two, and a fifth of
+ * them a size some other span has too. */
+static size_t spread_sizes(size_t i) {
+  if (i % 5 == 4) return spread_sizes(i / 5);
+  uint64_t h = (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+  unsigned octave = (unsigned)(h >> 59) % 29; /* 2^8 .. 2^36 */
+  size_t size = ((size_t)1 << (8 + octave)) + ((h >> 20) % ((size_t)1 << (8 + octave)));
+  return sa__round_up(size, 256);
+}
+
+static void exercise_index(size_t (*size_of)(size_t)) {
   enum { N = 4096 };
   sa_arena *a = sa__zalloc_aligned(sizeof *a, _Alignof(sa_arena)); /* as arena.c makes one */
   sa_span *sp = calloc(N, sizeof *sp);
@@ -1605,9 +1623,10 @@ static void free_span_index_stays_a_balanced_treap(void **state) {
   assert_non_null(sp);
   assert_non_null(in);
   uintptr_t base = (uintptr_t)1 << 40;
-  for (size_t i = 0; i < N; i++) { /* few sizes: many equal keys, told apart by base */
-    sp[i].size = ((i * 7) % 5 + 1) * MiB + (i % 3) * 256;
+  for (size_t i = 0; i < N; i++) {
+    sp[i].size = size_of(i);
     sp[i].base = base;
+    atomic_store(&sp[i].xstate, SA_BLOCK_FREE);
     base += sp[i].size;
   }
   for (size_t i = 0; i < N; i++) { /* address order */
@@ -1630,12 +1649,24 @@ static void free_span_index_stays_a_balanced_treap(void **state) {
     }
   }
   check_index(a, sp, in, N);
+  assert_false(sa__fit_empty(a));
   for (size_t i = 0; i < N; i++)
     if (in[i]) sa__fit_remove(a, &sp[i]);
-  assert_null(a->spans.fit_root);
+  assert_true(sa__fit_empty(a));
+  assert_int_equal(sa__fit_check(a), 0);
   free(in);
   free(sp);
   free(a);
+}
+
+static void free_span_index_stays_a_balanced_treap(void **state) {
+  (void)state;
+  exercise_index(few_sizes);
+}
+
+static void free_span_index_finds_the_best_fit_across_bins(void **state) {
+  (void)state;
+  exercise_index(spread_sizes);
 }
 
 /* Under a budget a request of whole granules takes whole granules: the gap
@@ -2058,6 +2089,7 @@ int main(void) {
       cmocka_unit_test(adjacent_free_spans_merge_without_the_driver),
       cmocka_unit_test(a_gap_is_filled_only_for_whole_granules_around_it),
       cmocka_unit_test(free_span_index_stays_a_balanced_treap),
+      cmocka_unit_test(free_span_index_finds_the_best_fit_across_bins),
       cmocka_unit_test(free_span_splits_at_chunk_boundaries),
       cmocka_unit_test(split_piece_for_another_stream_waits),
   };

@@ -242,12 +242,19 @@ static void span_check_names_a_recorded_mark_without_refs(void **state) {
   teardown(&f);
 }
 
-/* ---- the free-span treap ------------------------------------------------------------ */
+/* ---- the free-span index ------------------------------------------------------------ */
+
+/* The root of the first bin of the fit index that holds a span. */
+static sa_treap_node **first_bin(sa_arena *a) {
+  for (unsigned b = 0; b < SA_FIT_BINS; b++)
+    if (a->spans.fit.bins[b] != NULL) return &a->spans.fit.bins[b];
+  return NULL;
+}
 
 static void break_heap_order(sa_fixture *f, void *arg) {
   (void)arg;
   pthread_mutex_lock(&f->arena->lock);
-  sa_treap_node *root = f->arena->spans.fit_root;
+  sa_treap_node *root = *first_bin(f->arena);
   sa_treap_node *child = root->left != NULL ? root->left : root->right;
   child->prio = UINT64_MAX; /* above its parent's (a hash, never all ones here) */
   (void)sa__fit_check(f->arena);
@@ -260,11 +267,46 @@ static void free_span_treap_check_names_a_child_above_its_parent(void **state) {
   void *p[5];
   for (int i = 0; i < 5; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], 4 * MiB, f.streams[0]));
   for (int i = 0; i < 5; i += 2) sa_assert_ok(sa_free(p[i], f.streams[0])); /* apart */
-  assert_non_null(f.arena->spans.fit_root);
-  assert_true(f.arena->spans.fit_root->left != NULL || f.arena->spans.fit_root->right != NULL);
-  assert_true(f.arena->spans.fit_root->prio != UINT64_MAX);
-  expect_broken(&f, break_heap_order, NULL, "free-span treap", "heap order on prio");
+  sa_treap_node **bin = first_bin(f.arena); /* three spans of one size: one bin */
+  assert_non_null(bin);
+  assert_true((*bin)->left != NULL || (*bin)->right != NULL);
+  assert_true((*bin)->prio != UINT64_MAX);
+  expect_broken(&f, break_heap_order, NULL, "free-span index", "heap order on prio");
   for (int i = 1; i < 5; i += 2) sa_assert_ok(sa_free(p[i], f.streams[0]));
+  teardown(&f);
+}
+
+static void break_bin_bit(sa_fixture *f, void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&f->arena->lock);
+  unsigned b = (unsigned)(first_bin(f->arena) - f->arena->spans.fit.bins);
+  f->arena->spans.fit.nonempty[b / 64] &= ~((uint64_t)1 << (b % 64)); /* searches skip it */
+  (void)sa__fit_check(f->arena);
+}
+
+static void break_bin(sa_fixture *f, void *arg) {
+  sa_span *sp = arg;
+  pthread_mutex_lock(&f->arena->lock);
+  sp->size *= 2; /* in the bin of its old size, where no search for its new one looks */
+  (void)sa__fit_check(f->arena);
+}
+
+/* The bins' own rules: a bin's bit says whether it holds any span, and a
+ * span is in the bin of its size. */
+static void free_span_index_check_names_a_bin_out_of_step(void **state) {
+  (void)state;
+  sa_fixture f;
+  setup(&f);
+  void *p[3];
+  for (int i = 0; i < 3; i++) sa_assert_ok(sa_alloc(f.arena, &p[i], 4 * MiB, f.streams[0]));
+  sa_assert_ok(sa_free(p[0], f.streams[0])); /* apart from the run's free top */
+  assert_non_null(first_bin(f.arena));
+  expect_broken(&f, break_bin_bit, NULL, "free-span index",
+                "a bin's bit is set when it holds a span");
+  sa_span *sp = free_span_at(f.arena, p[0]);
+  assert_non_null(sp);
+  expect_broken(&f, break_bin, sp, "free-span index", "a span is in the bin of its size");
+  for (int i = 1; i < 3; i++) sa_assert_ok(sa_free(p[i], f.streams[0]));
   teardown(&f);
 }
 
@@ -273,9 +315,10 @@ static void check_fit_index(sa_fixture *f, void *arg) {
   (void)sa__fit_check(arg);
 }
 
-/* A treap whose keys follow its priorities is a path: the treap the fit
- * index would be if it ignored priorities and spans came in key order. No
- * field is wrong here, only the depth. */
+/* A treap whose keys follow its priorities is a path: the treap a bin of
+ * the fit index would be if it ignored priorities and spans came in key
+ * order (their sizes all in one bin). No field is wrong here, only the
+ * depth. */
 static void free_span_treap_check_names_a_treap_too_deep(void **state) {
   (void)state;
   enum { N = 64 };
@@ -297,9 +340,9 @@ static void free_span_treap_check_names_a_treap_too_deep(void **state) {
     }
     by_prio[k] = &sp[i];
   }
-  for (size_t k = 0; k < N; k++) by_prio[k]->size = (k + 1) * SA_SPAN_QUANTUM;
+  for (size_t k = 0; k < N; k++) by_prio[k]->size = 64 * MiB + k * SA_SPAN_QUANTUM;
   for (size_t i = 0; i < N; i++) sa__fit_insert(a, &sp[i]);
-  expect_broken(NULL, check_fit_index, a, "free-span treap", "depth at most 4 log2 n");
+  expect_broken(NULL, check_fit_index, a, "free-span index", "depth at most 4 log2 n");
   free(by_prio);
   free(sp);
   free(a);
@@ -686,6 +729,7 @@ int main(void) {
       cmocka_unit_test(span_check_names_a_gap_between_spans),
       cmocka_unit_test(span_check_names_a_recorded_mark_without_refs),
       cmocka_unit_test(free_span_treap_check_names_a_child_above_its_parent),
+      cmocka_unit_test(free_span_index_check_names_a_bin_out_of_step),
       cmocka_unit_test(free_span_treap_check_names_a_treap_too_deep),
       cmocka_unit_test(timeline_check_names_two_slots_with_one_ticket),
       cmocka_unit_test(timeline_check_names_a_pending_ticket_without_its_span),

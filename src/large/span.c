@@ -584,7 +584,7 @@ static void span_check_one(const sa_arena *a, const sa_run *r, const sa_span *sp
 }
 
 size_t sa__span_check(const sa_arena *a) {
-  /* The fit index first: a damaged treap is named as such, not as a span
+  /* The fit index first: a damaged index is named as such, not as a span
    * it fails to find. */
   size_t indexed = sa__fit_check(a), visited = indexed;
   size_t free_bytes = 0, nfree = 0, nlive = 0;
@@ -654,7 +654,7 @@ sa_status sa__span_fini(sa_arena *a) {
   }
   a->spans.runs = a->spans.spare_runs = NULL;
   a->spans.spare_spans = NULL;
-  a->spans.fit_root = NULL;
+  a->spans.fit = (sa_fit_index){0};
   sa__live_fini(a);
   return first;
 }

@@ -93,7 +93,7 @@ typedef struct sa_spans_s {
   sa_run *runs;                 /* mapped runs of spans, address order */
   sa_run *all_runs, *spare_runs;
   sa_span *all_spans, *spare_spans; /* span descriptors */
-  sa_treap_node *fit_root;      /* free spans by size (span_index.c) */
+  sa_fit_index fit;             /* free spans by size (span_index.c) */
   sa_live_map live_map;         /* live spans by base (span_index.c) */
   size_t free_bytes;            /* in free spans */
   size_t nlive;                 /* live spans */

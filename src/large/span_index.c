@@ -1,11 +1,16 @@
 /* The two indexes over spans (span.c): free spans by size, for best fit,
  * and live spans by address, for sa_free.
  *
- * Free spans: a treap (base/treap.h) keyed by (size, base). The smallest span of at least
- * a size is found in O(log n) expected, the lowest address first among
- * equal sizes (low addresses first keeps the high ones free for longer).
- * Priorities are a hash of the base address, so the shape does not depend
- * on the order of operations' timing, only on the addresses.
+ * Free spans: bins of sizes, each a treap (base/treap.h) keyed by (size,
+ * base), and a bitmap of the bins that hold any. The smallest span of at
+ * least a size is found in O(log n) expected, the lowest address first
+ * among equal sizes (low addresses first keeps the high ones free for
+ * longer): in the size's own bin, else as the least span of the next bin
+ * the bitmap names. The bins keep each treap to the few spans of nearly
+ * one size; one treap of every free span cost a descent of several
+ * mispredicted branches per insert, remove and search. Priorities are a
+ * hash of the base address, so the shape does not depend on the order of
+ * operations' timing, only on the addresses.
  *
  * Live spans: an open-addressing hash table (linear probing, backward-shift
  * deletion) keyed by base address. A span is looked up by its exact start;
@@ -24,7 +29,7 @@
 #include "span.h"
 
 /* ------------------------------------------------------------------------
- * Free spans by size: a treap
+ * Free spans by size: treaps in bins
  * ---------------------------------------------------------------------- */
 
 static uint64_t priority(uintptr_t base) {
@@ -34,6 +39,20 @@ static uint64_t priority(uintptr_t base) {
   x ^= x >> 33;
   return x;
 }
+
+/* The bin of a size: below 16 quanta one per quantum, then eight to each
+ * power of two, by the three bits below the top one. Never decreases as
+ * the size grows, so every span of a later bin is larger than any of an
+ * earlier one. */
+static unsigned bin_of(size_t size) {
+  uint64_t q = (uint64_t)size / SA_SPAN_QUANTUM;
+  if (q < 16) return (unsigned)q;
+  unsigned top = 63u - (unsigned)__builtin_clzll(q); /* 4 or more */
+  return 16u + (top - 4u) * 8u + (unsigned)((q >> (top - 3u)) & 7u);
+}
+
+_Static_assert(SA_SPAN_QUANTUM == 256 && SA_FIT_BINS == 16 + (63 - 8 - 4) * 8 + 8,
+               "SA_FIT_BINS is the bin of the largest size, plus one");
 
 /* Is (size, base) of x before that of y? */
 static bool before(const sa_span *x, size_t size, uintptr_t base) {
@@ -48,17 +67,37 @@ static bool span_before(const sa_treap_node *x, const sa_treap_node *y) {
 }
 
 void sa__fit_insert(sa_arena *a, sa_span *sp) {
+  sa_fit_index *f = &a->spans.fit;
+  unsigned b = bin_of(sp->size);
   sp->fit.prio = priority(sp->base);
-  sa__treap_insert(&a->spans.fit_root, &sp->fit, span_before);
+  sa__treap_insert(&f->bins[b], &sp->fit, span_before);
+  f->nonempty[b / 64] |= (uint64_t)1 << (b % 64);
 }
 
 void sa__fit_remove(sa_arena *a, sa_span *sp) {
-  sa__treap_remove(&a->spans.fit_root, &sp->fit, span_before);
+  sa_fit_index *f = &a->spans.fit;
+  unsigned b = bin_of(sp->size);
+  sa__treap_remove(&f->bins[b], &sp->fit, span_before);
+  if (f->bins[b] == NULL) f->nonempty[b / 64] &= ~((uint64_t)1 << (b % 64));
+}
+
+/* The first bin after b that holds a span; SA_FIT_BINS if none does. */
+static unsigned next_bin(const sa_fit_index *f, unsigned b) {
+  unsigned i = (b + 1) / 64;
+  if (i >= SA_FIT_WORDS) return SA_FIT_BINS;
+  uint64_t word = (b + 1) % 64 == 0 ? f->nonempty[i] : f->nonempty[i] & (~(uint64_t)0 << ((b + 1) % 64));
+  while (word == 0) {
+    if (++i == SA_FIT_WORDS) return SA_FIT_BINS;
+    word = f->nonempty[i];
+  }
+  return i * 64 + (unsigned)__builtin_ctzll(word);
 }
 
 sa_span *sa__fit_ceiling(const sa_arena *a, size_t size, uintptr_t base) {
+  const sa_fit_index *f = &a->spans.fit;
+  unsigned b = bin_of(size);
   sa_span *best = NULL;
-  for (const sa_treap_node *t = a->spans.fit_root; t != NULL;) {
+  for (const sa_treap_node *t = f->bins[b]; t != NULL;) {
     if (before(span_of(t), size, base)) {
       t = t->right;
     } else {
@@ -66,22 +105,47 @@ sa_span *sa__fit_ceiling(const sa_arena *a, size_t size, uintptr_t base) {
       t = t->left;
     }
   }
-  return best;
+  if (best != NULL) return best;
+  b = next_bin(f, b);
+  if (b == SA_FIT_BINS) return NULL;
+  const sa_treap_node *t = f->bins[b];
+  while (t->left != NULL) t = t->left;
+  return span_of(t);
+}
+
+bool sa__fit_empty(const sa_arena *a) {
+  for (unsigned i = 0; i < SA_FIT_WORDS; i++)
+    if (a->spans.fit.nonempty[i] != 0) return false;
+  return true;
 }
 
 /* The fit index's own rules of a node: only free spans, each priority the
- * hash of its base (treap.c checks the order, the heap and the depth). */
-static const char TREAP[] = "free-span treap";
+ * hash of its base, in the bin of its size (treap.c checks the order, the
+ * heap and the depth). */
+static const char FIT[] = "free-span index";
+static _Thread_local unsigned checked_bin; /* the bin fit_check_span is checking */
 
 static void fit_check_span(const sa_treap_node *n) {
   const sa_span *sp = span_of(n);
-  SA_CHECK(TREAP, atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_FREE,
+  SA_CHECK(FIT, atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_FREE,
            "only free spans");
-  SA_CHECK(TREAP, n->prio == priority(sp->base), "prio is the hash of base");
+  SA_CHECK(FIT, n->prio == priority(sp->base), "prio is the hash of base");
+  SA_CHECK(FIT, bin_of(sp->size) == checked_bin, "a span is in the bin of its size");
 }
 
 size_t sa__fit_check(const sa_arena *a) {
-  return sa__treap_check(TREAP, a->spans.fit_root, span_before, fit_check_span);
+  const sa_fit_index *f = &a->spans.fit;
+  size_t n = 0;
+  for (unsigned b = 0; b < SA_FIT_BINS; b++) {
+    bool bit = (f->nonempty[b / 64] >> (b % 64)) & 1;
+    SA_CHECK(FIT, bit == (f->bins[b] != NULL), "a bin's bit is set when it holds a span");
+    if (f->bins[b] == NULL) continue;
+    checked_bin = b;
+    n += sa__treap_check(FIT, f->bins[b], span_before, fit_check_span);
+  }
+  for (unsigned b = SA_FIT_BINS; b < SA_FIT_WORDS * 64; b++)
+    SA_CHECK(FIT, !((f->nonempty[b / 64] >> (b % 64)) & 1), "no bit past the last bin");
+  return n;
 }
 
 /* ------------------------------------------------------------------------

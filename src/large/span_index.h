@@ -5,8 +5,22 @@
 #define SA_LARGE_SPAN_INDEX_H
 
 #include "../base/base.h"
+#include "../base/treap.h"
 
 typedef struct sa_span_s sa_span; /* span.h */
+
+/* Free spans by size: sizes fall in bins, eight to each power of two (the
+ * smallest exact), each bin a treap in (size, base) order, and a bit per
+ * bin says whether it holds any. A search looks in the key's own bin and
+ * then takes the least span of the next bin that holds one, so a handful
+ * of free spans spread over sizes costs a node or two per operation, not
+ * a descent through all of them. */
+#define SA_FIT_BINS 432 /* bin_of(SIZE_MAX) + 1 */
+#define SA_FIT_WORDS ((SA_FIT_BINS + 63) / 64)
+typedef struct sa_fit_index_s {
+  sa_treap_node *bins[SA_FIT_BINS];
+  uint64_t nonempty[SA_FIT_WORDS];
+} sa_fit_index;
 
 /* Live spans by base address: an open-addressing table. */
 typedef struct sa_live_map_s {
@@ -23,8 +37,12 @@ void sa__live_insert(sa_arena *a, sa_span *sp);
 sa_span *sa__live_find(const sa_arena *a, uintptr_t base);
 void sa__live_remove(sa_arena *a, sa_span *sp);
 void sa__live_fini(sa_arena *a);
-/* Validator: the fit index is a treap in (size, base) order, heap-ordered
- * on prio, at most 4 log2 n deep. Returns the spans in it. */
+/* Whether the fit index holds no span. */
+bool sa__fit_empty(const sa_arena *a);
+/* Validator: each bin of the fit index is a treap in (size, base) order,
+ * heap-ordered on prio, at most 4 log2 n deep, of spans whose sizes fall in
+ * that bin, and a bin's bit is set exactly when it holds any. Returns the
+ * spans in it. */
 size_t sa__fit_check(const sa_arena *a);
 
 #endif /* SA_LARGE_SPAN_INDEX_H */
