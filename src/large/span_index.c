@@ -45,14 +45,15 @@ static uint64_t priority(uintptr_t base) {
  * the size grows, so every span of a later bin is larger than any of an
  * earlier one. */
 static unsigned bin_of(size_t size) {
+  const unsigned sub = SA_FIT_SUB_BITS;
   uint64_t q = (uint64_t)size / SA_SPAN_QUANTUM;
-  if (q < 16) return (unsigned)q;
-  unsigned top = 63u - (unsigned)__builtin_clzll(q); /* 4 or more */
-  return 16u + (top - 4u) * 8u + (unsigned)((q >> (top - 3u)) & 7u);
+  if (q < (2u << sub)) return (unsigned)q;
+  unsigned top = 63u - (unsigned)__builtin_clzll(q); /* sub + 1 or more */
+  unsigned below_top = (unsigned)(q >> (top - sub)) & ((1u << sub) - 1u);
+  return (2u << sub) + ((top - sub - 1u) << sub) + below_top;
 }
 
-_Static_assert(SA_SPAN_QUANTUM == 256 && SA_FIT_BINS == 16 + (63 - 8 - 4) * 8 + 8,
-               "SA_FIT_BINS is the bin of the largest size, plus one");
+_Static_assert(SA_SPAN_QUANTUM == 256, "a size has at most 56 bits of quanta (SA_FIT_BINS)");
 
 /* Is (size, base) of x before that of y? */
 static bool before(const sa_span *x, size_t size, uintptr_t base) {
@@ -135,6 +136,7 @@ static void fit_check_span(const sa_treap_node *n) {
 
 size_t sa__fit_check(const sa_arena *a) {
   const sa_fit_index *f = &a->spans.fit;
+  SA_CHECK(FIT, bin_of(SIZE_MAX) == SA_FIT_BINS - 1, "the largest size has the last bin");
   size_t n = 0;
   for (unsigned b = 0; b < SA_FIT_BINS; b++) {
     bool bit = (f->nonempty[b / 64] >> (b % 64)) & 1;

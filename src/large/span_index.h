@@ -15,7 +15,10 @@ typedef struct sa_span_s sa_span; /* span.h */
  * then takes the least span of the next bin that holds one, so a handful
  * of free spans spread over sizes costs a node or two per operation, not
  * a descent through all of them. */
-#define SA_FIT_BINS 432 /* bin_of(SIZE_MAX) + 1 */
+#define SA_FIT_SUB_BITS 3 /* 2^3 bins to a power of two */
+/* Exact bins below 2^(bits + 1) quanta, then 2^bits to each power of two up
+ * to 2^55 quanta (a 64-bit size over 256-byte quanta). */
+#define SA_FIT_BINS ((2u << SA_FIT_SUB_BITS) + ((55u - SA_FIT_SUB_BITS) << SA_FIT_SUB_BITS))
 #define SA_FIT_WORDS ((SA_FIT_BINS + 63) / 64)
 typedef struct sa_fit_index_s {
   sa_treap_node *bins[SA_FIT_BINS];
