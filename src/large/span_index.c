@@ -84,9 +84,9 @@ void sa__fit_remove(sa_arena *a, sa_span *sp) {
 
 /* The first bin after b that holds a span; SA_FIT_BINS if none does. */
 static unsigned next_bin(const sa_fit_index *f, unsigned b) {
-  unsigned i = (b + 1) / 64;
+  unsigned from = b + 1, i = from / 64;
   if (i >= SA_FIT_WORDS) return SA_FIT_BINS;
-  uint64_t word = (b + 1) % 64 == 0 ? f->nonempty[i] : f->nonempty[i] & (~(uint64_t)0 << ((b + 1) % 64));
+  uint64_t word = f->nonempty[i] & (~(uint64_t)0 << (from % 64)); /* bins from `from` on */
   while (word == 0) {
     if (++i == SA_FIT_WORDS) return SA_FIT_BINS;
     word = f->nonempty[i];
