@@ -99,14 +99,6 @@ static size_t treap_collect(const sa_treap_node *t, bool evented, sa_pblock **ou
  * Descriptors
  * ---------------------------------------------------------------------- */
 
-/* A priority from the base: splitmix64's finaliser. */
-static uint64_t prio_of(uintptr_t base) {
-  uint64_t z = (uint64_t)base + 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 sa_pblock *sa__pblock_new(sa_pool *pool) {
   sa_pblock *b = pool != NULL ? pool->spare : NULL;
   if (b != NULL) {
@@ -132,7 +124,7 @@ static void pblock_put(sa_pool *pool, sa_pblock *b) {
 /* b (base set) into the table of blocks by base. */
 static void table_add(sa_pool *pool, sa_pblock *b) {
   b->by_base.key = b->base;
-  b->fit.prio = prio_of(b->base);
+  b->fit.prio = sa__treap_priority(b->base);
   sa__chain_push(&pool->blocks, &b->by_base);
   if (pool->blocks.n > 2 * sa__chain_buckets(&pool->blocks))
     (void)sa__chain_double(&pool->blocks); /* else chains get longer */
@@ -961,7 +953,8 @@ static const char POOL[] = "pool";
  * and the depth). */
 static void fit_check_block(const sa_treap_node *n) {
   SA_CHECK(POOL, block_of(n)->state == SA_PBLOCK_FREE, "the fit index holds free blocks only");
-  SA_CHECK(POOL, n->prio == prio_of(block_of(n)->base), "a block's priority is its base's hash");
+  SA_CHECK(POOL, n->prio == sa__treap_priority(block_of(n)->base),
+           "a block's priority is its base's hash");
 }
 
 size_t sa__pool_check(const sa_pool *pool) {

@@ -1569,10 +1569,10 @@ static void oom_report_summarises_the_arena(void **state) {
  * is the smallest (size, base) at or after the key, in the key's bin or as
  * the least of the next bin that holds any. The library's validator,
  * sa__fit_check, checks each treap, the bins and their bits (it aborts
- * naming the rule broken: invariant_test) and counts them. Two spreads of
- * sizes: few sizes (many equal keys in one bin, told apart by base), and
- * sizes from a quantum to 64 GiB (hundreds of bins, searches that cross
- * words of the bitmap). */
+ * naming the rule broken: invariant_test) and counts them. Three spreads
+ * of sizes: few sizes (many equal keys in one bin, told apart by base),
+ * sizes from a quantum to 64 GiB (hundreds of bins), and powers of two
+ * (searches that cross words of the bitmap). */
 
 static const sa_span *brute_ceiling(const sa_span *sp, const bool *in, size_t n, size_t size,
                                     uintptr_t base) {
@@ -1613,6 +1613,11 @@ static size_t spread_sizes(size_t i) {
   size_t size = ((size_t)1 << (8 + octave)) + ((h >> 20) % ((size_t)1 << (8 + octave)));
   return sa__round_up(size, 256);
 }
+
+/* Powers of two from 256 B to 64 GiB: seven empty bins between two that
+ * hold spans, so a search past a size's own bin often ends in a later
+ * word of the bitmap. */
+static size_t sparse_sizes(size_t i) { return (size_t)256 << (i % 29); }
 
 static void exercise_index(size_t (*size_of)(size_t)) {
   enum { N = 4096 };
@@ -1667,6 +1672,7 @@ static void free_span_index_stays_a_balanced_treap(void **state) {
 static void free_span_index_finds_the_best_fit_across_bins(void **state) {
   (void)state;
   exercise_index(spread_sizes);
+  exercise_index(sparse_sizes);
 }
 
 /* Under a budget a request of whole granules takes whole granules: the gap

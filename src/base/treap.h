@@ -25,6 +25,18 @@ typedef struct sa_treap_node_s {
   uint64_t prio; /* set by the owner before the insert; fixed while in */
 } sa_treap_node;
 
+/* A node's priority from its key (an address): splitmix64's finalizer,
+ * two rounds of multiply and shift, so that keys in arithmetic progression
+ * (equal spans side by side, the common case of a run carved into one size)
+ * get priorities with no order among them. One round left such keys'
+ * priorities a sequence whose treap grew deeper than 4 log2 n. */
+static inline uint64_t sa__treap_priority(uint64_t key) {
+  uint64_t z = key + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 /* The owner of type type whose field field is the node n (not NULL). */
 #define SA_TREAP_OWNER(n, type, field) ((type *)(void *)((char *)(n) - offsetof(type, field)))
 

@@ -32,13 +32,7 @@
  * Free spans by size: treaps in bins
  * ---------------------------------------------------------------------- */
 
-static uint64_t priority(uintptr_t base) {
-  uint64_t x = (uint64_t)base >> 8;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return x;
-}
+static uint64_t priority(uintptr_t base) { return sa__treap_priority((uint64_t)base); }
 
 /* The bin of a size: below 16 quanta one per quantum, then eight to each
  * power of two, by the three bits below the top one. Never decreases as
