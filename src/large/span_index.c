@@ -115,17 +115,20 @@ bool sa__fit_empty(const sa_arena *a) {
 }
 
 /* The fit index's own rules of a node: only free spans, each priority the
- * hash of its base, in the bin of its size (treap.c checks the order, the
- * heap and the depth). */
+ * hash of its base (treap.c checks the order, the heap and the depth). */
 static const char FIT[] = "free-span index";
-static _Thread_local unsigned checked_bin; /* the bin fit_check_span is checking */
 
 static void fit_check_span(const sa_treap_node *n) {
   const sa_span *sp = span_of(n);
   SA_CHECK(FIT, atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_FREE,
            "only free spans");
   SA_CHECK(FIT, n->prio == priority(sp->base), "prio is the hash of base");
-  SA_CHECK(FIT, bin_of(sp->size) == checked_bin, "a span is in the bin of its size");
+}
+
+/* The least (left) or greatest span of a treap that is not empty. */
+static const sa_span *extreme(const sa_treap_node *t, bool least) {
+  for (const sa_treap_node *c; (c = least ? t->left : t->right) != NULL;) t = c;
+  return span_of(t);
 }
 
 size_t sa__fit_check(const sa_arena *a) {
@@ -136,8 +139,12 @@ size_t sa__fit_check(const sa_arena *a) {
     bool bit = (f->nonempty[b / 64] >> (b % 64)) & 1;
     SA_CHECK(FIT, bit == (f->bins[b] != NULL), "a bin's bit is set when it holds a span");
     if (f->bins[b] == NULL) continue;
-    checked_bin = b;
     n += sa__treap_check(FIT, f->bins[b], span_before, fit_check_span);
+    /* In order by size, and bin_of never decreases: if its least and its
+     * greatest span are of bin b, all of them are. */
+    SA_CHECK(FIT, bin_of(extreme(f->bins[b], true)->size) == b &&
+                      bin_of(extreme(f->bins[b], false)->size) == b,
+             "a span is in the bin of its size");
   }
   for (unsigned b = SA_FIT_BINS; b < SA_FIT_WORDS * 64; b++)
     SA_CHECK(FIT, !((f->nonempty[b / 64] >> (b % 64)) & 1), "no bit past the last bin");
