@@ -56,6 +56,28 @@ if [[ ! -f "$out/run.1/snap.svg" || -e "$out/run.svg" ]]; then
 fi
 check_svg "$out/run.1/snap.svg"
 
+# --excess: the parts of what is held above in use add up to it, none
+# counted twice (the rest, in no descriptor, is not negative), and the
+# table is printed.
+python3 - "$render" "$snap" <<'PY'
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("render_snapshot", sys.argv[1])
+r = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(r)
+snap = r.load(sys.argv[2])
+rows = dict(r.excess(snap))
+above = rows["held above in use"]
+assert above == rows["reserved"] - rows["in use (live blocks and spans, whole)"], rows
+parts = [n for label, n in rows.items() if label.startswith("- ")]
+assert sum(parts) == above, (sum(parts), above, rows)
+assert all(n >= 0 for n in parts), rows
+assert len(parts) >= 2, rows
+print(f"excess ok: {above} bytes in {len(parts)} parts")
+PY
+python3 "$render" "$snap" --excess >"$out/excess.md"
+grep -q "^| held above in use |" "$out/excess.md" || { echo "--excess printed:"; cat "$out/excess.md"; exit 1; }
+[[ ! -e "$out/$(basename "$snap" .json).svg" ]] || { echo "--excess drew a picture"; exit 1; }
+
 # Out of memory with the report on: in an 8 MiB device the RMM log's 6 MiB
 # request fails (a 256-byte and a 1 MiB block pin two superblocks).
 "$replay" --capacity=8MiB --conf=oom_report=1 "$rmm_log" >"$out/oom.out" 2>"$out/oom.err"

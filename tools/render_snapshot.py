@@ -2,6 +2,12 @@
 """Draw a streamarena snapshot (sa_snapshot_write JSON) as an SVG picture.
 
     python3 tools/render_snapshot.py SNAPSHOT.json [-o OUT.svg] [--columns N]
+    python3 tools/render_snapshot.py SNAPSHOT.json --excess
+
+With --excess it draws nothing and prints, as a Markdown table, where the
+physical memory held above what is in use goes (superblocks' cached, free
+and empty blocks, free spans, the chunk cache): what to look at when the
+footprint is higher than expected.
 
 The input may also be a file that holds the snapshot after other text, such
 as stderr with an out-of-memory report: the first line that is just "{"
@@ -249,13 +255,72 @@ def render(snap, columns):
     return head + "\n".join(body) + "</svg>\n"
 
 
+BLOCK_PARTS = {"C": "blocks in thread caches", "F": "free blocks in superblocks",
+               "D": "blocks on their way back from another stream"}
+
+
+def excess(snap):
+    """(label, bytes) rows: reserved, in use, and the parts of the difference,
+    which add up to it exactly; the last part is what no descriptor names."""
+    s = snap["summary"]
+    parts = {}
+
+    def add(label, n):
+        parts[label] = parts.get(label, 0) + n
+
+    for sb in snap.get("superblocks", []):
+        if sb.get("stream") is None:
+            add("superblocks on the global stack", sb["size"])
+            continue
+        if sb["state"] == "empty":
+            add("empty superblocks kept by their stream", sb["size"])
+            continue
+        bs, letters = sb["block_size"], sb.get("blocks", "")
+        for letter, label in BLOCK_PARTS.items():
+            add(label, letters.count(letter) * bs)
+        add("superblock room past its last block", sb["size"] - len(letters) * bs)
+    for sp in snap.get("spans", []):
+        if sp["state"] == "cached":
+            add("free spans, ready", sp["size"])
+        elif sp["state"] == "awaiting_event":
+            add("free spans, work not known done (their own stream may reuse them)", sp["size"])
+    add("chunk cache (created, not mapped)",
+        sum(c["size"] for c in snap.get("chunks", []) if c.get("mapped_at") is None))
+    above = s["reserved"] - s["in_use"]
+    named = sum(parts.values())
+    rows = [("reserved", s["reserved"]), ("in use (live blocks and spans, whole)", s["in_use"]),
+            ("held above in use", above)]
+    rows += [("- " + label, n) for label, n in parts.items() if n > 0]
+    rows.append(("- mapped, in no superblock or span (free slab slots)", above - named))
+    return rows
+
+
+def print_excess(snap):
+    rows = excess(snap)
+    live = snap["summary"]["in_use"] or 1
+    print("| where | MiB | of in use |")
+    print("| --- | ---: | ---: |")
+    for label, n in rows:
+        print(f"| {label} | {n / MiB:.1f} | {n / live:.4f} |")
+    largest = snap["summary"].get("largest_free_span", 0)
+    spans = sorted((sp["size"] for sp in snap.get("spans", []) if sp["state"] != "live"),
+                   reverse=True)
+    print(f"\nlargest free spans (MiB): {', '.join(f'{n / MiB:.1f}' for n in spans[:5]) or 'none'}"
+          f"; largest free range, unmapped room included: {largest / MiB:.1f} MiB")
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("snapshot")
     p.add_argument("-o", "--output", help="SVG file (default: the snapshot's name + .svg)")
     p.add_argument("--columns", type=int, default=64, help="granules per row (default 64)")
+    p.add_argument("--excess", action="store_true",
+                   help="print where the memory held above in use goes; draw nothing")
     args = p.parse_args(argv)
     snap = load(args.snapshot)
+    if args.excess:
+        print_excess(snap)
+        return 0
     out = args.output or (os.path.splitext(args.snapshot)[0] + ".svg")
     with open(out, "w") as f:
         f.write(render(snap, max(8, args.columns)))
