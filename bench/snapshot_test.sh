@@ -72,10 +72,15 @@ parts = [n for label, n in rows.items() if label.startswith("- ")]
 assert sum(parts) == above, (sum(parts), above, rows)
 assert all(n >= 0 for n in parts), rows
 assert len(parts) >= 2, rows
-print(f"excess ok: {above} bytes in {len(parts)} parts")
+# The cached blocks by size are the table's cached blocks, split.
+cached = sum(r.cached_by_size(snap).values())
+assert cached == rows.get("- blocks in thread caches", 0), (cached, rows)
+print(f"excess ok: {above} bytes in {len(parts)} parts, {cached} cached")
 PY
 python3 "$render" "$snap" --excess >"$out/excess.md"
-grep -q "^| held above in use |" "$out/excess.md" || { echo "--excess printed:"; cat "$out/excess.md"; exit 1; }
+for want in "^| held above in use |" "^superblocks: [0-9]* (.* MiB), [0-9]* of them with no live block"; do
+  grep -q "$want" "$out/excess.md" || { echo "--excess printed no '$want':"; cat "$out/excess.md"; exit 1; }
+done
 [[ ! -e "$out/$(basename "$snap" .json).svg" ]] || { echo "--excess drew a picture"; exit 1; }
 
 # Out of memory with the report on: in an 8 MiB device the RMM log's 6 MiB

@@ -307,6 +307,28 @@ def print_excess(snap):
                    reverse=True)
     print(f"\nlargest free spans (MiB): {', '.join(f'{n / MiB:.1f}' for n in spans[:5]) or 'none'}"
           f"; largest free range, unmapped room included: {largest / MiB:.1f} MiB")
+    sbs = snap.get("superblocks", [])
+    idle = [sb for sb in sbs if not sb.get("live")]
+    print(f"superblocks: {len(sbs)} ({sum(sb['size'] for sb in sbs) / MiB:.1f} MiB), {len(idle)} "
+          f"of them with no live block ({sum(sb['size'] for sb in idle) / MiB:.1f} MiB)")
+    cached = cached_by_size(snap)
+    if any(cached.values()):
+        print("blocks in thread caches by block size (MiB): " +
+              ", ".join(f"{band} {n / MiB:.1f}" for band, n in cached.items()))
+
+
+CACHED_BANDS = ((16 << 10, "to 16 KiB"), (64 << 10, "to 64 KiB"), (256 << 10, "to 256 KiB"),
+                (None, "larger"))
+
+
+def cached_by_size(snap):
+    """Bytes of blocks in thread caches ("C" in a superblock's blocks), by block size."""
+    out = {band: 0 for _, band in CACHED_BANDS}
+    for sb in snap.get("superblocks", []):
+        bs = sb.get("block_size", 0)
+        band = next(b for top, b in CACHED_BANDS if top is None or bs <= top)
+        out[band] += sb.get("blocks", "").count("C") * bs
+    return out
 
 
 def main(argv):
