@@ -76,6 +76,12 @@ void sa__fit_remove(sa_arena *a, sa_span *sp) {
   if (f->bins[b] == NULL) f->nonempty[b / 64] &= ~((uint64_t)1 << (b % 64));
 }
 
+/* The least (left) or greatest span of a treap that is not empty. */
+static sa_span *extreme(const sa_treap_node *t, bool least) {
+  for (const sa_treap_node *c; (c = least ? t->left : t->right) != NULL;) t = c;
+  return span_of(t);
+}
+
 /* The first bin after b that holds a span; SA_FIT_BINS if none does. */
 static unsigned next_bin(const sa_fit_index *f, unsigned b) {
   unsigned from = b + 1, i = from / 64;
@@ -102,10 +108,7 @@ sa_span *sa__fit_ceiling(const sa_arena *a, size_t size, uintptr_t base) {
   }
   if (best != NULL) return best;
   b = next_bin(f, b);
-  if (b == SA_FIT_BINS) return NULL;
-  const sa_treap_node *t = f->bins[b];
-  while (t->left != NULL) t = t->left;
-  return span_of(t);
+  return b == SA_FIT_BINS ? NULL : extreme(f->bins[b], true);
 }
 
 bool sa__fit_empty(const sa_arena *a) {
@@ -123,12 +126,6 @@ static void fit_check_span(const sa_treap_node *n) {
   SA_CHECK(FIT, atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_FREE,
            "only free spans");
   SA_CHECK(FIT, n->prio == priority(sp->base), "prio is the hash of base");
-}
-
-/* The least (left) or greatest span of a treap that is not empty. */
-static const sa_span *extreme(const sa_treap_node *t, bool least) {
-  for (const sa_treap_node *c; (c = least ? t->left : t->right) != NULL;) t = c;
-  return span_of(t);
 }
 
 size_t sa__fit_check(const sa_arena *a) {
