@@ -32,8 +32,6 @@
  * Free spans by size: treaps in bins
  * ---------------------------------------------------------------------- */
 
-static uint64_t priority(uintptr_t base) { return sa__treap_priority((uint64_t)base); }
-
 /* The bin of a size: below 16 quanta one per quantum, then eight to each
  * power of two, by the three bits below the top one. Never decreases as
  * the size grows, so every span of a later bin is larger than any of an
@@ -64,7 +62,7 @@ static bool span_before(const sa_treap_node *x, const sa_treap_node *y) {
 void sa__fit_insert(sa_arena *a, sa_span *sp) {
   sa_fit_index *f = &a->spans.fit;
   unsigned b = bin_of(sp->size);
-  sp->fit.prio = priority(sp->base);
+  sp->fit.prio = sa__treap_priority(sp->base);
   sa__treap_insert(&f->bins[b], &sp->fit, span_before);
   f->nonempty[b / 64] |= (uint64_t)1 << (b % 64);
 }
@@ -125,7 +123,7 @@ static void fit_check_span(const sa_treap_node *n) {
   const sa_span *sp = span_of(n);
   SA_CHECK(FIT, atomic_load_explicit(&sp->xstate, memory_order_relaxed) == SA_BLOCK_FREE,
            "only free spans");
-  SA_CHECK(FIT, n->prio == priority(sp->base), "prio is the hash of base");
+  SA_CHECK(FIT, n->prio == sa__treap_priority(sp->base), "prio is the hash of base");
 }
 
 size_t sa__fit_check(const sa_arena *a) {
