@@ -297,11 +297,11 @@ def excess(snap):
 
 def print_excess(snap):
     rows = excess(snap)
-    live = snap["summary"]["in_use"] or 1
+    in_use = snap["summary"]["in_use"] or 1
     print("| where | MiB | of in use |")
     print("| --- | ---: | ---: |")
     for label, n in rows:
-        print(f"| {label} | {n / MiB:.1f} | {n / live:.4f} |")
+        print(f"| {label} | {n / MiB:.1f} | {n / in_use:.4f} |")
     largest = snap["summary"].get("largest_free_span", 0)
     spans = sorted((sp["size"] for sp in snap.get("spans", []) if sp["state"] != "live"),
                    reverse=True)
